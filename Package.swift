@@ -1,0 +1,47 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Layers, imports pointing one way:
+// CJansson -> JSON -> JSONRPC -> (domains) -> Kernel (composition root) -> healthkernel (executable)
+let package = Package(
+    name: "healthkernel",
+    platforms: [.macOS(.v13)],
+    products: [
+        .executable(name: "healthkernel", targets: ["healthkernel"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CJansson",
+            pkgConfig: "jansson",
+            providers: [.apt(["libjansson-dev"])]
+        ),
+        .target(name: "JSON", dependencies: ["CJansson"]),
+        .target(name: "Chrono"),
+        .target(name: "JSONRPC", dependencies: ["JSON", "Chrono"]),
+        .target(
+            name: "Kernel",
+            dependencies: [
+                "JSON", "JSONRPC", "Chrono",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "healthkernel",
+            dependencies: [
+                "Kernel", "JSON", "JSONRPC",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(name: "JSONTests", dependencies: ["JSON"]),
+        .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "Chrono"]),
+        .testTarget(
+            name: "KernelTests",
+            dependencies: ["Kernel", "JSONRPC", "JSON", "healthkernel"]
+        ),
+    ]
+)

@@ -1,0 +1,93 @@
+/// A proleptic Gregorian calendar date ("YYYY-MM-DD") that is known to exist.
+public struct CalendarDate: Sendable, Hashable, Comparable, CustomStringConvertible {
+    public let year: Int
+    public let month: Int
+    public let day: Int
+
+    /// A date, or nil when it does not exist (2025-02-30) or lies outside years 1...9999.
+    public init?(year: Int, month: Int, day: Int) {
+        guard (1...9999).contains(year), (1...12).contains(month),
+              day >= 1, day <= CalendarDate.daysIn(month: month, year: year) else { return nil }
+        self.year = year
+        self.month = month
+        self.day = day
+    }
+
+    /// Parses exactly "YYYY-MM-DD"; nil for any other shape or a date that does not exist.
+    public init?(_ text: String) {
+        let b = Array(text.utf8)
+        guard b.count == 10, b[4] == UInt8(ascii: "-"), b[7] == UInt8(ascii: "-"),
+              let y = digits(b, 0, 4), let m = digits(b, 5, 2), let d = digits(b, 8, 2) else { return nil }
+        self.init(year: y, month: m, day: d)
+    }
+
+    /// Whether `year` is a Gregorian leap year.
+    public static func isLeap(_ year: Int) -> Bool {
+        (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
+    }
+
+    /// Days in `month` of `year`.
+    public static func daysIn(month: Int, year: Int) -> Int {
+        switch month {
+        case 2: return isLeap(year) ? 29 : 28
+        case 4, 6, 9, 11: return 30
+        default: return 31
+        }
+    }
+
+    /// Days since 1970-01-01 (negative before), by Howard Hinnant's days_from_civil.
+    public var daysSinceEpoch: Int {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let mp = (month + 9) % 12
+        let doy = (153 * mp + 2) / 5 + day - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146097 + doe - 719468
+    }
+
+    /// The date `days` after 1970-01-01 (civil_from_days).
+    public init(daysSinceEpoch days: Int) {
+        let z = days + 719468
+        let era = (z >= 0 ? z : z - 146096) / 146097
+        let doe = z - era * 146097
+        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        day = doy - (153 * mp + 2) / 5 + 1
+        month = mp < 10 ? mp + 3 : mp - 9
+        year = yoe + era * 400 + (month <= 2 ? 1 : 0)
+    }
+
+    /// The date `n` days later (earlier when negative).
+    public func adding(days n: Int) -> CalendarDate {
+        CalendarDate(daysSinceEpoch: daysSinceEpoch + n)
+    }
+
+    public static func < (a: CalendarDate, b: CalendarDate) -> Bool {
+        (a.year, a.month, a.day) < (b.year, b.month, b.day)
+    }
+
+    /// "YYYY-MM-DD".
+    public var description: String {
+        pad(year, 4) + "-" + pad(month, 2) + "-" + pad(day, 2)
+    }
+}
+
+/// Reads `count` ASCII digits at `start` as a number.
+func digits(_ b: [UInt8], _ start: Int, _ count: Int) -> Int? {
+    guard start + count <= b.count else { return nil }
+    var n = 0
+    for i in start..<(start + count) {
+        let c = b[i]
+        guard c >= UInt8(ascii: "0"), c <= UInt8(ascii: "9") else { return nil }
+        n = n * 10 + Int(c - UInt8(ascii: "0"))
+    }
+    return n
+}
+
+/// Zero-pads a non-negative number to `width` digits.
+func pad(_ n: Int, _ width: Int) -> String {
+    let s = String(n)
+    return s.count >= width ? s : String(repeating: "0", count: width - s.count) + s
+}

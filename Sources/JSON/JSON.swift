@@ -1,0 +1,153 @@
+/// A JSON value as the kernel sees it: integers and doubles kept apart, object keys in the order they arrived.
+public enum JSON: Sendable, Equatable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    case array([JSON])
+    case object(JSONObject)
+
+    /// The name of this value's JSON type, as used in error messages ("an integer", "a string", ...).
+    public var typeDescription: String {
+        switch self {
+        case .null: return "null"
+        case .bool: return "a boolean"
+        case .int: return "an integer"
+        case .double: return "a number"
+        case .string: return "a string"
+        case .array: return "an array"
+        case .object: return "an object"
+        }
+    }
+
+    /// The object, when this value is one.
+    public var objectValue: JSONObject? {
+        if case .object(let o) = self { return o }
+        return nil
+    }
+
+    /// The string, when this value is one.
+    public var stringValue: String? {
+        if case .string(let s) = self { return s }
+        return nil
+    }
+
+    /// The integer, when this value is one.
+    public var intValue: Int64? {
+        if case .int(let i) = self { return i }
+        return nil
+    }
+
+    /// The array, when this value is one.
+    public var arrayValue: [JSON]? {
+        if case .array(let a) = self { return a }
+        return nil
+    }
+
+    /// Member lookup for objects; nil for other values and absent keys.
+    public subscript(key: String) -> JSON? {
+        objectValue?[key]
+    }
+}
+
+/// A JSON object that keeps its keys in insertion order (jansson reports them in the order they were read).
+/// Equality ignores order, as JSON's does.
+public struct JSONObject: Sendable, Equatable, Sequence {
+    /// Keys in order.
+    public private(set) var keys: [String]
+    /// Values, parallel to `keys`.
+    public private(set) var values: [JSON]
+
+    /// An empty object.
+    public init() {
+        keys = []
+        values = []
+    }
+
+    /// An object from ordered pairs; a later duplicate key replaces the earlier value.
+    public init(_ pairs: [(String, JSON)]) {
+        self.init()
+        keys.reserveCapacity(pairs.count)
+        values.reserveCapacity(pairs.count)
+        for (k, v) in pairs { self[k] = v }
+    }
+
+    /// Number of members.
+    public var count: Int { keys.count }
+
+    /// Whether there are no members.
+    public var isEmpty: Bool { keys.isEmpty }
+
+    /// Appends without checking for an existing key; the parser uses it because jansson already rejected duplicates.
+    mutating func appendUnchecked(_ key: String, _ value: JSON) {
+        keys.append(key)
+        values.append(value)
+    }
+
+    /// Reserves room for `n` members.
+    mutating func reserve(_ n: Int) {
+        keys.reserveCapacity(n)
+        values.reserveCapacity(n)
+    }
+
+    /// Index of `key`, searched linearly: request objects are small, and this keeps key order for free.
+    public func index(of key: String) -> Int? {
+        keys.firstIndex(of: key)
+    }
+
+    /// The member named `key`; setting nil removes it, setting a value replaces it in place or appends it.
+    public subscript(key: String) -> JSON? {
+        get {
+            guard let i = index(of: key) else { return nil }
+            return values[i]
+        }
+        set {
+            if let i = index(of: key) {
+                if let newValue {
+                    values[i] = newValue
+                } else {
+                    keys.remove(at: i)
+                    values.remove(at: i)
+                }
+            } else if let newValue {
+                keys.append(key)
+                values.append(newValue)
+            }
+        }
+    }
+
+    /// Members in order.
+    public func makeIterator() -> Zip2Sequence<[String], [JSON]>.Iterator {
+        zip(keys, values).makeIterator()
+    }
+
+    public static func == (lhs: JSONObject, rhs: JSONObject) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        for (k, v) in lhs {
+            guard let other = rhs[k], other == v else { return false }
+        }
+        return true
+    }
+}
+
+extension JSON: ExpressibleByNilLiteral, ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
+    ExpressibleByFloatLiteral, ExpressibleByStringLiteral, ExpressibleByArrayLiteral,
+    ExpressibleByDictionaryLiteral
+{
+    public init(nilLiteral: ()) { self = .null }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(integerLiteral value: Int64) { self = .int(value) }
+    public init(floatLiteral value: Double) { self = .double(value) }
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(arrayLiteral elements: JSON...) { self = .array(elements) }
+    public init(dictionaryLiteral elements: (String, JSON)...) { self = .object(JSONObject(elements)) }
+}
+
+extension JSON {
+    /// An integer value from any binary integer that fits Int64.
+    public static func number<I: BinaryInteger>(_ value: I) -> JSON { .int(Int64(value)) }
+
+    /// A string or null.
+    public static func optional(_ value: String?) -> JSON { value.map(JSON.string) ?? .null }
+}

@@ -1,0 +1,168 @@
+import Chrono
+import JSON
+
+/// Turns request lines into response lines: parses the envelope, finds the method, authenticates,
+/// decodes params, calls the handler and writes the response. Single-threaded by design: responses
+/// come out in the order requests went in.
+public final class Dispatcher {
+    /// The methods served.
+    public let registry: MethodRegistry
+    /// Counters and latencies for `kernel.info`.
+    public let stats: RequestStats
+    private let authenticator: Authenticator
+    private let clock: Clock
+    private let onInternalError: (String) -> Void
+
+    /// A dispatcher; `onInternalError` receives the details of bugs that are answered -32603.
+    public init(registry: MethodRegistry, authenticator: Authenticator, clock: Clock, stats: RequestStats,
+                onInternalError: @escaping (String) -> Void = { _ in }) {
+        self.registry = registry
+        self.authenticator = authenticator
+        self.clock = clock
+        self.stats = stats
+        self.onInternalError = onInternalError
+    }
+
+    /// Handles one line (without its newline) and appends the response line, if any, to `out`.
+    public func handleLine(_ line: UnsafeRawBufferPointer, into out: inout [UInt8]) {
+        let started = monotonicMicros()
+        let parsed: JSON
+        do {
+            parsed = try JSON.parse(line)
+        } catch {
+            writeResponse(id: .null, outcome: .failure(.parse(error)), into: &out)
+            out.append(UInt8(ascii: "\n"))
+            stats.record(micros: monotonicMicros() - started, failed: true)
+            return
+        }
+        guard case .array(let items) = parsed else {
+            if handleRequest(parsed, started: started, into: &out) { out.append(UInt8(ascii: "\n")) }
+            return
+        }
+        guard !items.isEmpty else {
+            writeResponse(id: .null, outcome: .failure(.invalidRequest("empty batch", reason: "empty_batch")), into: &out)
+            out.append(UInt8(ascii: "\n"))
+            stats.record(micros: monotonicMicros() - started, failed: true)
+            return
+        }
+        let mark = out.count
+        out.append(UInt8(ascii: "["))
+        var wroteAny = false
+        for (i, item) in items.enumerated() {
+            let commaAt = out.count
+            if wroteAny { out.append(UInt8(ascii: ",")) }
+            if handleRequest(item, started: i == 0 ? started : monotonicMicros(), into: &out) {
+                wroteAny = true
+            } else {
+                out.removeSubrange(commaAt...)
+            }
+        }
+        if wroteAny {
+            out.append(contentsOf: "]\n".utf8)
+        } else {
+            out.removeSubrange(mark...)  // an all-notification batch writes nothing
+        }
+    }
+
+    /// Handles one line given as bytes (convenience for tests and `call`).
+    public func handleLine(_ line: [UInt8], into out: inout [UInt8]) {
+        line.withUnsafeBytes { handleLine($0, into: &out) }
+    }
+
+    /// Answers a line that exceeded the size limit.
+    public func rejectOversizedLine(limit: Int, into out: inout [UInt8]) {
+        let error = RPCError.invalidRequest("line longer than \(limit) bytes", reason: "line_too_long")
+        writeResponse(id: .null, outcome: .failure(error), into: &out)
+        out.append(UInt8(ascii: "\n"))
+        stats.record(micros: 0, failed: true)
+    }
+
+    private enum Outcome {
+        case success(JSON)
+        case failure(RPCError)
+    }
+
+    private static let envelopeKeys: Set<String> = ["jsonrpc", "id", "method", "params"]
+
+    /// Handles one request object; returns whether a response was written (notifications write none).
+    private func handleRequest(_ request: JSON, started: UInt64, into out: inout [UInt8]) -> Bool {
+        let (id, outcome) = evaluate(request)
+        stats.record(micros: monotonicMicros() - started, failed: { if case .failure = outcome { true } else { false } }())
+        guard let id else { return false }
+        writeResponse(id: id, outcome: outcome, into: &out)
+        return true
+    }
+
+    /// The response id (nil for a notification) and the outcome of one request.
+    private func evaluate(_ request: JSON) -> (JSON?, Outcome) {
+        guard case .object(let envelope) = request else {
+            return (.null, .failure(.invalidRequest("a request must be an object")))
+        }
+        let rawID = envelope["id"]
+        var responseID: JSON? = nil
+        if let rawID {
+            switch rawID {
+            case .string, .int, .double, .null: responseID = rawID
+            default: return (.null, .failure(.invalidRequest("id must be a string, a number or null")))
+            }
+        }
+        let replyID = responseID ?? .null
+        guard envelope["jsonrpc"] == .string("2.0") else {
+            return (replyID, .failure(.invalidRequest("jsonrpc must be \"2.0\"")))
+        }
+        guard case .string(let name)? = envelope["method"] else {
+            return (replyID, .failure(.invalidRequest("method must be a string")))
+        }
+        if let extra = envelope.keys.first(where: { !Self.envelopeKeys.contains($0) }) {
+            return (replyID, .failure(.invalidRequest("unknown member \"\(extra)\" in the request")))
+        }
+        var params = JSONObject()
+        switch envelope["params"] {
+        case nil: break
+        case .object(let o)?: params = o
+        case .array(let a)? where a.isEmpty: break
+        case .array?:
+            return (responseID, .failure(.invalidParams("params", reason: "wrong_type",
+                                                       "params must be an object: methods take named params")))
+        default:
+            return (replyID, .failure(.invalidRequest("params must be an object or an array")))
+        }
+        guard let method = registry.method(named: name) else {
+            return (responseID, .failure(.methodNotFound(name)))
+        }
+        return (responseID, call(method, params))
+    }
+
+    private func call(_ method: RegisteredMethod, _ params: JSONObject) -> Outcome {
+        var reader = ObjectReader(params, path: "params")
+        let token: String?
+        do {
+            token = try reader.optional("auth", as: String.self)
+        } catch {
+            return .failure(.invalidParams(error))
+        }
+        let now = clock.now()
+        do {
+            let identity = try authenticator.authenticate(token: token, requirement: method.auth, now: now)
+            let context = CallContext(identity: identity, now: now, registry: registry)
+            return .success(try method.invoke(&reader, context))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    private func writeResponse(id: JSON, outcome: Outcome, into out: inout [UInt8]) {
+        out.append(contentsOf: #"{"jsonrpc":"2.0","id":"#.utf8)
+        id.write(to: &out)
+        switch outcome {
+        case .success(let result):
+            out.append(contentsOf: #","result":"#.utf8)
+            result.write(to: &out)
+        case .failure(let error):
+            if error.code == RPCError.internalError.code { onInternalError(error.message) }
+            out.append(contentsOf: #","error":"#.utf8)
+            error.json.write(to: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+    }
+}

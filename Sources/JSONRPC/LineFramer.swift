@@ -1,0 +1,148 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Splits a byte stream into lines: `\n` or `\r\n` endings, blank lines skipped, lines over the limit
+/// reported once and skipped up to their newline so the stream resynchronises.
+public struct LineFramer {
+    /// One unit of input.
+    public enum Event {
+        /// A complete, non-blank line without its ending; valid only during the callback.
+        case line(UnsafeRawBufferPointer)
+        /// A line exceeded the limit; its bytes are being discarded.
+        case tooLong
+    }
+
+    /// Longest accepted line, ending excluded.
+    public let maxLineBytes: Int
+    private var pending: [UInt8] = []
+    private var discarding = false
+
+    /// A framer that accepts lines up to `maxLineBytes`.
+    public init(maxLineBytes: Int) {
+        self.maxLineBytes = maxLineBytes
+    }
+
+    /// Whether a partial line is buffered.
+    public var hasPartialLine: Bool { !pending.isEmpty }
+
+    /// Feeds a chunk; calls `handle` for each event in stream order.
+    public mutating func feed(_ chunk: UnsafeRawBufferPointer, _ handle: (Event) -> Void) {
+        guard let base = chunk.baseAddress else { return }
+        var start = 0
+        while start < chunk.count {
+            let rest = chunk.count - start
+            guard let nl = memchr(base + start, 0x0A, rest) else {
+                accumulate(UnsafeRawBufferPointer(start: base + start, count: rest), handle)
+                return
+            }
+            let end = base.distance(to: UnsafeRawPointer(nl))
+            let piece = UnsafeRawBufferPointer(start: base + start, count: end - start)
+            start = end + 1
+            if discarding {
+                discarding = false
+                pending.removeAll(keepingCapacity: true)
+                continue
+            }
+            if pending.isEmpty {
+                emit(piece, handle)
+            } else {
+                pending.append(contentsOf: piece)
+                let full = pending
+                pending.removeAll(keepingCapacity: true)
+                full.withUnsafeBytes { emit($0, handle) }
+            }
+        }
+    }
+
+    /// End of input: a final line without a newline is still a line.
+    public mutating func finish(_ handle: (Event) -> Void) {
+        defer {
+            pending.removeAll()
+            discarding = false
+        }
+        guard !discarding, !pending.isEmpty else { return }
+        let full = pending
+        full.withUnsafeBytes { emit($0, handle) }
+    }
+
+    private mutating func accumulate(_ bytes: UnsafeRawBufferPointer, _ handle: (Event) -> Void) {
+        guard !discarding else { return }
+        // Allow one byte beyond the limit for a `\r` that belongs to the ending.
+        if pending.count + bytes.count > maxLineBytes + 1 {
+            pending.removeAll(keepingCapacity: false)
+            discarding = true
+            handle(.tooLong)
+            return
+        }
+        pending.append(contentsOf: bytes)
+    }
+
+    private func emit(_ raw: UnsafeRawBufferPointer, _ handle: (Event) -> Void) {
+        var line = raw
+        if let last = line.last, last == 0x0D { line = UnsafeRawBufferPointer(rebasing: line.dropLast()) }
+        if line.count > maxLineBytes {
+            handle(.tooLong)
+            return
+        }
+        // Blank (empty or whitespace-only) lines are skipped.
+        guard line.contains(where: { $0 != 0x20 && $0 != 0x09 && $0 != 0x0D }) else { return }
+        handle(.line(line))
+    }
+}
+
+/// One host connection: bytes in, response bytes out, in order. The stdio server and the in-process
+/// test harness both drive it, so they behave identically.
+public struct Connection {
+    private var framer: LineFramer
+    private let dispatcher: Dispatcher
+    /// Response bytes not yet written.
+    public var output: [UInt8] = []
+
+    /// A connection over `dispatcher` with the given line limit.
+    public init(dispatcher: Dispatcher, maxLineBytes: Int) {
+        self.dispatcher = dispatcher
+        self.framer = LineFramer(maxLineBytes: maxLineBytes)
+    }
+
+    /// Consumes a chunk of input, handling every complete line in it.
+    public mutating func receive(_ chunk: UnsafeRawBufferPointer) {
+        var out = takeOutput()
+        let (dispatcher, limit) = (self.dispatcher, framer.maxLineBytes)
+        framer.feed(chunk) { Self.handle($0, dispatcher, limit, into: &out) }
+        output = out
+    }
+
+    /// Consumes a chunk given as bytes.
+    public mutating func receive(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { receive($0) }
+    }
+
+    /// End of input: answers a final unterminated line.
+    public mutating func finish() {
+        var out = takeOutput()
+        let (dispatcher, limit) = (self.dispatcher, framer.maxLineBytes)
+        framer.finish { Self.handle($0, dispatcher, limit, into: &out) }
+        output = out
+    }
+
+    /// Whether an unterminated line is buffered.
+    public var hasPartialLine: Bool { framer.hasPartialLine }
+
+    // Moves the buffer out so the framer's callback can append to it without overlapping access to self.
+    private mutating func takeOutput() -> [UInt8] {
+        var out: [UInt8] = []
+        swap(&out, &output)
+        return out
+    }
+
+    private static func handle(_ event: LineFramer.Event, _ dispatcher: Dispatcher, _ limit: Int,
+                               into out: inout [UInt8]) {
+        switch event {
+        case .line(let line): dispatcher.handleLine(line, into: &out)
+        case .tooLong: dispatcher.rejectOversizedLine(limit: limit, into: &out)
+        }
+    }
+}

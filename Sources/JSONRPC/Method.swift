@@ -1,0 +1,100 @@
+import Chrono
+import JSON
+
+/// Who may call a method.
+public enum AuthRequirement: String, Sendable {
+    /// Anyone; a token, if sent, is ignored.
+    case none
+    /// A valid user access token; the user is taken from it.
+    case user
+    /// A token whose `role` claim is `service_role`.
+    case service
+}
+
+/// The caller, as established from the request's bearer token.
+public struct Identity: Sendable, Equatable {
+    /// The user the token speaks for; nil for a service token without `sub`.
+    public let userId: String?
+    /// The `role` claim: `authenticated` or `service_role`.
+    public let role: String
+
+    /// An identity.
+    public init(userId: String?, role: String) {
+        self.userId = userId
+        self.role = role
+    }
+}
+
+/// Turns the token in `params.auth` into an identity, or refuses with -32001/-32003.
+public protocol Authenticator: Sendable {
+    /// The identity for `token` under `requirement`; nil only for `.none`.
+    func authenticate(token: String?, requirement: AuthRequirement, now: Timestamp) throws(RPCError) -> Identity?
+}
+
+/// What a handler knows about the call besides its params.
+public struct CallContext: Sendable {
+    /// The caller; nil for methods that need no auth.
+    public let identity: Identity?
+    /// The instant the request is handled, from the kernel's one clock.
+    public let now: Timestamp
+    /// The registry the method was found in (rpc.discover describes it).
+    public let registry: MethodRegistry
+
+    /// A context.
+    public init(identity: Identity?, now: Timestamp, registry: MethodRegistry) {
+        self.identity = identity
+        self.now = now
+        self.registry = registry
+    }
+}
+
+/// A method's params, read from the params object by name with precise field paths.
+public protocol RPCParams: Sendable {
+    /// Reads the params; unknown members are rejected afterwards by the dispatcher.
+    init(from params: inout ObjectReader) throws(FieldError)
+}
+
+/// The params of a method that takes none.
+public struct NoParams: RPCParams {
+    public init(from params: inout ObjectReader) throws(FieldError) {}
+}
+
+/// A value with a JSON wire form.
+public protocol JSONEncodable: Sendable {
+    /// The wire form.
+    var json: JSON { get }
+}
+
+extension JSON: JSONEncodable {
+    public var json: JSON { self }
+}
+
+/// One JSON-RPC method: its wire name, params and result types, whether it writes, the auth it needs,
+/// its OpenRPC description and its handler. Each is registered once in the composition root.
+public protocol RPCMethod: Sendable {
+    associatedtype Params: RPCParams
+    associatedtype Result: JSONEncodable
+
+    /// Wire name, `domain.verb`.
+    static var name: String { get }
+    /// One line for the OpenRPC document.
+    static var summary: String { get }
+    /// Whether a call changes stored state (its effects go through the store's log).
+    static var mutates: Bool { get }
+    /// Who may call it.
+    static var auth: AuthRequirement { get }
+    /// OpenRPC content descriptors of the params as a JSON array text (`auth` is added from `auth`).
+    static var paramsDoc: String { get }
+    /// JSON Schema of the result, as JSON text.
+    static var resultSchema: String { get }
+    /// Errors specific to this method (generic ones are added from the other properties).
+    static var errors: [ErrorDoc] { get }
+
+    /// Handles one call.
+    func call(_ params: Params, _ context: CallContext) throws(RPCError) -> Result
+}
+
+extension RPCMethod {
+    public static var paramsDoc: String { "[]" }
+    public static var errors: [ErrorDoc] { [] }
+}

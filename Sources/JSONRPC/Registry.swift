@@ -1,0 +1,104 @@
+import JSON
+
+/// A method with its types erased, as the dispatcher calls it.
+public struct RegisteredMethod: Sendable {
+    public let name: String
+    public let summary: String
+    public let mutates: Bool
+    public let auth: AuthRequirement
+    public let paramsDoc: String
+    public let resultSchema: String
+    public let errors: [ErrorDoc]
+    let invoke: @Sendable (inout ObjectReader, CallContext) throws(RPCError) -> JSON
+
+    /// Wraps `method`.
+    public init<M: RPCMethod>(_ method: M) {
+        name = M.name
+        summary = M.summary
+        mutates = M.mutates
+        auth = M.auth
+        paramsDoc = M.paramsDoc
+        resultSchema = M.resultSchema
+        errors = M.errors
+        invoke = { (reader: inout ObjectReader, context: CallContext) throws(RPCError) -> JSON in
+            let params: M.Params
+            do throws(FieldError) {
+                params = try M.Params(from: &reader)
+                try reader.finish()
+            } catch {
+                throw RPCError.invalidParams(error)
+            }
+            return try method.call(params, context).json
+        }
+    }
+}
+
+/// Why a set of methods cannot be served.
+public struct RegistryError: Error, CustomStringConvertible {
+    public let description: String
+}
+
+/// Every method the kernel serves, by wire name. Built once at start-up; a duplicate name is fatal.
+public final class MethodRegistry: Sendable {
+    /// Methods in registration order (the OpenRPC document keeps it).
+    public let methods: [RegisteredMethod]
+    private let index: [String: Int]
+    private let info: JSON
+
+    /// A registry; throws on a duplicate or malformed name. `info` is the OpenRPC `info` object.
+    public init(_ methods: [RegisteredMethod], info: JSON) throws(RegistryError) {
+        var index: [String: Int] = [:]
+        for (i, m) in methods.enumerated() {
+            guard index[m.name] == nil else { throw RegistryError(description: "method \(m.name) is registered twice") }
+            guard m.name.split(separator: ".").count == 2 else {
+                throw RegistryError(description: "method name \(m.name) is not domain.verb")
+            }
+            index[m.name] = i
+        }
+        self.methods = methods
+        self.index = index
+        self.info = info
+    }
+
+    /// The method called `name`.
+    public func method(named name: String) -> RegisteredMethod? {
+        index[name].map { methods[$0] }
+    }
+
+    /// The OpenRPC 1.3 document describing every registered method, built from the registry itself.
+    public func openRPCDocument() throws -> JSON {
+        var list: [JSON] = []
+        for m in methods {
+            var params: [JSON] = []
+            if m.auth != .none {
+                params.append([
+                    "name": "auth", "required": true,
+                    "description": m.auth == .service
+                        ? "Bearer token whose role claim is service_role." : "Bearer access token of the user.",
+                    "schema": ["type": "string"],
+                ])
+            }
+            guard case .array(let declared) = try JSON.parse(m.paramsDoc) else {
+                throw RegistryError(description: "\(m.name): paramsDoc is not a JSON array")
+            }
+            params += declared
+            var errors: [ErrorDoc] = []
+            if m.auth != .none { errors.append(ErrorDoc(-32001, "Unauthorized")) }
+            if m.auth == .service { errors.append(ErrorDoc(-32003, "Forbidden: service_role required")) }
+            if !params.isEmpty { errors.append(ErrorDoc(-32602, "Invalid params")) }
+            errors += m.errors
+            if m.mutates { errors.append(ErrorDoc(-32050, "Storage unavailable: the write was not applied")) }
+            list.append([
+                "name": .string(m.name),
+                "summary": .string(m.summary),
+                "paramStructure": "by-name",
+                "params": .array(params),
+                "result": ["name": "result", "schema": try JSON.parse(m.resultSchema)],
+                "errors": .array(errors.map { ["code": .int(Int64($0.code)), "message": .string($0.message)] }),
+                "x-mutates": .bool(m.mutates),
+                "x-auth": .string(m.auth.rawValue),
+            ])
+        }
+        return ["openrpc": "1.3.2", "info": info, "methods": .array(list)]
+    }
+}

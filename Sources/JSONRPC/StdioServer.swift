@@ -1,0 +1,134 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Write end of the self-pipe that SIGTERM/SIGINT wake the read loop through.
+nonisolated(unsafe) private var signalPipeWriteFD: Int32 = -1
+
+/// Serves a connection over file descriptors: raw `read(2)` from the input, responses written with
+/// `write(2)` once per read batch (after the batch's writes are durable), SIGPIPE ignored, and a
+/// prompt, orderly stop on EOF, SIGTERM or SIGINT.
+public final class StdioServer {
+    /// Why the loop ended.
+    public enum Ending: Equatable {
+        case endOfInput
+        case signal
+        case outputClosed
+    }
+
+    private var connection: Connection
+    private let inputFD: Int32
+    private let outputFD: Int32
+    /// Called after each read batch is handled and before its responses are written (the store's group commit).
+    public var beforeWrite: () -> Void = {}
+    /// Receives diagnostics for stderr.
+    public var log: (String) -> Void = { _ in }
+
+    /// A server reading `inputFD` and writing `outputFD`.
+    public init(connection: Connection, inputFD: Int32, outputFD: Int32) {
+        self.connection = connection
+        self.inputFD = inputFD
+        self.outputFD = outputFD
+    }
+
+    /// Moves the protocol stream off fd 1: returns a private duplicate of stdout for responses and points
+    /// fd 1 at stderr, so a stray print from any library can never corrupt the protocol.
+    public static func protectStdout() -> Int32 {
+        let fd = dup(1)
+        guard fd >= 0 else { return 1 }
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        _ = dup2(2, 1)
+        return fd
+    }
+
+    /// Ignores SIGPIPE (a vanished host shows up as EPIPE instead) and routes SIGTERM/SIGINT to the loop.
+    public static func installSignalHandlers() {
+        signal(SIGPIPE, SIG_IGN)
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { return }
+        for fd in fds {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        }
+        signalPipeRead = fds[0]
+        signalPipeWriteFD = fds[1]
+        for sig in [SIGTERM, SIGINT] {
+            var action = sigaction()
+            #if canImport(Glibc)
+            action.__sigaction_handler.sa_handler = { _ in
+                var byte: UInt8 = 1
+                _ = write(signalPipeWriteFD, &byte, 1)
+            }
+            #else
+            action.__sigaction_u.__sa_handler = { _ in
+                var byte: UInt8 = 1
+                _ = write(signalPipeWriteFD, &byte, 1)
+            }
+            #endif
+            sigemptyset(&action.sa_mask)
+            action.sa_flags = 0
+            sigaction(sig, &action, nil)
+        }
+    }
+
+    nonisolated(unsafe) private static var signalPipeRead: Int32 = -1
+
+    /// Runs until EOF, a stop signal, or the host closing its end of the output.
+    public func run(readBufferBytes: Int = 256 * 1024) -> Ending {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: readBufferBytes, alignment: 16)
+        defer { buffer.deallocate() }
+        var fds = [pollfd(fd: inputFD, events: Int16(POLLIN), revents: 0)]
+        if Self.signalPipeRead >= 0 { fds.append(pollfd(fd: Self.signalPipeRead, events: Int16(POLLIN), revents: 0)) }
+        while true {
+            for i in fds.indices { fds[i].revents = 0 }
+            let ready = poll(&fds, nfds_t(fds.count), -1)
+            if ready < 0 {
+                if errno == EINTR { continue }
+                log("poll failed: errno \(errno)")
+                return .endOfInput
+            }
+            if fds.count > 1, fds[1].revents != 0 {
+                return .signal
+            }
+            let n = read(inputFD, buffer.baseAddress, readBufferBytes)
+            if n < 0 {
+                if errno == EINTR || errno == EAGAIN { continue }
+                log("read from stdin failed: errno \(errno); treating as end of input")
+            }
+            if n <= 0 {
+                connection.finish()
+                return flush() ? .endOfInput : .outputClosed
+            }
+            connection.receive(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+            if !flush() { return .outputClosed }
+        }
+    }
+
+    /// Commits and writes everything answered so far; false when the host no longer reads.
+    private func flush() -> Bool {
+        guard !connection.output.isEmpty else {
+            beforeWrite()
+            return true
+        }
+        beforeWrite()
+        let ok = connection.output.withUnsafeBytes { writeAll($0) }
+        connection.output.removeAll(keepingCapacity: true)
+        return ok
+    }
+
+    private func writeAll(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var offset = 0
+        while offset < bytes.count {
+            let n = write(outputFD, bytes.baseAddress! + offset, bytes.count - offset)
+            if n < 0 {
+                if errno == EINTR || errno == EAGAIN { continue }
+                log("stdout closed by the host (errno \(errno)); stopping")
+                return false
+            }
+            offset += n
+        }
+        return true
+    }
+}

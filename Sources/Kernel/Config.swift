@@ -1,0 +1,150 @@
+import JSON
+
+/// How writes are made durable before they are acknowledged.
+public enum FsyncMode: String, Sendable, CaseIterable {
+    /// fsync before answering; all requests of one read share one fsync.
+    case always
+    /// fsync at most a second later; up to one second of acknowledged writes at risk on power loss.
+    case everysec
+    /// Leave it to the operating system (tests, benchmarks).
+    case never
+}
+
+/// Everything the kernel is configured with, after file, environment and flags were merged in that order.
+public struct KernelConfig: Sendable, Equatable {
+    /// Where the store keeps its files; ignored when `memoryOnly`.
+    public var dataDir: String = "data"
+    /// Keep everything in memory and write no files.
+    public var memoryOnly = false
+    /// Durability of acknowledged writes.
+    public var fsync: FsyncMode = .always
+    /// Longest request line accepted, in bytes.
+    public var maxLineBytes = 16 * 1024 * 1024
+    /// swift-log level name for stderr logging.
+    public var logLevel = "info"
+
+    /// The defaults.
+    public init() {}
+}
+
+/// A configuration problem that stops start-up; the message names the key.
+public struct ConfigError: Error, CustomStringConvertible, Equatable {
+    public let description: String
+    /// An error with a message.
+    public init(_ description: String) { self.description = description }
+}
+
+/// Command-line values; nil where the flag was not given.
+public struct ConfigOverrides: Sendable {
+    public var configFile: String?
+    public var dataDir: String?
+    public var memoryOnly: Bool?
+    public var fsync: String?
+    public var maxLineBytes: Int?
+    public var logLevel: String?
+    /// No overrides.
+    public init() {}
+}
+
+extension KernelConfig {
+    static let logLevels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
+
+    /// Builds the configuration: the JSON file (`--config`, else `HEALTHKERNEL_CONFIG`), then the
+    /// `HEALTHKERNEL_*` environment variables, then flags. `readFile` returns a file's bytes or nil.
+    public static func load(overrides: ConfigOverrides, environment: [String: String],
+                            readFile: (String) -> [UInt8]?) throws(ConfigError) -> KernelConfig {
+        var config = KernelConfig()
+        if let path = overrides.configFile ?? environment["HEALTHKERNEL_CONFIG"] {
+            guard let bytes = readFile(path) else { throw ConfigError("cannot read config file \(path)") }
+            try config.apply(fileBytes: bytes, path: path)
+        }
+        try config.apply(environment: environment)
+        try config.apply(overrides: overrides)
+        return config
+    }
+
+    /// Applies a config file's contents; unknown keys and wrong types are errors naming the key.
+    mutating func apply(fileBytes: [UInt8], path: String) throws(ConfigError) {
+        let root: JSON
+        do {
+            root = try JSON.parse(fileBytes)
+        } catch {
+            throw ConfigError("config file \(path) is not valid JSON: \(error.message)")
+        }
+        guard case .object(let object) = root else { throw ConfigError("config file \(path) must hold a JSON object") }
+        do throws(FieldError) {
+            var top = ObjectReader(object, path: "config")
+            if top.has("kernel") {
+                var kernel = try top.object("kernel")
+                if let v = try kernel.optional("maxLineBytes", in: 1...Int64(Int32.max)) { maxLineBytes = Int(v) }
+                if let v: String = try kernel.optional("logLevel") {
+                    guard Self.logLevels.contains(v) else {
+                        throw FieldError.outOfRange(kernel.path("logLevel"), "must be one of \(Self.logLevels.joined(separator: ", "))")
+                    }
+                    logLevel = v
+                }
+                try kernel.finish()
+            }
+            if top.has("store") {
+                var store = try top.object("store")
+                if let v: String = try store.optional("dataDir") { dataDir = Self.resolve(v, relativeTo: path) }
+                if let v: Bool = try store.optional("memoryOnly") { memoryOnly = v }
+                if let v: String = try store.optional("fsync") {
+                    guard let mode = FsyncMode(rawValue: v) else {
+                        throw FieldError.outOfRange(store.path("fsync"), "must be always, everysec or never")
+                    }
+                    fsync = mode
+                }
+                try store.finish()
+            }
+            try top.finish()
+        } catch {
+            let what = error.reason == "unknown_field" ? "unknown key" : "bad value for"
+            throw ConfigError("config file \(path): \(what) \(error.field.dropFirst("config.".count)): \(error.message)")
+        }
+    }
+
+    mutating func apply(environment env: [String: String]) throws(ConfigError) {
+        if let v = env["HEALTHKERNEL_DATA_DIR"] { dataDir = v }
+        if let v = env["HEALTHKERNEL_MEMORY_ONLY"] {
+            guard let b = ["1": true, "true": true, "0": false, "false": false][v] else {
+                throw ConfigError("HEALTHKERNEL_MEMORY_ONLY must be true or false")
+            }
+            memoryOnly = b
+        }
+        if let v = env["HEALTHKERNEL_FSYNC"] { try setFsync(v, source: "HEALTHKERNEL_FSYNC") }
+        if let v = env["HEALTHKERNEL_MAX_LINE_BYTES"] { try setMaxLineBytes(Int(v), source: "HEALTHKERNEL_MAX_LINE_BYTES") }
+        if let v = env["HEALTHKERNEL_LOG_LEVEL"] { try setLogLevel(v, source: "HEALTHKERNEL_LOG_LEVEL") }
+    }
+
+    mutating func apply(overrides o: ConfigOverrides) throws(ConfigError) {
+        if let v = o.dataDir { dataDir = v }
+        if let v = o.memoryOnly { memoryOnly = v }
+        if let v = o.fsync { try setFsync(v, source: "--fsync") }
+        if let v = o.maxLineBytes { try setMaxLineBytes(v, source: "--max-line-bytes") }
+        if let v = o.logLevel { try setLogLevel(v, source: "--log-level") }
+    }
+
+    private mutating func setFsync(_ v: String, source: String) throws(ConfigError) {
+        guard let mode = FsyncMode(rawValue: v) else { throw ConfigError("\(source) must be always, everysec or never") }
+        fsync = mode
+    }
+
+    private mutating func setMaxLineBytes(_ v: Int?, source: String) throws(ConfigError) {
+        guard let v, v >= 1, v <= Int(Int32.max) else { throw ConfigError("\(source) must be a whole number of bytes, 1 or more") }
+        maxLineBytes = v
+    }
+
+    private mutating func setLogLevel(_ v: String, source: String) throws(ConfigError) {
+        guard Self.logLevels.contains(v) else {
+            throw ConfigError("\(source) must be one of \(Self.logLevels.joined(separator: ", "))")
+        }
+        logLevel = v
+    }
+
+    /// Paths in a config file are relative to the file's folder.
+    static func resolve(_ path: String, relativeTo file: String) -> String {
+        guard !path.hasPrefix("/"), let slash = file.lastIndex(of: "/") else { return path }
+        return String(file[...slash]) + path
+    }
+}

@@ -1,0 +1,204 @@
+import ArgumentParser
+import Chrono
+import JSON
+import JSONRPC
+import Kernel
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Exit codes the CLI promises (documented in the README).
+enum ExitStatus {
+    static let callFailed: Int32 = 1
+    static let startupFailed: Int32 = 2
+}
+
+/// Options every command that runs a kernel takes.
+struct KernelOptions: ParsableArguments {
+    @Option(help: "Folder for the store's files (default: ./data).")
+    var dataDir: String?
+
+    @Flag(help: "Keep everything in memory; write no files.")
+    var memoryOnly = false
+
+    @Option(help: "When acknowledged writes reach the disk: always, everysec or never (default: always).")
+    var fsync: String?
+
+    @Option(help: "Longest request line accepted, in bytes (default: 16 MiB).")
+    var maxLineBytes: Int?
+
+    @Option(help: "JSON configuration file (default: $HEALTHKERNEL_CONFIG).")
+    var config: String?
+
+    @Option(help: "Log level for stderr: trace, debug, info, notice, warning, error, critical.")
+    var logLevel: String?
+
+    /// The merged configuration, or exit 2 with the reason on stderr.
+    func load() -> KernelConfig {
+        var o = ConfigOverrides()
+        o.configFile = config
+        o.dataDir = dataDir
+        o.memoryOnly = memoryOnly ? true : nil
+        o.fsync = fsync
+        o.maxLineBytes = maxLineBytes
+        o.logLevel = logLevel
+        do {
+            return try KernelConfig.load(overrides: o, environment: environment(), readFile: readWholeFile)
+        } catch {
+            fail("healthkernel: \(error.description)", status: ExitStatus.startupFailed)
+        }
+    }
+}
+
+struct HealthKernelCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "healthkernel",
+        abstract: "Backend kernel for health and wellbeing apps: JSON-RPC 2.0, one request per line, on stdin/stdout.",
+        discussion: """
+            Spawn `healthkernel serve` from your app and write one JSON-RPC request per line to its stdin; \
+            read one response per line from its stdout. Logs go to stderr. \
+            `healthkernel call` runs one request for shell scripts.
+            """,
+        version: KernelVersion.version,
+        subcommands: [Serve.self, Call.self, VersionCommand.self],
+        defaultSubcommand: Serve.self
+    )
+}
+
+struct Serve: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Serve JSON-RPC requests from stdin until EOF, SIGTERM or SIGINT (the default command)."
+    )
+
+    @OptionGroup var options: KernelOptions
+
+    func run() throws {
+        let config = options.load()
+        let logger = bootstrapLogging(level: config.logLevel)
+        let outputFD = StdioServer.protectStdout()
+        StdioServer.installSignalHandlers()
+        let kernel: Kernel
+        do {
+            kernel = try Kernel(config: config, logger: logger)
+        } catch {
+            fail("healthkernel: cannot start: \(error)", status: ExitStatus.startupFailed)
+        }
+        let server = StdioServer(connection: kernel.connection(), inputFD: 0, outputFD: outputFD)
+        server.log = { logger.warning("\($0)") }
+        let ending = server.run()
+        logger.debug("stopping: \(ending)")
+    }
+}
+
+struct Call: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run one request and print its result as JSON; on error print it to stderr and exit 1.",
+        discussion: "Example: healthkernel call kernel.info | jq .version"
+    )
+
+    @Argument(help: "Method name, e.g. kernel.info.")
+    var method: String
+
+    @Argument(help: "Params as a JSON object (default: {}).")
+    var params: String?
+
+    @Option(help: "Bearer token, sent as params.auth.")
+    var token: String?
+
+    @OptionGroup var options: KernelOptions
+
+    func run() throws {
+        let config = options.load()
+        let logger = bootstrapLogging(level: config.logLevel)
+        var paramsObject = JSONObject()
+        if let params {
+            guard case .object(let o)? = try? JSON.parse(params) else {
+                fail("healthkernel call: PARAMS_JSON must be a JSON object", status: ExitStatus.startupFailed)
+            }
+            paramsObject = o
+        }
+        if let token { paramsObject["auth"] = .string(token) }
+        let request: JSON = ["jsonrpc": "2.0", "id": 1, "method": .string(method), "params": .object(paramsObject)]
+        let kernel: Kernel
+        do {
+            kernel = try Kernel(config: config, logger: logger)
+        } catch {
+            fail("healthkernel: cannot start: \(error)", status: ExitStatus.startupFailed)
+        }
+        var out: [UInt8] = []
+        kernel.dispatcher.handleLine(request.bytes, into: &out)
+        guard let response = try? JSON.parse(out) else { fail("healthkernel call: no response", status: ExitStatus.callFailed) }
+        if let result = response["result"] {
+            writeStdout(result.serialized + "\n")
+        } else {
+            let error = response["error"] ?? .null
+            fail("healthkernel call: error \(error.serialized)", status: ExitStatus.callFailed)
+        }
+    }
+}
+
+struct VersionCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "version", abstract: "Print the kernel and protocol versions.")
+
+    func run() throws {
+        writeStdout("healthkernel \(KernelVersion.version) (protocol \(KernelVersion.protocolVersion))\n")
+    }
+}
+
+/// Sends swift-log output to stderr at `level`.
+func bootstrapLogging(level: String) -> Logger {
+    let parsed = Logger.Level(rawValue: level) ?? .info
+    LoggingSystem.bootstrap { label in
+        var handler = StreamLogHandler.standardError(label: label)
+        handler.logLevel = parsed
+        return handler
+    }
+    return Logger(label: "healthkernel")
+}
+
+/// Writes text to stdout with write(2): the CLI's only way to print results.
+func writeStdout(_ text: String) {
+    var bytes = Array(text.utf8)
+    var offset = 0
+    while offset < bytes.count {
+        let n = bytes.withUnsafeMutableBytes { write(1, $0.baseAddress! + offset, $0.count - offset) }
+        if n <= 0 { if errno == EINTR { continue } else { return } }
+        offset += n
+    }
+}
+
+/// Prints `message` to stderr and exits with `status`.
+func fail(_ message: String, status: Int32) -> Never {
+    let line = Array((message + "\n").utf8)
+    _ = line.withUnsafeBytes { write(2, $0.baseAddress!, $0.count) }
+    exit(status)
+}
+
+func environment() -> [String: String] {
+    var env: [String: String] = [:]
+    var p = environ
+    while let entry = p.pointee {
+        let s = String(cString: entry)
+        if let eq = s.firstIndex(of: "=") { env[String(s[..<eq])] = String(s[s.index(after: eq)...]) }
+        p += 1
+    }
+    return env
+}
+
+func readWholeFile(_ path: String) -> [UInt8]? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var out: [UInt8] = []
+    var buf = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if n < 0 { if errno == EINTR { continue } else { return nil } }
+        if n == 0 { return out }
+        out.append(contentsOf: buf[0..<n])
+    }
+}
+
+HealthKernelCommand.main()
