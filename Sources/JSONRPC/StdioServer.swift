@@ -71,6 +71,11 @@ public final class StdioServer {
             action.sa_flags = 0
             sigaction(sig, &action, nil)
         }
+        // A parent may spawn us with these signals blocked (test runners do): unblock what we handle.
+        var unblock = sigset_t()
+        sigemptyset(&unblock)
+        for sig in [SIGTERM, SIGINT, SIGPIPE] { sigaddset(&unblock, sig) }
+        sigprocmask(SIG_UNBLOCK, &unblock, nil)
     }
 
     nonisolated(unsafe) private static var signalPipeRead: Int32 = -1

@@ -1,0 +1,230 @@
+import Chrono
+import JSON
+import Testing
+@testable import JSONRPC
+
+/// `math.subtract`, the JSON-RPC specification's example method, with named params.
+struct Subtract: RPCMethod {
+    struct Params: RPCParams {
+        let minuend: Int64
+        let subtrahend: Int64
+        init(from p: inout ObjectReader) throws(FieldError) {
+            minuend = try p.required("minuend")
+            subtrahend = try p.required("subtrahend", in: -1000...1000)
+        }
+    }
+    static let name = "math.subtract"
+    static let summary = "minuend - subtrahend"
+    static let mutates = false
+    static let auth = AuthRequirement.none
+    static let resultSchema = #"{"type":"integer"}"#
+    func call(_ p: Params, _ context: CallContext) throws(RPCError) -> JSON { .int(p.minuend - p.subtrahend) }
+}
+
+/// `test.whoami`: needs a user token.
+struct WhoAmI: RPCMethod {
+    static let name = "test.whoami"
+    static let summary = "the caller"
+    static let mutates = false
+    static let auth = AuthRequirement.user
+    static let resultSchema = #"{"type":"string"}"#
+    func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> JSON { .string(context.identity?.userId ?? "?") }
+}
+
+/// Accepts the token "good" as user u1.
+struct FakeAuth: Authenticator {
+    func authenticate(token: String?, requirement: AuthRequirement, now: Timestamp) throws(RPCError) -> Identity? {
+        if requirement == .none { return nil }
+        guard let token else { throw RPCError.unauthorized("missing_token", "missing") }
+        guard token == "good" else { throw RPCError.unauthorized("invalid_token", "invalid") }
+        return Identity(userId: "u1", role: "authenticated")
+    }
+}
+
+struct FixedClock: Clock {
+    func now() -> Timestamp { Timestamp(milliseconds: 1_700_000_000_000) }
+}
+
+func makeDispatcher() throws -> Dispatcher {
+    let registry = try MethodRegistry([RegisteredMethod(Subtract()), RegisteredMethod(WhoAmI())], info: ["title": "t"])
+    return Dispatcher(registry: registry, authenticator: FakeAuth(), clock: FixedClock(), stats: RequestStats())
+}
+
+/// Feeds `input` through a connection and returns the response lines parsed.
+func exchange(_ input: String, maxLineBytes: Int = 1 << 20) throws -> [JSON] {
+    var c = Connection(dispatcher: try makeDispatcher(), maxLineBytes: maxLineBytes)
+    c.receive(Array(input.utf8))
+    c.finish()
+    let text = String(decoding: c.output, as: UTF8.self)
+    return try text.split(separator: "\n").map { try JSON.parse(String($0)) }
+}
+
+@Suite struct DispatchTests {
+    @Test func namedParamsCall() throws {
+        let r = try exchange(#"{"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":42,"subtrahend":23},"id":3}"#)
+        #expect(r == [["jsonrpc": "2.0", "id": 3, "result": 19]])
+    }
+
+    @Test func idIsEchoedExactly() throws {
+        let r = try exchange("""
+            {"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":1,"subtrahend":1},"id":"abc"}
+            {"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":1,"subtrahend":1},"id":null}
+            {"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":1,"subtrahend":1},"id":-7.5}
+            {"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":1,"subtrahend":1},"id":9007199254740993}
+            """)
+        #expect(r.map { $0["id"] } == [.string("abc"), .null, .double(-7.5), .int(9_007_199_254_740_993)])
+    }
+
+    @Test func invalidIDsAndVersions() throws {
+        let r = try exchange("""
+            {"jsonrpc":"2.0","method":"math.subtract","id":{}}
+            {"jsonrpc":"2.0","method":"math.subtract","id":[1]}
+            {"jsonrpc":"1.0","method":"math.subtract","id":5}
+            {"method":"math.subtract","id":6}
+            {"jsonrpc":"2.0","method":"math.subtract","id":7,"extra":true}
+            {"jsonrpc":"2.0","method":"math.subtract","id":8,"params":"x"}
+            """)
+        #expect(r.map { $0["error"]?["code"] } == Array(repeating: .int(-32600), count: 6))
+        #expect(r.map { $0["id"] } == [.null, .null, 5, 6, 7, 8])
+    }
+
+    @Test func paramErrorsNameTheField() throws {
+        let r = try exchange("""
+            {"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":1},"id":1}
+            {"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":"1","subtrahend":1},"id":2}
+            {"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":1,"subtrahend":5000},"id":3}
+            {"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":1,"subtrahend":1,"userId":"x"},"id":4}
+            {"jsonrpc":"2.0","method":"math.subtract","params":[1,2],"id":5}
+            """)
+        let data = r.map { $0["error"]?["data"] }
+        #expect(data == [
+            ["reason": "missing_field", "field": "params.subtrahend"],
+            ["reason": "wrong_type", "field": "params.minuend"],
+            ["reason": "out_of_range", "field": "params.subtrahend"],
+            ["reason": "unknown_field", "field": "params.userId"],
+            ["reason": "wrong_type", "field": "params"],
+        ])
+        #expect(r.allSatisfy { $0["error"]?["code"] == -32602 })
+    }
+
+    @Test func authIsTakenFromParams() throws {
+        let r = try exchange("""
+            {"jsonrpc":"2.0","method":"test.whoami","id":1}
+            {"jsonrpc":"2.0","method":"test.whoami","params":{"auth":"bad"},"id":2}
+            {"jsonrpc":"2.0","method":"test.whoami","params":{"auth":"good"},"id":3}
+            {"jsonrpc":"2.0","method":"test.whoami","params":{"auth":5},"id":4}
+            {"jsonrpc":"2.0","method":"math.subtract","params":{"auth":"ignored","minuend":2,"subtrahend":1},"id":5}
+            """)
+        #expect(r[0]["error"]?["data"]?["reason"] == "missing_token")
+        #expect(r[1]["error"]?["data"]?["reason"] == "invalid_token")
+        #expect(r[2]["result"] == "u1")
+        #expect(r[3]["error"]?["data"]?["field"] == "params.auth")
+        #expect(r[4]["result"] == 1)
+    }
+
+    @Test func notificationsAreNeverAnswered() throws {
+        let r = try exchange("""
+            {"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":1,"subtrahend":1}}
+            {"jsonrpc":"2.0","method":"no.such"}
+            [{"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":1,"subtrahend":1}},{"jsonrpc":"2.0","method":"no.such"}]
+            """)
+        #expect(r.isEmpty)
+    }
+
+    @Test func batchesAnswerInOrderAndSkipNotifications() throws {
+        let r = try exchange("""
+            [{"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":5,"subtrahend":1},"id":"1"},{"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":7,"subtrahend":1}},{"foo":"boo"},{"jsonrpc":"2.0","method":"no.such","id":"5"},{"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":9,"subtrahend":1},"id":"9"}]
+            """)
+        let batch = try #require(r.first?.arrayValue)
+        #expect(r.count == 1)
+        #expect(batch.map { $0["id"] } == ["1", nil, "5", "9"].map { $0.map(JSON.string) ?? .null })
+        #expect(batch.map { $0["result"] ?? $0["error"]?["code"] } == [4, -32600, -32601, 8])
+    }
+
+    @Test func emptyAndScalarBatches() throws {
+        let r = try exchange("[]\n[1]\n[1,2,3]\n1\n\"x\"")
+        #expect(r[0]["error"]?["code"] == -32600 && r[0]["error"]?["data"]?["reason"] == "empty_batch")
+        #expect(r[1].arrayValue?.count == 1)
+        #expect(r[2].arrayValue?.count == 3)
+        #expect(r[2].arrayValue?.allSatisfy { $0["error"]?["code"] == -32600 && $0["id"] == .null } == true)
+        #expect(r[3]["error"]?["code"] == -32600)
+        #expect(r[4]["error"]?["code"] == -32600)
+    }
+
+    @Test func statsCountRequestsAndErrors() throws {
+        let d = try makeDispatcher()
+        var out: [UInt8] = []
+        d.handleLine(Array(#"{"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":1,"subtrahend":1},"id":1}"#.utf8), into: &out)
+        d.handleLine(Array("{".utf8), into: &out)
+        d.handleLine(Array(#"[{"jsonrpc":"2.0","method":"x.y","id":1},{"jsonrpc":"2.0","method":"x.y"}]"#.utf8), into: &out)
+        #expect(d.stats.total == 4)
+        #expect(d.stats.errors == 3)
+    }
+
+    @Test func duplicateMethodNamesAreRejected() {
+        #expect(throws: RegistryError.self) {
+            _ = try MethodRegistry([RegisteredMethod(Subtract()), RegisteredMethod(Subtract())], info: [:])
+        }
+    }
+}
+
+@Suite struct FramingTests {
+    func lines(_ chunks: [String], max: Int = 100) -> [String] {
+        var framer = LineFramer(maxLineBytes: max)
+        var out: [String] = []
+        let record: (LineFramer.Event) -> Void = { event in
+            switch event {
+            case .line(let l): out.append(String(decoding: l, as: UTF8.self))
+            case .tooLong: out.append("<too long>")
+            }
+        }
+        for c in chunks {
+            Array(c.utf8).withUnsafeBytes { framer.feed($0, record) }
+        }
+        framer.finish(record)
+        return out
+    }
+
+    @Test func splitsOnLFAndCRLFAndSkipsBlankLines() {
+        #expect(lines(["a\nb\r\n\n  \r\n\tc\n"]) == ["a", "b", "\tc"])
+    }
+
+    @Test func joinsLinesAcrossChunks() {
+        #expect(lines(["ab", "c\nd", "e", "f\r", "\ng"]) == ["abc", "def", "g"])
+    }
+
+    @Test func finalLineWithoutNewlineIsKept() {
+        #expect(lines(["x\ny"]) == ["x", "y"])
+    }
+
+    @Test func oversizedLinesAreReportedOnceAndSkipped() {
+        let long = String(repeating: "z", count: 250)
+        #expect(lines(["a\n" + long + "\nb\n"]) == ["a", "<too long>", "b"])
+        #expect(lines(["a\n", String(long.prefix(60)), String(long.prefix(60)), String(long.prefix(60)), "\nb\n"]) == ["a", "<too long>", "b"])
+        #expect(lines([String(repeating: "q", count: 100), "\r\nb"]) == [String(repeating: "q", count: 100), "b"])
+        #expect(lines([String(repeating: "q", count: 101) + "\n"]) == ["<too long>"])
+        #expect(lines([long]) == ["<too long>"])  // an oversized unterminated tail is not answered twice
+    }
+}
+
+@Suite struct StatsTests {
+    @Test func percentilesFollowTheDistribution() {
+        let s = RequestStats()
+        for _ in 0..<90 { s.record(micros: 10, failed: false) }
+        for _ in 0..<10 { s.record(micros: 5000, failed: true) }
+        #expect(s.percentile(0.5) == 10)
+        let p99 = s.percentile(0.99)
+        #expect(p99 >= 4900 && p99 <= 5000)
+        #expect(s.total == 100 && s.errors == 10)
+    }
+
+    @Test func bucketsAreMonotonic() {
+        var last = -1
+        for v in stride(from: UInt64(0), to: 10_000_000, by: 997) {
+            let b = RequestStats.bucket(v)
+            #expect(b >= last)
+            #expect(RequestStats.lowerBound(ofBucket: b) <= v)
+            last = b
+        }
+    }
+}

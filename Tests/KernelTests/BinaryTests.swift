@@ -1,0 +1,179 @@
+import Foundation
+import JSON
+import Testing
+
+/// The real binary as a host drives it: framing, limits, signals, exit codes, one-shot `call`.
+@Suite struct BinaryTests {
+    let serve = ["serve", "--memory-only", "--log-level", "error"]
+    let info = #"{"jsonrpc":"2.0","id":1,"method":"kernel.info"}"#
+
+    @Test func oneRequestOneLineExitZero() throws {
+        let r = try runBinary(serve, input: stream([info]))
+        #expect(r.status == 0)
+        #expect(r.stdoutText.filter { $0 == "\n" }.count == 1)
+        #expect(try r.responses().first?["result"]?["name"] == "healthkernel")
+    }
+
+    @Test func invalidUTF8AndNULBytesAreErrorsAndServingGoesOn() throws {
+        var input = Data(#"{"jsonrpc":"2.0","id":1,"method":"x\#u{00}"}"#.utf8)
+        input = Data(#"{"jsonrpc":"2.0","id":"a","method":""#.utf8) + Data([0xC3, 0x28]) + Data("\"}\n".utf8)
+        input += Data(#"{"jsonrpc":"2.0","id":"b","method":"k"#.utf8) + Data([0x00]) + Data("\"}\n".utf8)
+        input += Data([0xFF, 0xFE, 0x0A])
+        input += stream([info])
+        let r = try runBinary(serve, input: input)
+        let responses = try r.responses()
+        #expect(r.status == 0)
+        #expect(responses.count == 4)
+        #expect(responses[0]["error"]?["data"]?["reason"] == "invalid_utf8")
+        #expect(responses[1]["error"]?["code"] == -32700)
+        #expect(responses[2]["error"]?["code"] == -32700)
+        #expect(responses[3]["result"] != nil)
+    }
+
+    @Test func hugeLineIsRejectedAndTheNextOneAnswered() throws {
+        var input = Data(#"{"jsonrpc":"2.0","id":1,"method":"kernel.info","params":{"pad":""#.utf8)
+        input += Data(repeating: UInt8(ascii: "x"), count: 20 * 1024 * 1024)
+        input += Data("\"}}\n".utf8)
+        input += stream([#"{"jsonrpc":"2.0","id":2,"method":"kernel.info"}"#])
+        let r = try runBinary(serve, input: input)
+        let responses = try r.responses()
+        #expect(r.status == 0)
+        #expect(responses.count == 2)
+        #expect(responses.first?["error"]?["data"]?["reason"] == "line_too_long")
+        #expect(responses.first?["id"] == .null)
+        #expect(responses.last?["id"] == 2 && responses.last?["result"] != nil)
+    }
+
+    @Test func maxLineBytesFlagIsHonoured() throws {
+        let r = try runBinary(serve + ["--max-line-bytes", "60"], input: stream([
+            #"{"jsonrpc":"2.0","id":1,"method":"kernel.info","params":{"pad":"xxxxxxxxxxxxxxx"}}"#, info,
+        ]))
+        let responses = try r.responses()
+        #expect(responses.map { $0["error"]?["data"]?["reason"] } == [.string("line_too_long"), nil])
+    }
+
+    @Test func crlfLastLineWithoutNewlineAndBlankLines() throws {
+        let input = Data("\r\n\(info)\r\n\n   \n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"kernel.info\"}".utf8)
+        let r = try runBinary(serve, input: input)
+        #expect(try r.responses().map { $0["id"] } == [1, 2])
+    }
+
+    @Test func stdinClosedMidLineGetsAParseErrorAndExitZero() throws {
+        let r = try runBinary(serve, input: Data((info + "\n" + #"{"jsonrpc":"2.0","id":2,"meth"#).utf8))
+        let responses = try r.responses()
+        #expect(r.status == 0)
+        #expect(responses.count == 2)
+        #expect(responses.last?["error"]?["code"] == -32700)
+    }
+
+    @Test func hundredThousandPipelinedRequestsAnsweredInOrder() throws {
+        let count = 100_000
+        var text = ""
+        text.reserveCapacity(count * 60)
+        for i in 0..<count { text += #"{"jsonrpc":"2.0","id":\#(i),"method":"no.such"}"# + "\n" }
+        let r = try runBinary(serve, input: Data(text.utf8))
+        #expect(r.status == 0)
+        let lines = r.stdoutText.split(separator: "\n")
+        #expect(lines.count == count)
+        var inOrder = true
+        for (i, line) in lines.enumerated() where !line.hasPrefix(#"{"jsonrpc":"2.0","id":\#(i),"#) {
+            inOrder = false
+            break
+        }
+        #expect(inOrder)
+    }
+
+    @Test func sigtermFinishesPromptlyWithExitZero() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Paths.binary)
+        process.arguments = serve
+        let stdin = Pipe(), stdout = Pipe()
+        process.standardInput = stdin
+        process.standardOutput = stdout
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        stdin.fileHandleForWriting.write(Data((info + "\n").utf8))
+        // Wait for the answer, so the kernel is idle in its read loop when the signal comes.
+        var received = Data()
+        while !received.contains(UInt8(ascii: "\n")) {
+            let chunk = stdout.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            received += chunk
+        }
+        #expect(received.count > 0)
+        process.terminate()
+        #expect(waitForExit(process, seconds: 10), "the kernel ignored SIGTERM")
+        #expect(process.terminationReason == .exit)
+        #expect(process.terminationStatus == 0)
+        try? stdin.fileHandleForWriting.close()
+    }
+
+    @Test func vanishedHostDoesNotCrashTheKernel() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Paths.binary)
+        process.arguments = serve
+        let stdin = Pipe(), stdout = Pipe()
+        process.standardInput = stdin
+        process.standardOutput = stdout
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        try stdout.fileHandleForReading.close()  // the host stops reading
+        stdin.fileHandleForWriting.write(stream(Array(repeating: info, count: 2000)))
+        try? stdin.fileHandleForWriting.close()
+        #expect(waitForExit(process, seconds: 30))
+        #expect(process.terminationReason == .exit)  // EPIPE, not SIGPIPE
+    }
+
+    @Test func callPrintsTheResultOrFailsWithExitOne() throws {
+        let ok = try runBinary(["call", "kernel.info", "{}", "--memory-only"])
+        #expect(ok.status == 0)
+        #expect(try JSON.parse(ok.stdoutText)["name"] == "healthkernel")
+        let bad = try runBinary(["call", "kernel.info", #"{"nope":1}"#, "--memory-only"])
+        #expect(bad.status == 1)
+        #expect(bad.stdoutText.isEmpty)
+        #expect(bad.stderrText.contains("unknown_field"))
+        let missing = try runBinary(["call", "no.such", "--memory-only"])
+        #expect(missing.status == 1)
+        #expect(missing.stderrText.contains("-32601"))
+        let notObject = try runBinary(["call", "kernel.info", "[1]", "--memory-only"])
+        #expect(notObject.status == 2)
+    }
+
+    @Test func versionCommand() throws {
+        let r = try runBinary(["version"])
+        #expect(r.status == 0)
+        #expect(r.stdoutText.hasPrefix("healthkernel "))
+    }
+
+    @Test func configErrorsStopStartUpNamingTheKey() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("hk-config-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let file = dir.appendingPathComponent("config.json")
+        try Data(#"{"kernel":{"maxLineBytes":100,"colour":"blue"}}"#.utf8).write(to: file)
+        let r = try runBinary(["serve", "--memory-only", "--config", file.path], input: stream([info]))
+        #expect(r.status == 2)
+        #expect(r.stdoutText.isEmpty)
+        #expect(r.stderrText.contains("kernel.colour"))
+        let env = try runBinary(["serve", "--memory-only"], input: stream([info]), environment: ["HEALTHKERNEL_FSYNC": "sometimes"])
+        #expect(env.status == 2)
+        #expect(env.stderrText.contains("HEALTHKERNEL_FSYNC"))
+    }
+
+    @Test func configFileEnvironmentAndFlagsLayerInOrder() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("hk-config-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let file = dir.appendingPathComponent("config.json")
+        try Data(#"{"kernel":{"maxLineBytes":40}}"#.utf8).write(to: file)
+        let line = #"{"jsonrpc":"2.0","id":1,"method":"kernel.info","params":{}}"#  // 59 bytes
+        let fromFile = try runBinary(["serve", "--memory-only", "--config", file.path], input: stream([line]))
+        #expect(try fromFile.responses().first?["error"]?["data"]?["reason"] == "line_too_long")
+        let fromEnv = try runBinary(["serve", "--memory-only"], input: stream([line]),
+                                    environment: ["HEALTHKERNEL_CONFIG": file.path, "HEALTHKERNEL_MAX_LINE_BYTES": "100"])
+        #expect(try fromEnv.responses().first?["result"] != nil)
+        let fromFlag = try runBinary(["serve", "--memory-only", "--max-line-bytes", "50"], input: stream([line]),
+                                     environment: ["HEALTHKERNEL_CONFIG": file.path, "HEALTHKERNEL_MAX_LINE_BYTES": "100"])
+        #expect(try fromFlag.responses().first?["error"]?["data"]?["reason"] == "line_too_long")
+    }
+}

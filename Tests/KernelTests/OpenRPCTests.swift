@@ -1,0 +1,57 @@
+import Foundation
+import JSON
+import Testing
+@testable import Kernel
+
+@Suite struct OpenRPCTests {
+    /// protocol/openrpc.json is the published contract; rpc.discover must return exactly it.
+    /// Regenerate after changing a method: `.build/debug/healthkernel call rpc.discover --memory-only | jq . > protocol/openrpc.json`
+    @Test func publishedDocumentMatchesTheRegistry() throws {
+        let kernel = try makeKernel()
+        let generated = try kernel.registry.openRPCDocument()
+        let file = try Data(contentsOf: Paths.protocolDir.appendingPathComponent("openrpc.json"))
+        let published = try JSON.parse(Array(file))
+        #expect(published == generated,
+                "protocol/openrpc.json is out of date (\(Transcript.difference(want: published, got: generated, at: "$") ?? "")): regenerate it from rpc.discover")
+    }
+
+    @Test func everyRegisteredMethodIsPublished() throws {
+        let kernel = try makeKernel()
+        let file = try Data(contentsOf: Paths.protocolDir.appendingPathComponent("openrpc.json"))
+        let names = try JSON.parse(Array(file))["methods"]?.arrayValue?.compactMap { $0["name"]?.stringValue } ?? []
+        for method in kernel.registry.methods {
+            #expect(names.contains(method.name), "\(method.name) is missing from protocol/openrpc.json")
+        }
+    }
+
+    @Test func schemasUseOnlyCheckedKeywords() throws {
+        let kernel = try makeKernel()
+        for method in kernel.registry.methods {
+            let schema = try JSON.parse(method.resultSchema)
+            #expect(unsupportedKeywords(schema).isEmpty, "\(method.name): \(unsupportedKeywords(schema))")
+            guard case .array(let params) = try JSON.parse(method.paramsDoc) else {
+                Issue.record("\(method.name): paramsDoc is not an array")
+                continue
+            }
+            for p in params {
+                #expect(p["name"]?.stringValue != nil && p["schema"] != nil, "\(method.name): \(p)")
+                if let s = p["schema"] { #expect(unsupportedKeywords(s).isEmpty, "\(method.name)") }
+            }
+        }
+    }
+
+    /// Keywords anywhere in `schema` that the test validator would not check.
+    func unsupportedKeywords(_ schema: JSON) -> [String] {
+        guard case .object(let o) = schema else { return [] }
+        var found = o.keys.filter { !SchemaValidator.known.contains($0) }
+        for (key, value) in o {
+            switch key {
+            case "properties": found += value.objectValue?.values.flatMap(unsupportedKeywords) ?? []
+            case "items", "additionalProperties": found += unsupportedKeywords(value)
+            case "anyOf", "oneOf": found += value.arrayValue?.flatMap(unsupportedKeywords) ?? []
+            default: break
+            }
+        }
+        return found
+    }
+}

@@ -1,0 +1,105 @@
+import Foundation
+import JSON
+import Kernel
+import Logging
+
+/// Paths of the package, found from this file so tests run from any working directory.
+enum Paths {
+    static let root: URL = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let protocolDir = root.appendingPathComponent("protocol")
+    static let transcripts = protocolDir.appendingPathComponent("transcripts")
+
+    /// The built `healthkernel` binary: $HEALTHKERNEL_BIN, else beside the test bundle.
+    static var binary: String {
+        if let explicit = ProcessInfo.processInfo.environment["HEALTHKERNEL_BIN"] { return explicit }
+        let exe = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        var dir = exe.deletingLastPathComponent()
+        // On Linux the test runner is `<build>/healthkernelPackageTests.xctest`; elsewhere it sits deeper.
+        for _ in 0..<4 {
+            let candidate = dir.appendingPathComponent("healthkernel").path
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+            dir = dir.deletingLastPathComponent()
+        }
+        return root.appendingPathComponent(".build/debug/healthkernel").path
+    }
+}
+
+/// A kernel in this process, memory-only, for in-process transcripts.
+func makeKernel(_ configure: (inout KernelConfig) -> Void = { _ in }) throws -> Kernel {
+    var config = KernelConfig()
+    config.memoryOnly = true
+    configure(&config)
+    var logger = Logger(label: "test")
+    logger.logLevel = .critical
+    return try Kernel(config: config, logger: logger)
+}
+
+/// What a finished subprocess left behind.
+struct ProcessResult {
+    let status: Int32
+    let stdout: Data
+    let stderr: Data
+    var stdoutText: String { String(decoding: stdout, as: UTF8.self) }
+    var stderrText: String { String(decoding: stderr, as: UTF8.self) }
+    /// stdout split into lines, each parsed as JSON.
+    func responses() throws -> [JSON] {
+        try stdoutText.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map { try JSON.parse(String($0)) }
+    }
+}
+
+/// Runs the real binary with `arguments`, writes `input` to its stdin from another thread, closes it,
+/// and collects stdout and stderr.
+func runBinary(_ arguments: [String], input: Data = Data(), environment: [String: String] = [:]) throws -> ProcessResult {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: Paths.binary)
+    process.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    for (k, v) in environment { env[k] = v }
+    process.environment = env
+    let stdin = Pipe(), stdout = Pipe(), stderr = Pipe()
+    process.standardInput = stdin
+    process.standardOutput = stdout
+    process.standardError = stderr
+    try process.run()
+    let writer = Thread {
+        stdin.fileHandleForWriting.write(input)
+        try? stdin.fileHandleForWriting.close()
+    }
+    writer.start()
+    let errBox = DataBox()
+    let errReader = Thread { errBox.data = stderr.fileHandleForReading.readDataToEndOfFile() }
+    errReader.start()
+    let out = stdout.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    while !errBox.done { usleep(1000) }
+    return ProcessResult(status: process.terminationStatus, stdout: out, stderr: errBox.data)
+}
+
+final class DataBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = Data()
+    private var finished = false
+    var data: Data {
+        get { lock.withLock { value } }
+        set { lock.withLock { value = newValue; finished = true } }
+    }
+    var done: Bool { lock.withLock { finished } }
+}
+
+/// Joins request lines into one stdin stream.
+func stream(_ lines: [String]) -> Data {
+    Data(lines.map { $0 + "\n" }.joined().utf8)
+}
+
+/// Waits up to `seconds` for `process` to exit; kills it (SIGKILL) and returns false when it does not,
+/// so a hung kernel fails its test instead of hanging the suite.
+func waitForExit(_ process: Process, seconds: Double) -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while process.isRunning && Date() < deadline { usleep(2000) }
+    if process.isRunning {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        return false
+    }
+    return true
+}
