@@ -22,23 +22,25 @@ let package = Package(
         .target(name: "JSON", dependencies: ["CJansson"]),
         .target(name: "Chrono"),
         .target(name: "JSONRPC", dependencies: ["JSON", "Chrono"]),
+        .target(name: "Store", dependencies: ["JSON", "Chrono"]),
         .target(
             name: "Kernel",
             dependencies: [
-                "JSON", "JSONRPC", "Chrono",
+                "JSON", "JSONRPC", "Chrono", "Store",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .executableTarget(
             name: "healthkernel",
             dependencies: [
-                "Kernel", "JSON", "JSONRPC",
+                "Kernel", "JSON", "JSONRPC", "Store",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "Chrono"]),
+        .testTarget(name: "StoreTests", dependencies: ["Store", "JSON", "Chrono"]),
         .testTarget(
             name: "KernelTests",
             dependencies: ["Kernel", "JSONRPC", "JSON", "healthkernel"]

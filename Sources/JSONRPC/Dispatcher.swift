@@ -12,6 +12,10 @@ public final class Dispatcher {
     private let authenticator: Authenticator
     private let clock: Clock
     private let onInternalError: (String) -> Void
+    /// The store's commit log; nil for a kernel without writes.
+    public var journal: CommitJournal?
+    /// Writes answered since the last `endBatch`.
+    private var pendingWrites: [PendingWrite] = []
 
     /// A dispatcher; `onInternalError` receives the details of bugs that are answered -32603.
     public init(registry: MethodRegistry, authenticator: Authenticator, clock: Clock, stats: RequestStats,
@@ -86,11 +90,43 @@ public final class Dispatcher {
 
     /// Handles one request object; returns whether a response was written (notifications write none).
     private func handleRequest(_ request: JSON, started: UInt64, into out: inout [UInt8]) -> Bool {
+        let commitsBefore = journal?.lastCommitID ?? 0
         let (id, outcome) = evaluate(request)
         stats.record(micros: monotonicMicros() - started, failed: { if case .failure = outcome { true } else { false } }())
+        let commitsAfter = journal?.lastCommitID ?? 0
         guard let id else { return false }
+        let start = out.count
         writeResponse(id: id, outcome: outcome, into: &out)
+        if commitsAfter > commitsBefore {
+            pendingWrites.append(PendingWrite(range: start..<out.count, id: id, commits: (commitsBefore + 1)...commitsAfter))
+        }
         return true
+    }
+
+    /// Makes the batch's writes durable before their responses go out. Responses of writes that failed
+    /// are replaced by -32050 in `out` (their changes were undone). Returns true when syncing failed and
+    /// the kernel must stop after writing `out`.
+    public func endBatch(_ out: inout [UInt8]) -> Bool {
+        guard let journal else { return false }
+        let (failed, fatal) = journal.flushCommits()
+        defer { pendingWrites.removeAll(keepingCapacity: true) }
+        guard fatal || !failed.isEmpty else { return false }
+        let doomed = pendingWrites.filter { w in fatal || failed.contains { $0.overlaps(w.commits) } }
+        guard !doomed.isEmpty else { return fatal }
+        let error = RPCError.storageUnavailable(fatal
+            ? "Storage failed: syncing the log failed, the kernel is stopping; the write may not be durable"
+            : "Storage failed: the write was not applied")
+        var rebuilt: [UInt8] = []
+        rebuilt.reserveCapacity(out.count)
+        var cursor = 0
+        for w in doomed {
+            rebuilt.append(contentsOf: out[cursor..<w.range.lowerBound])
+            writeResponse(id: w.id, outcome: .failure(error), into: &rebuilt)
+            cursor = w.range.upperBound
+        }
+        rebuilt.append(contentsOf: out[cursor...])
+        out = rebuilt
+        return fatal
     }
 
     /// The response id (nil for a notification) and the outcome of one request.

@@ -128,6 +128,12 @@ public struct Connection {
         output = out
     }
 
+    /// Ends a read batch: makes its writes durable and fixes up the responses of writes that failed.
+    /// Returns true when the kernel must stop after writing the output (the log could not be synced).
+    public mutating func endBatch() -> Bool {
+        dispatcher.endBatch(&output)
+    }
+
     /// Whether an unterminated line is buffered.
     public var hasPartialLine: Bool { framer.hasPartialLine }
 

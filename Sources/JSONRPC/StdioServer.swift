@@ -16,13 +16,15 @@ public final class StdioServer {
         case endOfInput
         case signal
         case outputClosed
+        /// Storage failed in a way that makes further writes unsafe.
+        case storageFailure
     }
 
     private var connection: Connection
     private let inputFD: Int32
     private let outputFD: Int32
-    /// Called after each read batch is handled and before its responses are written (the store's group commit).
-    public var beforeWrite: () -> Void = {}
+    /// Called after each batch's responses are written (the store's snapshot trigger).
+    public var afterWrite: () -> Void = {}
     /// Receives diagnostics for stderr.
     public var log: (String) -> Void = { _ in }
 
@@ -104,23 +106,22 @@ public final class StdioServer {
             }
             if n <= 0 {
                 connection.finish()
-                return flush() ? .endOfInput : .outputClosed
+                return flush() ?? .endOfInput
             }
             connection.receive(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-            if !flush() { return .outputClosed }
+            if let ending = flush() { return ending }
         }
     }
 
-    /// Commits and writes everything answered so far; false when the host no longer reads.
-    private func flush() -> Bool {
-        guard !connection.output.isEmpty else {
-            beforeWrite()
-            return true
-        }
-        beforeWrite()
-        let ok = connection.output.withUnsafeBytes { writeAll($0) }
+    /// Makes the batch durable, then writes its responses; returns why to stop, or nil to go on.
+    private func flush() -> Ending? {
+        let fatal = connection.endBatch()
+        let ok = connection.output.isEmpty || connection.output.withUnsafeBytes { writeAll($0) }
         connection.output.removeAll(keepingCapacity: true)
-        return ok
+        if fatal { return .storageFailure }
+        if !ok { return .outputClosed }
+        afterWrite()
+        return nil
     }
 
     private func writeAll(_ bytes: UnsafeRawBufferPointer) -> Bool {

@@ -1,14 +1,5 @@
 import JSON
-
-/// How writes are made durable before they are acknowledged.
-public enum FsyncMode: String, Sendable, CaseIterable {
-    /// fsync before answering; all requests of one read share one fsync.
-    case always
-    /// fsync at most a second later; up to one second of acknowledged writes at risk on power loss.
-    case everysec
-    /// Leave it to the operating system (tests, benchmarks).
-    case never
-}
+import Store
 
 /// Everything the kernel is configured with, after file, environment and flags were merged in that order.
 public struct KernelConfig: Sendable, Equatable {
@@ -22,6 +13,14 @@ public struct KernelConfig: Sendable, Equatable {
     public var maxLineBytes = 16 * 1024 * 1024
     /// swift-log level name for stderr logging.
     public var logLevel = "info"
+    /// Snapshot after this many log records.
+    public var snapshotEveryRecords = 100_000
+    /// Snapshot this many seconds after the first change since the last one (0: never by time).
+    public var snapshotEverySeconds = 300
+    /// Register the test-only methods (`test.write`, `test.dump`); off unless a test asks.
+    public var enableTestMethods = false
+    /// Test hook: log appends fail with ENOSPC past this many bytes (for machines without a tiny tmpfs).
+    public var failLogAppendsBeyondBytes: Int?
 
     /// The defaults.
     public init() {}
@@ -42,6 +41,8 @@ public struct ConfigOverrides: Sendable {
     public var fsync: String?
     public var maxLineBytes: Int?
     public var logLevel: String?
+    public var snapshotEveryRecords: Int?
+    public var snapshotEverySeconds: Int?
     /// No overrides.
     public init() {}
 }
@@ -95,6 +96,8 @@ extension KernelConfig {
                     }
                     fsync = mode
                 }
+                if let v = try store.optional("snapshotEveryRecords", in: 1...Int64(Int32.max)) { snapshotEveryRecords = Int(v) }
+                if let v = try store.optional("snapshotEverySeconds", in: 0...Int64(Int32.max)) { snapshotEverySeconds = Int(v) }
                 try store.finish()
             }
             try top.finish()
@@ -123,6 +126,14 @@ extension KernelConfig {
         if let v = o.fsync { try setFsync(v, source: "--fsync") }
         if let v = o.maxLineBytes { try setMaxLineBytes(v, source: "--max-line-bytes") }
         if let v = o.logLevel { try setLogLevel(v, source: "--log-level") }
+        if let v = o.snapshotEveryRecords {
+            guard v >= 1 else { throw ConfigError("--snapshot-every-records must be 1 or more") }
+            snapshotEveryRecords = v
+        }
+        if let v = o.snapshotEverySeconds {
+            guard v >= 0 else { throw ConfigError("--snapshot-every-seconds must be 0 or more") }
+            snapshotEverySeconds = v
+        }
     }
 
     private mutating func setFsync(_ v: String, source: String) throws(ConfigError) {

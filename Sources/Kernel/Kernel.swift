@@ -2,8 +2,10 @@ import Chrono
 import JSON
 import JSONRPC
 import Logging
+import Store
 
-/// The composition root: builds every domain, registers every method in one list, and hands out connections.
+/// The composition root: builds the store and every domain, registers every method in one list, and
+/// hands out connections.
 public final class Kernel {
     /// The configuration in force.
     public let config: KernelConfig
@@ -11,44 +13,61 @@ public final class Kernel {
     public let registry: MethodRegistry
     /// The request dispatcher all connections share.
     public let dispatcher: Dispatcher
+    /// The data.
+    public let store: Store
     /// When the kernel started.
     public let startedAt: Timestamp
-    private let logger: Logger
 
-    /// A kernel for `config`; throws when the method list is inconsistent.
+    /// A kernel for `config`: opens (and recovers) the store, then registers the methods.
     public init(config: KernelConfig, clock: Clock = SystemClock(), logger: Logger) throws {
         self.config = config
-        self.logger = logger
         let stats = RequestStats()
-        let startedAt = clock.now()
-        self.startedAt = startedAt
-        if !config.memoryOnly {
-            logger.warning("the durable store is not built yet: data is kept in memory only and lost at exit")
-        }
-        let methods = Self.methods(
-            info: KernelInfo(
-                startedAt: startedAt, stats: stats,
-                durability: { ["dataDir": nil, "fsync": nil, "lastSnapshotAt": nil, "walBytes": 0] },
-                counts: { JSONObject([("users", 0)]) }  // no accounts exist until the auth domain lands
-            )
-        )
-        registry = try MethodRegistry(methods, info: [
-            "title": "healthkernel",
-            "version": .string(KernelVersion.version),
-            "description": "Embeddable backend kernel for health and wellbeing apps: line-delimited JSON-RPC 2.0 on stdio.",
-        ])
+        startedAt = clock.now()
+        var options = StoreOptions(dataDir: config.memoryOnly ? nil : config.dataDir)
+        options.fsync = config.fsync
+        options.snapshotEveryRecords = config.snapshotEveryRecords
+        options.snapshotEverySeconds = config.snapshotEverySeconds
+        options.failAppendsBeyondBytes = config.failLogAppendsBeyondBytes
+        store = Store(options: options, clock: clock, log: { [logger] in logger.warning("\($0)") })
+        let tables = Tables(store)
+        try store.open()
+        registry = try MethodRegistry(
+            Self.methods(config: config, store: store, tables: tables, stats: stats, startedAt: startedAt),
+            info: [
+                "title": "healthkernel",
+                "version": .string(KernelVersion.version),
+                "description": "Embeddable backend kernel for health and wellbeing apps: line-delimited JSON-RPC 2.0 on stdio.",
+            ])
         dispatcher = Dispatcher(
             registry: registry, authenticator: NoTokenIssuer(), clock: clock, stats: stats,
             onInternalError: { [logger] message in logger.error("internal error: \(message)") }
         )
+        dispatcher.journal = store
+    }
+
+    /// Every table, registered with the store before it recovers.
+    struct Tables {
+        let test: Table<TestValue>
+        init(_ store: Store) {
+            test = store.table("test.values", of: TestValue.self)
+        }
     }
 
     /// Every method the kernel serves: the one list. A duplicate name stops start-up.
-    static func methods(info: KernelInfo) -> [RegisteredMethod] {
-        [
+    static func methods(config: KernelConfig, store: Store, tables: Tables, stats: RequestStats,
+                        startedAt: Timestamp) -> [RegisteredMethod] {
+        var methods = [
             RegisteredMethod(RPCDiscover()),
-            RegisteredMethod(info),
+            RegisteredMethod(KernelInfo(startedAt: startedAt, stats: stats, config: config, store: store)),
+            RegisteredMethod(KernelSnapshot(store: store)),
         ]
+        if config.enableTestMethods {
+            methods += [
+                RegisteredMethod(TestWrite(store: store, table: tables.test)),
+                RegisteredMethod(TestDump(table: tables.test)),
+            ]
+        }
+        return methods
     }
 
     /// A new connection (framing state plus output buffer) over this kernel.
@@ -61,7 +80,13 @@ public final class Kernel {
         var connection = connection()
         connection.receive(input)
         connection.finish()
+        _ = connection.endBatch()
         return connection.output
+    }
+
+    /// Clean shutdown: makes everything durable (final snapshot) and releases the data dir.
+    public func shutdown() {
+        store.shutdown()
     }
 }
 

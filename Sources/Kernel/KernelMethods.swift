@@ -1,6 +1,7 @@
 import Chrono
 import JSON
 import JSONRPC
+import Store
 
 /// `rpc.discover`: the OpenRPC document of every registered method.
 struct RPCDiscover: RPCMethod {
@@ -44,7 +45,7 @@ struct KernelInfo: RPCMethod {
            "fsync": {"enum": ["always", "everysec", "never", null]},
            "lastSnapshotAt": {"type": ["string", "null"], "format": "date-time"},
            "walBytes": {"type": "integer", "minimum": 0}}},
-       "counts": {"type": "object", "required": ["users"],
+       "counts": {"type": "object", "required": ["users", "records"],
          "additionalProperties": {"type": "integer", "minimum": 0}},
        "requests": {"type": "object", "additionalProperties": false,
          "required": ["total", "errors", "p50Micros", "p99Micros"],
@@ -57,8 +58,19 @@ struct KernelInfo: RPCMethod {
 
     let startedAt: Timestamp
     let stats: RequestStats
-    let durability: @Sendable () -> JSON
-    let counts: @Sendable () -> JSONObject
+    let config: KernelConfig
+    let store: Store
+
+    var durability: JSON {
+        guard let dir = store.options.dataDir else {
+            return ["dataDir": nil, "fsync": nil, "lastSnapshotAt": nil, "walBytes": 0]
+        }
+        let (walBytes, lastSnapshotAt) = store.durability
+        return [
+            "dataDir": .string(dir), "fsync": .string(store.options.fsync.rawValue),
+            "lastSnapshotAt": .optional(lastSnapshotAt?.description), "walBytes": .int(Int64(walBytes)),
+        ]
+    }
 
     func call(_ params: NoParams, _ context: CallContext) throws(RPCError) -> JSON {
         [
@@ -67,8 +79,9 @@ struct KernelInfo: RPCMethod {
             "protocolVersion": .string(KernelVersion.protocolVersion),
             "startedAt": .string(startedAt.description),
             "uptimeSeconds": .int(max(0, context.now.seconds - startedAt.seconds)),
-            "durability": durability(),
-            "counts": .object(counts()),
+            "durability": durability,
+            // Accounts arrive with the auth domain; until then there are none.
+            "counts": ["users": 0, "records": .int(Int64(store.rowCount))],
             "requests": [
                 "total": .int(Int64(stats.total)),
                 "errors": .int(Int64(stats.errors)),
@@ -85,4 +98,32 @@ public enum KernelVersion {
     public static let version = "0.1.0"
     /// The version of the wire contract (PROTOCOL.md).
     public static let protocolVersion = "1.0"
+}
+
+/// `kernel.snapshot`: writes a snapshot now and answers once it is durable.
+struct KernelSnapshot: RPCMethod {
+    static let name = "kernel.snapshot"
+    static let summary = "Writes a snapshot of all data now; answers once it is durable. Older log segments are then removed."
+    // Until accounts exist any caller may ask; the auth issue makes this a service-role method.
+    static let auth = AuthRequirement.none
+    static let mutates = false
+    static let errors = [ErrorDoc(-32050, "Storage unavailable (memory-only kernel, or the snapshot could not be written)")]
+    static let resultSchema = #"""
+    {"type": "object", "additionalProperties": false, "required": ["seq", "bytes", "durationMs"],
+     "properties": {
+       "seq": {"type": "integer", "minimum": 0, "description": "last log record the snapshot covers"},
+       "bytes": {"type": "integer", "minimum": 0},
+       "durationMs": {"type": "integer", "minimum": 0}}}
+    """#
+
+    let store: Store
+
+    func call(_ params: NoParams, _ context: CallContext) throws(RPCError) -> JSON {
+        do {
+            let info = try store.snapshot()
+            return ["seq": .int(Int64(info.seq)), "bytes": .int(Int64(info.bytes)), "durationMs": .int(Int64(info.durationMs))]
+        } catch {
+            throw RPCError.from(error)
+        }
+    }
 }

@@ -4,6 +4,7 @@ import JSON
 import JSONRPC
 import Kernel
 import Logging
+import Store
 
 #if canImport(Glibc)
 import Glibc
@@ -13,6 +14,9 @@ import Glibc
 enum ExitStatus {
     static let callFailed: Int32 = 1
     static let startupFailed: Int32 = 2
+    static let storeDamaged: Int32 = StoreTool.damagedExitStatus
+    static let dataDirLocked: Int32 = 4
+    static let storageFailed: Int32 = 5
 }
 
 /// Options every command that runs a kernel takes.
@@ -35,6 +39,18 @@ struct KernelOptions: ParsableArguments {
     @Option(help: "Log level for stderr: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String?
 
+    @Option(help: "Take a snapshot after this many log records (default: 100000).")
+    var snapshotEveryRecords: Int?
+
+    @Option(help: "Take a snapshot this many seconds after a change (default: 300; 0 turns it off).")
+    var snapshotEverySeconds: Int?
+
+    @Flag(help: .hidden)
+    var enableTestMethods = false
+
+    @Option(help: .hidden)
+    var failLogAppendsBeyondBytes: Int?
+
     /// The merged configuration, or exit 2 with the reason on stderr.
     func load() -> KernelConfig {
         var o = ConfigOverrides()
@@ -44,10 +60,30 @@ struct KernelOptions: ParsableArguments {
         o.fsync = fsync
         o.maxLineBytes = maxLineBytes
         o.logLevel = logLevel
+        o.snapshotEveryRecords = snapshotEveryRecords
+        o.snapshotEverySeconds = snapshotEverySeconds
         do {
-            return try KernelConfig.load(overrides: o, environment: environment(), readFile: readWholeFile)
+            var config = try KernelConfig.load(overrides: o, environment: environment(), readFile: readWholeFile)
+            config.enableTestMethods = enableTestMethods
+            config.failLogAppendsBeyondBytes = failLogAppendsBeyondBytes
+            return config
         } catch {
             fail("healthkernel: \(error.description)", status: ExitStatus.startupFailed)
+        }
+    }
+
+    /// Starts a kernel, or exits with the status that says why it cannot start.
+    func start(_ config: KernelConfig, logger: Logger) -> Kernel {
+        do {
+            return try Kernel(config: config, logger: logger)
+        } catch let error as StoreOpenError {
+            switch error {
+            case .locked: fail("healthkernel: \(error)", status: ExitStatus.dataDirLocked)
+            case .damaged: fail("healthkernel: \(error)", status: ExitStatus.storeDamaged)
+            case .io: fail("healthkernel: \(error)", status: ExitStatus.startupFailed)
+            }
+        } catch {
+            fail("healthkernel: cannot start: \(error)", status: ExitStatus.startupFailed)
         }
     }
 }
@@ -62,7 +98,7 @@ struct HealthKernelCommand: ParsableCommand {
             `healthkernel call` runs one request for shell scripts.
             """,
         version: KernelVersion.version,
-        subcommands: [Serve.self, Call.self, VersionCommand.self],
+        subcommands: [Serve.self, Call.self, StoreCommand.self, VersionCommand.self],
         defaultSubcommand: Serve.self
     )
 }
@@ -79,16 +115,17 @@ struct Serve: ParsableCommand {
         let logger = bootstrapLogging(level: config.logLevel)
         let outputFD = StdioServer.protectStdout()
         StdioServer.installSignalHandlers()
-        let kernel: Kernel
-        do {
-            kernel = try Kernel(config: config, logger: logger)
-        } catch {
-            fail("healthkernel: cannot start: \(error)", status: ExitStatus.startupFailed)
-        }
+        let kernel = options.start(config, logger: logger)
         let server = StdioServer(connection: kernel.connection(), inputFD: 0, outputFD: outputFD)
         server.log = { logger.warning("\($0)") }
+        server.afterWrite = { kernel.store.snapshotIfDue() }
         let ending = server.run()
         logger.debug("stopping: \(ending)")
+        if ending == .storageFailure {
+            fail("healthkernel: syncing the log failed; stopped so that no further write is acknowledged",
+                 status: ExitStatus.storageFailed)
+        }
+        kernel.shutdown()
     }
 }
 
@@ -121,20 +158,79 @@ struct Call: ParsableCommand {
         }
         if let token { paramsObject["auth"] = .string(token) }
         let request: JSON = ["jsonrpc": "2.0", "id": 1, "method": .string(method), "params": .object(paramsObject)]
-        let kernel: Kernel
-        do {
-            kernel = try Kernel(config: config, logger: logger)
-        } catch {
-            fail("healthkernel: cannot start: \(error)", status: ExitStatus.startupFailed)
-        }
+        let kernel = options.start(config, logger: logger)
         var out: [UInt8] = []
         kernel.dispatcher.handleLine(request.bytes, into: &out)
+        if kernel.dispatcher.endBatch(&out) {
+            fail("healthkernel call: syncing the log failed", status: ExitStatus.storageFailed)
+        }
+        kernel.shutdown()
         guard let response = try? JSON.parse(out) else { fail("healthkernel call: no response", status: ExitStatus.callFailed) }
         if let result = response["result"] {
             writeStdout(result.serialized + "\n")
         } else {
             let error = response["error"] ?? .null
             fail("healthkernel call: error \(error.serialized)", status: ExitStatus.callFailed)
+        }
+    }
+}
+
+struct StoreCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "store",
+        abstract: "Look into or repair a data dir offline.",
+        subcommands: [Inspect.self, Verify.self, Export.self, Repair.self]
+    )
+
+    struct DirOption: ParsableArguments {
+        @Option(help: "The data dir.")
+        var dataDir: String = "data"
+    }
+
+    struct Inspect: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print a JSON summary: snapshot, log segments, last seq, damage.")
+        @OptionGroup var dir: DirOption
+        func run() throws { writeStdout(StoreTool.inspect(dir.dataDir).serialized + "\n") }
+    }
+
+    struct Verify: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Check every record's checksum and sequence; exit 0 when intact, 3 when damaged.")
+        @OptionGroup var dir: DirOption
+        func run() throws {
+            let (status, report) = StoreTool.verify(dir.dataDir)
+            writeStdout(report.joined(separator: "\n") + "\n")
+            if status != 0 { throw ExitCode(status) }
+        }
+    }
+
+    struct Export: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print every snapshot row and log record as JSON lines (for jq).")
+        @OptionGroup var dir: DirOption
+        func run() throws {
+            var buffer = ""
+            let damage = StoreTool.export(dir.dataDir) { line in
+                buffer += line.serialized + "\n"
+                if buffer.utf8.count > 1 << 16 { writeStdout(buffer); buffer = "" }
+            }
+            writeStdout(buffer)
+            if let damage { fail("healthkernel store export: \(damage)", status: ExitStatus.storeDamaged) }
+        }
+    }
+
+    struct Repair: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Move damaged parts aside (*.broken), keeping every record before the damage.")
+        @OptionGroup var dir: DirOption
+        func run() throws {
+            do {
+                let actions = try StoreTool.repair(dir.dataDir)
+                writeStdout((actions.isEmpty ? ["nothing to repair"] : actions).joined(separator: "\n") + "\n")
+            } catch {
+                let status = if case .locked = error { ExitStatus.dataDirLocked } else { ExitStatus.startupFailed }
+                fail("healthkernel store repair: \(error)", status: status)
+            }
         }
     }
 }

@@ -1,0 +1,73 @@
+import JSON
+import JSONRPC
+import Store
+
+/// A row of the test table: a value written by `test.write`.
+struct TestValue: StoredRow {
+    let value: String
+    init(value: String) { self.value = value }
+    init(stored: JSON) throws(StoreError) {
+        guard let v = stored["v"]?.stringValue else { throw StoreError.corrupt("test row without v") }
+        value = v
+    }
+    var stored: JSON { ["v": .string(value)] }
+}
+
+/// The user the test methods write as (they need no token).
+let testUser = "00000000-0000-4000-8000-000000000000"
+
+/// `test.write` (test-only, behind `--enable-test-methods`): writes the same value under `a/<key>` and
+/// `b/<key>` in one transaction, so a crash test can check that no request is ever half-applied.
+struct TestWrite: RPCMethod {
+    struct Params: RPCParams {
+        let key: String
+        let value: String
+        init(from p: inout ObjectReader) throws(FieldError) {
+            key = try p.required("key")
+            value = try p.required("value")
+            guard key.utf8.count <= 200 else { throw .outOfRange(p.path("key"), "must be at most 200 bytes") }
+            guard value.utf8.count <= 65536 else { throw .outOfRange(p.path("value"), "must be at most 64 KiB") }
+        }
+    }
+    static let name = "test.write"
+    static let summary = "Test only: writes a value twice in one transaction."
+    static let mutates = true
+    static let auth = AuthRequirement.none
+    static let resultSchema = #"{"type":"object","required":["seq"],"properties":{"seq":{"type":"integer"}}}"#
+
+    let store: Store
+    let table: Table<TestValue>
+
+    func call(_ p: Params, _ context: CallContext) throws(RPCError) -> JSON {
+        var tx = Transaction()
+        tx.put(table, user: testUser, key: "a/" + p.key, TestValue(value: p.value))
+        tx.put(table, user: testUser, key: "b/" + p.key, TestValue(value: p.value))
+        do {
+            try store.commit(tx)
+        } catch {
+            throw RPCError.from(error)
+        }
+        return ["seq": .int(Int64(store.seq))]
+    }
+}
+
+/// `test.dump` (test-only): every key with its `a` and `b` values.
+struct TestDump: RPCMethod {
+    static let name = "test.dump"
+    static let summary = "Test only: lists what test.write stored."
+    static let mutates = false
+    static let auth = AuthRequirement.none
+    static let resultSchema = #"{"type":"object","required":["rows"],"properties":{"rows":{"type":"array"}}}"#
+
+    let table: Table<TestValue>
+
+    func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> JSON {
+        let rows = table.rows(of: testUser)
+        var keys = Set<String>()
+        for k in rows.keys { keys.insert(String(k.dropFirst(2))) }
+        let list: [JSON] = keys.sorted().map { k in
+            ["key": .string(k), "a": .optional(rows["a/" + k]?.value), "b": .optional(rows["b/" + k]?.value)]
+        }
+        return ["rows": .array(list)]
+    }
+}

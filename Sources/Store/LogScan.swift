@@ -1,0 +1,102 @@
+import JSON
+
+/// Reading a data dir back: the newest snapshot, then every log record after it, with torn tails told
+/// apart from damage in the middle. Recovery, `store verify`, `store export` and `store repair` share it.
+public struct DataDirScan {
+    /// The snapshot recovery starts from, if any.
+    public var snapshotName: String?
+    public var snapshot: StoreFiles.DecodedSnapshot?
+    /// Log records after the snapshot, in order, with the segment each came from.
+    public var records: [(segment: String, record: RecordFraming.Record)] = []
+    /// Raw bytes of each segment read, by name (records point into them).
+    public var segmentBytes: [String: [UInt8]] = [:]
+    /// Segments whose every record the snapshot already covers.
+    public var coveredSegments: [String] = []
+    /// A torn record at the very end of the last segment: cut off at this offset.
+    public var tornTail: (segment: String, offset: Int)?
+    /// The last sequence number present.
+    public var lastSeq: UInt64 = 0
+
+    /// Reads `dir`; fails with the first damage that is not a torn tail.
+    public static func read(_ dir: String) -> Result<DataDirScan, StoreDamage> {
+        let listing = StoreFiles.list(dir)
+        var scan = DataDirScan()
+        if let newest = listing.snapshots.last {
+            guard let bytes = FileIO.readAll(dir + "/" + newest.name) else {
+                return .failure(StoreDamage(file: newest.name, offset: 0, detail: "cannot be read"))
+            }
+            switch StoreFiles.decodeSnapshot(bytes) {
+            case .success(let s):
+                guard s.seq == newest.seq else {
+                    return .failure(StoreDamage(file: newest.name, offset: 8, detail: "its header says seq \(s.seq)"))
+                }
+                scan.snapshot = s
+                scan.snapshotName = newest.name
+                scan.lastSeq = s.seq
+            case .failure(var d):
+                d.file = newest.name
+                return .failure(d)
+            }
+        }
+        let base = scan.lastSeq
+        for (index, segment) in listing.segments.enumerated() {
+            let isLast = index == listing.segments.count - 1
+            if let next = listing.segments.dropFirst(index + 1).first, next.firstSeq <= base + 1 {
+                scan.coveredSegments.append(segment.name)  // everything in it is in the snapshot
+                continue
+            }
+            guard let bytes = FileIO.readAll(dir + "/" + segment.name) else {
+                return .failure(StoreDamage(file: segment.name, offset: 0, detail: "cannot be read"))
+            }
+            scan.segmentBytes[segment.name] = bytes
+            let magicCount = StoreFiles.walMagic.count
+            if bytes.count < magicCount || Array(bytes[0..<magicCount]) != StoreFiles.walMagic {
+                if isLast, bytes.count < magicCount, Array(bytes) == Array(StoreFiles.walMagic.prefix(bytes.count)) {
+                    scan.tornTail = (segment.name, 0)  // created, magic cut short
+                    continue
+                }
+                return .failure(StoreDamage(file: segment.name, offset: 0, detail: "not a healthkernel log segment (bad magic)"))
+            }
+            if segment.firstSeq > scan.lastSeq + 1 {
+                return .failure(StoreDamage(file: segment.name, offset: 0,
+                                            detail: "starts at seq \(segment.firstSeq) but the data before ends at \(scan.lastSeq)"))
+            }
+            var offset = magicCount
+            while offset < bytes.count {
+                switch RecordFraming.read(bytes, at: offset) {
+                case .success(let record):
+                    if record.seq <= scan.lastSeq && record.seq <= base {
+                        offset = record.end  // already in the snapshot
+                        continue
+                    }
+                    guard record.seq == scan.lastSeq + 1 else {
+                        return .failure(StoreDamage(file: segment.name, offset: offset,
+                                                    detail: "record seq \(record.seq) where \(scan.lastSeq + 1) was expected"))
+                    }
+                    scan.records.append((segment.name, record))
+                    scan.lastSeq = record.seq
+                    offset = record.end
+                case .failure(let e):
+                    if isLast && !RecordFraming.intactRecordExists(after: e.offset, in: bytes) {
+                        scan.tornTail = (segment.name, e.offset)
+                        offset = bytes.count
+                    } else {
+                        return .failure(StoreDamage(file: segment.name, offset: e.offset, detail: "record \(e.damage)"))
+                    }
+                }
+            }
+        }
+        return .success(scan)
+    }
+
+    /// The changes of one log record.
+    public static func changes(of record: RecordFraming.Record) throws(StoreError) -> [Change] {
+        guard case .array(let items)? = try? JSON.parse(Array(record.payload)) else {
+            throw StoreError.corrupt("record \(record.seq) is not a JSON array")
+        }
+        var out: [Change] = []
+        out.reserveCapacity(items.count)
+        for item in items { out.append(try Change(json: item)) }
+        return out
+    }
+}

@@ -1,0 +1,496 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Chrono
+import JSON
+import Synchronization
+
+/// A value behind a mutex, shareable between the serving thread and the store's helper threads.
+final class Locked<Value: Sendable>: Sendable {
+    private let mutex: Mutex<Value>
+    init(_ value: Value) { mutex = Mutex(value) }
+    func withLock<R>(_ body: (inout Value) -> R) -> R { mutex.withLock { body(&$0) } }
+}
+
+/// How writes are made durable before they are acknowledged.
+public enum FsyncMode: String, Sendable, CaseIterable {
+    /// fsync before answering; all requests of one read share one fsync.
+    case always
+    /// fsync at most a second later: up to one second of acknowledged writes at risk on power loss.
+    case everysec
+    /// Leave it to the operating system (tests, benchmarks): a crash of the machine may lose recent writes.
+    case never
+}
+
+/// Where and how the store keeps its files.
+public struct StoreOptions: Sendable {
+    /// The data dir; nil keeps everything in memory and writes no files.
+    public var dataDir: String?
+    public var fsync: FsyncMode = .always
+    /// Take a snapshot after this many log records...
+    public var snapshotEveryRecords = 100_000
+    /// ...or this many seconds after a change, whichever comes first (0 turns the timer off).
+    public var snapshotEverySeconds = 300
+    /// Start a new log segment past this size.
+    public var segmentBytes = 64 * 1024 * 1024
+    /// Test hook: appends fail with ENOSPC once the log would pass this many bytes in total.
+    public var failAppendsBeyondBytes: Int?
+
+    /// Options for `dataDir` (nil: memory only).
+    public init(dataDir: String?) { self.dataDir = dataDir }
+}
+
+/// Why the store cannot open.
+public enum StoreOpenError: Error, CustomStringConvertible {
+    /// Another process holds the data dir.
+    case locked(dir: String, pid: String)
+    /// A file is damaged somewhere a crash cannot explain.
+    case damaged(StoreDamage)
+    /// The folder or a file cannot be created or read.
+    case io(String)
+
+    public var description: String {
+        switch self {
+        case .locked(let dir, let pid): return "data dir \(dir) is in use by another healthkernel (pid \(pid))"
+        case .damaged(let d): return "\(d); refusing to start. `healthkernel store repair --data-dir DIR` moves the damaged part aside"
+        case .io(let m): return m
+        }
+    }
+}
+
+/// What a flush did with the writes committed since the last one.
+public struct FlushOutcome: Sendable {
+    /// Commit ids whose writes failed and were undone (since the previous batch).
+    public var failedCommits: [ClosedRange<UInt64>] = []
+    /// Syncing failed: durability is unknown, the kernel must stop after answering.
+    public var fatal = false
+}
+
+/// The result of a snapshot.
+public struct SnapshotInfo: Sendable, Equatable {
+    public let seq: UInt64
+    public let bytes: Int
+    public let durationMs: Int
+}
+
+/// The in-memory store: typed tables per user, every transaction logged to a write-ahead log before
+/// it is acknowledged, snapshots written beside the log, and recovery from both at start-up.
+/// Confined to the thread that serves requests; snapshot writing and `everysec` syncing run on
+/// their own threads over copies.
+public final class Store: @unchecked Sendable {
+    public let options: StoreOptions
+    private var tables: [String: AnyTable] = [:]
+    private var tableOrder: [String] = []
+    private let log: @Sendable (String) -> Void
+    private let clock: Clock
+
+    /// Sequence number of the last applied record.
+    public private(set) var seq: UInt64 = 0
+    /// Id of the last commit (never reused, unlike seq after a failed write).
+    public private(set) var lastCommitID: UInt64 = 0
+
+    // Writes committed in memory but not yet in the log.
+    private var pending: [UInt8] = []
+    private var pendingFirstCommit: UInt64 = 0
+    private var seqBeforePending: UInt64 = 0
+    private var undo: [Undo] = []
+    private var failedCommits: [ClosedRange<UInt64>] = []
+    private var refuseWrites: String?
+
+    // Files (nil in memory-only mode).
+    private var lockFD: Int32 = -1
+    private let segment = Locked(SegmentState())
+    private var logBytesWritten = 0
+    private var recordsSinceSnapshot = 0
+    private var firstChangeSinceSnapshot: Timestamp?
+    private let snapshotState = Locked(SnapshotState())
+    private var syncerStop: Locked<Bool>?
+
+    struct SegmentState {
+        var fd: Int32 = -1
+        var name = ""
+        var size = 0
+        var dirty = false
+        var syncFailed: String?
+    }
+
+    struct SnapshotState {
+        var running = false
+        var last: SnapshotInfo?
+        var lastAt: Timestamp?
+        var failure: String?
+    }
+
+    enum Undo {
+        case row(table: AnyTable, user: String, key: String, old: JSON?)
+        case user(user: String, rows: [(AnyTable, [String: JSON])])
+    }
+
+    /// A store with `options`; register tables, then `open()`.
+    public init(options: StoreOptions, clock: Clock, log: @escaping @Sendable (String) -> Void) {
+        self.options = options
+        self.clock = clock
+        self.log = log
+    }
+
+    /// Whether the store writes no files.
+    public var memoryOnly: Bool { options.dataDir == nil }
+
+    /// Registers a table; every table must be registered before `open()`.
+    public func table<Row: StoredRow>(_ name: String, of type: Row.Type) -> Table<Row> {
+        precondition(tables[name] == nil, "table \(name) registered twice")
+        let t = Table<Row>(name: name)
+        tables[name] = t
+        tableOrder.append(name)
+        return t
+    }
+
+    /// Total rows in all tables.
+    public var rowCount: Int { tables.values.reduce(0) { $0 + $1.rowCount } }
+
+    // MARK: Opening and recovery
+
+    /// Locks the data dir, loads the newest snapshot, replays the log after it (cutting off a torn tail)
+    /// and opens the log for appending. Memory-only stores just start empty.
+    public func open() throws(StoreOpenError) {
+        guard let dir = options.dataDir else { return }
+        if let e = FileIO.makeDirectories(dir) { throw .io("cannot create data dir \(dir): \(FileIO.describe(e))") }
+        lockFD = try DataDirLock.acquire(dir)
+        let listing = StoreFiles.list(dir)
+        for leftover in listing.leftovers { unlink(dir + "/" + leftover) }
+        let scan: DataDirScan
+        switch DataDirScan.read(dir) {
+        case .success(let s): scan = s
+        case .failure(let d): throw .damaged(d)
+        }
+        do throws(StoreError) {
+            if let snapshot = scan.snapshot {
+                for row in snapshot.rows {
+                    guard let table = tables[row.table] else { throw StoreError.corrupt("unknown table \(row.table)") }
+                    _ = try table.put(user: row.user, key: row.key, value: row.value)
+                }
+                snapshotState.withLock {
+                    $0.lastAt = Timestamp(rfc3339: snapshot.createdAt)
+                    $0.last = SnapshotInfo(seq: snapshot.seq, bytes: FileIO.size(dir + "/" + scan.snapshotName!) ?? 0, durationMs: 0)
+                }
+            }
+            for (_, record) in scan.records {
+                for change in try DataDirScan.changes(of: record) { _ = try apply(change) }
+            }
+        } catch {
+            throw .damaged(StoreDamage(file: scan.records.last?.segment ?? scan.snapshotName ?? dir, offset: 0,
+                                       detail: error.description))
+        }
+        seq = scan.lastSeq
+        recordsSinceSnapshot = scan.records.count
+        if let torn = scan.tornTail {
+            let path = dir + "/" + torn.segment
+            log("log \(torn.segment) ends in a torn record at byte \(torn.offset); cutting it off (it was never acknowledged)")
+            if truncate(path, off_t(max(torn.offset, 0))) != 0 {
+                throw .io("cannot truncate \(path): \(FileIO.describe(errno))")
+            }
+        }
+        for name in scan.coveredSegments { unlink(dir + "/" + name) }
+        let remaining = StoreFiles.list(dir).segments
+        if let last = remaining.last, (FileIO.size(dir + "/" + last.name) ?? 0) >= StoreFiles.walMagic.count {
+            try openSegment(dir: dir, name: last.name, create: false)
+        } else {
+            if let last = remaining.last { unlink(dir + "/" + last.name) }  // only a torn magic
+            try openSegment(dir: dir, name: StoreFiles.segmentName(firstSeq: seq + 1), create: true)
+        }
+        logBytesWritten = remaining.reduce(0) { $0 + (FileIO.size(dir + "/" + $1.name) ?? 0) }
+        if options.fsync == .everysec { startSyncer() }
+    }
+
+    private func openSegment(dir: String, name: String, create: Bool) throws(StoreOpenError) {
+        let path = dir + "/" + name
+        let fd = Glibc.open(path, O_WRONLY | O_APPEND | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0), 0o644)
+        guard fd >= 0 else { throw .io("cannot open \(path): \(FileIO.describe(errno))") }
+        if create {
+            let failure = StoreFiles.walMagic.withUnsafeBytes { FileIO.writeAll(fd, $0) }
+            if let failure { Glibc.close(fd); throw .io("cannot write \(path): \(FileIO.describe(failure))") }
+            if fsync(fd) != 0 || FileIO.fsyncDirectory(dir) != nil { Glibc.close(fd); throw .io("cannot sync \(path)") }
+        }
+        let size = FileIO.size(path) ?? 0
+        let old = segment.withLock { s -> Int32 in
+            let old = s.fd
+            s = SegmentState(fd: fd, name: name, size: size, dirty: false, syncFailed: s.syncFailed)
+            return old
+        }
+        if old >= 0 { Glibc.close(old) }
+    }
+
+    // MARK: Writing
+
+    /// Applies a transaction to memory and queues its log record; it becomes durable at the next
+    /// `flush()`. All of its changes apply, or none.
+    public func commit(_ tx: Transaction) throws(StoreError) {
+        guard !tx.isEmpty else { return }
+        if let refuseWrites { throw StoreError.unavailable(refuseWrites) }
+        let undoMark = undo.count
+        do throws(StoreError) {
+            for change in tx.changes {
+                let entry = try apply(change)
+                if !memoryOnly { undo.append(entry) }
+            }
+        } catch {
+            rollBack(to: undoMark)
+            throw error
+        }
+        lastCommitID += 1
+        seq += 1
+        guard !memoryOnly else { return }
+        if pending.isEmpty {
+            pendingFirstCommit = lastCommitID
+            seqBeforePending = seq - 1
+        }
+        let payload = JSON.array(tx.changes.map(\.json)).bytes
+        RecordFraming.append(seq: seq, payload: payload, to: &pending)
+    }
+
+    /// Applies one change; returns how to undo it.
+    @discardableResult
+    private func apply(_ change: Change) throws(StoreError) -> Undo {
+        switch change {
+        case .put(let name, let user, let key, let value):
+            guard let table = tables[name] else { throw StoreError.corrupt("unknown table \(name)") }
+            let old = try table.put(user: user, key: key, value: value)
+            return .row(table: table, user: user, key: key, old: old)
+        case .delete(let name, let user, let key):
+            guard let table = tables[name] else { throw StoreError.corrupt("unknown table \(name)") }
+            return .row(table: table, user: user, key: key, old: table.delete(user: user, key: key))
+        case .deleteUser(let user):
+            var removed: [(AnyTable, [String: JSON])] = []
+            for name in tableOrder {
+                let table = tables[name]!
+                let rows = table.removeUser(user)
+                if !rows.isEmpty { removed.append((table, rows)) }
+            }
+            return .user(user: user, rows: removed)
+        }
+    }
+
+    private func rollBack(to mark: Int) {
+        while undo.count > mark {
+            switch undo.removeLast() {
+            case .row(let table, let user, let key, let old):
+                if let old { _ = try? table.put(user: user, key: key, value: old) } else { _ = table.delete(user: user, key: key) }
+            case .user(let user, let rows):
+                for (table, stored) in rows { table.restoreUser(user, stored) }
+            }
+        }
+    }
+
+    /// Writes queued records to the log and syncs them as `--fsync` says. A failed write undoes every
+    /// queued transaction (memory is as before them) and reports their commit ids; a failed fsync is fatal.
+    public func flush() -> FlushOutcome {
+        defer { failedCommits.removeAll() }
+        var outcome = FlushOutcome()
+        if !pending.isEmpty { writePending() }
+        outcome.failedCommits = failedCommits
+        if let failure = segment.withLock({ $0.syncFailed }) {
+            refuseWrites = "fsync failed: \(failure)"
+            outcome.fatal = true
+        }
+        return outcome
+    }
+
+    private func writePending() {
+        let count = pending.count
+        let failure: String? = segment.withLock { s in
+            if let limit = options.failAppendsBeyondBytes, logBytesWritten + count > limit {
+                return FileIO.describe(ENOSPC)
+            }
+            let error = pending.withUnsafeBytes { FileIO.writeAll(s.fd, $0) }
+            if let error {
+                _ = ftruncate(s.fd, off_t(s.size))  // leave no partial record behind
+                return FileIO.describe(error)
+            }
+            s.size += count
+            switch options.fsync {
+            case .always:
+                if fdatasync(s.fd) != 0 { s.syncFailed = FileIO.describe(errno) }
+            case .everysec:
+                s.dirty = true
+            case .never:
+                break
+            }
+            return nil
+        }
+        if let failure {
+            log("log write failed (\(failure)); \(lastCommitID - pendingFirstCommit + 1) write(s) undone and answered -32050")
+            rollBack(to: 0)
+            failedCommits.append(pendingFirstCommit...lastCommitID)
+            seq = seqBeforePending
+        } else {
+            logBytesWritten += count
+            recordsSinceSnapshot += Int(seq - seqBeforePending)
+            if firstChangeSinceSnapshot == nil { firstChangeSinceSnapshot = clock.now() }
+        }
+        pending.removeAll(keepingCapacity: true)
+        undo.removeAll(keepingCapacity: true)
+        if failure == nil, segment.withLock({ $0.size }) >= options.segmentBytes { rotate() }
+    }
+
+    /// Starts a new segment at the next sequence number (syncing the old one first).
+    private func rotate() {
+        guard let dir = options.dataDir else { return }
+        let synced = segment.withLock { s -> Bool in
+            if s.dirty || options.fsync != .never {
+                if fdatasync(s.fd) != 0 { s.syncFailed = FileIO.describe(errno); return false }
+                s.dirty = false
+            }
+            return true
+        }
+        guard synced else { return }
+        do {
+            try openSegment(dir: dir, name: StoreFiles.segmentName(firstSeq: seq + 1), create: true)
+        } catch {
+            log("cannot start a new log segment: \(error); continuing in the current one")
+        }
+    }
+
+    private func startSyncer() {
+        let stop = Locked(false)
+        syncerStop = stop
+        let segment = self.segment
+        spawnThread {
+            while true {
+                usleep(200_000)
+                if stop.withLock({ $0 }) { return }
+                segment.withLock { s in
+                    guard s.dirty, s.syncFailed == nil else { return }
+                    if fdatasync(s.fd) != 0 { s.syncFailed = FileIO.describe(errno) }
+                    s.dirty = false
+                }
+            }
+        }
+    }
+
+    // MARK: Snapshots
+
+    /// Sizes and times for `kernel.info`.
+    public var durability: (walBytes: Int, lastSnapshotAt: Timestamp?) {
+        (logBytesWritten, snapshotState.withLock { $0.lastAt })
+    }
+
+    /// Takes a snapshot now and returns once it is durable (queued writes are flushed first).
+    public func snapshot() throws(StoreError) -> SnapshotInfo {
+        guard let dir = options.dataDir else { throw StoreError.unavailable("a memory-only kernel keeps no snapshots") }
+        if let refuseWrites { throw StoreError.unavailable(refuseWrites) }
+        if !pending.isEmpty {
+            let before = failedCommits.count
+            writePending()
+            if failedCommits.count > before { throw StoreError.unavailable("the log could not be written") }
+        }
+        waitForSnapshotWriter()
+        let job = prepareSnapshot(dir: dir)
+        let info = job()
+        if let failure = snapshotState.withLock({ $0.failure }) { throw StoreError.unavailable(failure) }
+        return info
+    }
+
+    /// Starts a background snapshot when enough records or time have passed since the last one.
+    public func snapshotIfDue() {
+        guard let dir = options.dataDir, refuseWrites == nil, pending.isEmpty, recordsSinceSnapshot > 0 else { return }
+        let byCount = recordsSinceSnapshot >= options.snapshotEveryRecords
+        let byTime = options.snapshotEverySeconds > 0 && firstChangeSinceSnapshot.map {
+            clock.now().milliseconds - $0.milliseconds >= Int64(options.snapshotEverySeconds) * 1000
+        } ?? false
+        guard byCount || byTime else { return }
+        guard !snapshotState.withLock({ $0.running }) else { return }
+        let job = prepareSnapshot(dir: dir)
+        spawnThread { _ = job() }
+    }
+
+    /// Freezes the tables and starts a new segment, so the snapshot covers exactly the older segments;
+    /// returns the work that writes the file, which may run on another thread.
+    private func prepareSnapshot(dir: String) -> @Sendable () -> SnapshotInfo {
+        snapshotState.withLock {
+            $0.running = true
+            $0.failure = nil
+        }
+        rotate()
+        let snapSeq = seq
+        let frozen = tableOrder.map { tables[$0]!.freeze() }
+        let obsoleteSegments = StoreFiles.list(dir).segments.filter { $0.firstSeq <= snapSeq }.map(\.name)
+        recordsSinceSnapshot = 0
+        firstChangeSinceSnapshot = nil
+        let createdAt = clock.now()
+        let state = snapshotState
+        let log = self.log
+        return {
+            let started = monotonicMicros()
+            let bytes = StoreFiles.encodeSnapshot(seq: snapSeq, createdAt: createdAt.description, tables: frozen)
+            let name = StoreFiles.snapshotName(seq: snapSeq)
+            let failure = Self.writeDurably(dir: dir, name: name, bytes: bytes)
+            let info = SnapshotInfo(seq: snapSeq, bytes: bytes.count, durationMs: Int((monotonicMicros() - started) / 1000))
+            if let failure {
+                log("snapshot failed: \(failure); the log still holds everything")
+            } else {
+                // Only now that the new snapshot is durable do older snapshots and covered segments go.
+                for old in StoreFiles.list(dir).snapshots where old.seq < snapSeq { unlink(dir + "/" + old.name) }
+                for old in obsoleteSegments { unlink(dir + "/" + old) }
+                _ = FileIO.fsyncDirectory(dir)
+            }
+            state.withLock {
+                $0.running = false
+                $0.failure = failure
+                if failure == nil {
+                    $0.last = info
+                    $0.lastAt = createdAt
+                }
+            }
+            return info
+        }
+    }
+
+    /// Writes `bytes` to `dir/name` through a temp file, fsync, rename and folder fsync.
+    static func writeDurably(dir: String, name: String, bytes: [UInt8]) -> String? {
+        let tmp = dir + "/" + name + ".tmp"
+        let fd = Glibc.open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { return "cannot create \(tmp): \(FileIO.describe(errno))" }
+        let error = bytes.withUnsafeBytes { FileIO.writeAll(fd, $0) }
+        let synced = error == nil && fsync(fd) == 0
+        Glibc.close(fd)
+        guard error == nil, synced else {
+            unlink(tmp)
+            return "cannot write \(tmp): \(FileIO.describe(error ?? errno))"
+        }
+        guard rename(tmp, dir + "/" + name) == 0 else {
+            unlink(tmp)
+            return "cannot rename \(tmp): \(FileIO.describe(errno))"
+        }
+        return FileIO.fsyncDirectory(dir).map { "cannot sync \(dir): \(FileIO.describe($0))" }
+    }
+
+    private func waitForSnapshotWriter() {
+        while snapshotState.withLock({ $0.running }) { usleep(1000) }
+    }
+
+    /// Clean shutdown: flush, wait for a running snapshot, take a final one, release the lock.
+    public func shutdown() {
+        guard options.dataDir != nil else { return }
+        let outcome = flush()
+        waitForSnapshotWriter()
+        if !outcome.fatal, refuseWrites == nil, recordsSinceSnapshot > 0 {
+            do {
+                _ = try snapshot()
+            } catch {
+                log("final snapshot failed: \(error); the log still holds everything")
+            }
+        }
+        syncerStop?.withLock { $0 = true }
+        let fd = segment.withLock { s -> Int32 in
+            if s.dirty { _ = fdatasync(s.fd) }
+            let fd = s.fd
+            s.fd = -1
+            return fd
+        }
+        if fd >= 0 { Glibc.close(fd) }
+        DataDirLock.release(lockFD)
+        lockFD = -1
+    }
+}

@@ -1,0 +1,175 @@
+import JSON
+
+/// A row type a table stores: it round-trips through JSON, the form the log and snapshots keep.
+public protocol StoredRow: Sendable, Equatable {
+    /// Decodes a stored row; throws when the stored form is not a valid row (damage or a format bug).
+    init(stored: JSON) throws(StoreError)
+    /// The stored form.
+    var stored: JSON { get }
+}
+
+/// One change a transaction makes: the effect, never the input, so replay gives the same state whatever the clock says.
+public enum Change: Sendable, Equatable {
+    /// Sets row `key` of `user` in `table`.
+    case put(table: String, user: String, key: String, value: JSON)
+    /// Removes row `key` of `user` in `table` (nothing if absent).
+    case delete(table: String, user: String, key: String)
+    /// Removes every row of `user` in every table.
+    case deleteUser(user: String)
+
+    /// The log form: `["p", table, user, key, value]`, `["d", table, user, key]`, `["u", user]`.
+    public var json: JSON {
+        switch self {
+        case .put(let t, let u, let k, let v): return ["p", .string(t), .string(u), .string(k), v]
+        case .delete(let t, let u, let k): return ["d", .string(t), .string(u), .string(k)]
+        case .deleteUser(let u): return ["u", .string(u)]
+        }
+    }
+
+    /// Reads the log form.
+    public init(json: JSON) throws(StoreError) {
+        guard case .array(let a) = json, let op = a.first?.stringValue else { throw StoreError.corrupt("change is not an array") }
+        func str(_ i: Int) throws(StoreError) -> String {
+            guard i < a.count, let s = a[i].stringValue else { throw StoreError.corrupt("change field \(i) is not a string") }
+            return s
+        }
+        switch (op, a.count) {
+        case ("p", 5): self = .put(table: try str(1), user: try str(2), key: try str(3), value: a[4])
+        case ("d", 4): self = .delete(table: try str(1), user: try str(2), key: try str(3))
+        case ("u", 2): self = .deleteUser(user: try str(1))
+        default: throw StoreError.corrupt("unknown change \(op)")
+        }
+    }
+}
+
+/// What the store's tables have in common, with the row type erased: applying changes, undoing them,
+/// and freezing a consistent image for a snapshot.
+protocol AnyTable: AnyObject {
+    var name: String { get }
+    var rowCount: Int { get }
+    /// Applies a put; returns the previous stored value (for undo).
+    func put(user: String, key: String, value: JSON) throws(StoreError) -> JSON?
+    /// Applies a delete; returns the previous stored value.
+    func delete(user: String, key: String) -> JSON?
+    /// Removes a user's rows; returns them (for undo).
+    func removeUser(_ user: String) -> [String: JSON]
+    /// Puts back what `removeUser` returned.
+    func restoreUser(_ user: String, _ rows: [String: JSON])
+    /// A copy-on-write image of every row, safe to read on another thread.
+    func freeze() -> FrozenTable
+    /// Drops everything (before loading a snapshot).
+    func clear()
+}
+
+/// A table's rows at one instant, as the snapshot writer reads them on its own thread.
+struct FrozenTable: Sendable {
+    let name: String
+    let rowCount: Int
+    /// Calls `body(user, key, storedValue)` for every row.
+    let forEachRow: @Sendable ((String, String, JSON) -> Void) -> Void
+}
+
+/// A table of typed rows, partitioned by user: reads are direct, writes go through a `Transaction`.
+public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
+    /// The table's name in the log and snapshots (`domain.things`).
+    public let name: String
+    private var rows: [String: [String: Row]] = [:]
+    public private(set) var rowCount = 0
+
+    init(name: String) {
+        self.name = name
+    }
+
+    /// Row `key` of `user`.
+    public func get(user: String, key: String) -> Row? {
+        rows[user]?[key]
+    }
+
+    /// Every row of `user`, by key.
+    public func rows(of user: String) -> [String: Row] {
+        rows[user] ?? [:]
+    }
+
+    /// How many users have rows.
+    public var userCount: Int { rows.count }
+
+    func put(user: String, key: String, value: JSON) throws(StoreError) -> JSON? {
+        let row = try Row(stored: value)
+        let old = rows[user, default: [:]].updateValue(row, forKey: key)
+        if old == nil { rowCount += 1 }
+        return old?.stored
+    }
+
+    func delete(user: String, key: String) -> JSON? {
+        guard let old = rows[user]?.removeValue(forKey: key) else { return nil }
+        rowCount -= 1
+        if rows[user]?.isEmpty == true { rows[user] = nil }
+        return old.stored
+    }
+
+    func removeUser(_ user: String) -> [String: JSON] {
+        guard let mine = rows.removeValue(forKey: user) else { return [:] }
+        rowCount -= mine.count
+        return mine.mapValues(\.stored)
+    }
+
+    func restoreUser(_ user: String, _ stored: [String: JSON]) {
+        for (key, value) in stored { _ = try? put(user: user, key: key, value: value) }
+    }
+
+    func freeze() -> FrozenTable {
+        let image = rows
+        return FrozenTable(name: name, rowCount: rowCount) { body in
+            for (user, mine) in image {
+                for (key, row) in mine { body(user, key, row.stored) }
+            }
+        }
+    }
+
+    func clear() {
+        rows = [:]
+        rowCount = 0
+    }
+}
+
+/// A request's changes, applied all together or not at all.
+public struct Transaction: Sendable {
+    /// The changes, in order.
+    public private(set) var changes: [Change] = []
+
+    /// An empty transaction.
+    public init() {}
+
+    /// Sets a row.
+    public mutating func put<Row: StoredRow>(_ table: Table<Row>, user: String, key: String, _ row: Row) {
+        changes.append(.put(table: table.name, user: user, key: key, value: row.stored))
+    }
+
+    /// Removes a row.
+    public mutating func delete<Row: StoredRow>(_ table: Table<Row>, user: String, key: String) {
+        changes.append(.delete(table: table.name, user: user, key: key))
+    }
+
+    /// Removes every row of a user in every table.
+    public mutating func deleteUser(_ user: String) {
+        changes.append(.deleteUser(user: user))
+    }
+
+    /// Whether there is nothing to commit.
+    public var isEmpty: Bool { changes.isEmpty }
+}
+
+/// Why the store could not do something.
+public enum StoreError: Error, Equatable, CustomStringConvertible {
+    /// Writing failed (disk full, I/O error): nothing was applied.
+    case unavailable(String)
+    /// Stored data does not decode.
+    case corrupt(String)
+
+    public var description: String {
+        switch self {
+        case .unavailable(let m): return "storage unavailable: \(m)"
+        case .corrupt(let m): return "corrupt data: \(m)"
+        }
+    }
+}
