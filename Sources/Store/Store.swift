@@ -158,6 +158,16 @@ public final class Store: @unchecked Sendable {
         guard let dir = options.dataDir else { return }
         if let e = FileIO.makeDirectories(dir) { throw .io("cannot create data dir \(dir): \(FileIO.describe(e))") }
         lockFD = try DataDirLock.acquire(dir)
+        do {
+            try recover(dir)
+        } catch {
+            DataDirLock.release(lockFD)  // a refused start leaves the data dir free for `store repair`
+            lockFD = -1
+            throw error
+        }
+    }
+
+    private func recover(_ dir: String) throws(StoreOpenError) {
         let listing = StoreFiles.list(dir)
         for leftover in listing.leftovers { unlink(dir + "/" + leftover) }
         let scan: DataDirScan
@@ -468,6 +478,20 @@ public final class Store: @unchecked Sendable {
 
     private func waitForSnapshotWriter() {
         while snapshotState.withLock({ $0.running }) { usleep(1000) }
+    }
+
+    /// Stops the way a crash would, without flushing or a final snapshot: closes the log and releases
+    /// the lock. For tests of recovery.
+    public func abandon() {
+        syncerStop?.withLock { $0 = true }
+        let fd = segment.withLock { s -> Int32 in
+            let fd = s.fd
+            s.fd = -1
+            return fd
+        }
+        if fd >= 0 { Glibc.close(fd) }
+        DataDirLock.release(lockFD)
+        lockFD = -1
     }
 
     /// Clean shutdown: flush, wait for a running snapshot, take a final one, release the lock.

@@ -1,0 +1,258 @@
+import Foundation
+import JSON
+import Testing
+
+/// A kernel process whose stdin and stdout the test drives through raw file descriptors.
+final class LiveKernel: @unchecked Sendable {
+    let process = Process()
+    let input: Int32
+    let output: Int32
+    private var buffer: [UInt8] = []
+
+    init(_ arguments: [String]) throws {
+        signal(SIGPIPE, SIG_IGN)  // a killed kernel must show up as EPIPE here, not kill the test runner
+        process.executableURL = URL(fileURLWithPath: Paths.binary)
+        process.arguments = arguments
+        let stdin = Pipe(), stdout = Pipe()
+        process.standardInput = stdin
+        process.standardOutput = stdout
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        input = stdin.fileHandleForWriting.fileDescriptor
+        output = stdout.fileHandleForReading.fileDescriptor
+    }
+
+    /// Writes lines; false once the kernel is gone.
+    @discardableResult
+    func send(_ lines: [String]) -> Bool {
+        let bytes = Array(lines.map { $0 + "\n" }.joined().utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeBytes { write(input, $0.baseAddress! + offset, $0.count - offset) }
+            if n <= 0 { return false }
+            offset += n
+        }
+        return true
+    }
+
+    /// The next complete response line, or nil at EOF.
+    func readLine() -> JSON? {
+        while true {
+            if let nl = buffer.firstIndex(of: 0x0A) {
+                let line = Array(buffer[..<nl])
+                buffer.removeSubrange(...nl)
+                return try? JSON.parse(line)
+            }
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            let n = chunk.withUnsafeMutableBytes { read(output, $0.baseAddress, $0.count) }
+            if n <= 0 { return nil }
+            buffer += chunk[0..<n]
+        }
+    }
+
+    /// One request, one response.
+    func call(_ method: String, _ params: JSON = [:], id: Int = 1) -> JSON? {
+        send([JSON.object(JSONObject([("jsonrpc", "2.0"), ("id", .int(Int64(id))), ("method", .string(method)), ("params", params)])).serialized])
+        return readLine()
+    }
+
+    func closeInput() { close(input) }
+
+    func kill9() { kill(process.processIdentifier, SIGKILL) }
+
+    /// Waits for exit (killing it after `seconds`); returns the exit status, or nil if it had to be killed.
+    func finish(seconds: Double = 30) -> Int32? {
+        let exited = waitForExit(process, seconds: seconds)
+        close(output)
+        return exited && process.terminationReason == .exit ? process.terminationStatus : nil
+    }
+}
+
+func temporaryDirectory(_ tag: String) -> String {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("hk-\(tag)-\(UUID().uuidString)").path
+    try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+/// Reads test.dump: key -> (a, b).
+func dump(_ k: LiveKernel) -> [String: (String?, String?)]? {
+    guard let rows = k.call("test.dump", id: 0)?["result"]?["rows"]?.arrayValue else { return nil }
+    var out: [String: (String?, String?)] = [:]
+    for row in rows { out[row["key"]!.stringValue!] = (row["a"]?.stringValue, row["b"]?.stringValue) }
+    return out
+}
+
+@Suite(.serialized) struct DurabilityTests {
+    func serve(_ dir: String, _ extra: [String] = []) -> [String] {
+        ["serve", "--data-dir", dir, "--enable-test-methods", "--log-level", "error"] + extra
+    }
+
+    /// Kills the kernel with SIGKILL at random moments under a pipelined write load, 200 times, and
+    /// checks after every restart that each acknowledged write is there and no request is half-applied.
+    @Test func crashTestLosesNoAcknowledgedWrite() throws {
+        let dir = temporaryDirectory("crash")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var acknowledged: [String: String] = [:]
+        var sent: [String: String] = [:]
+        var rng = SystemRandomNumberGenerator()
+        var kills = 0
+        for round in 0..<200 {
+            let k = try LiveKernel(serve(dir, ["--snapshot-every-records", "300"]))
+            guard let rows = dump(k) else {
+                Issue.record("round \(round): the kernel did not come back")
+                k.kill9()
+                _ = k.finish()
+                break
+            }
+            for (key, value) in acknowledged where rows[key]?.0 != value || rows[key]?.1 != value {
+                Issue.record("round \(round): acknowledged write \(key)=\(value) lost: \(String(describing: rows[key]))")
+            }
+            for (key, pair) in rows {
+                if pair.0 != pair.1 { Issue.record("round \(round): \(key) half-applied: \(pair)") }
+                if sent[key] != pair.0 { Issue.record("round \(round): \(key) holds a value never sent") }
+            }
+            let lines = (0..<120).map { i -> String in
+                let key = "r\(round)-\(i)"
+                let value = "v\(round)-\(i)-" + String(repeating: "x", count: Int.random(in: 0...200, using: &rng))
+                sent[key] = value
+                return #"{"jsonrpc":"2.0","id":"\#(key)","method":"test.write","params":{"key":"\#(key)","value":"\#(value)"}}"#
+            }
+            let delay = UInt32.random(in: 0...25_000, using: &rng)
+            let killer = Thread {
+                usleep(delay)
+                k.kill9()
+            }
+            let writer = Thread { k.send(lines) }
+            writer.start()
+            killer.start()
+            while let response = k.readLine() {
+                if let key = response["id"]?.stringValue, response["result"] != nil { acknowledged[key] = sent[key] }
+            }
+            _ = k.finish()
+            kills += 1
+        }
+        #expect(kills == 200)
+        #expect(acknowledged.count > 0)
+        let k = try LiveKernel(serve(dir))
+        let rows = dump(k) ?? [:]
+        for (key, value) in acknowledged where rows[key]?.0 != value { Issue.record("final: \(key) lost") }
+        k.closeInput()
+        #expect(k.finish() == 0)
+        #expect(try runBinary(["store", "verify", "--data-dir", dir]).status == 0)
+    }
+
+    @Test func writesSurviveRestartAndCleanShutdownSnapshots() throws {
+        let dir = temporaryDirectory("restart")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let writes = (0..<50).map { #"{"jsonrpc":"2.0","id":\#($0),"method":"test.write","params":{"key":"k\#($0)","value":"v\#($0)"}}"# }
+        let first = try runBinary(serve(dir), input: stream(writes))
+        #expect(first.status == 0)
+        #expect(try first.responses().allSatisfy { $0["result"] != nil })
+        let listing = try FileManager.default.contentsOfDirectory(atPath: dir)
+        #expect(listing.contains { $0.hasPrefix("snapshot-") })
+        let second = try runBinary(serve(dir), input: stream([
+            #"{"jsonrpc":"2.0","id":1,"method":"test.dump"}"#,
+            #"{"jsonrpc":"2.0","id":2,"method":"kernel.info"}"#,
+            #"{"jsonrpc":"2.0","id":3,"method":"kernel.snapshot"}"#,
+        ]))
+        let r = try second.responses()
+        #expect(r[0]["result"]?["rows"]?.arrayValue?.count == 50)
+        #expect(r[1]["result"]?["durability"]?["fsync"] == "always")
+        #expect(r[1]["result"]?["durability"]?["dataDir"] == .string(dir))
+        #expect(r[1]["result"]?["durability"]?["lastSnapshotAt"]?.stringValue != nil)
+        #expect(r[1]["result"]?["counts"]?["records"] == 100)
+        #expect(r[2]["result"]?["seq"] == 50)
+    }
+
+    @Test func secondKernelOnTheSameDirFailsNamingThePid() throws {
+        let dir = temporaryDirectory("lock")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let k = try LiveKernel(serve(dir))
+        #expect(k.call("kernel.info")?["result"] != nil)
+        let second = try runBinary(["call", "kernel.info", "--data-dir", dir])
+        #expect(second.status == 4)
+        #expect(second.stderrText.contains("pid \(k.process.processIdentifier)"))
+        let serve2 = try runBinary(serve(dir), input: stream([#"{"jsonrpc":"2.0","id":1,"method":"kernel.info"}"#]))
+        #expect(serve2.status == 4)
+        #expect(serve2.stdoutText.isEmpty)
+        k.closeInput()
+        #expect(k.finish() == 0)
+        #expect(try runBinary(["call", "kernel.info", "--data-dir", dir]).status == 0)
+    }
+
+    @Test func damagedLogStopsStartUpUntilRepaired() throws {
+        let dir = temporaryDirectory("damage")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let k = try LiveKernel(serve(dir))
+        for i in 0..<5 { #expect(k.call("test.write", ["key": .string("k\(i)"), "value": "v"], id: i)?["result"] != nil) }
+        k.kill9()
+        _ = k.finish()
+        let segment = try #require(try FileManager.default.contentsOfDirectory(atPath: dir).first { $0.hasPrefix("wal-") })
+        let path = dir + "/" + segment
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        bytes[40] ^= 0xFF  // inside the first record
+        try bytes.write(to: URL(fileURLWithPath: path))
+        let refused = try runBinary(serve(dir), input: stream([#"{"jsonrpc":"2.0","id":1,"method":"kernel.info"}"#]))
+        #expect(refused.status == 3)
+        #expect(refused.stdoutText.isEmpty)
+        #expect(refused.stderrText.contains(segment) && refused.stderrText.contains("byte"))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == bytes, "a refused start changed the log")
+        #expect(try runBinary(["store", "verify", "--data-dir", dir]).status == 3)
+        let repair = try runBinary(["store", "repair", "--data-dir", dir])
+        #expect(repair.status == 0)
+        #expect(try runBinary(["store", "verify", "--data-dir", dir]).status == 0)
+        let export = try runBinary(["store", "export", "--data-dir", dir])
+        #expect(export.status == 0)
+        let restarted = try runBinary(serve(dir), input: stream([#"{"jsonrpc":"2.0","id":1,"method":"kernel.info"}"#]))
+        #expect(restarted.status == 0)
+    }
+
+    /// A full disk: writes are answered -32050, nothing of them is applied, reads keep working, and
+    /// everything acknowledged before survives a restart. Uses a 1 MiB tmpfs when this process may
+    /// mount one (root), else the kernel's test hook that fails appends past a size.
+    @Test func fullDiskAnswersStorageUnavailableAndLosesNothing() throws {
+        let dir = temporaryDirectory("enospc")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let mounted = getuid() == 0
+            && (try? runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", dir])) == 0
+        defer { if mounted { _ = try? runProcess("/bin/umount", [dir]) } }
+        let hook = mounted ? [] : ["--fail-log-appends-beyond-bytes", "1000000"]
+        let k = try LiveKernel(serve(dir, hook + ["--snapshot-every-records", "1000000"]))
+        let big = String(repeating: "z", count: 8192)
+        var acknowledged: [String] = []
+        var refused = 0
+        for i in 0..<200 {
+            let r = k.call("test.write", ["key": .string("k\(i)"), "value": .string(big)], id: i)
+            if r?["result"] != nil {
+                acknowledged.append("k\(i)")
+            } else {
+                #expect(r?["error"]?["code"] == -32050)
+                #expect(r?["error"]?["data"]?["reason"] == "storage_unavailable")
+                refused += 1
+                if refused == 3 { break }
+            }
+        }
+        #expect(refused == 3, "the disk never filled up")
+        let rows = dump(k) ?? [:]  // reads still work
+        #expect(Set(rows.keys) == Set(acknowledged))
+        k.kill9()
+        _ = k.finish()
+        let again = try LiveKernel(serve(dir, hook))
+        let after = dump(again) ?? [:]
+        #expect(Set(after.keys) == Set(acknowledged))
+        again.kill9()
+        _ = again.finish()
+    }
+}
+
+/// Runs a program to completion and returns its exit status.
+func runProcess(_ path: String, _ arguments: [String]) throws -> Int32 {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: path)
+    p.arguments = arguments
+    p.standardOutput = FileHandle.nullDevice
+    p.standardError = FileHandle.nullDevice
+    try p.run()
+    p.waitUntilExit()
+    return p.terminationStatus
+}

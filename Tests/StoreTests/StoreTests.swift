@@ -1,0 +1,321 @@
+import Chrono
+import Foundation
+import JSON
+import Testing
+@testable import Store
+
+struct Note: StoredRow {
+    let text: String
+    init(_ text: String) { self.text = text }
+    init(stored: JSON) throws(StoreError) {
+        guard let t = stored["t"]?.stringValue else { throw StoreError.corrupt("no t") }
+        text = t
+    }
+    var stored: JSON { ["t": .string(text)] }
+}
+
+struct FixedClock: Clock {
+    let ms: Int64
+    func now() -> Timestamp { Timestamp(milliseconds: ms) }
+}
+
+final class Messages: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [String] = []
+    func add(_ s: String) { lock.withLock { items.append(s) } }
+    var all: [String] { lock.withLock { items } }
+}
+
+/// A store over a fresh temp dir (or `dir`), with one table `notes`.
+final class Harness {
+    let dir: String
+    let store: Store
+    let notes: Table<Note>
+    let messages = Messages()
+
+    init(dir: String? = nil, configure: (inout StoreOptions) -> Void = { _ in }, clockMs: Int64 = 1_000) throws {
+        let d = dir ?? FileManager.default.temporaryDirectory.appendingPathComponent("hk-store-\(UUID().uuidString)").path
+        self.dir = d
+        var options = StoreOptions(dataDir: d)
+        options.fsync = .never
+        configure(&options)
+        let messages = self.messages
+        store = Store(options: options, clock: FixedClock(ms: clockMs), log: { messages.add($0) })
+        notes = store.table("notes", of: Note.self)
+        try store.open()
+    }
+
+    /// Commits one transaction writing `key` for two users.
+    func write(_ key: String, _ text: String) throws {
+        var tx = Transaction()
+        tx.put(notes, user: "u1", key: key, Note(text))
+        tx.put(notes, user: "u2", key: key, Note(text))
+        try store.commit(tx)
+    }
+
+    var contents: [String: String] {
+        var out: [String: String] = [:]
+        for user in ["u1", "u2"] {
+            for (k, v) in notes.rows(of: user) { out["\(user)/\(k)"] = v.text }
+        }
+        return out
+    }
+
+    var segmentPath: String { dir + "/" + StoreFiles.list(dir).segments.last!.name }
+}
+
+func reopenError(_ dir: String) -> StoreOpenError? {
+    do {
+        let h = try Harness(dir: dir)
+        h.store.abandon()
+        return nil
+    } catch let e as StoreOpenError {
+        return e
+    } catch {
+        return nil
+    }
+}
+
+@Suite struct CRCTests {
+    @Test func knownVectors() {
+        #expect(CRC32C.checksum(Array("123456789".utf8)) == 0xE306_9283)
+        #expect(CRC32C.checksum([]) == 0)
+        let long = (0..<1000).map { UInt8(truncatingIfNeeded: $0 * 7) }
+        let whole = CRC32C.checksum(long)
+        let split = long.withUnsafeBytes { raw in
+            CRC32C.update(CRC32C.update(0, UnsafeRawBufferPointer(rebasing: raw[0..<333])), UnsafeRawBufferPointer(rebasing: raw[333...]))
+        }
+        #expect(whole == split)
+    }
+}
+
+@Suite struct FramingTests {
+    @Test func roundTripAndEveryCorruptionIsCaught() {
+        var bytes: [UInt8] = []
+        RecordFraming.append(seq: 7, payload: Array("[1,2,3]".utf8), to: &bytes)
+        guard case .success(let r) = RecordFraming.read(bytes, at: 0) else {
+            Issue.record("did not read back")
+            return
+        }
+        #expect(r.seq == 7 && Array(r.payload) == Array("[1,2,3]".utf8) && r.end == bytes.count)
+        for i in bytes.indices {
+            var damaged = bytes
+            damaged[i] ^= 0x40
+            guard case .failure = RecordFraming.read(damaged, at: 0) else {
+                Issue.record("flipping byte \(i) went unnoticed")
+                continue
+            }
+        }
+        for cut in 0..<bytes.count {
+            guard case .failure(let e) = RecordFraming.read(Array(bytes[0..<cut]), at: 0) else {
+                Issue.record("truncation at \(cut) went unnoticed")
+                continue
+            }
+            #expect(e.damage == .truncated || e.damage == .badHeader)
+        }
+    }
+}
+
+@Suite struct StoreTests {
+    @Test func writesSurviveACrashAndReplayTheSame() throws {
+        let h = try Harness()
+        for i in 0..<20 { try h.write("k\(i)", "v\(i)") }
+        #expect(h.store.flush().failedCommits.isEmpty)
+        let before = h.contents
+        h.store.abandon()
+        // Replay under another clock gives the same state: the log holds effects, not inputs.
+        let again = try Harness(dir: h.dir, clockMs: 9_999_999)
+        #expect(again.contents == before)
+        #expect(again.store.seq == 20)
+        again.store.abandon()
+    }
+
+    @Test func unflushedWritesAreNotInTheLog() throws {
+        let h = try Harness()
+        try h.write("a", "1")
+        _ = h.store.flush()
+        try h.write("b", "2")  // never flushed: never acknowledged
+        h.store.abandon()
+        let again = try Harness(dir: h.dir)
+        #expect(again.contents == ["u1/a": "1", "u2/a": "1"])
+        again.store.abandon()
+    }
+
+    @Test func tornTailIsCutAtEveryByteOffsetOfTheLastRecord() throws {
+        let h = try Harness()
+        for i in 0..<4 { try h.write("k\(i)", "v\(i)") }
+        _ = h.store.flush()
+        let sizeBefore = FileIO.size(h.segmentPath)!
+        try h.write("last", "x")
+        _ = h.store.flush()
+        let path = h.segmentPath
+        h.store.abandon()
+        let full = try #require(FileIO.readAll(path))
+        let expected = (0..<4).reduce(into: [String: String]()) { d, i in d["u1/k\(i)"] = "v\(i)"; d["u2/k\(i)"] = "v\(i)" }
+        for cut in sizeBefore..<full.count {
+            let copy = FileManager.default.temporaryDirectory.appendingPathComponent("hk-torn-\(UUID().uuidString)").path
+            try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(atPath: copy) }
+            try Data(full[0..<cut]).write(to: URL(fileURLWithPath: copy + "/" + (path as NSString).lastPathComponent))
+            let r = try Harness(dir: copy)
+            #expect(r.contents == expected, "cut at \(cut)")
+            #expect(r.store.seq == 4)
+            #expect(cut == sizeBefore || r.messages.all.contains { $0.contains("torn record at byte \(sizeBefore)") }, "cut at \(cut)")
+            // The log goes on cleanly after the cut.
+            try r.write("after", "y")
+            _ = r.store.flush()
+            r.store.abandon()
+            let r2 = try Harness(dir: copy)
+            #expect(r2.contents["u1/after"] == "y" && r2.store.seq == 5, "cut at \(cut)")
+            r2.store.abandon()
+        }
+    }
+
+    @Test func damageInTheMiddleRefusesToStartAndRepairKeepsWhatCameBefore() throws {
+        let h = try Harness()
+        for i in 0..<5 {
+            try h.write("k\(i)", "v\(i)")
+            _ = h.store.flush()
+        }
+        let path = h.segmentPath
+        h.store.abandon()
+        var bytes = try #require(FileIO.readAll(path))
+        // Find the third record and flip a payload byte.
+        var offset = StoreFiles.walMagic.count
+        for _ in 0..<2 {
+            guard case .success(let r) = RecordFraming.read(bytes, at: offset) else { Issue.record("bad fixture"); return }
+            offset = r.end
+        }
+        bytes[offset + RecordFraming.headerSize + 3] ^= 0x01
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        guard case .damaged(let damage)? = reopenError(h.dir) else {
+            Issue.record("a damaged log was accepted")
+            return
+        }
+        #expect(damage.offset == offset)
+        #expect(damage.file == (path as NSString).lastPathComponent)
+        #expect(StoreTool.verify(h.dir).status == StoreTool.damagedExitStatus)
+        #expect(bytes == FileIO.readAll(path), "refusing to start changed the file")
+        let actions = try StoreTool.repair(h.dir)
+        #expect(!actions.isEmpty)
+        #expect(StoreTool.verify(h.dir).status == 0)
+        let repaired = try Harness(dir: h.dir)
+        #expect(repaired.contents == ["u1/k0": "v0", "u2/k0": "v0", "u1/k1": "v1", "u2/k1": "v1"])
+        repaired.store.abandon()
+        #expect(FileManager.default.fileExists(atPath: path + ".broken"))
+    }
+
+    @Test func snapshotsRetireCoveredSegmentsAndRecoveryUsesBoth() throws {
+        let h = try Harness()
+        for i in 0..<3 { try h.write("k\(i)", "v\(i)") }
+        let info = try h.store.snapshot()
+        #expect(info.seq == 3 && info.bytes > 0)
+        for i in 3..<5 { try h.write("k\(i)", "v\(i)") }
+        _ = h.store.flush()
+        let before = h.contents
+        h.store.abandon()
+        let listing = StoreFiles.list(h.dir)
+        #expect(listing.snapshots.map(\.seq) == [3])
+        #expect(listing.segments.map(\.firstSeq) == [4])
+        let again = try Harness(dir: h.dir)
+        #expect(again.contents == before)
+        #expect(again.store.seq == 5)
+        again.store.abandon()
+    }
+
+    @Test func damagedSnapshotRefusesToStart() throws {
+        let h = try Harness()
+        try h.write("k", "v")
+        _ = try h.store.snapshot()
+        h.store.abandon()
+        let snap = h.dir + "/" + StoreFiles.list(h.dir).snapshots.last!.name
+        var bytes = try #require(FileIO.readAll(snap))
+        bytes[bytes.count / 2] ^= 0x10
+        try Data(bytes).write(to: URL(fileURLWithPath: snap))
+        guard case .damaged? = reopenError(h.dir) else {
+            Issue.record("a damaged snapshot was accepted")
+            return
+        }
+        #expect(StoreTool.verify(h.dir).status == StoreTool.damagedExitStatus)
+        _ = try StoreTool.repair(h.dir)
+        #expect(StoreTool.verify(h.dir).status == 0)
+        #expect(FileManager.default.fileExists(atPath: snap + ".broken"))
+    }
+
+    @Test func shutdownSnapshotsAndNextStartNeedsNoReplay() throws {
+        let h = try Harness()
+        for i in 0..<10 { try h.write("k\(i)", "v\(i)") }
+        h.store.shutdown()
+        let summary = StoreTool.inspect(h.dir)
+        #expect(summary["logRecords"] == 0 && summary["lastSeq"] == 10)
+        let again = try Harness(dir: h.dir)
+        #expect(again.contents.count == 20)
+        again.store.abandon()
+    }
+
+    @Test func oneKernelPerDataDir() throws {
+        let h = try Harness()
+        guard case .locked(_, let pid)? = reopenError(h.dir) else {
+            Issue.record("a second store opened the same data dir")
+            return
+        }
+        #expect(pid == String(getpid()))
+        h.store.abandon()
+        #expect(reopenError(h.dir) == nil)
+    }
+
+    @Test func failedAppendUndoesTheBatchAndReportsIt() throws {
+        let h = try Harness(configure: { $0.failAppendsBeyondBytes = 300 })
+        try h.write("ok", "1")
+        #expect(h.store.flush().failedCommits.isEmpty)
+        let kept = h.contents
+        let seq = h.store.seq
+        try h.write("big", String(repeating: "x", count: 400))
+        var tx = Transaction()
+        tx.deleteUser("u1")
+        try h.store.commit(tx)
+        #expect(h.contents.isEmpty == false)
+        let outcome = h.store.flush()
+        #expect(outcome.failedCommits == [2...3])
+        #expect(!outcome.fatal)
+        #expect(h.contents == kept)
+        #expect(h.store.seq == seq)
+        // Smaller writes still fit and are durable.
+        try h.write("small", "2")
+        #expect(h.store.flush().failedCommits.isEmpty)
+        h.store.abandon()
+        let again = try Harness(dir: h.dir)
+        #expect(again.contents["u1/small"] == "2" && again.contents["u1/big"] == nil)
+        again.store.abandon()
+    }
+
+    @Test func deleteUserRemovesOnlyThatUser() throws {
+        let h = try Harness()
+        try h.write("k", "v")
+        var tx = Transaction()
+        tx.deleteUser("u1")
+        try h.store.commit(tx)
+        _ = h.store.flush()
+        #expect(h.contents == ["u2/k": "v"])
+        h.store.abandon()
+        let again = try Harness(dir: h.dir)
+        #expect(again.contents == ["u2/k": "v"])
+        again.store.abandon()
+    }
+
+    @Test func automaticSnapshotByRecordCount() throws {
+        let h = try Harness(configure: { $0.snapshotEveryRecords = 5 })
+        for i in 0..<6 {
+            try h.write("k\(i)", "v")
+            _ = h.store.flush()
+            h.store.snapshotIfDue()
+        }
+        var waited = 0
+        while StoreFiles.list(h.dir).snapshots.isEmpty && waited < 5000 {
+            usleep(1000)
+            waited += 1
+        }
+        #expect(StoreFiles.list(h.dir).snapshots.first?.seq == 5)
+        h.store.shutdown()
+    }
+}
