@@ -483,15 +483,7 @@ public final class Store: @unchecked Sendable {
     /// Stops the way a crash would, without flushing or a final snapshot: closes the log and releases
     /// the lock. For tests of recovery.
     public func abandon() {
-        syncerStop?.withLock { $0 = true }
-        let fd = segment.withLock { s -> Int32 in
-            let fd = s.fd
-            s.fd = -1
-            return fd
-        }
-        if fd >= 0 { Glibc.close(fd) }
-        DataDirLock.release(lockFD)
-        lockFD = -1
+        release(syncFirst: false)
     }
 
     /// Clean shutdown: flush, wait for a running snapshot, take a final one, release the lock.
@@ -506,9 +498,14 @@ public final class Store: @unchecked Sendable {
                 log("final snapshot failed: \(error); the log still holds everything")
             }
         }
+        release(syncFirst: true)
+    }
+
+    /// Stops the syncer, closes the log segment and releases the data dir.
+    private func release(syncFirst: Bool) {
         syncerStop?.withLock { $0 = true }
         let fd = segment.withLock { s -> Int32 in
-            if s.dirty { _ = fdatasync(s.fd) }
+            if syncFirst && s.dirty { _ = fdatasync(s.fd) }
             let fd = s.fd
             s.fd = -1
             return fd

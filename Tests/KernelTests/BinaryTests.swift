@@ -84,44 +84,20 @@ import Testing
     }
 
     @Test func sigtermFinishesPromptlyWithExitZero() throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Paths.binary)
-        process.arguments = serve
-        let stdin = Pipe(), stdout = Pipe()
-        process.standardInput = stdin
-        process.standardOutput = stdout
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        stdin.fileHandleForWriting.write(Data((info + "\n").utf8))
+        let k = try LiveKernel(serve)
         // Wait for the answer, so the kernel is idle in its read loop when the signal comes.
-        var received = Data()
-        while !received.contains(UInt8(ascii: "\n")) {
-            let chunk = stdout.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            received += chunk
-        }
-        #expect(received.count > 0)
-        process.terminate()
-        #expect(waitForExit(process, seconds: 10), "the kernel ignored SIGTERM")
-        #expect(process.terminationReason == .exit)
-        #expect(process.terminationStatus == 0)
-        try? stdin.fileHandleForWriting.close()
+        #expect(k.call("kernel.info")?["result"] != nil)
+        k.process.terminate()
+        #expect(k.finish(seconds: 10) == 0, "the kernel ignored SIGTERM or did not exit 0")
     }
 
     @Test func vanishedHostDoesNotCrashTheKernel() throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Paths.binary)
-        process.arguments = serve
-        let stdin = Pipe(), stdout = Pipe()
-        process.standardInput = stdin
-        process.standardOutput = stdout
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        try stdout.fileHandleForReading.close()  // the host stops reading
-        stdin.fileHandleForWriting.write(stream(Array(repeating: info, count: 2000)))
-        try? stdin.fileHandleForWriting.close()
-        #expect(waitForExit(process, seconds: 30))
-        #expect(process.terminationReason == .exit)  // EPIPE, not SIGPIPE
+        let k = try LiveKernel(serve)
+        close(k.output)  // the host stops reading
+        k.send(Array(repeating: info, count: 2000))
+        k.closeInput()
+        #expect(waitForExit(k.process, seconds: 30))
+        #expect(k.process.terminationReason == .exit)  // EPIPE, not SIGPIPE
     }
 
     @Test func callPrintsTheResultOrFailsWithExitOne() throws {

@@ -103,3 +103,70 @@ func waitForExit(_ process: Process, seconds: Double) -> Bool {
     }
     return true
 }
+
+/// A kernel process whose stdin and stdout the test drives through raw file descriptors.
+final class LiveKernel: @unchecked Sendable {
+    let process = Process()
+    let input: Int32
+    let output: Int32
+    private var buffer: [UInt8] = []
+
+    init(_ arguments: [String]) throws {
+        signal(SIGPIPE, SIG_IGN)  // a killed kernel must show up as EPIPE here, not kill the test runner
+        process.executableURL = URL(fileURLWithPath: Paths.binary)
+        process.arguments = arguments
+        let stdin = Pipe(), stdout = Pipe()
+        process.standardInput = stdin
+        process.standardOutput = stdout
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        input = stdin.fileHandleForWriting.fileDescriptor
+        output = stdout.fileHandleForReading.fileDescriptor
+    }
+
+    /// Writes lines; false once the kernel is gone.
+    @discardableResult
+    func send(_ lines: [String]) -> Bool {
+        let bytes = Array(lines.map { $0 + "\n" }.joined().utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeBytes { write(input, $0.baseAddress! + offset, $0.count - offset) }
+            if n <= 0 { return false }
+            offset += n
+        }
+        return true
+    }
+
+    /// The next complete response line, or nil at EOF.
+    func readLine() -> JSON? {
+        while true {
+            if let nl = buffer.firstIndex(of: 0x0A) {
+                let line = Array(buffer[..<nl])
+                buffer.removeSubrange(...nl)
+                return try? JSON.parse(line)
+            }
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            let n = chunk.withUnsafeMutableBytes { read(output, $0.baseAddress, $0.count) }
+            if n <= 0 { return nil }
+            buffer += chunk[0..<n]
+        }
+    }
+
+    /// One request, one response.
+    func call(_ method: String, _ params: JSON = [:], id: Int = 1) -> JSON? {
+        send([JSON.object(JSONObject([("jsonrpc", "2.0"), ("id", .int(Int64(id))), ("method", .string(method)), ("params", params)])).serialized])
+        return readLine()
+    }
+
+    func closeInput() { close(input) }
+
+    func kill9() { kill(process.processIdentifier, SIGKILL) }
+
+    /// Waits for exit (killing it after `seconds`); returns the exit status, or nil if it had to be killed.
+    func finish(seconds: Double = 30) -> Int32? {
+        let exited = waitForExit(process, seconds: seconds)
+        close(output)
+        return exited && process.terminationReason == .exit ? process.terminationStatus : nil
+    }
+}
+
