@@ -12,6 +12,8 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.0"),
+        .package(url: "https://github.com/apple/swift-crypto", "4.1.0"..<"5.0.0"),
     ],
     targets: [
         .systemLibrary(
@@ -24,9 +26,17 @@ let package = Package(
         .target(name: "JSONRPC", dependencies: ["JSON", "Chrono"]),
         .target(name: "Store", dependencies: ["JSON", "Chrono"]),
         .target(
-            name: "Kernel",
+            name: "Auth",
             dependencies: [
                 "JSON", "JSONRPC", "Chrono", "Store",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+            ]
+        ),
+        .target(
+            name: "Kernel",
+            dependencies: [
+                "JSON", "JSONRPC", "Chrono", "Store", "Auth",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -42,8 +52,12 @@ let package = Package(
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "Chrono"]),
         .testTarget(name: "StoreTests", dependencies: ["Store", "JSON", "Chrono"]),
         .testTarget(
+            name: "AuthTests",
+            dependencies: ["Auth", "Store", "JSON", "JSONRPC", "Chrono", .product(name: "JWTKit", package: "jwt-kit")]
+        ),
+        .testTarget(
             name: "KernelTests",
-            dependencies: ["Kernel", "JSONRPC", "JSON", "healthkernel"]
+            dependencies: ["Kernel", "JSONRPC", "JSON", "Store", "healthkernel", .product(name: "JWTKit", package: "jwt-kit")]
         ),
     ]
 )

@@ -17,11 +17,14 @@ public struct Identity: Sendable, Equatable {
     public let userId: String?
     /// The `role` claim: `authenticated` or `service_role`.
     public let role: String
+    /// The kernel session the token belongs to (`sid`), for tokens the kernel issued.
+    public let sessionId: String?
 
     /// An identity.
-    public init(userId: String?, role: String) {
+    public init(userId: String?, role: String, sessionId: String? = nil) {
         self.userId = userId
         self.role = role
+        self.sessionId = sessionId
     }
 }
 
@@ -39,6 +42,12 @@ public struct CallContext: Sendable {
     public let now: Timestamp
     /// The registry the method was found in (rpc.discover describes it).
     public let registry: MethodRegistry
+
+    /// The caller of a method that needs auth (the dispatcher has established it).
+    public func requireIdentity() throws(RPCError) -> Identity {
+        guard let identity else { throw RPCError.internalError }
+        return identity
+    }
 
     /// A context.
     public init(identity: Identity?, now: Timestamp, registry: MethodRegistry) {

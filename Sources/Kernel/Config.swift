@@ -1,3 +1,4 @@
+import Auth
 import JSON
 import Store
 
@@ -19,6 +20,8 @@ public struct KernelConfig: Sendable, Equatable {
     public var snapshotEverySeconds = 300
     /// Register the test-only methods (`test.write`, `test.dump`); off unless a test asks.
     public var enableTestMethods = false
+    /// Accounts, tokens and identity providers.
+    public var auth = AuthConfig()
     /// Test hook: log appends fail with ENOSPC past this many bytes (for machines without a tiny tmpfs).
     public var failLogAppendsBeyondBytes: Int?
 
@@ -43,6 +46,7 @@ public struct ConfigOverrides: Sendable {
     public var logLevel: String?
     public var snapshotEveryRecords: Int?
     public var snapshotEverySeconds: Int?
+    public var jwtSecret: String?
     /// No overrides.
     public init() {}
 }
@@ -86,6 +90,10 @@ extension KernelConfig {
                 }
                 try kernel.finish()
             }
+            if top.has("auth") {
+                var auth = try top.object("auth")
+                self.auth = try AuthConfig.read(&auth, resolve: { Self.resolve($0, relativeTo: path) })
+            }
             if top.has("store") {
                 var store = try top.object("store")
                 if let v: String = try store.optional("dataDir") { dataDir = Self.resolve(v, relativeTo: path) }
@@ -118,6 +126,7 @@ extension KernelConfig {
         if let v = env["HEALTHKERNEL_FSYNC"] { try setFsync(v, source: "HEALTHKERNEL_FSYNC") }
         if let v = env["HEALTHKERNEL_MAX_LINE_BYTES"] { try setMaxLineBytes(Int(v), source: "HEALTHKERNEL_MAX_LINE_BYTES") }
         if let v = env["HEALTHKERNEL_LOG_LEVEL"] { try setLogLevel(v, source: "HEALTHKERNEL_LOG_LEVEL") }
+        if let v = env["HEALTHKERNEL_JWT_SECRET"] { try setJWTSecret(v, source: "HEALTHKERNEL_JWT_SECRET") }
     }
 
     mutating func apply(overrides o: ConfigOverrides) throws(ConfigError) {
@@ -126,6 +135,7 @@ extension KernelConfig {
         if let v = o.fsync { try setFsync(v, source: "--fsync") }
         if let v = o.maxLineBytes { try setMaxLineBytes(v, source: "--max-line-bytes") }
         if let v = o.logLevel { try setLogLevel(v, source: "--log-level") }
+        if let v = o.jwtSecret { try setJWTSecret(v, source: "--jwt-secret") }
         if let v = o.snapshotEveryRecords {
             guard v >= 1 else { throw ConfigError("--snapshot-every-records must be 1 or more") }
             snapshotEveryRecords = v
@@ -144,6 +154,11 @@ extension KernelConfig {
     private mutating func setMaxLineBytes(_ v: Int?, source: String) throws(ConfigError) {
         guard let v, v >= 1, v <= Int(Int32.max) else { throw ConfigError("\(source) must be a whole number of bytes, 1 or more") }
         maxLineBytes = v
+    }
+
+    private mutating func setJWTSecret(_ v: String, source: String) throws(ConfigError) {
+        guard v.utf8.count >= 32 else { throw ConfigError("\(source) must be at least 32 bytes") }
+        auth.jwtSecret = v
     }
 
     private mutating func setLogLevel(_ v: String, source: String) throws(ConfigError) {

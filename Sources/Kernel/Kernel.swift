@@ -1,8 +1,12 @@
+import Auth
 import Chrono
 import JSON
 import JSONRPC
 import Logging
 import Store
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The composition root: builds the store and every domain, registers every method in one list, and
 /// hands out connections.
@@ -15,6 +19,8 @@ public final class Kernel {
     public let dispatcher: Dispatcher
     /// The data.
     public let store: Store
+    /// Accounts and tokens.
+    public let auth: AuthService
     /// When the kernel started.
     public let startedAt: Timestamp
 
@@ -31,15 +37,23 @@ public final class Kernel {
         store = Store(options: options, clock: clock, log: { [logger] in logger.warning("\($0)") })
         let tables = Tables(store)
         try store.open()
+        let auth: AuthService
+        do {
+            auth = try Self.makeAuth(config: config, store: store, tables: tables.auth)
+        } catch {
+            store.abandon()
+            throw error
+        }
+        self.auth = auth
         registry = try MethodRegistry(
-            Self.methods(config: config, store: store, tables: tables, stats: stats, startedAt: startedAt),
+            Self.methods(config: config, store: store, tables: tables, auth: auth, stats: stats, startedAt: startedAt),
             info: [
                 "title": "healthkernel",
                 "version": .string(KernelVersion.version),
                 "description": "Embeddable backend kernel for health and wellbeing apps: line-delimited JSON-RPC 2.0 on stdio.",
             ])
         dispatcher = Dispatcher(
-            registry: registry, authenticator: NoTokenIssuer(), clock: clock, stats: stats,
+            registry: registry, authenticator: auth, clock: clock, stats: stats,
             onInternalError: { [logger] message in logger.error("internal error: \(message)") }
         )
         dispatcher.journal = store
@@ -47,19 +61,46 @@ public final class Kernel {
 
     /// Every table, registered with the store before it recovers.
     struct Tables {
+        let auth: AuthTables
         let test: Table<TestValue>
         init(_ store: Store) {
+            auth = AuthTables(store)
             test = store.table("test.values", of: TestValue.self)
         }
     }
 
+    /// Loads the signing secret and the JWKS files the configuration names.
+    static func makeAuth(config: KernelConfig, store: Store, tables: AuthTables) throws -> AuthService {
+        func keys(_ path: String) throws -> KeySet {
+            guard let bytes = readFile(path) else { throw AuthSetupError("cannot read JWKS file \(path)") }
+            do {
+                return try KeySet.load(jwks: bytes)
+            } catch {
+                throw AuthSetupError("JWKS file \(path) is not usable: \(error)")
+            }
+        }
+        let secret = try JWTSecret.resolve(configured: config.auth.jwtSecret, dataDir: store.options.dataDir)
+        let issuerKeys = try config.auth.jwksPath.map(keys) ?? KeySet()
+        var providerKeys: [String: KeySet] = [:]
+        for provider in config.auth.providers { providerKeys[provider.name] = try keys(provider.jwksPath) }
+        return try AuthService(config: config.auth, secret: secret, issuerKeys: issuerKeys, providerKeys: providerKeys,
+                               store: store, tables: tables)
+    }
+
     /// Every method the kernel serves: the one list. A duplicate name stops start-up.
-    static func methods(config: KernelConfig, store: Store, tables: Tables, stats: RequestStats,
+    static func methods(config: KernelConfig, store: Store, tables: Tables, auth: AuthService, stats: RequestStats,
                         startedAt: Timestamp) -> [RegisteredMethod] {
         var methods = [
             RegisteredMethod(RPCDiscover()),
-            RegisteredMethod(KernelInfo(startedAt: startedAt, stats: stats, config: config, store: store)),
+            RegisteredMethod(KernelInfo(startedAt: startedAt, stats: stats, store: store, auth: auth)),
             RegisteredMethod(KernelSnapshot(store: store)),
+            RegisteredMethod(SignUp(auth)),
+            RegisteredMethod(SignIn(auth)),
+            RegisteredMethod(Refresh(auth)),
+            RegisteredMethod(SignOut(auth)),
+            RegisteredMethod(Exchange(auth)),
+            RegisteredMethod(CurrentUser(auth)),
+            RegisteredMethod(DeleteUser(auth)),
         ]
         if config.enableTestMethods {
             methods += [
@@ -90,11 +131,15 @@ public final class Kernel {
     }
 }
 
-/// The authenticator until accounts and tokens exist: methods that need a token cannot be called.
-struct NoTokenIssuer: Authenticator {
-    func authenticate(token: String?, requirement: AuthRequirement, now: Timestamp) throws(RPCError) -> Identity? {
-        guard requirement != .none else { return nil }
-        guard token != nil else { throw RPCError.unauthorized("missing_token", "This method needs params.auth") }
-        throw RPCError.unauthorized("invalid_token", "The token is not valid")
+/// Reads a whole file (configuration-named key files); nil when it cannot be read.
+func readFile(_ path: String) -> [UInt8]? {
+    guard let f = fopen(path, "rb") else { return nil }
+    defer { fclose(f) }
+    var out: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let n = fread(&buffer, 1, buffer.count, f)
+        if n == 0 { return ferror(f) == 0 ? out : nil }
+        out.append(contentsOf: buffer[0..<n])
     }
 }

@@ -1,5 +1,6 @@
 import Chrono
 import JSON
+import Auth
 import JSONRPC
 import Store
 
@@ -58,8 +59,8 @@ struct KernelInfo: RPCMethod {
 
     let startedAt: Timestamp
     let stats: RequestStats
-    let config: KernelConfig
     let store: Store
+    let auth: AuthService
 
     var durability: JSON {
         guard let dir = store.options.dataDir else {
@@ -80,8 +81,7 @@ struct KernelInfo: RPCMethod {
             "startedAt": .string(startedAt.description),
             "uptimeSeconds": .int(max(0, context.now.seconds - startedAt.seconds)),
             "durability": durability,
-            // Accounts arrive with the auth domain; until then there are none.
-            "counts": ["users": 0, "records": .int(Int64(store.rowCount))],
+            "counts": ["users": .int(Int64(auth.userCount)), "records": .int(Int64(store.rowCount))],
             "requests": [
                 "total": .int(Int64(stats.total)),
                 "errors": .int(Int64(stats.errors)),
@@ -104,8 +104,7 @@ public enum KernelVersion {
 struct KernelSnapshot: RPCMethod {
     static let name = "kernel.snapshot"
     static let summary = "Writes a snapshot of all data now; answers once it is durable. Older log segments are then removed."
-    // Until accounts exist any caller may ask; the auth issue makes this a service-role method.
-    static let auth = AuthRequirement.none
+    static let auth = AuthRequirement.service
     static let mutates = false
     static let errors = [ErrorDoc(-32050, "Storage unavailable (memory-only kernel, or the snapshot could not be written)")]
     static let resultSchema = #"""

@@ -344,9 +344,12 @@ public final class Store: @unchecked Sendable {
         if failure == nil, segment.withLock({ $0.size }) >= options.segmentBytes { rotate() }
     }
 
-    /// Starts a new segment at the next sequence number (syncing the old one first).
+    /// Starts a new segment at the next sequence number (syncing the old one first), unless the
+    /// current one already starts there (it holds no records yet).
     private func rotate() {
         guard let dir = options.dataDir else { return }
+        let next = StoreFiles.segmentName(firstSeq: seq + 1)
+        guard segment.withLock({ $0.name }) != next else { return }
         let synced = segment.withLock { s -> Bool in
             if s.dirty || options.fsync != .never {
                 if fdatasync(s.fd) != 0 { s.syncFailed = FileIO.describe(errno); return false }
@@ -356,7 +359,7 @@ public final class Store: @unchecked Sendable {
         }
         guard synced else { return }
         do {
-            try openSegment(dir: dir, name: StoreFiles.segmentName(firstSeq: seq + 1), create: true)
+            try openSegment(dir: dir, name: next, create: true)
         } catch {
             log("cannot start a new log segment: \(error); continuing in the current one")
         }

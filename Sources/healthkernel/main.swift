@@ -1,4 +1,5 @@
 import ArgumentParser
+import Auth
 import Chrono
 import JSON
 import JSONRPC
@@ -45,6 +46,9 @@ struct KernelOptions: ParsableArguments {
     @Option(help: "Take a snapshot this many seconds after a change (default: 300; 0 turns it off).")
     var snapshotEverySeconds: Int?
 
+    @Option(help: "HS256 secret for access tokens, 32 bytes or more (default: $HEALTHKERNEL_JWT_SECRET, else <data-dir>/jwt-secret).")
+    var jwtSecret: String?
+
     @Flag(help: .hidden)
     var enableTestMethods = false
 
@@ -62,6 +66,7 @@ struct KernelOptions: ParsableArguments {
         o.logLevel = logLevel
         o.snapshotEveryRecords = snapshotEveryRecords
         o.snapshotEverySeconds = snapshotEverySeconds
+        o.jwtSecret = jwtSecret
         do {
             var config = try KernelConfig.load(overrides: o, environment: environment(), readFile: readWholeFile)
             config.enableTestMethods = enableTestMethods
@@ -76,6 +81,8 @@ struct KernelOptions: ParsableArguments {
     func start(_ config: KernelConfig, logger: Logger) -> Kernel {
         do {
             return try Kernel(config: config, logger: logger)
+        } catch let error as AuthSetupError {
+            fail("healthkernel: \(error)", status: ExitStatus.startupFailed)
         } catch let error as StoreOpenError {
             switch error {
             case .locked: fail("healthkernel: \(error)", status: ExitStatus.dataDirLocked)
@@ -98,7 +105,7 @@ struct HealthKernelCommand: ParsableCommand {
             `healthkernel call` runs one request for shell scripts.
             """,
         version: KernelVersion.version,
-        subcommands: [Serve.self, Call.self, StoreCommand.self, VersionCommand.self],
+        subcommands: [Serve.self, Call.self, Token.self, StoreCommand.self, VersionCommand.self],
         defaultSubcommand: Serve.self
     )
 }
@@ -173,6 +180,74 @@ struct Call: ParsableCommand {
             fail("healthkernel call: error \(error.serialized)", status: ExitStatus.callFailed)
         }
     }
+}
+
+struct Token: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print an access token signed with the data dir's secret (for scripts, development and service use).",
+        discussion: """
+            Examples: TOKEN=$(healthkernel token --user 3f1c...); healthkernel call auth.user --token "$TOKEN"
+            healthkernel token --role service_role   (a service token, for kernel.snapshot)
+            """
+    )
+
+    @Option(help: "The user: a user id (UUID), or the email of an existing account (needs the data dir unlocked).")
+    var user: String?
+
+    @Option(help: "authenticated (default) or service_role.")
+    var role: String = "authenticated"
+
+    @Option(help: "Lifetime in seconds.")
+    var ttl: Int = 3600
+
+    @OptionGroup var options: KernelOptions
+
+    func run() throws {
+        guard role == "authenticated" || role == "service_role" else {
+            fail("healthkernel token: --role must be authenticated or service_role", status: ExitStatus.startupFailed)
+        }
+        guard (60...31_536_000).contains(ttl) else {
+            fail("healthkernel token: --ttl must be 60 to 31536000 seconds", status: ExitStatus.startupFailed)
+        }
+        let config = options.load()
+        if config.memoryOnly && config.auth.jwtSecret == nil {
+            fail("healthkernel token: a memory-only kernel makes a new secret each run; pass --jwt-secret", status: ExitStatus.startupFailed)
+        }
+        var subject: String?
+        if let user {
+            if let id = Identifiers.canonicalUUID(user) {
+                subject = id
+            } else {
+                let kernel = options.start(config, logger: bootstrapLogging(level: config.logLevel))
+                guard let id = kernel.auth.userID(forEmail: user) else {
+                    fail("healthkernel token: no account with that email", status: ExitStatus.callFailed)
+                }
+                subject = id
+                kernel.shutdown()
+            }
+        } else if role == "authenticated" {
+            fail("healthkernel token: --user is required for a user token", status: ExitStatus.startupFailed)
+        }
+        let secret: [UInt8]
+        do {
+            if !config.memoryOnly, let e = makeDirectory(config.dataDir) { throw AuthSetupError(e) }
+            secret = try JWTSecret.resolve(configured: config.auth.jwtSecret, dataDir: config.memoryOnly ? nil : config.dataDir)
+        } catch {
+            fail("healthkernel token: \(error)", status: ExitStatus.startupFailed)
+        }
+        let token = try TokenMinter(secret: secret, ttl: ttl).mint(sub: subject, role: role, now: SystemClock().now())
+        writeStdout(token + "\n")
+    }
+}
+
+/// Creates a folder (and its parents); returns a message on failure.
+func makeDirectory(_ path: String) -> String? {
+    var prefix = path.hasPrefix("/") ? "/" : ""
+    for part in path.split(separator: "/") {
+        prefix += part + "/"
+        if mkdir(prefix, 0o755) != 0 && errno != EEXIST { return "cannot create \(prefix)" }
+    }
+    return nil
 }
 
 struct StoreCommand: ParsableCommand {

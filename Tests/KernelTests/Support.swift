@@ -24,10 +24,14 @@ enum Paths {
     }
 }
 
+/// The HS256 secret test kernels use, so transcripts can carry pre-signed tokens.
+let testSecret = "healthkernel-test-secret-0123456789abcdef"
+
 /// A kernel in this process, memory-only, for in-process transcripts.
 func makeKernel(_ configure: (inout KernelConfig) -> Void = { _ in }) throws -> Kernel {
     var config = KernelConfig()
     config.memoryOnly = true
+    config.auth.jwtSecret = testSecret
     configure(&config)
     var logger = Logger(label: "test")
     logger.logLevel = .critical
@@ -145,6 +149,23 @@ final class LiveKernel: @unchecked Sendable {
                 buffer.removeSubrange(...nl)
                 return try? JSON.parse(line)
             }
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            let n = chunk.withUnsafeMutableBytes { read(output, $0.baseAddress, $0.count) }
+            if n <= 0 { return nil }
+            buffer += chunk[0..<n]
+        }
+    }
+
+    /// The next complete response line as text, or nil at EOF or after `timeoutSeconds` without one.
+    func readRawLine(timeoutSeconds: Int32) -> String? {
+        while true {
+            if let nl = buffer.firstIndex(of: 0x0A) {
+                let line = String(decoding: buffer[..<nl], as: UTF8.self)
+                buffer.removeSubrange(...nl)
+                return line
+            }
+            var fds = [pollfd(fd: output, events: Int16(POLLIN), revents: 0)]
+            guard poll(&fds, 1, timeoutSeconds * 1000) > 0 else { return nil }
             var chunk = [UInt8](repeating: 0, count: 65536)
             let n = chunk.withUnsafeMutableBytes { read(output, $0.baseAddress, $0.count) }
             if n <= 0 { return nil }

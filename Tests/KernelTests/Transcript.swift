@@ -1,15 +1,18 @@
 import Foundation
 import JSON
 
-/// A protocol transcript: `-->` lines are sent in order as one stdin stream, `<--` lines are the
-/// responses expected on stdout, in order. `#` starts a comment. Expected values may use placeholders:
-/// "$any", "$string", "$int", "$timestamp", "$uuid" match any value of that kind.
+/// A protocol transcript: each `-->` line is sent in order, and the `<--` lines after it are the
+/// responses it must produce, in order (none for a notification). `#` starts a comment. Expected values
+/// may use placeholders: "$any", "$string", "$int", "$timestamp", "$uuid" match any value of that kind,
+/// and "$set:NAME" matches any string and remembers it, so a later request can use it as `${NAME}`.
 struct Transcript: CustomStringConvertible {
     let name: String
-    let requests: [String]
-    let expected: [String]
+    let steps: [(request: String, expected: [String])]
 
     var description: String { name }
+
+    /// Every request line, as written.
+    var requests: [String] { steps.map(\.request) }
 
     /// Every transcript under protocol/transcripts.
     static func all() -> [Transcript] {
@@ -23,44 +26,62 @@ struct Transcript: CustomStringConvertible {
 
     init(name: String, text: String) {
         self.name = name
-        var requests: [String] = [], expected: [String] = []
+        var steps: [(request: String, expected: [String])] = []
         for raw in text.split(separator: "\n", omittingEmptySubsequences: false) {
             let line = String(raw)
-            if line.hasPrefix("--> ") { requests.append(String(line.dropFirst(4))) }
-            else if line.hasPrefix("<-- ") { expected.append(String(line.dropFirst(4))) }
+            if line.hasPrefix("--> ") { steps.append((String(line.dropFirst(4)), [])) }
+            else if line.hasPrefix("<-- "), !steps.isEmpty { steps[steps.count - 1].expected.append(String(line.dropFirst(4))) }
         }
-        self.requests = requests
-        self.expected = expected
+        self.steps = steps
     }
 
-    /// The stdin stream.
-    var input: [UInt8] { Array(requests.map { $0 + "\n" }.joined().utf8) }
-
-    /// Compares actual stdout with the expectations; returns the differences (empty when it matches).
-    func mismatches(_ output: [UInt8]) -> [String] {
-        let lines = String(decoding: output, as: UTF8.self).split(separator: "\n").map(String.init)
+    /// Runs the transcript: `exchange(line, n)` sends one line and returns the next `n` response lines.
+    /// Returns the differences (empty when it matches) and every (request, response) pair seen.
+    func run(_ exchange: (String, Int) -> [String]) -> (problems: [String], pairs: [(JSON, JSON)]) {
+        var variables: [String: String] = [:]
         var problems: [String] = []
-        if lines.count != expected.count {
-            problems.append("\(name): expected \(expected.count) response lines, got \(lines.count)")
+        var pairs: [(JSON, JSON)] = []
+        for (index, step) in steps.enumerated() {
+            var request = step.request
+            for (k, v) in variables { request = request.replacingOccurrences(of: "${\(k)}", with: v) }
+            let lines = exchange(request, step.expected.count)
+            let where_ = "\(name) step \(index + 1)"
+            if lines.count != step.expected.count {
+                problems.append("\(where_): expected \(step.expected.count) response lines, got \(lines.count)")
+            }
+            for (rawWant, got) in zip(step.expected, lines) {
+                var want = rawWant
+                for (k, v) in variables { want = want.replacingOccurrences(of: "${\(k)}", with: v) }
+                guard let wantJSON = try? JSON.parse(want) else {
+                    problems.append("\(where_): expected line is not JSON: \(want)")
+                    continue
+                }
+                guard let gotJSON = try? JSON.parse(got) else {
+                    problems.append("\(where_): response is not JSON: \(got)")
+                    continue
+                }
+                if let diff = Self.difference(want: wantJSON, got: gotJSON, at: "$", variables: &variables) {
+                    problems.append("\(where_): \(diff)\n  want \(want)\n  got  \(got)")
+                }
+                if let req = try? JSON.parse(request) { pairs.append((req, gotJSON)) }
+            }
         }
-        for (i, (want, got)) in zip(expected, lines).enumerated() {
-            guard let wantJSON = try? JSON.parse(want) else {
-                problems.append("\(name): expected line \(i + 1) is not JSON: \(want)")
-                continue
-            }
-            guard let gotJSON = try? JSON.parse(got) else {
-                problems.append("\(name): response \(i + 1) is not JSON: \(got)")
-                continue
-            }
-            if let diff = Self.difference(want: wantJSON, got: gotJSON, at: "$") {
-                problems.append("\(name): response \(i + 1): \(diff)\n  want \(want)\n  got  \(got)")
-            }
-        }
-        return problems
+        return (problems, pairs)
+    }
+
+    /// The first structural difference, without captures.
+    static func difference(want: JSON, got: JSON, at path: String) -> String? {
+        var ignored: [String: String] = [:]
+        return difference(want: want, got: got, at: path, variables: &ignored)
     }
 
     /// The first structural difference, honouring placeholders.
-    static func difference(want: JSON, got: JSON, at path: String) -> String? {
+    static func difference(want: JSON, got: JSON, at path: String, variables: inout [String: String]) -> String? {
+        if case .string(let s) = want, s.hasPrefix("$set:") {
+            guard let value = got.stringValue else { return "\(path): \(got.serialized) is not a string" }
+            variables[String(s.dropFirst(5))] = value
+            return nil
+        }
         if case .string(let s) = want, s.hasPrefix("$") {
             let ok: Bool
             switch s {
@@ -78,13 +99,13 @@ struct Transcript: CustomStringConvertible {
             for key in w.keys where g[key] == nil { return "\(path).\(key) is missing" }
             for key in g.keys where w[key] == nil { return "\(path).\(key) is unexpected" }
             for (key, value) in w {
-                if let d = difference(want: value, got: g[key]!, at: "\(path).\(key)") { return d }
+                if let d = difference(want: value, got: g[key]!, at: "\(path).\(key)", variables: &variables) { return d }
             }
             return nil
         case (.array(let w), .array(let g)):
             guard w.count == g.count else { return "\(path): \(g.count) elements, want \(w.count)" }
             for (i, (a, b)) in zip(w, g).enumerated() {
-                if let d = difference(want: a, got: b, at: "\(path)[\(i)]") { return d }
+                if let d = difference(want: a, got: b, at: "\(path)[\(i)]", variables: &variables) { return d }
             }
             return nil
         default:

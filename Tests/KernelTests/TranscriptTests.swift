@@ -12,18 +12,29 @@ import Testing
     @Test(arguments: Transcript.all())
     func inProcess(_ transcript: Transcript) throws {
         let kernel = try makeKernel()
-        let output = kernel.run(input: transcript.input)
-        for problem in transcript.mismatches(output) { Issue.record(Comment(rawValue: problem)) }
-        for problem in try resultSchemaProblems(transcript, output, kernel.registry) {
+        var connection = kernel.connection()
+        let (problems, pairs) = transcript.run { line, _ in
+            connection.receive(Array((line + "\n").utf8))
+            _ = connection.endBatch()
+            defer { connection.output.removeAll() }
+            return String(decoding: connection.output, as: UTF8.self).split(separator: "\n").map(String.init)
+        }
+        for problem in problems { Issue.record(Comment(rawValue: problem)) }
+        for problem in try resultSchemaProblems(transcript.name, pairs, kernel.registry) {
             Issue.record(Comment(rawValue: problem))
         }
     }
 
     @Test(arguments: Transcript.all())
     func againstTheBinary(_ transcript: Transcript) throws {
-        let result = try runBinary(["serve", "--memory-only", "--log-level", "error"], input: Data(transcript.input))
-        #expect(result.status == 0, "\(result.stderrText)")
-        for problem in transcript.mismatches(Array(result.stdout)) { Issue.record(Comment(rawValue: problem)) }
+        let k = try LiveKernel(["serve", "--memory-only", "--log-level", "error", "--jwt-secret", testSecret])
+        let (problems, _) = transcript.run { line, count in
+            k.send([line])
+            return (0..<count).compactMap { _ in k.readRawLine(timeoutSeconds: 10) }
+        }
+        for problem in problems { Issue.record(Comment(rawValue: problem)) }
+        k.closeInput()
+        #expect(k.finish() == 0)
     }
 
     @Test func everyMethodAppearsInSomeTranscript() throws {
@@ -35,25 +46,18 @@ import Testing
     }
 
     /// Validates every successful result against the result schema of the method its request named.
-    func resultSchemaProblems(_ t: Transcript, _ output: [UInt8], _ registry: MethodRegistry) throws -> [String] {
-        var methodByID: [String: String] = [:]
-        var duplicated: Set<String> = []
-        func note(_ request: JSON) {
-            guard let id = request["id"], id != .null, let method = request["method"]?.stringValue else { return }
-            if methodByID[id.serialized] != nil { duplicated.insert(id.serialized) }
-            methodByID[id.serialized] = method
-        }
-        for line in t.requests {
-            guard let json = try? JSON.parse(line) else { continue }
-            if case .array(let items) = json { items.forEach(note) } else { note(json) }
-        }
+    func resultSchemaProblems(_ name: String, _ pairs: [(JSON, JSON)], _ registry: MethodRegistry) throws -> [String] {
         var problems: [String] = []
-        let responses = String(decoding: output, as: UTF8.self).split(separator: "\n").compactMap { try? JSON.parse(String($0)) }
-        for response in responses.flatMap({ $0.arrayValue ?? [$0] }) {
-            guard let result = response["result"], let id = response["id"]?.serialized, !duplicated.contains(id),
-                  let name = methodByID[id], let method = registry.method(named: name) else { continue }
-            let schema = try JSON.parse(method.resultSchema)
-            problems += SchemaValidator.validate(result, schema).map { "\(t.name) \(name): \($0)" }
+        for (request, response) in pairs {
+            let requests = request.arrayValue ?? [request]
+            let responses = response.arrayValue ?? [response]
+            for r in responses {
+                guard let result = r["result"], let id = r["id"],
+                      let req = requests.first(where: { $0["id"] == id }),
+                      let method = req["method"]?.stringValue.flatMap(registry.method(named:)) else { continue }
+                let schema = try JSON.parse(method.resultSchema)
+                problems += SchemaValidator.validate(result, schema).map { "\(name) \(method.name): \($0)" }
+            }
         }
         return problems
     }

@@ -1,0 +1,76 @@
+import JSON
+
+/// An OpenID Connect provider whose id tokens `auth.exchange` accepts.
+public struct ProviderConfig: Sendable, Equatable {
+    /// `google`, `auth0`, `apple`, or another name with an explicit `issuer`.
+    public var name: String
+    /// JWKS file with the provider's signing keys (the kernel makes no network calls).
+    public var jwksPath: String
+    /// Client ids the id token must be issued to (`aud`).
+    public var audiences: [String]
+    /// Auth0 tenant domain; the issuer is then `https://<domain>/`.
+    public var domain: String?
+    /// The issuer, for providers other than google, auth0 and apple.
+    public var issuer: String?
+
+    /// The `iss` values accepted from this provider.
+    public var issuers: [String] {
+        switch name {
+        case "google": return ["https://accounts.google.com", "accounts.google.com"]
+        case "apple": return ["https://appleid.apple.com"]
+        case "auth0": return domain.map { ["https://\($0)/"] } ?? []
+        default: return issuer.map { [$0] } ?? []
+        }
+    }
+}
+
+/// The `auth` section of the configuration.
+public struct AuthConfig: Sendable, Equatable {
+    /// HS256 secret (at least 32 bytes); nil: generated once and kept in the data dir.
+    public var jwtSecret: String?
+    /// When not empty, tokens must carry one of these `iss` values (or the kernel's own).
+    public var acceptedIssuers: [String] = []
+    public var accessTokenTtlSeconds = 3600
+    public var refreshTokenTtlSeconds = 30 * 86_400
+    /// JWKS file with extra ES256/RS256 keys for access tokens signed elsewhere.
+    public var jwksPath: String?
+    public var providers: [ProviderConfig] = []
+
+    /// The defaults.
+    public init() {}
+
+    /// Reads the `auth` object of a config file; paths are resolved with `resolve`.
+    public static func read(_ r: inout ObjectReader, resolve: (String) -> String) throws(FieldError) -> AuthConfig {
+        var c = AuthConfig()
+        if let s: String = try r.optional("jwtSecret") {
+            guard s.utf8.count >= 32 else { throw .outOfRange(r.path("jwtSecret"), "must be at least 32 bytes") }
+            c.jwtSecret = s
+        }
+        c.acceptedIssuers = try r.optional("acceptedIssuers") ?? []
+        if let v = try r.optional("accessTokenTtlSeconds", in: 60...86_400 * 7) { c.accessTokenTtlSeconds = Int(v) }
+        if let v = try r.optional("refreshTokenTtlSeconds", in: 3600...86_400 * 365) { c.refreshTokenTtlSeconds = Int(v) }
+        if let v: String = try r.optional("jwks") { c.jwksPath = resolve(v) }
+        if r.has("providers") {
+            var providers = try r.object("providers")
+            for name in providers.object.keys {
+                var p = try providers.object(name)
+                var provider = ProviderConfig(name: name, jwksPath: resolve(try p.required("jwks")),
+                                              audiences: try p.required("audiences"))
+                guard !provider.audiences.isEmpty else { throw .outOfRange(p.path("audiences"), "must name at least one client id") }
+                provider.domain = try p.optional("domain")
+                provider.issuer = try p.optional("issuer")
+                if name == "auth0" && provider.domain == nil {
+                    throw FieldError(field: p.path("domain"), reason: "missing_field", message: "\(p.path("domain")) is required")
+                }
+                if !["google", "auth0", "apple"].contains(name) && provider.issuer == nil {
+                    throw FieldError(field: p.path("issuer"), reason: "missing_field", message: "\(p.path("issuer")) is required")
+                }
+                try p.finish()
+                c.providers.append(provider)
+            }
+            try providers.finish()
+        }
+        try r.finish()
+        return c
+    }
+}

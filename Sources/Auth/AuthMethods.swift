@@ -1,0 +1,177 @@
+import JSON
+import JSONRPC
+
+/// JSON Schemas shared by the auth methods.
+enum AuthSchemas {
+    static let user = #"""
+    {"type": "object", "additionalProperties": false, "required": ["id", "email", "createdAt", "identities"],
+     "properties": {
+       "id": {"type": "string", "format": "uuid"},
+       "email": {"type": ["string", "null"]},
+       "createdAt": {"type": "string", "format": "date-time"},
+       "identities": {"type": "array", "items": {"type": "string"}}}}
+    """#
+    static let session = #"""
+    {"type": "object", "additionalProperties": false,
+     "required": ["accessToken", "tokenType", "expiresIn", "refreshToken", "user"],
+     "properties": {
+       "accessToken": {"type": "string"},
+       "tokenType": {"const": "bearer"},
+       "expiresIn": {"type": "integer", "minimum": 1},
+       "refreshToken": {"type": "string"},
+       "user": \#(user)}}
+    """#
+    static let credentials = #"""
+    [{"name": "email", "required": true, "schema": {"type": "string", "maxLength": 254}},
+     {"name": "password", "required": true, "schema": {"type": "string", "minLength": 8, "maxLength": 256}}]
+    """#
+}
+
+/// Email and password params, normalised and checked.
+public struct Credentials: RPCParams {
+    let email: String
+    let password: String
+    public init(from p: inout ObjectReader) throws(FieldError) {
+        let raw: String = try p.required("email")
+        guard let email = AuthService.normalizeEmail(raw) else {
+            throw FieldError(field: p.path("email"), reason: "invalid_params", message: "\(p.path("email")) is not an email address")
+        }
+        self.email = email
+        password = try p.required("password")
+        guard Passwords.acceptable(password) else { throw .outOfRange(p.path("password"), "must be 8 to 256 characters") }
+    }
+}
+
+/// `auth.signUp`.
+public struct SignUp: RPCMethod {
+    public static let name = "auth.signUp"
+    public static let summary = "Creates an account with email and password and signs it in."
+    public static let mutates = true
+    public static let auth = AuthRequirement.none
+    public static let paramsDoc = AuthSchemas.credentials
+    public static let resultSchema = AuthSchemas.session
+    public static let errors = [ErrorDoc(-32009, "email_taken")]
+    let service: AuthService
+    public init(_ service: AuthService) { self.service = service }
+    public func call(_ p: Credentials, _ c: CallContext) throws(RPCError) -> JSON {
+        try service.signUp(email: p.email, password: p.password, now: c.now)
+    }
+}
+
+/// `auth.signIn`.
+public struct SignIn: RPCMethod {
+    public static let name = "auth.signIn"
+    public static let summary = "Signs in with email and password; 5 failures per email in 15 minutes are throttled."
+    public static let mutates = true
+    public static let auth = AuthRequirement.none
+    public static let paramsDoc = AuthSchemas.credentials
+    public static let resultSchema = AuthSchemas.session
+    public static let errors = [ErrorDoc(-32001, "invalid_credentials"), ErrorDoc(-32029, "too_many_attempts")]
+    let service: AuthService
+    public init(_ service: AuthService) { self.service = service }
+    public func call(_ p: Credentials, _ c: CallContext) throws(RPCError) -> JSON {
+        try service.signIn(email: p.email, password: p.password, now: c.now)
+    }
+}
+
+/// `auth.refresh`.
+public struct Refresh: RPCMethod {
+    public struct Params: RPCParams {
+        let refreshToken: String
+        public init(from p: inout ObjectReader) throws(FieldError) {
+            refreshToken = try p.required("refreshToken")
+            guard refreshToken.utf8.count <= 512 else { throw .outOfRange(p.path("refreshToken"), "is too long") }
+        }
+    }
+    public static let name = "auth.refresh"
+    public static let summary = "Exchanges a refresh token for a new session; the old token is spent, and reusing a spent one revokes the session."
+    public static let mutates = true
+    public static let auth = AuthRequirement.none
+    public static let paramsDoc = #"[{"name": "refreshToken", "required": true, "schema": {"type": "string"}}]"#
+    public static let resultSchema = AuthSchemas.session
+    public static let errors = [ErrorDoc(-32001, "invalid_token, expired_token")]
+    let service: AuthService
+    public init(_ service: AuthService) { self.service = service }
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+        try service.refresh(p.refreshToken, now: c.now)
+    }
+}
+
+/// `auth.signOut`.
+public struct SignOut: RPCMethod {
+    public struct Params: RPCParams {
+        let all: Bool
+        public init(from p: inout ObjectReader) throws(FieldError) {
+            let scope: String = try p.optional("scope") ?? "current"
+            guard scope == "current" || scope == "all" else { throw .outOfRange(p.path("scope"), "must be current or all") }
+            all = scope == "all"
+        }
+    }
+    public static let name = "auth.signOut"
+    public static let summary = "Ends the token's session, or every session of the user with scope all."
+    public static let mutates = true
+    public static let auth = AuthRequirement.user
+    public static let paramsDoc = #"[{"name": "scope", "required": false, "schema": {"enum": ["current", "all"]}}]"#
+    public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["revoked"], "properties": {"revoked": {"type": "integer", "minimum": 0}}}"#
+    let service: AuthService
+    public init(_ service: AuthService) { self.service = service }
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+        ["revoked": .int(Int64(try service.signOut(try c.requireIdentity(), all: p.all)))]
+    }
+}
+
+/// `auth.exchange`.
+public struct Exchange: RPCMethod {
+    public struct Params: RPCParams {
+        let provider: String
+        let idToken: String
+        public init(from p: inout ObjectReader) throws(FieldError) {
+            provider = try p.required("provider")
+            idToken = try p.required("idToken")
+        }
+    }
+    public static let name = "auth.exchange"
+    public static let summary = "Signs in with an OpenID Connect id token from a configured provider (google, auth0, apple, ...)."
+    public static let mutates = true
+    public static let auth = AuthRequirement.none
+    public static let paramsDoc = #"""
+    [{"name": "provider", "required": true, "schema": {"type": "string"}},
+     {"name": "idToken", "required": true, "schema": {"type": "string"}}]
+    """#
+    public static let resultSchema = AuthSchemas.session
+    public static let errors = [ErrorDoc(-32010, "invalid_signature, malformed_jws")]
+    let service: AuthService
+    public init(_ service: AuthService) { self.service = service }
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+        try service.exchange(provider: p.provider, idToken: p.idToken, now: c.now)
+    }
+}
+
+/// `auth.user`.
+public struct CurrentUser: RPCMethod {
+    public static let name = "auth.user"
+    public static let summary = "The account the token belongs to."
+    public static let mutates = false
+    public static let auth = AuthRequirement.user
+    public static let resultSchema = AuthSchemas.user
+    let service: AuthService
+    public init(_ service: AuthService) { self.service = service }
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
+        try service.user(try c.requireIdentity())
+    }
+}
+
+/// `auth.deleteUser`.
+public struct DeleteUser: RPCMethod {
+    public static let name = "auth.deleteUser"
+    public static let summary = "Deletes the token's account and every record of it in every domain."
+    public static let mutates = true
+    public static let auth = AuthRequirement.user
+    public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["deleted"], "properties": {"deleted": {"const": true}}}"#
+    let service: AuthService
+    public init(_ service: AuthService) { self.service = service }
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
+        try service.deleteUser(try c.requireIdentity())
+        return ["deleted": true]
+    }
+}

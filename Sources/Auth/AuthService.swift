@@ -1,0 +1,420 @@
+import Chrono
+import Crypto
+import JSON
+import JSONRPC
+import Store
+
+/// The auth tables, registered with the store before it recovers.
+public struct AuthTables: Sendable {
+    public let users: Table<UserRow>
+    public let index: Table<IndexRow>
+    public let sessions: Table<SessionRow>
+    public let refresh: Table<RefreshRow>
+
+    /// Registers the tables.
+    public init(_ store: Store) {
+        users = store.table("auth.users", of: UserRow.self)
+        index = store.table("auth.index", of: IndexRow.self)
+        sessions = store.table("auth.sessions", of: SessionRow.self)
+        refresh = store.table("auth.refresh", of: RefreshRow.self)
+    }
+}
+
+/// Accounts, sessions and tokens: verifies bearer tokens for the dispatcher, and carries out the
+/// auth methods. Confined to the serving thread.
+public final class AuthService: Authenticator, @unchecked Sendable {
+    /// `iss` of the tokens the kernel issues.
+    public static let issuer = "healthkernel"
+    /// Partition of the shared lookup rows (email and identity index): no user id looks like it.
+    static let shared = "*"
+    static let profileKey = "profile"
+    /// Failed sign-ins per email before throttling, and the window they count in.
+    static let maxFailures = 5
+    static let failureWindowMs: Int64 = 15 * 60 * 1000
+    static let cacheLimit = 10_000
+
+    let config: AuthConfig
+    let tables: AuthTables
+    let store: Store
+    let signingKey: VerificationKey
+    let issuerKeys: KeySet
+    let providerKeys: [String: KeySet]
+    private var cache: [String: VerifiedToken] = [:]
+    private var failures: [String: [Int64]] = [:]
+
+    /// What a verified access token says, kept so the signature is checked once per token.
+    struct VerifiedToken {
+        let userId: String?
+        let role: String
+        let sessionId: String?
+        let expiresAt: Int64
+    }
+
+    /// A service over `tables`, signing with `secret` and trusting the given key sets.
+    public init(config: AuthConfig, secret: [UInt8], issuerKeys: KeySet, providerKeys: [String: KeySet],
+                store: Store, tables: AuthTables) throws {
+        self.config = config
+        self.store = store
+        self.tables = tables
+        self.signingKey = VerificationKey.hmac(secret)
+        self.issuerKeys = issuerKeys
+        self.providerKeys = providerKeys
+    }
+
+    /// Number of accounts.
+    public var userCount: Int { tables.users.userCount }
+
+    // MARK: Verifying access tokens
+
+    public func authenticate(token: String?, requirement: AuthRequirement, now: Timestamp) throws(RPCError) -> Identity? {
+        guard requirement != .none else { return nil }
+        guard let token, !token.isEmpty else { throw RPCError.unauthorized("missing_token", "This method needs params.auth") }
+        let verified: VerifiedToken
+        if let hit = cache[token] {
+            verified = hit
+        } else {
+            do {
+                verified = try verify(token, now: now)
+            } catch {
+                throw RPCError.unauthorized(error.reason, error.message)
+            }
+            if cache.count >= Self.cacheLimit { cache.removeAll(keepingCapacity: true) }
+            cache[token] = verified
+        }
+        // Checked on every call, cached or not: expiry and revocation take effect at once.
+        guard now.seconds <= verified.expiresAt + 60 else {
+            cache[token] = nil
+            throw RPCError.unauthorized("expired_token", "The token has expired")
+        }
+        if let sid = verified.sessionId, let user = verified.userId {
+            guard let session = tables.sessions.get(user: user, key: sid), !session.revoked else {
+                throw RPCError.unauthorized("invalid_token", "The session has ended")
+            }
+        }
+        switch requirement {
+        case .service:
+            guard verified.role == "service_role" else {
+                throw RPCError.forbidden("service_role_required", "This method needs a service_role token")
+            }
+        case .user:
+            guard verified.role == "authenticated", let user = verified.userId else {
+                throw RPCError.forbidden("user_token_required", "This method needs a user's token")
+            }
+            if verified.sessionId == nil, tables.users.get(user: user, key: Self.profileKey) == nil {
+                try provision(user, now: now)
+            }
+        case .none:
+            break
+        }
+        return Identity(userId: verified.userId, role: verified.role, sessionId: verified.sessionId)
+    }
+
+    /// Checks signature and claims of an access token (PROTOCOL.md section 5).
+    func verify(_ token: String, now: Timestamp) throws(TokenError) -> VerifiedToken {
+        let jwt = try JWT(token)
+        let key: VerificationKey
+        switch jwt.algorithm {
+        case "HS256":
+            key = signingKey
+        case "ES256", "RS256":
+            guard let kid = jwt.keyID, let k = issuerKeys.keys[kid] else { throw .invalid("The token's key is unknown") }
+            key = k
+        default:
+            throw .invalid("The token algorithm is not accepted")
+        }
+        try jwt.verify(with: key)
+        let exp = try jwt.checkTimes(now: now)
+        let iss = try jwt.stringClaim("iss")
+        if !config.acceptedIssuers.isEmpty {
+            guard let iss, iss == Self.issuer || config.acceptedIssuers.contains(iss) else {
+                throw .invalid("The token issuer is not accepted")
+            }
+        }
+        let role = try jwt.stringClaim("role") ?? "authenticated"
+        let sid = try jwt.stringClaim("sid")
+        switch role {
+        case "service_role":
+            let sub = try jwt.stringClaim("sub").flatMap(Identifiers.canonicalUUID)
+            return VerifiedToken(userId: sub, role: role, sessionId: nil, expiresAt: exp)
+        case "authenticated":
+            guard let rawSub = try jwt.stringClaim("sub"), let sub = Identifiers.canonicalUUID(rawSub) else {
+                throw .invalid("The token subject is not a user id")
+            }
+            guard try jwt.audiences().contains("authenticated") else { throw .invalid("The token audience is not accepted") }
+            if sid != nil && iss != Self.issuer { throw .invalid("The token session is not one of this kernel's") }
+            return VerifiedToken(userId: sub, role: role, sessionId: sid, expiresAt: exp)
+        default:
+            throw .invalid("The token role is not accepted")
+        }
+    }
+
+    /// Creates the account of a user known only from a trusted token (a Supabase project's user).
+    private func provision(_ user: String, now: Timestamp) throws(RPCError) {
+        var tx = Transaction()
+        tx.put(tables.users, user: user, key: Self.profileKey,
+               UserRow(id: user, email: nil, createdAt: now.milliseconds, identities: ["external"], passwordHash: nil))
+        try commit(tx)
+    }
+
+    // MARK: Sessions
+
+    /// Starts a session for `user`: a session row, a refresh token and an access token.
+    func startSession(_ user: UserRow, _ tx: inout Transaction, now: Timestamp) -> JSON {
+        let sid = Identifiers.uuid()
+        tx.put(tables.sessions, user: user.id, key: sid, SessionRow(createdAt: now.milliseconds, revoked: false))
+        return tokens(for: user, sessionId: sid, &tx, now: now)
+    }
+
+    /// A new refresh token and access token within session `sid`.
+    private func tokens(for user: UserRow, sessionId sid: String, _ tx: inout Transaction, now: Timestamp) -> JSON {
+        let refreshToken = user.id + "." + Base64URL.encode(Identifiers.randomBytes(32))
+        tx.put(tables.refresh, user: user.id, key: Self.digest(refreshToken),
+               RefreshRow(sessionId: sid, expiresAt: now.seconds + Int64(config.refreshTokenTtlSeconds), spent: false))
+        let access = mint(sub: user.id, role: "authenticated", sessionId: sid, email: user.email,
+                          ttl: config.accessTokenTtlSeconds, now: now)
+        return [
+            "accessToken": .string(access), "tokenType": "bearer", "expiresIn": .int(Int64(config.accessTokenTtlSeconds)),
+            "refreshToken": .string(refreshToken), "user": Self.userJSON(user),
+        ]
+    }
+
+    /// Signs an access token with the kernel's secret.
+    public func mint(sub: String?, role: String, sessionId: String? = nil, email: String? = nil, ttl: Int, now: Timestamp) -> String {
+        Self.claims(sub: sub, role: role, sessionId: sessionId, email: email, ttl: ttl, now: now, key: signingKey)
+    }
+
+    /// Builds the claims of an access token (Supabase's shape plus `sid`) and signs them with `key`.
+    static func claims(sub: String?, role: String, sessionId: String?, email: String?, ttl: Int, now: Timestamp,
+                       key: VerificationKey) -> String {
+        var claims = JSONObject()
+        claims["iss"] = .string(Self.issuer)
+        if let sub { claims["sub"] = .string(sub) }
+        if role == "authenticated" { claims["aud"] = "authenticated" }
+        claims["role"] = .string(role)
+        claims["iat"] = .int(now.seconds)
+        claims["exp"] = .int(now.seconds + Int64(ttl))
+        if let sessionId { claims["sid"] = .string(sessionId) }
+        if let email { claims["email"] = .string(email) }
+        return JWT.sign(claims: .object(claims), with: key)
+    }
+
+    static func digest(_ token: String) -> String {
+        SHA256.hash(data: Array(token.utf8)).map { b in (b < 16 ? "0" : "") + String(b, radix: 16) }.joined()
+    }
+
+    /// The wire form of an account.
+    static func userJSON(_ u: UserRow) -> JSON {
+        ["id": .string(u.id), "email": .optional(u.email), "createdAt": .string(Timestamp(milliseconds: u.createdAt).description),
+         "identities": .array(u.identities.map(JSON.string))]
+    }
+
+    func commit(_ tx: Transaction) throws(RPCError) {
+        do {
+            try store.commit(tx)
+        } catch {
+            switch error {
+            case .unavailable(let m): throw RPCError.storageUnavailable("Storage unavailable: \(m); nothing was applied")
+            case .corrupt: throw RPCError.internalError
+            }
+        }
+    }
+
+    // MARK: Accounts
+
+    /// Trims and lowercases an email and checks its shape; nil when it is not an address.
+    static func normalizeEmail(_ raw: String) -> String? {
+        let email = String(raw.unicodeScalars.drop(while: { $0.properties.isWhitespace }).reversed()
+            .drop(while: { $0.properties.isWhitespace }).reversed().map(Character.init)).lowercased()
+        let parts = email.split(separator: "@", omittingEmptySubsequences: false)
+        guard email.utf8.count <= 254, parts.count == 2, !parts[0].isEmpty, parts[1].contains("."),
+              !parts[1].hasPrefix("."), !parts[1].hasSuffix("."),
+              !email.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.value < 0x20 }) else { return nil }
+        return email
+    }
+
+    func signUp(email: String, password: String, now: Timestamp) throws(RPCError) -> JSON {
+        guard tables.index.get(user: Self.shared, key: "email:" + email) == nil else {
+            throw RPCError.conflict("email_taken", "An account with this email already exists")
+        }
+        let user = UserRow(id: Identifiers.uuid(), email: email, createdAt: now.milliseconds, identities: ["password"],
+                           passwordHash: Passwords.hash(password))
+        var tx = Transaction()
+        tx.put(tables.users, user: user.id, key: Self.profileKey, user)
+        tx.put(tables.index, user: Self.shared, key: "email:" + email, IndexRow(userId: user.id))
+        let session = startSession(user, &tx, now: now)
+        try commit(tx)
+        return session
+    }
+
+    func signIn(email: String, password: String, now: Timestamp) throws(RPCError) -> JSON {
+        let recent = (failures[email] ?? []).filter { now.milliseconds - $0 < Self.failureWindowMs }
+        failures[email] = recent.isEmpty ? nil : recent
+        guard recent.count < Self.maxFailures else {
+            throw RPCError.rateLimited("Too many failed sign-ins for this email; try again later")
+        }
+        let user = tables.index.get(user: Self.shared, key: "email:" + email)
+            .flatMap { tables.users.get(user: $0.userId, key: Self.profileKey) }
+        let ok = Passwords.verify(password, against: user?.passwordHash ?? Passwords.decoy)
+        guard ok, let user, user.passwordHash != nil else {
+            failures[email, default: []].append(now.milliseconds)
+            throw RPCError.unauthorized("invalid_credentials", "Invalid login credentials")
+        }
+        failures[email] = nil
+        var tx = Transaction()
+        let session = startSession(user, &tx, now: now)
+        try commit(tx)
+        return session
+    }
+
+    func refresh(_ token: String, now: Timestamp) throws(RPCError) -> JSON {
+        let invalid = RPCError.unauthorized("invalid_token", "The refresh token is not valid")
+        guard let dot = token.firstIndex(of: "."), let userId = Identifiers.canonicalUUID(String(token[..<dot])),
+              let row = tables.refresh.get(user: userId, key: Self.digest(token)),
+              let user = tables.users.get(user: userId, key: Self.profileKey),
+              var session = tables.sessions.get(user: userId, key: row.sessionId), !session.revoked else { throw invalid }
+        var tx = Transaction()
+        if row.spent {
+            // A spent token presented again has leaked: end the whole session (GoTrue's reuse detection).
+            session.revoked = true
+            tx.put(tables.sessions, user: userId, key: row.sessionId, session)
+            try commit(tx)
+            throw RPCError.unauthorized("invalid_token", "The refresh token was already used; the session is revoked")
+        }
+        guard now.seconds <= row.expiresAt else { throw RPCError.unauthorized("expired_token", "The refresh token has expired") }
+        var spent = row
+        spent.spent = true
+        tx.put(tables.refresh, user: userId, key: Self.digest(token), spent)
+        let result = tokens(for: user, sessionId: row.sessionId, &tx, now: now)
+        try commit(tx)
+        return result
+    }
+
+    func signOut(_ identity: Identity, all: Bool) throws(RPCError) -> Int {
+        guard let userId = identity.userId else { return 0 }
+        var tx = Transaction()
+        var revoked = 0
+        for (sid, var session) in tables.sessions.rows(of: userId) where !session.revoked && (all || sid == identity.sessionId) {
+            session.revoked = true
+            tx.put(tables.sessions, user: userId, key: sid, session)
+            revoked += 1
+        }
+        try commit(tx)
+        return revoked
+    }
+
+    func user(_ identity: Identity) throws(RPCError) -> JSON {
+        guard let id = identity.userId, let user = tables.users.get(user: id, key: Self.profileKey) else {
+            throw RPCError.notFound("No such user")
+        }
+        return Self.userJSON(user)
+    }
+
+    func deleteUser(_ identity: Identity) throws(RPCError) {
+        guard let id = identity.userId, let user = tables.users.get(user: id, key: Self.profileKey) else {
+            throw RPCError.notFound("No such user")
+        }
+        var tx = Transaction()
+        if let email = user.email { tx.delete(tables.index, user: Self.shared, key: "email:" + email) }
+        for (key, row) in tables.index.rows(of: Self.shared) where key.hasPrefix("identity:") && row.userId == id {
+            tx.delete(tables.index, user: Self.shared, key: key)
+        }
+        tx.deleteUser(id)  // every row in the user's partition, in every domain's tables
+        try commit(tx)
+        cache.removeAll(keepingCapacity: true)
+    }
+
+    // MARK: Identity providers
+
+    /// Verifies an OpenID Connect id token from `provider`, then finds or creates the linked account.
+    func exchange(provider name: String, idToken: String, now: Timestamp) throws(RPCError) -> JSON {
+        guard let provider = config.providers.first(where: { $0.name == name }), let keys = providerKeys[name] else {
+            throw RPCError.invalidParams("params.provider", reason: "out_of_range", "params.provider is not a configured provider")
+        }
+        let claims: (sub: String, email: String?)
+        do {
+            claims = try Self.verifyIDToken(idToken, provider: provider, keys: keys, now: now)
+        } catch {
+            let reason = error.reason == "malformed_jws" ? "malformed_jws" : "invalid_signature"
+            throw RPCError.verificationFailed(reason, "The id token does not verify: \(error.message)")
+        }
+        let identityKey = "identity:\(name):\(claims.sub)"
+        var tx = Transaction()
+        var user: UserRow
+        if let linked = tables.index.get(user: Self.shared, key: identityKey),
+           let existing = tables.users.get(user: linked.userId, key: Self.profileKey) {
+            user = existing
+        } else if let email = claims.email, let byEmail = tables.index.get(user: Self.shared, key: "email:" + email),
+                  var existing = tables.users.get(user: byEmail.userId, key: Self.profileKey) {
+            // A verified email that matches an account links the provider to it.
+            if !existing.identities.contains(name) { existing.identities.append(name) }
+            tx.put(tables.users, user: existing.id, key: Self.profileKey, existing)
+            tx.put(tables.index, user: Self.shared, key: identityKey, IndexRow(userId: existing.id))
+            user = existing
+        } else {
+            user = UserRow(id: Identifiers.uuid(), email: claims.email, createdAt: now.milliseconds, identities: [name], passwordHash: nil)
+            tx.put(tables.users, user: user.id, key: Self.profileKey, user)
+            tx.put(tables.index, user: Self.shared, key: identityKey, IndexRow(userId: user.id))
+            if let email = claims.email { tx.put(tables.index, user: Self.shared, key: "email:" + email, IndexRow(userId: user.id)) }
+        }
+        let session = startSession(user, &tx, now: now)
+        try commit(tx)
+        return session
+    }
+
+    /// The id token rules: signature by a key of the provider's JWKS, `iss` one of the provider's,
+    /// `aud` one of the configured client ids (and Auth0's `azp` when several audiences are present),
+    /// `exp`/`nbf`/`iat` with 60 s leeway, a `sub`. Returns the subject and the email when verified.
+    static func verifyIDToken(_ token: String, provider: ProviderConfig, keys: KeySet, now: Timestamp)
+        throws(TokenError) -> (sub: String, email: String?)
+    {
+        let jwt: JWT
+        do {
+            jwt = try JWT(token)
+        } catch {
+            throw TokenError(reason: "malformed_jws", message: error.message)
+        }
+        guard KeySet.asymmetric.contains(jwt.algorithm), let kid = jwt.keyID, let key = keys.keys[kid] else {
+            throw .invalid("no key of the provider matches the token")
+        }
+        try jwt.verify(with: key)
+        _ = try jwt.checkTimes(now: now)
+        guard let iss = try jwt.stringClaim("iss"), provider.issuers.contains(iss) else { throw .invalid("wrong issuer") }
+        let audiences = try jwt.audiences()
+        guard audiences.contains(where: provider.audiences.contains) else { throw .invalid("wrong audience") }
+        if let azp = try jwt.stringClaim("azp") {
+            guard provider.audiences.contains(azp) else { throw .invalid("wrong authorized party") }
+        } else if provider.name == "auth0" && audiences.count > 1 {
+            throw .invalid("azp is required when the token has several audiences")
+        }
+        guard let sub = try jwt.stringClaim("sub"), !sub.isEmpty, sub.utf8.count <= 255 else { throw .invalid("no subject") }
+        // Apple sends email_verified as the string "true"; Google and Auth0 as a boolean.
+        let verified = jwt.payload["email_verified"] == .bool(true) || jwt.payload["email_verified"] == .string("true")
+        let email = verified ? (try jwt.stringClaim("email")).flatMap(normalizeEmail) : nil
+        return (sub, email)
+    }
+}
+
+extension AuthService {
+    /// The id of the account with `email`, if any.
+    public func userID(forEmail raw: String) -> String? {
+        guard let email = Self.normalizeEmail(raw) else { return nil }
+        return tables.index.get(user: Self.shared, key: "email:" + email)?.userId
+    }
+}
+
+/// Signs access tokens with a secret, without a running kernel (the `token` command).
+public struct TokenMinter {
+    let key: VerificationKey
+    let ttl: Int
+
+    /// A minter for `secret` whose tokens live `ttl` seconds.
+    public init(secret: [UInt8], ttl: Int) throws {
+        key = VerificationKey.hmac(secret)
+        self.ttl = ttl
+    }
+
+    /// A token for `sub` (a user id) with `role`; it carries no session, like a Supabase project's tokens.
+    public func mint(sub: String?, role: String, now: Timestamp) -> String {
+        AuthService.claims(sub: sub, role: role, sessionId: nil, email: nil, ttl: ttl, now: now, key: key)
+    }
+}

@@ -1,0 +1,46 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Store
+
+/// Where the HS256 secret comes from: the configuration (file, `HEALTHKERNEL_JWT_SECRET`, `--jwt-secret`),
+/// else `<data-dir>/jwt-secret`, generated once with mode 0600; a memory-only kernel makes one per process.
+public enum JWTSecret {
+    /// The file name in the data dir.
+    public static let fileName = "jwt-secret"
+
+    /// The secret's bytes, creating the data dir file when needed.
+    public static func resolve(configured: String?, dataDir: String?) throws -> [UInt8] {
+        if let configured {
+            guard configured.utf8.count >= 32 else { throw AuthSetupError("the JWT secret must be at least 32 bytes") }
+            return Array(configured.utf8)
+        }
+        guard let dataDir else { return Array(Base64URL.encode(Identifiers.randomBytes(48)).utf8) }
+        let path = dataDir + "/" + fileName
+        if let existing = read(path) { return existing }
+        let secret = Array(Base64URL.encode(Identifiers.randomBytes(48)).utf8)
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        if fd < 0 {
+            if errno == EEXIST, let existing = read(path) { return existing }  // another process made it first
+            throw AuthSetupError("cannot create \(path): errno \(errno)")
+        }
+        defer { close(fd) }
+        let written = secret.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        guard written == secret.count, fsync(fd) == 0 else { throw AuthSetupError("cannot write \(path)") }
+        return secret
+    }
+
+    private static func read(_ path: String) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+        guard n >= 32 else { return nil }
+        var bytes = Array(buffer[0..<n])
+        while let last = bytes.last, last == 0x0A || last == 0x0D || last == 0x20 { bytes.removeLast() }
+        return bytes
+    }
+}

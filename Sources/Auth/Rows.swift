@@ -1,0 +1,100 @@
+import JSON
+import Store
+
+/// Reads a stored object's members with clear corruption errors.
+struct StoredFields {
+    let object: JSONObject
+    init(_ json: JSON, _ what: String) throws(StoreError) {
+        guard case .object(let o) = json else { throw StoreError.corrupt("\(what) is not an object") }
+        object = o
+    }
+    func string(_ k: String) throws(StoreError) -> String {
+        guard let s = object[k]?.stringValue else { throw StoreError.corrupt("missing \(k)") }
+        return s
+    }
+    func optionalString(_ k: String) -> String? { object[k]?.stringValue }
+    func int(_ k: String) throws(StoreError) -> Int64 {
+        guard let i = object[k]?.intValue else { throw StoreError.corrupt("missing \(k)") }
+        return i
+    }
+    func bool(_ k: String) -> Bool { object[k] == .bool(true) }
+    func strings(_ k: String) -> [String] { object[k]?.arrayValue?.compactMap(\.stringValue) ?? [] }
+}
+
+/// An account (`auth.users`, key `profile` in the user's own partition).
+public struct UserRow: StoredRow {
+    public let id: String
+    public var email: String?
+    public let createdAt: Int64
+    /// `password`, or the identity providers the account signs in with.
+    public var identities: [String]
+    /// scrypt hash; nil for accounts without a password.
+    public var passwordHash: String?
+
+    public init(id: String, email: String?, createdAt: Int64, identities: [String], passwordHash: String?) {
+        self.id = id
+        self.email = email
+        self.createdAt = createdAt
+        self.identities = identities
+        self.passwordHash = passwordHash
+    }
+
+    public init(stored: JSON) throws(StoreError) {
+        let f = try StoredFields(stored, "user")
+        id = try f.string("id")
+        email = f.optionalString("email")
+        createdAt = try f.int("createdAt")
+        identities = f.strings("identities")
+        passwordHash = f.optionalString("passwordHash")
+    }
+
+    public var stored: JSON {
+        ["id": .string(id), "email": .optional(email), "createdAt": .int(createdAt),
+         "identities": .array(identities.map(JSON.string)), "passwordHash": .optional(passwordHash)]
+    }
+}
+
+/// A lookup entry in the shared partition: `email:<email>` or `identity:<provider>:<sub>` -> user id.
+public struct IndexRow: StoredRow {
+    public let userId: String
+    public init(userId: String) { self.userId = userId }
+    public init(stored: JSON) throws(StoreError) { userId = try StoredFields(stored, "index").string("userId") }
+    public var stored: JSON { ["userId": .string(userId)] }
+}
+
+/// A sign-in session (`auth.sessions`, keyed by session id in the user's partition). Access tokens
+/// carry its id as `sid`; revoking it ends them and its refresh tokens at once.
+public struct SessionRow: StoredRow {
+    public let createdAt: Int64
+    public var revoked: Bool
+    public init(createdAt: Int64, revoked: Bool) {
+        self.createdAt = createdAt
+        self.revoked = revoked
+    }
+    public init(stored: JSON) throws(StoreError) {
+        let f = try StoredFields(stored, "session")
+        createdAt = try f.int("createdAt")
+        revoked = f.bool("revoked")
+    }
+    public var stored: JSON { ["createdAt": .int(createdAt), "revoked": .bool(revoked)] }
+}
+
+/// A refresh token (`auth.refresh`, keyed by the SHA-256 of the token in the user's partition).
+public struct RefreshRow: StoredRow {
+    public let sessionId: String
+    public let expiresAt: Int64
+    /// Already exchanged for a new one: presenting it again means it leaked.
+    public var spent: Bool
+    public init(sessionId: String, expiresAt: Int64, spent: Bool) {
+        self.sessionId = sessionId
+        self.expiresAt = expiresAt
+        self.spent = spent
+    }
+    public init(stored: JSON) throws(StoreError) {
+        let f = try StoredFields(stored, "refresh token")
+        sessionId = try f.string("sessionId")
+        expiresAt = try f.int("expiresAt")
+        spent = f.bool("spent")
+    }
+    public var stored: JSON { ["sessionId": .string(sessionId), "expiresAt": .int(expiresAt), "spent": .bool(spent)] }
+}
