@@ -57,7 +57,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KernelTests",
-            dependencies: ["Kernel", "JSONRPC", "JSON", "Store", "healthkernel", .product(name: "JWTKit", package: "jwt-kit")]
+            dependencies: ["Kernel", "JSONRPC", "JSON", "Store", "healthkernel"]
         ),
     ]
 )

@@ -147,6 +147,17 @@ public final class Store: @unchecked Sendable {
         return t
     }
 
+    /// Every row of `user` in every table as (table, key, stored value): for exports and isolation checks.
+    public func rows(of user: String) -> [(String, String, JSON)] {
+        var out: [(String, String, JSON)] = []
+        for name in tableOrder {
+            tables[name]!.freeze().forEachRow { u, key, value in
+                if u == user { out.append((name, key, value)) }
+            }
+        }
+        return out
+    }
+
     /// Total rows in all tables.
     public var rowCount: Int { tables.values.reduce(0) { $0 + $1.rowCount } }
 

@@ -153,3 +153,32 @@ import Testing
         #expect(try fromFlag.responses().first?["error"]?["data"]?["reason"] == "line_too_long")
     }
 }
+
+/// `healthkernel token` in a shell-style pipeline against a data dir.
+@Suite struct TokenCommandTests {
+    @Test func mintedTokensWorkAgainstTheKernel() throws {
+        let dir = temporaryDirectory("token")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let user = "12345678-1234-4234-8234-123456789abc"
+        let minted = try runBinary(["token", "--user", user, "--data-dir", dir])
+        #expect(minted.status == 0)
+        let token = minted.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        let me = try runBinary(["call", "auth.user", "--token", token, "--data-dir", dir])
+        #expect(me.status == 0)
+        #expect(try JSON.parse(me.stdoutText)["id"] == .string(user))
+        let service = try runBinary(["token", "--role", "service_role", "--data-dir", dir]).stdoutText
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let snapshot = try runBinary(["call", "kernel.snapshot", "--token", service, "--data-dir", dir])
+        #expect(snapshot.status == 0, "\(snapshot.stderrText)")
+        #expect(try JSON.parse(snapshot.stdoutText)["seq"] != nil)
+        let forbidden = try runBinary(["call", "kernel.snapshot", "--token", token, "--data-dir", dir])
+        #expect(forbidden.status == 1 && forbidden.stderrText.contains("service_role_required"))
+        // By email, for an account that exists.
+        _ = try runBinary(["call", "auth.signUp", #"{"email":"cli@example.com","password":"long enough"}"#, "--data-dir", dir])
+        let byEmail = try runBinary(["token", "--user", "CLI@example.com", "--data-dir", dir])
+        #expect(byEmail.status == 0)
+        let secretMode = try FileManager.default.attributesOfItem(atPath: dir + "/jwt-secret")[.posixPermissions] as? Int
+        #expect(secretMode == 0o600)
+        #expect(try runBinary(["token", "--user", user, "--memory-only"]).status == 2)
+    }
+}

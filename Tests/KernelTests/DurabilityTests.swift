@@ -18,7 +18,7 @@ func dump(_ k: LiveKernel) -> [String: (String?, String?)]? {
 
 @Suite(.serialized) struct DurabilityTests {
     func serve(_ dir: String, _ extra: [String] = []) -> [String] {
-        ["serve", "--data-dir", dir, "--enable-test-methods", "--log-level", "error"] + extra
+        ["serve", "--data-dir", dir, "--enable-test-methods", "--log-level", "error", "--jwt-secret", testSecret] + extra
     }
 
     /// Kills the kernel with SIGKILL at random moments under a pipelined write load, 200 times, and
@@ -87,7 +87,7 @@ func dump(_ k: LiveKernel) -> [String: (String?, String?)]? {
         let second = try runBinary(serve(dir), input: stream([
             #"{"jsonrpc":"2.0","id":1,"method":"test.dump"}"#,
             #"{"jsonrpc":"2.0","id":2,"method":"kernel.info"}"#,
-            #"{"jsonrpc":"2.0","id":3,"method":"kernel.snapshot"}"#,
+            #"{"jsonrpc":"2.0","id":3,"method":"kernel.snapshot","params":{"auth":"\#(testServiceToken)"}}"#,
         ]))
         let r = try second.responses()
         #expect(r[0]["result"]?["rows"]?.arrayValue?.count == 50)

@@ -26,6 +26,8 @@ enum Paths {
 
 /// The HS256 secret test kernels use, so transcripts can carry pre-signed tokens.
 let testSecret = "healthkernel-test-secret-0123456789abcdef"
+/// A service_role token signed with `testSecret`, valid until 2100.
+let testServiceToken = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJpc3MiOiJoZWFsdGhrZXJuZWwiLCJyb2xlIjoic2VydmljZV9yb2xlIiwiaWF0IjoxNzYzNzY5NjAwLCJleHAiOjQxMDI0NDQ4MDB9.-w2-Ea2Bq7_pOPi_SiBiUCgGjfaQPSGeZGm6SqsWQjY"
 
 /// A kernel in this process, memory-only, for in-process transcripts.
 func makeKernel(_ configure: (inout KernelConfig) -> Void = { _ in }) throws -> Kernel {

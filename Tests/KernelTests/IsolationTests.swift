@@ -1,0 +1,65 @@
+import Foundation
+import JSON
+import JSONRPC
+import Testing
+@testable import Kernel
+
+/// User A's token can never read or change user B's data through any method. Every registered user
+/// method is called with A's token; B's rows must be unchanged and no answer to A may mention B.
+/// `sampleParams` gives each method params that make it do real work; it grows with every domain.
+@Suite struct IsolationTests {
+    static let sampleParams: [String: JSON] = [
+        "auth.signOut": ["scope": "all"],
+    ]
+    /// Methods whose effect ends A's access; they run last.
+    static let runLast: Set<String> = ["auth.signOut", "auth.deleteUser"]
+
+    @Test func userAcannotReachUserB() throws {
+        let kernel = try makeKernel()
+        var connection = kernel.connection()
+        var nextID = 0
+        func call(_ method: String, _ params: JSON) -> JSON {
+            nextID += 1
+            let request: JSON = ["jsonrpc": "2.0", "id": .int(Int64(nextID)), "method": .string(method), "params": params]
+            connection.receive(request.bytes + [0x0A])
+            _ = connection.endBatch()
+            defer { connection.output.removeAll() }
+            return (try? JSON.parse(Array(connection.output.dropLast()))) ?? .null
+        }
+        let a = call("auth.signUp", ["email": "a@example.com", "password": "password-a"])["result"]
+        let b = call("auth.signUp", ["email": "b@example.com", "password": "password-b"])["result"]
+        #expect(a?["accessToken"] != nil)
+        let tokenB = try #require(b?["accessToken"]?.stringValue)
+        let idB = try #require(b?["user"]?["id"]?.stringValue)
+        let before = partition(kernel, idB)
+        #expect(!before.isEmpty)
+        let userMethods = kernel.registry.methods.filter { $0.auth == .user }
+        #expect(userMethods.count >= 3)
+        let ordered = userMethods.filter { !Self.runLast.contains($0.name) } + userMethods.filter { Self.runLast.contains($0.name) }
+        for method in ordered {
+            // A fresh session each time, since some methods end the previous one.
+            let signIn = call("auth.signIn", ["email": "a@example.com", "password": "password-a"])
+            let tokenA = try #require(signIn["result"]?["accessToken"]?.stringValue)
+            var params = Self.sampleParams[method.name]?.objectValue ?? JSONObject()
+            params["auth"] = .string(tokenA)
+            // A user id smuggled into params is refused, never used.
+            var smuggled = params
+            smuggled["userId"] = .string(idB)
+            #expect(call(method.name, .object(smuggled))["error"]?["data"]?["reason"] == "unknown_field", "\(method.name) took a userId")
+            let response = call(method.name, .object(params))
+            #expect(response["result"] != nil, "\(method.name) failed for its own user: \(response)")
+            let text = response.serialized
+            #expect(!text.contains(idB) && !text.contains("b@example.com"), "\(method.name) revealed B: \(text)")
+        }
+        #expect(partition(kernel, idB) == before, "B's data changed")
+        let stillB = call("auth.user", ["auth": .string(tokenB)])
+        #expect(stillB["result"]?["id"] == .string(idB))
+    }
+
+    /// Every row stored under a user's partition, in every table.
+    func partition(_ kernel: Kernel, _ user: String) -> [String: JSON] {
+        var rows: [String: JSON] = [:]
+        for (table, key, value) in kernel.store.rows(of: user) { rows["\(table)/\(key)"] = value }
+        return rows
+    }
+}
