@@ -25,10 +25,12 @@ let package = Package(
         .target(name: "Chrono"),
         .target(name: "JSONRPC", dependencies: ["JSON", "Chrono"]),
         .target(name: "Store", dependencies: ["JSON", "Chrono"]),
+        .target(name: "DomainSupport", dependencies: ["JSON", "JSONRPC", "Chrono", "Store"]),
+        .target(name: "ScreenTime", dependencies: ["JSON", "JSONRPC", "Chrono", "Store", "DomainSupport"]),
         .target(
             name: "Auth",
             dependencies: [
-                "JSON", "JSONRPC", "Chrono", "Store",
+                "JSON", "JSONRPC", "Chrono", "Store", "DomainSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
             ]
@@ -36,7 +38,7 @@ let package = Package(
         .target(
             name: "Kernel",
             dependencies: [
-                "JSON", "JSONRPC", "Chrono", "Store", "Auth",
+                "JSON", "JSONRPC", "Chrono", "Store", "DomainSupport", "Auth", "ScreenTime",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -51,6 +53,7 @@ let package = Package(
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "Chrono"]),
         .testTarget(name: "StoreTests", dependencies: ["Store", "JSON", "Chrono"]),
+        .testTarget(name: "ScreenTimeTests", dependencies: ["ScreenTime", "Store", "Chrono", "JSON", "JSONRPC"]),
         .testTarget(
             name: "AuthTests",
             dependencies: ["Auth", "Store", "JSON", "JSONRPC", "Chrono", .product(name: "JWTKit", package: "jwt-kit")]

@@ -16,4 +16,4 @@ apt_install() {
   as_root apt-get update -qq >&2 && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >&2
 }
 
-apt_install libjansson-dev pkg-config
+apt_install libjansson-dev pkg-config tzdata

@@ -1,5 +1,6 @@
 import Chrono
 import Crypto
+import DomainSupport
 import JSON
 import JSONRPC
 import Store
@@ -209,14 +210,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     }
 
     func commit(_ tx: Transaction) throws(RPCError) {
-        do {
-            try store.commit(tx)
-        } catch {
-            switch error {
-            case .unavailable(let m): throw RPCError.storageUnavailable("Storage unavailable: \(m); nothing was applied")
-            case .corrupt: throw RPCError.internalError
-            }
-        }
+        try store.apply(tx)
     }
 
     // MARK: Accounts

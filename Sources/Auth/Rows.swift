@@ -1,25 +1,6 @@
+import DomainSupport
 import JSON
 import Store
-
-/// Reads a stored object's members with clear corruption errors.
-struct StoredFields {
-    let object: JSONObject
-    init(_ json: JSON, _ what: String) throws(StoreError) {
-        guard case .object(let o) = json else { throw StoreError.corrupt("\(what) is not an object") }
-        object = o
-    }
-    func string(_ k: String) throws(StoreError) -> String {
-        guard let s = object[k]?.stringValue else { throw StoreError.corrupt("missing \(k)") }
-        return s
-    }
-    func optionalString(_ k: String) -> String? { object[k]?.stringValue }
-    func int(_ k: String) throws(StoreError) -> Int64 {
-        guard let i = object[k]?.intValue else { throw StoreError.corrupt("missing \(k)") }
-        return i
-    }
-    func bool(_ k: String) -> Bool { object[k] == .bool(true) }
-    func strings(_ k: String) -> [String] { object[k]?.arrayValue?.compactMap(\.stringValue) ?? [] }
-}
 
 /// An account (`auth.users`, key `profile` in the user's own partition).
 public struct UserRow: StoredRow {

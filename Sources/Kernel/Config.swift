@@ -1,5 +1,6 @@
 import Auth
 import JSON
+import ScreenTime
 import Store
 
 /// Everything the kernel is configured with, after file, environment and flags were merged in that order.
@@ -22,6 +23,8 @@ public struct KernelConfig: Sendable, Equatable {
     public var enableTestMethods = false
     /// Accounts, tokens and identity providers.
     public var auth = AuthConfig()
+    /// Screen Time tolerance, penalty rate and the rewards exchange rate.
+    public var screenTime = ScreenTimeConfig()
     /// Test hook: log appends fail with ENOSPC past this many bytes (for machines without a tiny tmpfs).
     public var failLogAppendsBeyondBytes: Int?
 
@@ -93,6 +96,14 @@ extension KernelConfig {
             if top.has("auth") {
                 var auth = try top.object("auth")
                 self.auth = try AuthConfig.read(&auth, resolve: { Self.resolve($0, relativeTo: path) })
+            }
+            if top.has("screentime") {
+                var section = try top.object("screentime")
+                try screenTime.readScreenTime(&section)
+            }
+            if top.has("rewards") {
+                var section = try top.object("rewards")
+                try screenTime.readRewards(&section)
             }
             if top.has("store") {
                 var store = try top.object("store")

@@ -3,6 +3,7 @@ import Chrono
 import JSON
 import JSONRPC
 import Logging
+import ScreenTime
 import Store
 #if canImport(Glibc)
 import Glibc
@@ -45,8 +46,10 @@ public final class Kernel {
             throw error
         }
         self.auth = auth
+        let screenTime = ScreenTimeService(config: config.screenTime, store: store, tables: tables.screenTime)
         registry = try MethodRegistry(
-            Self.methods(config: config, store: store, tables: tables, auth: auth, stats: stats, startedAt: startedAt),
+            Self.methods(config: config, store: store, tables: tables, auth: auth, screenTime: screenTime,
+                         stats: stats, startedAt: startedAt),
             info: [
                 "title": "healthkernel",
                 "version": .string(KernelVersion.version),
@@ -62,9 +65,11 @@ public final class Kernel {
     /// Every table, registered with the store before it recovers.
     struct Tables {
         let auth: AuthTables
+        let screenTime: ScreenTimeTables
         let test: Table<TestValue>
         init(_ store: Store) {
             auth = AuthTables(store)
+            screenTime = ScreenTimeTables(store)
             test = store.table("test.values", of: TestValue.self)
         }
     }
@@ -88,8 +93,8 @@ public final class Kernel {
     }
 
     /// Every method the kernel serves: the one list. A duplicate name stops start-up.
-    static func methods(config: KernelConfig, store: Store, tables: Tables, auth: AuthService, stats: RequestStats,
-                        startedAt: Timestamp) -> [RegisteredMethod] {
+    static func methods(config: KernelConfig, store: Store, tables: Tables, auth: AuthService,
+                        screenTime st: ScreenTimeService, stats: RequestStats, startedAt: Timestamp) -> [RegisteredMethod] {
         var methods = [
             RegisteredMethod(RPCDiscover()),
             RegisteredMethod(KernelInfo(startedAt: startedAt, stats: stats, store: store, auth: auth)),
@@ -101,6 +106,19 @@ public final class Kernel {
             RegisteredMethod(Exchange(auth)),
             RegisteredMethod(CurrentUser(auth)),
             RegisteredMethod(DeleteUser(auth)),
+            RegisteredMethod(GetConnection(st)),
+            RegisteredMethod(UpdateConnection(st)),
+            RegisteredMethod(Claim(st)),
+            RegisteredMethod(Upload(st)),
+            RegisteredMethod(Day(st)),
+            RegisteredMethod(History(st)),
+            RegisteredMethod(Penalties(st)),
+            RegisteredMethod(LogEvent(st)),
+            RegisteredMethod(Events(st)),
+            RegisteredMethod(Earn(st)),
+            RegisteredMethod(Redeem(st)),
+            RegisteredMethod(Spend(st)),
+            RegisteredMethod(Balance(st)),
         ]
         if config.enableTestMethods {
             methods += [

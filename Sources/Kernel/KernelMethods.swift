@@ -1,4 +1,5 @@
 import Chrono
+import DomainSupport
 import JSON
 import Auth
 import JSONRPC

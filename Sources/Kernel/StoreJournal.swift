@@ -9,12 +9,3 @@ extension Store: CommitJournal {
     }
 }
 
-extension RPCError {
-    /// The RPC form of a store failure: -32050 when nothing was applied, -32603 for data that does not decode.
-    static func from(_ error: StoreError) -> RPCError {
-        switch error {
-        case .unavailable(let m): return .storageUnavailable("Storage unavailable: \(m); nothing was applied")
-        case .corrupt: return .internalError
-        }
-    }
-}

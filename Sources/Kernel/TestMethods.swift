@@ -1,3 +1,4 @@
+import DomainSupport
 import JSON
 import JSONRPC
 import Store

@@ -10,7 +10,22 @@ import Testing
 @Suite struct IsolationTests {
     static let sampleParams: [String: JSON] = [
         "auth.signOut": ["scope": "all"],
+        "screentime.updateConnection": ["enabled": true, "timezone": "Europe/Berlin", "selection": ["apps": ["OWNER"]]],
+        "screentime.claim": ["date": "2025-03-01", "minutes": 30],
+        "screentime.upload": ["date": "2025-03-01", "verifiedMinutes": 60, "raw": ["owner": "OWNER"]],
+        "screentime.day": ["date": "2025-03-01"],
+        "screentime.history": ["from": "2025-03-01", "to": "2025-03-31", "includeRaw": true],
+        "screentime.logEvent": ["type": "intervalDidStart", "activity": "OWNER", "at": "2025-03-01T00:00:00Z"],
+        "rewards.earn": ["xp": 100, "reason": "OWNER", "key": "OWNER-key"],
+        "rewards.redeem": ["xp": 50],
+        "rewards.spend": ["minutes": 2],
     ]
+    /// A method's sample params, with "OWNER" replaced by a marker of the user who sends them.
+    static func params(_ method: String, owner: String) -> JSONObject {
+        let text = (sampleParams[method] ?? [:]).serialized.replacingOccurrences(of: "OWNER", with: owner)
+        return (try? JSON.parse(text))?.objectValue ?? JSONObject()
+    }
+
     /// Methods whose effect ends A's access; they run last.
     static let runLast: Set<String> = ["auth.signOut", "auth.deleteUser"]
 
@@ -31,16 +46,22 @@ import Testing
         #expect(a?["accessToken"] != nil)
         let tokenB = try #require(b?["accessToken"]?.stringValue)
         let idB = try #require(b?["user"]?["id"]?.stringValue)
-        let before = partition(kernel, idB)
-        #expect(!before.isEmpty)
         let userMethods = kernel.registry.methods.filter { $0.auth == .user }
         #expect(userMethods.count >= 3)
         let ordered = userMethods.filter { !Self.runLast.contains($0.name) } + userMethods.filter { Self.runLast.contains($0.name) }
+        // B first uses every method, so that B has data in every table for A to (fail to) reach.
+        for method in ordered where !Self.runLast.contains(method.name) {
+            var params = Self.params(method.name, owner: "B-marker")
+            params["auth"] = .string(tokenB)
+            #expect(call(method.name, .object(params))["result"] != nil, "\(method.name) failed for B")
+        }
+        let before = partition(kernel, idB)
+        #expect(before.count >= 8)
         for method in ordered {
             // A fresh session each time, since some methods end the previous one.
             let signIn = call("auth.signIn", ["email": "a@example.com", "password": "password-a"])
             let tokenA = try #require(signIn["result"]?["accessToken"]?.stringValue)
-            var params = Self.sampleParams[method.name]?.objectValue ?? JSONObject()
+            var params = Self.params(method.name, owner: "A-marker")
             params["auth"] = .string(tokenA)
             // A user id smuggled into params is refused, never used.
             var smuggled = params
@@ -49,7 +70,8 @@ import Testing
             let response = call(method.name, .object(params))
             #expect(response["result"] != nil, "\(method.name) failed for its own user: \(response)")
             let text = response.serialized
-            #expect(!text.contains(idB) && !text.contains("b@example.com"), "\(method.name) revealed B: \(text)")
+            #expect(!text.contains(idB) && !text.contains("b@example.com") && !text.contains("B-marker"),
+                    "\(method.name) revealed B: \(text)")
         }
         #expect(partition(kernel, idB) == before, "B's data changed")
         let stillB = call("auth.user", ["auth": .string(tokenB)])

@@ -1,0 +1,54 @@
+import Foundation
+
+/// IANA time zones: validated against the system's tz database (`/usr/share/zoneinfo`), converted
+/// with Foundation. Only local-day arithmetic uses this; stored times are always UTC.
+public struct Zone: Sendable, Equatable {
+    /// The IANA name, e.g. `America/Los_Angeles`.
+    public let identifier: String
+    private let zone: TimeZone
+
+    /// Where the system keeps its tz database.
+    static let databasePath = "/usr/share/zoneinfo/"
+
+    /// The zone named `identifier`, or nil when the system's tz database has no such zone.
+    public init?(_ identifier: String) {
+        let bytes = Array(identifier.utf8)
+        guard (1...64).contains(bytes.count), bytes.first != UInt8(ascii: "/"), !identifier.contains(".."),
+              bytes.allSatisfy({ c in
+                  (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || (c >= 0x30 && c <= 0x39)
+                      || c == UInt8(ascii: "/") || c == UInt8(ascii: "_") || c == UInt8(ascii: "-") || c == UInt8(ascii: "+")
+              }),
+              Self.isTZif(Self.databasePath + identifier),
+              let zone = TimeZone(identifier: identifier) else { return nil }
+        self.identifier = identifier
+        self.zone = zone
+    }
+
+    /// UTC.
+    public static let utc = Zone("UTC") ?? Zone(unchecked: "UTC")
+
+    private init(unchecked identifier: String) {
+        self.identifier = identifier
+        self.zone = TimeZone(secondsFromGMT: 0)!
+    }
+
+    /// Whether `path` is a compiled tz file (starts with the `TZif` magic).
+    static func isTZif(_ path: String) -> Bool {
+        guard let f = fopen(path, "rb") else { return false }
+        defer { fclose(f) }
+        var magic = [UInt8](repeating: 0, count: 4)
+        return fread(&magic, 1, 4, f) == 4 && magic == Array("TZif".utf8)
+    }
+
+    /// Seconds east of UTC at `instant`.
+    public func offsetSeconds(at instant: Timestamp) -> Int {
+        zone.secondsFromGMT(for: Date(timeIntervalSince1970: Double(instant.milliseconds) / 1000))
+    }
+
+    /// The local calendar date at `instant`.
+    public func localDate(at instant: Timestamp) -> CalendarDate {
+        Timestamp(milliseconds: instant.milliseconds + Int64(offsetSeconds(at: instant)) * 1000).utcDate
+    }
+
+    public static func == (a: Zone, b: Zone) -> Bool { a.identifier == b.identifier }
+}

@@ -1,0 +1,111 @@
+import Chrono
+import JSON
+import JSONRPC
+import Store
+
+extension RPCError {
+    /// The RPC form of a store failure: -32050 when nothing was applied, -32603 for data that does not decode.
+    public static func from(_ error: StoreError) -> RPCError {
+        switch error {
+        case .unavailable(let m): return .storageUnavailable("Storage unavailable: \(m); nothing was applied")
+        case .corrupt: return .internalError
+        }
+    }
+}
+
+extension Store {
+    /// Commits a request's transaction, turning a store failure into its RPC error.
+    public func apply(_ tx: Transaction) throws(RPCError) {
+        do {
+            try commit(tx)
+        } catch {
+            throw RPCError.from(error)
+        }
+    }
+}
+
+extension CalendarDate: FieldDecodable {
+    /// A `YYYY-MM-DD` string naming a day that exists; else `invalid_date`.
+    public static func decode(_ value: JSON, at path: String) throws(FieldError) -> CalendarDate {
+        let text = try String.decode(value, at: path)
+        guard let date = CalendarDate(text) else {
+            throw FieldError(field: path, reason: "invalid_date", message: "\(path) must be an existing date as YYYY-MM-DD")
+        }
+        return date
+    }
+}
+
+extension Timestamp: FieldDecodable {
+    /// An RFC 3339 timestamp with an offset (`Z` or `±hh:mm`); else `invalid_date`.
+    public static func decode(_ value: JSON, at path: String) throws(FieldError) -> Timestamp {
+        let text = try String.decode(value, at: path)
+        guard text.utf8.count <= 40, let t = Timestamp(rfc3339: text) else {
+            throw FieldError(field: path, reason: "invalid_date", message: "\(path) must be an RFC 3339 timestamp with an offset")
+        }
+        return t
+    }
+}
+
+extension Zone: FieldDecodable {
+    /// An IANA time zone name known to the system's tz database; else `invalid_timezone`.
+    public static func decode(_ value: JSON, at path: String) throws(FieldError) -> Zone {
+        let text = try String.decode(value, at: path)
+        guard let zone = Zone(text) else {
+            throw FieldError(field: path, reason: "invalid_timezone", message: "\(path) must be an IANA time zone name")
+        }
+        return zone
+    }
+}
+
+extension ObjectReader {
+    /// A required string of 1 to `maxBytes` UTF-8 bytes.
+    public mutating func text(_ key: String, maxBytes: Int) throws(FieldError) -> String {
+        let s: String = try required(key)
+        try Self.checkLength(s, maxBytes, path(key))
+        return s
+    }
+
+    /// An optional string of 1 to `maxBytes` UTF-8 bytes.
+    public mutating func optionalText(_ key: String, maxBytes: Int) throws(FieldError) -> String? {
+        guard let s: String = try optional(key) else { return nil }
+        try Self.checkLength(s, maxBytes, path(key))
+        return s
+    }
+
+    private static func checkLength(_ s: String, _ maxBytes: Int, _ field: String) throws(FieldError) {
+        guard !s.isEmpty, s.utf8.count <= maxBytes else { throw .outOfRange(field, "must be 1 to \(maxBytes) bytes") }
+    }
+}
+
+/// Reads a stored object's members with clear corruption errors.
+public struct StoredFields {
+    public let object: JSONObject
+
+    /// The members of `json`, which must be an object.
+    public init(_ json: JSON, _ what: String) throws(StoreError) {
+        guard case .object(let o) = json else { throw StoreError.corrupt("\(what) is not an object") }
+        object = o
+    }
+    public func string(_ k: String) throws(StoreError) -> String {
+        guard let s = object[k]?.stringValue else { throw StoreError.corrupt("missing \(k)") }
+        return s
+    }
+    public func optionalString(_ k: String) -> String? { object[k]?.stringValue }
+    public func int(_ k: String) throws(StoreError) -> Int64 {
+        guard let i = object[k]?.intValue else { throw StoreError.corrupt("missing \(k)") }
+        return i
+    }
+    public func optionalInt(_ k: String) -> Int64? { object[k]?.intValue }
+    public func bool(_ k: String) -> Bool { object[k] == .bool(true) }
+    public func strings(_ k: String) -> [String] { object[k]?.arrayValue?.compactMap(\.stringValue) ?? [] }
+}
+
+extension JSON {
+    /// A timestamp as its wire form (RFC 3339 UTC), or null.
+    public static func timestamp(_ ms: Int64?) -> JSON {
+        ms.map { .string(Timestamp(milliseconds: $0).description) } ?? .null
+    }
+
+    /// An integer or null.
+    public static func optionalInt(_ v: Int64?) -> JSON { v.map(JSON.int) ?? .null }
+}

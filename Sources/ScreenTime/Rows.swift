@@ -1,0 +1,191 @@
+import DomainSupport
+import JSON
+import Store
+
+/// The iOS companion's connection (`screentime.connection`, key `connection`).
+public struct ConnectionRow: StoredRow {
+    public var enabled = false
+    public var timezone = "UTC"
+    public var lastSyncAt: Int64?
+    /// Opaque app, category and web-domain tokens from the device picker; null when none.
+    public var selection: JSON = .null
+
+    public init() {}
+    public init(stored: JSON) throws(StoreError) {
+        let f = try StoredFields(stored, "connection")
+        enabled = f.bool("enabled")
+        timezone = try f.string("timezone")
+        lastSyncAt = f.optionalInt("lastSyncAt")
+        selection = f.object["selection"] ?? .null
+    }
+    public var stored: JSON {
+        ["enabled": .bool(enabled), "timezone": .string(timezone), "lastSyncAt": .optionalInt(lastSyncAt), "selection": selection]
+    }
+    /// The wire form.
+    var json: JSON {
+        ["enabled": .bool(enabled), "timezone": .string(timezone), "lastSyncAt": .timestamp(lastSyncAt), "selection": selection]
+    }
+}
+
+/// One day's claim and upload (`screentime.days`, key `YYYY-MM-DD`).
+public struct DayRow: StoredRow {
+    public var claimedMinutes: Int64?
+    public var verifiedMinutes: Int64?
+    public var claimedAt: Int64?
+    public var uploadedAt: Int64?
+    /// The upload's `raw`, as sent; null when none.
+    public var raw: JSON = .null
+
+    public init() {}
+    public init(stored: JSON) throws(StoreError) {
+        let f = try StoredFields(stored, "day")
+        claimedMinutes = f.optionalInt("claimedMinutes")
+        verifiedMinutes = f.optionalInt("verifiedMinutes")
+        claimedAt = f.optionalInt("claimedAt")
+        uploadedAt = f.optionalInt("uploadedAt")
+        raw = f.object["raw"] ?? .null
+    }
+    public var stored: JSON {
+        ["claimedMinutes": .optionalInt(claimedMinutes), "verifiedMinutes": .optionalInt(verifiedMinutes),
+         "claimedAt": .optionalInt(claimedAt), "uploadedAt": .optionalInt(uploadedAt), "raw": raw]
+    }
+}
+
+/// The one penalty of a day (`screentime.penalties`, key `YYYY-MM-DD`).
+public struct PenaltyRow: StoredRow {
+    public let points: Int64
+    public let deltaMinutes: Int64
+    public let appliedAt: Int64
+    public init(points: Int64, deltaMinutes: Int64, appliedAt: Int64) {
+        self.points = points
+        self.deltaMinutes = deltaMinutes
+        self.appliedAt = appliedAt
+    }
+    public init(stored: JSON) throws(StoreError) {
+        let f = try StoredFields(stored, "penalty")
+        points = try f.int("points")
+        deltaMinutes = try f.int("deltaMinutes")
+        appliedAt = try f.int("appliedAt")
+    }
+    public var stored: JSON { ["points": .int(points), "deltaMinutes": .int(deltaMinutes), "appliedAt": .int(appliedAt)] }
+}
+
+/// A device monitor event (`screentime.events`, key: a 20-digit sequence number).
+public struct EventRow: StoredRow {
+    public let type: String
+    public let activity: String
+    public let event: String?
+    public let at: Int64
+    public let receivedAt: Int64
+    public init(type: String, activity: String, event: String?, at: Int64, receivedAt: Int64) {
+        self.type = type
+        self.activity = activity
+        self.event = event
+        self.at = at
+        self.receivedAt = receivedAt
+    }
+    public init(stored: JSON) throws(StoreError) {
+        let f = try StoredFields(stored, "event")
+        type = try f.string("type")
+        activity = try f.string("activity")
+        event = f.optionalString("event")
+        at = try f.int("at")
+        receivedAt = try f.int("receivedAt")
+    }
+    public var stored: JSON {
+        ["type": .string(type), "activity": .string(activity), "event": .optional(event), "at": .int(at), "receivedAt": .int(receivedAt)]
+    }
+}
+
+/// A counter (`screentime.counters`), e.g. the next event number.
+public struct CounterRow: StoredRow {
+    public let value: Int64
+    public init(value: Int64) { self.value = value }
+    public init(stored: JSON) throws(StoreError) { value = try StoredFields(stored, "counter").int("value") }
+    public var stored: JSON { ["value": .int(value)] }
+}
+
+/// XP and minutes held (`rewards.balance`, key `balance`), and when the last unlock window ends.
+public struct BalanceRow: StoredRow {
+    public var xp: Int64 = 0
+    public var minutes: Int64 = 0
+    public var unlockedUntil: Int64?
+    public init() {}
+    public init(stored: JSON) throws(StoreError) {
+        let f = try StoredFields(stored, "balance")
+        xp = try f.int("xp")
+        minutes = try f.int("minutes")
+        unlockedUntil = f.optionalInt("unlockedUntil")
+    }
+    public var stored: JSON { ["xp": .int(xp), "minutes": .int(minutes), "unlockedUntil": .optionalInt(unlockedUntil)] }
+    /// The wire form: `{xp, minutes}`.
+    var json: JSON { ["xp": .int(xp), "minutes": .int(minutes)] }
+}
+
+/// An XP credit, kept by its idempotency key (`rewards.earned`).
+public struct EarnRow: StoredRow {
+    public let xp: Int64
+    public let reason: String
+    public let at: Int64
+    public init(xp: Int64, reason: String, at: Int64) {
+        self.xp = xp
+        self.reason = reason
+        self.at = at
+    }
+    public init(stored: JSON) throws(StoreError) {
+        let f = try StoredFields(stored, "earning")
+        xp = try f.int("xp")
+        reason = try f.string("reason")
+        at = try f.int("at")
+    }
+    public var stored: JSON { ["xp": .int(xp), "reason": .string(reason), "at": .int(at)] }
+}
+
+/// An unlock window bought with minutes (`rewards.unlocks`, key: its start in ms, 20 digits).
+public struct UnlockRow: StoredRow {
+    public let startsAt: Int64
+    public let endsAt: Int64
+    public let minutes: Int64
+    public init(startsAt: Int64, endsAt: Int64, minutes: Int64) {
+        self.startsAt = startsAt
+        self.endsAt = endsAt
+        self.minutes = minutes
+    }
+    public init(stored: JSON) throws(StoreError) {
+        let f = try StoredFields(stored, "unlock")
+        startsAt = try f.int("startsAt")
+        endsAt = try f.int("endsAt")
+        minutes = try f.int("minutes")
+    }
+    public var stored: JSON { ["startsAt": .int(startsAt), "endsAt": .int(endsAt), "minutes": .int(minutes)] }
+}
+
+/// The screen time and rewards tables, registered with the store before it recovers.
+public struct ScreenTimeTables: Sendable {
+    public let connection: Table<ConnectionRow>
+    public let days: Table<DayRow>
+    public let penalties: Table<PenaltyRow>
+    public let events: Table<EventRow>
+    public let counters: Table<CounterRow>
+    public let balance: Table<BalanceRow>
+    public let earned: Table<EarnRow>
+    public let unlocks: Table<UnlockRow>
+
+    /// Registers the tables.
+    public init(_ store: Store) {
+        connection = store.table("screentime.connection", of: ConnectionRow.self)
+        days = store.table("screentime.days", of: DayRow.self)
+        penalties = store.table("screentime.penalties", of: PenaltyRow.self)
+        events = store.table("screentime.events", of: EventRow.self)
+        counters = store.table("screentime.counters", of: CounterRow.self)
+        balance = store.table("rewards.balance", of: BalanceRow.self)
+        earned = store.table("rewards.earned", of: EarnRow.self)
+        unlocks = store.table("rewards.unlocks", of: UnlockRow.self)
+    }
+}
+
+/// Zero-pads a non-negative number to 20 digits, so keys sort in numeric order.
+func padded(_ n: Int64) -> String {
+    let s = String(n)
+    return String(repeating: "0", count: max(0, 20 - s.count)) + s
+}

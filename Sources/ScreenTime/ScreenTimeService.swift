@@ -1,0 +1,248 @@
+import Chrono
+import DomainSupport
+import JSON
+import JSONRPC
+import Store
+
+/// The `screentime` and `rewards` configuration sections.
+public struct ScreenTimeConfig: Sendable, Equatable {
+    public var toleranceMinutes: Int64 = 5
+    public var pointsPerMinute: Int64 = 1
+    public var xpPerMinute: Int64 = 10
+    public init() {}
+
+    /// Reads `screentime: {toleranceMinutes, pointsPerMinute}`.
+    public mutating func readScreenTime(_ r: inout ObjectReader) throws(FieldError) {
+        if let v = try r.optional("toleranceMinutes", in: 0...1440) { toleranceMinutes = v }
+        if let v = try r.optional("pointsPerMinute", in: 0...1_000_000) { pointsPerMinute = v }
+        try r.finish()
+    }
+
+    /// Reads `rewards: {xpPerMinute}`.
+    public mutating func readRewards(_ r: inout ObjectReader) throws(FieldError) {
+        if let v = try r.optional("xpPerMinute", in: 1...1_000_000) { xpPerMinute = v }
+        try r.finish()
+    }
+}
+
+/// Screen Time verification and earn-to-unlock rewards for one kernel. Confined to the serving thread.
+public final class ScreenTimeService: @unchecked Sendable {
+    /// Events kept per user.
+    public static let eventsKept: Int64 = 1000
+    static let connectionKey = "connection"
+    static let balanceKey = "balance"
+    static let eventCounterKey = "events"
+
+    let config: ScreenTimeConfig
+    let store: Store
+    let tables: ScreenTimeTables
+
+    /// A service over `tables`.
+    public init(config: ScreenTimeConfig, store: Store, tables: ScreenTimeTables) {
+        self.config = config
+        self.store = store
+        self.tables = tables
+    }
+
+    // MARK: Connection
+
+    func connection(_ user: String) -> ConnectionRow {
+        tables.connection.get(user: user, key: Self.connectionKey) ?? ConnectionRow()
+    }
+
+    func updateConnection(_ user: String, enabled: Bool?, timezone: Zone?, selection: JSON?) throws(RPCError) -> JSON {
+        var row = connection(user)
+        let before = row
+        if let enabled { row.enabled = enabled }
+        if let timezone { row.timezone = timezone.identifier }
+        if let selection { row.selection = selection }
+        if row != before || tables.connection.get(user: user, key: Self.connectionKey) == nil {
+            var tx = Transaction()
+            tx.put(tables.connection, user: user, key: Self.connectionKey, row)
+            try store.apply(tx)
+        }
+        return row.json
+    }
+
+    /// Today in the user's connection time zone.
+    func today(_ user: String, now: Timestamp) -> CalendarDate {
+        (Zone(connection(user).timezone) ?? Zone.utc).localDate(at: now)
+    }
+
+    func checkNotFuture(_ date: CalendarDate, _ user: String, now: Timestamp) throws(RPCError) {
+        let today = today(user, now: now)
+        guard date <= today else {
+            throw RPCError.invalidParams("params.date", reason: "future_date",
+                                         "params.date is later than today (\(today)) in the connection's time zone")
+        }
+    }
+
+    // MARK: Days
+
+    func verdict(_ day: DayRow) -> Verdict {
+        Rules.verdict(claimed: day.claimedMinutes, verified: day.verifiedMinutes,
+                      toleranceMinutes: config.toleranceMinutes, pointsPerMinute: config.pointsPerMinute)
+    }
+
+    /// Stores `day` and recomputes its one penalty entry (added, changed, kept or removed).
+    private func save(_ user: String, _ date: CalendarDate, _ day: DayRow, _ tx: inout Transaction, now: Timestamp) -> Verdict {
+        let key = date.description
+        tx.put(tables.days, user: user, key: key, day)
+        let v = verdict(day)
+        let existing = tables.penalties.get(user: user, key: key)
+        if v.penaltyPoints > 0, let delta = v.deltaMinutes {
+            if existing?.points != v.penaltyPoints || existing?.deltaMinutes != delta {
+                tx.put(tables.penalties, user: user, key: key,
+                       PenaltyRow(points: v.penaltyPoints, deltaMinutes: delta, appliedAt: now.milliseconds))
+            }
+        } else if existing != nil {
+            tx.delete(tables.penalties, user: user, key: key)
+        }
+        return v
+    }
+
+    func claim(_ user: String, date: CalendarDate, minutes: Int64, now: Timestamp) throws(RPCError) -> JSON {
+        try checkNotFuture(date, user, now: now)
+        var day = tables.days.get(user: user, key: date.description) ?? DayRow()
+        day.claimedMinutes = minutes
+        day.claimedAt = now.milliseconds
+        var tx = Transaction()
+        let v = save(user, date, day, &tx, now: now)
+        try store.apply(tx)
+        return Self.verdictJSON(date, v)
+    }
+
+    func upload(_ user: String, date: CalendarDate, verifiedMinutes: Int64, raw: JSON, now: Timestamp) throws(RPCError) -> JSON {
+        var conn = connection(user)
+        guard conn.enabled else {
+            throw RPCError.forbidden("connection_disabled", "Uploads are refused while the Screen Time connection is disabled")
+        }
+        try checkNotFuture(date, user, now: now)
+        var day = tables.days.get(user: user, key: date.description) ?? DayRow()
+        day.verifiedMinutes = verifiedMinutes
+        day.uploadedAt = now.milliseconds
+        day.raw = raw
+        var tx = Transaction()
+        let v = save(user, date, day, &tx, now: now)
+        conn.lastSyncAt = now.milliseconds
+        tx.put(tables.connection, user: user, key: Self.connectionKey, conn)
+        try store.apply(tx)
+        return Self.verdictJSON(date, v)
+    }
+
+    func day(_ user: String, date: CalendarDate) throws(RPCError) -> JSON {
+        guard let day = tables.days.get(user: user, key: date.description) else {
+            throw RPCError.notFound("No Screen Time data for \(date)")
+        }
+        return record(date, day, includeRaw: true)
+    }
+
+    func history(_ user: String, from: CalendarDate, to: CalendarDate, includeRaw: Bool) -> JSON {
+        let (lo, hi) = (from.description, to.description)
+        let days = tables.days.rows(of: user).filter { $0.key >= lo && $0.key <= hi }.sorted { $0.key < $1.key }
+        return ["days": .array(days.map { record(CalendarDate($0.key)!, $0.value, includeRaw: includeRaw) })]
+    }
+
+    func penalties(_ user: String, from: CalendarDate?, to: CalendarDate?) -> JSON {
+        let lo = from?.description ?? "", hi = to?.description ?? "~"
+        let rows = tables.penalties.rows(of: user).filter { $0.key >= lo && $0.key <= hi }.sorted { $0.key < $1.key }
+        let entries: [JSON] = rows.map {
+            ["date": .string($0.key), "points": .int($0.value.points), "deltaMinutes": .int($0.value.deltaMinutes),
+             "appliedAt": .timestamp($0.value.appliedAt)]
+        }
+        return ["totalPoints": .int(rows.reduce(0) { $0 + $1.value.points }), "entries": .array(entries)]
+    }
+
+    static func verdictJSON(_ date: CalendarDate, _ v: Verdict) -> JSON {
+        ["date": .string(date.description), "status": .string(v.status.rawValue),
+         "deltaMinutes": .optionalInt(v.deltaMinutes), "penaltyPoints": .int(v.penaltyPoints)]
+    }
+
+    func record(_ date: CalendarDate, _ day: DayRow, includeRaw: Bool) -> JSON {
+        guard case .object(var o) = Self.verdictJSON(date, verdict(day)) else { return .null }
+        o["claimedMinutes"] = .optionalInt(day.claimedMinutes)
+        o["verifiedMinutes"] = .optionalInt(day.verifiedMinutes)
+        o["claimedAt"] = .timestamp(day.claimedAt)
+        o["uploadedAt"] = .timestamp(day.uploadedAt)
+        if includeRaw { o["raw"] = day.raw }
+        return .object(o)
+    }
+
+    // MARK: Events
+
+    func logEvent(_ user: String, type: String, activity: String, event: String?, at: Timestamp, now: Timestamp) throws(RPCError) {
+        let seq = (tables.counters.get(user: user, key: Self.eventCounterKey)?.value ?? 0) + 1
+        var tx = Transaction()
+        tx.put(tables.counters, user: user, key: Self.eventCounterKey, CounterRow(value: seq))
+        tx.put(tables.events, user: user, key: padded(seq),
+               EventRow(type: type, activity: activity, event: event, at: at.milliseconds, receivedAt: now.milliseconds))
+        if seq > Self.eventsKept { tx.delete(tables.events, user: user, key: padded(seq - Self.eventsKept)) }
+        try store.apply(tx)
+    }
+
+    func events(_ user: String, limit: Int) -> JSON {
+        let rows = tables.events.rows(of: user).sorted { $0.key > $1.key }.prefix(limit)
+        return ["events": .array(rows.map { e in
+            ["type": .string(e.value.type), "activity": .string(e.value.activity), "event": .optional(e.value.event),
+             "at": .timestamp(e.value.at), "receivedAt": .timestamp(e.value.receivedAt)]
+        })]
+    }
+
+    // MARK: Rewards
+
+    func balance(_ user: String) -> BalanceRow {
+        tables.balance.get(user: user, key: Self.balanceKey) ?? BalanceRow()
+    }
+
+    func earn(_ user: String, xp: Int64, reason: String, key: String, now: Timestamp) throws(RPCError) -> JSON {
+        var b = balance(user)
+        if let earlier = tables.earned.get(user: user, key: key) {
+            guard earlier.xp == xp else {
+                throw RPCError.conflict("idempotency_key_reused", "This key was already used with a different xp")
+            }
+            return b.json  // credited once already
+        }
+        let (sum, overflow) = b.xp.addingReportingOverflow(xp)
+        guard !overflow, sum <= Self.maxXP else {
+            throw RPCError.invalidParams("params.xp", reason: "out_of_range", "params.xp would take the balance past \(Self.maxXP)")
+        }
+        b.xp = sum
+        var tx = Transaction()
+        tx.put(tables.earned, user: user, key: key, EarnRow(xp: xp, reason: reason, at: now.milliseconds))
+        tx.put(tables.balance, user: user, key: Self.balanceKey, b)
+        try store.apply(tx)
+        return b.json
+    }
+
+    /// Largest balance in XP (a bound that keeps every sum far from overflow).
+    static let maxXP: Int64 = 1_000_000_000_000
+
+    func redeem(_ user: String, xp: Int64) throws(RPCError) -> JSON {
+        guard let minutes = Rules.minutes(forXP: xp, xpPerMinute: config.xpPerMinute) else {
+            throw RPCError.invalidParams("params.xp", reason: "out_of_range",
+                                         "params.xp must be a positive multiple of \(config.xpPerMinute)")
+        }
+        var b = balance(user)
+        guard b.xp >= xp else { throw RPCError.conflict("insufficient_balance", "Not enough XP") }
+        b.xp -= xp
+        b.minutes += minutes
+        var tx = Transaction()
+        tx.put(tables.balance, user: user, key: Self.balanceKey, b)
+        try store.apply(tx)
+        return b.json
+    }
+
+    func spend(_ user: String, minutes: Int64, now: Timestamp) throws(RPCError) -> JSON {
+        var b = balance(user)
+        guard b.minutes >= minutes else { throw RPCError.conflict("insufficient_balance", "Not enough unlocked minutes") }
+        let window = Rules.unlockWindow(minutes: minutes, nowMs: now.milliseconds, unlockedUntilMs: b.unlockedUntil)
+        b.minutes -= minutes
+        b.unlockedUntil = window.endsAt
+        var tx = Transaction()
+        tx.put(tables.balance, user: user, key: Self.balanceKey, b)
+        tx.put(tables.unlocks, user: user, key: padded(window.startsAt),
+               UnlockRow(startsAt: window.startsAt, endsAt: window.endsAt, minutes: minutes))
+        try store.apply(tx)
+        return ["startsAt": .timestamp(window.startsAt), "endsAt": .timestamp(window.endsAt), "balance": b.json]
+    }
+}

@@ -1,0 +1,138 @@
+import Chrono
+import JSON
+import JSONRPC
+import Store
+import Testing
+@testable import ScreenTime
+
+@Suite struct RulesTests {
+    func v(_ c: Int64?, _ u: Int64?, tol: Int64 = 5, ppm: Int64 = 1) -> Verdict {
+        Rules.verdict(claimed: c, verified: u, toleranceMinutes: tol, pointsPerMinute: ppm)
+    }
+
+    @Test func statuses() {
+        #expect(v(nil, nil) == Verdict(status: .unclaimed, deltaMinutes: nil, penaltyPoints: 0))
+        #expect(v(nil, 90) == Verdict(status: .unclaimed, deltaMinutes: nil, penaltyPoints: 0))
+        #expect(v(60, nil) == Verdict(status: .unverified, deltaMinutes: nil, penaltyPoints: 0))
+        #expect(v(60, 65) == Verdict(status: .match, deltaMinutes: 5, penaltyPoints: 0))
+        #expect(v(60, 55) == Verdict(status: .match, deltaMinutes: -5, penaltyPoints: 0))
+        #expect(v(60, 66) == Verdict(status: .mismatch, deltaMinutes: 6, penaltyPoints: 1))
+        #expect(v(60, 54) == Verdict(status: .mismatch, deltaMinutes: -6, penaltyPoints: 0))
+        #expect(v(0, 1440, tol: 10, ppm: 3) == Verdict(status: .mismatch, deltaMinutes: 1440, penaltyPoints: 1430 * 3))
+        #expect(v(0, 0, tol: 0) == Verdict(status: .match, deltaMinutes: 0, penaltyPoints: 0))
+    }
+
+    @Test func rewardsArithmetic() {
+        #expect(Rules.minutes(forXP: 100, xpPerMinute: 10) == 10)
+        #expect(Rules.minutes(forXP: 15, xpPerMinute: 10) == nil)
+        #expect(Rules.minutes(forXP: 0, xpPerMinute: 10) == nil)
+        #expect(Rules.minutes(forXP: -10, xpPerMinute: 10) == nil)
+        let w = Rules.unlockWindow(minutes: 5, nowMs: 1000, unlockedUntilMs: nil)
+        #expect(w.startsAt == 1000 && w.endsAt == 301_000)
+        let next = Rules.unlockWindow(minutes: 1, nowMs: 2000, unlockedUntilMs: w.endsAt)
+        #expect(next.startsAt == 301_000)
+        let later = Rules.unlockWindow(minutes: 1, nowMs: 500_000, unlockedUntilMs: w.endsAt)
+        #expect(later.startsAt == 500_000)
+    }
+
+    @Test func zonesAndLocalDays() throws {
+        #expect(Zone("Mars/Olympus") == nil)
+        #expect(Zone("../../etc/passwd") == nil)
+        #expect(Zone("") == nil)
+        #expect(Zone("utc") == nil)
+        let la = try #require(Zone("America/Los_Angeles"))
+        // 2025-03-02T07:30Z is 23:30 on March 1 in Los Angeles (PST, UTC-8).
+        let t = try #require(Timestamp(rfc3339: "2025-03-02T07:30:00Z"))
+        #expect(la.localDate(at: t).description == "2025-03-01")
+        #expect(Zone.utc.localDate(at: t).description == "2025-03-02")
+        // Daylight saving: in July Los Angeles is UTC-7.
+        let summer = try #require(Timestamp(rfc3339: "2025-07-02T06:30:00Z"))
+        #expect(la.offsetSeconds(at: summer) == -7 * 3600)
+        #expect(la.localDate(at: summer).description == "2025-07-01")
+        #expect(try #require(Zone("Pacific/Kiritimati")).localDate(at: t).description == "2025-03-02")
+    }
+}
+
+/// A screen time service over a memory-only store.
+final class Harness {
+    let store = Store(options: StoreOptions(dataDir: nil), clock: SystemClock(), log: { _ in })
+    let service: ScreenTimeService
+    init(_ configure: (inout ScreenTimeConfig) -> Void = { _ in }) throws {
+        var config = ScreenTimeConfig()
+        configure(&config)
+        let tables = ScreenTimeTables(store)
+        try store.open()
+        service = ScreenTimeService(config: config, store: store, tables: tables)
+    }
+}
+
+let user = "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa"
+func at(_ text: String) -> Timestamp { Timestamp(rfc3339: text)! }
+func day(_ text: String) -> CalendarDate { CalendarDate(text)! }
+
+@Suite struct ServiceTests {
+    @Test func futureDatesFollowTheConnectionTimeZone() throws {
+        let h = try Harness()
+        let now = at("2025-03-02T03:00:00Z")  // 19:00 on March 1 in Los Angeles
+        _ = try h.service.updateConnection(user, enabled: true, timezone: Zone("America/Los_Angeles"), selection: nil)
+        #expect(throws: RPCError.self) {
+            _ = try h.service.upload(user, date: day("2025-03-02"), verifiedMinutes: 10, raw: .null, now: now)
+        }
+        _ = try h.service.upload(user, date: day("2025-03-01"), verifiedMinutes: 10, raw: .null, now: now)
+        _ = try h.service.updateConnection(user, enabled: nil, timezone: Zone("UTC"), selection: nil)
+        _ = try h.service.upload(user, date: day("2025-03-02"), verifiedMinutes: 10, raw: .null, now: now)
+    }
+
+    @Test func aThousandIdenticalUploadsLeaveOneRecordAndOnePenalty() throws {
+        let h = try Harness()
+        let now = at("2025-03-10T12:00:00Z")
+        _ = try h.service.updateConnection(user, enabled: true, timezone: nil, selection: nil)
+        _ = try h.service.claim(user, date: day("2025-03-01"), minutes: 60, now: now)
+        for i in 0..<1000 {
+            _ = try h.service.upload(user, date: day("2025-03-01"), verifiedMinutes: 100, raw: ["n": 1],
+                                     now: now.adding(seconds: Int64(i)))
+        }
+        #expect(h.service.tables.days.rows(of: user).count == 1)
+        let penalties = h.service.penalties(user, from: nil, to: nil)
+        #expect(penalties["totalPoints"] == 35)
+        #expect(penalties["entries"]?.arrayValue?.count == 1)
+        // The penalty was applied once: later identical uploads kept its time.
+        #expect(penalties["entries"]?.arrayValue?.first?["appliedAt"] == .string(now.description))
+    }
+
+    @Test func configuredToleranceAndRate() throws {
+        let h = try Harness { $0.toleranceMinutes = 10; $0.pointsPerMinute = 2 }
+        let now = at("2025-03-10T12:00:00Z")
+        _ = try h.service.updateConnection(user, enabled: true, timezone: nil, selection: nil)
+        _ = try h.service.claim(user, date: day("2025-03-01"), minutes: 60, now: now)
+        let verdict = try h.service.upload(user, date: day("2025-03-01"), verifiedMinutes: 80, raw: .null, now: now)
+        #expect(verdict["penaltyPoints"] == 20)
+    }
+
+    @Test func eventsKeepTheNewestThousand() throws {
+        let h = try Harness()
+        let now = at("2025-03-10T12:00:00Z")
+        for i in 0..<1005 {
+            try h.service.logEvent(user, type: "intervalDidStart", activity: "a\(i)", event: nil, at: now, now: now)
+        }
+        #expect(h.service.tables.events.rows(of: user).count == 1000)
+        let newest = h.service.events(user, limit: 1000)["events"]?.arrayValue ?? []
+        #expect(newest.count == 1000)
+        #expect(newest.first?["activity"] == "a1004")
+        #expect(newest.last?["activity"] == "a5")
+    }
+
+    @Test func balancesNeverGoNegative() throws {
+        let h = try Harness()
+        let now = at("2025-03-10T12:00:00Z")
+        _ = try h.service.earn(user, xp: 30, reason: "r", key: "k", now: now)
+        _ = try h.service.redeem(user, xp: 30)
+        #expect(throws: RPCError.conflict("insufficient_balance", "Not enough XP")) { _ = try h.service.redeem(user, xp: 10) }
+        _ = try h.service.spend(user, minutes: 3, now: now)
+        #expect(throws: RPCError.conflict("insufficient_balance", "Not enough unlocked minutes")) {
+            _ = try h.service.spend(user, minutes: 1, now: now)
+        }
+        let b = h.service.balance(user)
+        #expect(b.xp == 0 && b.minutes == 0)
+    }
+}
