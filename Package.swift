@@ -28,6 +28,10 @@ let package = Package(
         .target(name: "DomainSupport", dependencies: ["JSON", "JSONRPC", "Chrono", "Store"]),
         .target(name: "ScreenTime", dependencies: ["JSON", "JSONRPC", "Chrono", "Store", "DomainSupport"]),
         .target(
+            name: "Sessions",
+            dependencies: ["JSON", "JSONRPC", "Chrono", "Store", "DomainSupport", .product(name: "Crypto", package: "swift-crypto")]
+        ),
+        .target(
             name: "Auth",
             dependencies: [
                 "JSON", "JSONRPC", "Chrono", "Store", "DomainSupport",
@@ -38,7 +42,7 @@ let package = Package(
         .target(
             name: "Kernel",
             dependencies: [
-                "JSON", "JSONRPC", "Chrono", "Store", "DomainSupport", "Auth", "ScreenTime",
+                "JSON", "JSONRPC", "Chrono", "Store", "DomainSupport", "Auth", "ScreenTime", "Sessions",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -53,10 +57,11 @@ let package = Package(
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "Chrono"]),
         .testTarget(name: "StoreTests", dependencies: ["Store", "JSON", "Chrono"]),
+        .testTarget(name: "SessionsTests", dependencies: ["Sessions", "Store", "Chrono", "JSON", "JSONRPC"]),
         .testTarget(name: "ScreenTimeTests", dependencies: ["ScreenTime", "Store", "Chrono", "JSON", "JSONRPC"]),
         .testTarget(
             name: "AuthTests",
-            dependencies: ["Auth", "Store", "JSON", "JSONRPC", "Chrono", .product(name: "JWTKit", package: "jwt-kit")]
+            dependencies: ["Auth", "Store", "JSON", "JSONRPC", "Chrono", "DomainSupport", .product(name: "JWTKit", package: "jwt-kit")]
         ),
         .testTarget(
             name: "KernelTests",

@@ -58,9 +58,13 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         self.store = store
         self.tables = tables
         self.signingKey = VerificationKey.hmac(secret)
+        self.cursorSecret = Array(SHA256.hash(data: Array("healthkernel cursor key".utf8) + secret))
         self.issuerKeys = issuerKeys
         self.providerKeys = providerKeys
     }
+
+    /// A secret for other modules' tamper-evident values (list cursors), derived from the signing secret.
+    public let cursorSecret: [UInt8]
 
     /// Number of accounts.
     public var userCount: Int { tables.users.userCount }

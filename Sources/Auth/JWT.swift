@@ -1,4 +1,5 @@
 import Chrono
+import DomainSupport
 import Crypto
 import CryptoExtras
 import Foundation

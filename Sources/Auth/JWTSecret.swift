@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import DomainSupport
 import Store
 
 /// Where the HS256 secret comes from: the configuration (file, `HEALTHKERNEL_JWT_SECRET`, `--jwt-secret`),

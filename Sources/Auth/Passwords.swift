@@ -1,5 +1,6 @@
 import Crypto
 import CryptoExtras
+import DomainSupport
 
 /// Password hashing with scrypt (N=16384, r=8, p=1; about 35 ms here): slow on purpose, salted per
 /// password, compared in constant time. Stored as `scrypt$16384$8$1$<salt>$<hash>` (base64url).

@@ -4,6 +4,7 @@ import JSON
 import JSONRPC
 import Logging
 import ScreenTime
+import Sessions
 import Store
 #if canImport(Glibc)
 import Glibc
@@ -47,9 +48,10 @@ public final class Kernel {
         }
         self.auth = auth
         let screenTime = ScreenTimeService(config: config.screenTime, store: store, tables: tables.screenTime)
+        let sessions = SessionsService(store: store, tables: tables.sessions, cursorSecret: auth.cursorSecret)
         registry = try MethodRegistry(
             Self.methods(config: config, store: store, tables: tables, auth: auth, screenTime: screenTime,
-                         stats: stats, startedAt: startedAt),
+                         sessions: sessions, stats: stats, startedAt: startedAt),
             info: [
                 "title": "healthkernel",
                 "version": .string(KernelVersion.version),
@@ -66,10 +68,12 @@ public final class Kernel {
     struct Tables {
         let auth: AuthTables
         let screenTime: ScreenTimeTables
+        let sessions: SessionTables
         let test: Table<TestValue>
         init(_ store: Store) {
             auth = AuthTables(store)
             screenTime = ScreenTimeTables(store)
+            sessions = SessionTables(store)
             test = store.table("test.values", of: TestValue.self)
         }
     }
@@ -94,7 +98,8 @@ public final class Kernel {
 
     /// Every method the kernel serves: the one list. A duplicate name stops start-up.
     static func methods(config: KernelConfig, store: Store, tables: Tables, auth: AuthService,
-                        screenTime st: ScreenTimeService, stats: RequestStats, startedAt: Timestamp) -> [RegisteredMethod] {
+                        screenTime st: ScreenTimeService, sessions se: SessionsService, stats: RequestStats,
+                        startedAt: Timestamp) -> [RegisteredMethod] {
         var methods = [
             RegisteredMethod(RPCDiscover()),
             RegisteredMethod(KernelInfo(startedAt: startedAt, stats: stats, store: store, auth: auth)),
@@ -119,6 +124,16 @@ public final class Kernel {
             RegisteredMethod(Redeem(st)),
             RegisteredMethod(Spend(st)),
             RegisteredMethod(Balance(st)),
+            RegisteredMethod(Record(se)),
+            RegisteredMethod(Start(se)),
+            RegisteredMethod(Pause(se)),
+            RegisteredMethod(Resume(se)),
+            RegisteredMethod(Stop(se)),
+            RegisteredMethod(Active(se)),
+            RegisteredMethod(Get(se)),
+            RegisteredMethod(List(se)),
+            RegisteredMethod(Delete(se)),
+            RegisteredMethod(Stats(se)),
         ]
         if config.enableTestMethods {
             methods += [

@@ -55,6 +55,10 @@ struct KernelOptions: ParsableArguments {
     @Option(help: .hidden)
     var failLogAppendsBeyondBytes: Int?
 
+    /// Test only: shifts the kernel's clock, so a test can let a timer "run" across a restart.
+    @Option(help: .hidden)
+    var clockOffsetSeconds: Int64 = 0
+
     /// The merged configuration, or exit 2 with the reason on stderr.
     func load() -> KernelConfig {
         var o = ConfigOverrides()
@@ -80,7 +84,7 @@ struct KernelOptions: ParsableArguments {
     /// Starts a kernel, or exits with the status that says why it cannot start.
     func start(_ config: KernelConfig, logger: Logger) -> Kernel {
         do {
-            return try Kernel(config: config, logger: logger)
+            return try Kernel(config: config, clock: SystemClock(offsetMilliseconds: clockOffsetSeconds * 1000), logger: logger)
         } catch let error as AuthSetupError {
             fail("healthkernel: \(error)", status: ExitStatus.startupFailed)
         } catch let error as StoreOpenError {

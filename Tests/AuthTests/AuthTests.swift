@@ -1,5 +1,6 @@
 import Chrono
 import Crypto
+import DomainSupport
 import CryptoExtras
 import Foundation
 import JSON

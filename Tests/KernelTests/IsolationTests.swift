@@ -19,10 +19,17 @@ import Testing
         "rewards.earn": ["xp": 100, "reason": "OWNER", "key": "OWNER-key"],
         "rewards.redeem": ["xp": 50],
         "rewards.spend": ["minutes": 2],
+        "sessions.record": ["startTime": "2025-03-01T07:00:00Z", "durationSeconds": 600, "clientSessionId": "OWNER"],
+        "sessions.start": ["clientSessionId": "OWNER-timer"],
+        "sessions.get": ["sessionId": "OWN_SESSION"],
+        "sessions.list": ["limit": 10],
+        "sessions.delete": ["sessionId": "OWN_SESSION"],
+        "sessions.stats": ["timezone": "Europe/Berlin"],
     ]
     /// A method's sample params, with "OWNER" replaced by a marker of the user who sends them.
-    static func params(_ method: String, owner: String) -> JSONObject {
+    static func params(_ method: String, owner: String, session: String) -> JSONObject {
         let text = (sampleParams[method] ?? [:]).serialized.replacingOccurrences(of: "OWNER", with: owner)
+            .replacingOccurrences(of: "OWN_SESSION", with: session)
         return (try? JSON.parse(text))?.objectValue ?? JSONObject()
     }
 
@@ -50,25 +57,36 @@ import Testing
         #expect(userMethods.count >= 3)
         let ordered = userMethods.filter { !Self.runLast.contains($0.name) } + userMethods.filter { Self.runLast.contains($0.name) }
         // B first uses every method, so that B has data in every table for A to (fail to) reach.
-        for method in ordered where !Self.runLast.contains(method.name) {
-            var params = Self.params(method.name, owner: "B-marker")
+        var sessionB = ""
+        for method in ordered where !Self.runLast.contains(method.name) && method.name != "sessions.delete" {
+            var params = Self.params(method.name, owner: "B-marker", session: sessionB)
             params["auth"] = .string(tokenB)
-            #expect(call(method.name, .object(params))["result"] != nil, "\(method.name) failed for B")
+            let response = call(method.name, .object(params))
+            #expect(response["result"] != nil, "\(method.name) failed for B")
+            if method.name == "sessions.record" { sessionB = response["result"]?["sessionId"]?.stringValue ?? "" }
         }
         let before = partition(kernel, idB)
+        var sessionA = ""
         #expect(before.count >= 8)
         for method in ordered {
             // A fresh session each time, since some methods end the previous one.
             let signIn = call("auth.signIn", ["email": "a@example.com", "password": "password-a"])
             let tokenA = try #require(signIn["result"]?["accessToken"]?.stringValue)
-            var params = Self.params(method.name, owner: "A-marker")
+            var params = Self.params(method.name, owner: "A-marker", session: sessionA)
             params["auth"] = .string(tokenA)
+            if params["sessionId"] != nil {
+                // B's session id, with A's token, is not found: A is never told it exists.
+                var theirs = params
+                theirs["sessionId"] = .string(sessionB)
+                #expect(call(method.name, .object(theirs))["error"]?["code"] == -32004, "\(method.name) reached B's session")
+            }
             // A user id smuggled into params is refused, never used.
             var smuggled = params
             smuggled["userId"] = .string(idB)
             #expect(call(method.name, .object(smuggled))["error"]?["data"]?["reason"] == "unknown_field", "\(method.name) took a userId")
             let response = call(method.name, .object(params))
             #expect(response["result"] != nil, "\(method.name) failed for its own user: \(response)")
+            if method.name == "sessions.record" { sessionA = response["result"]?["sessionId"]?.stringValue ?? "" }
             let text = response.serialized
             #expect(!text.contains(idB) && !text.contains("b@example.com") && !text.contains("B-marker"),
                     "\(method.name) revealed B: \(text)")

@@ -54,3 +54,38 @@ import Testing
         #expect(k.finish() == 0)
     }
 }
+
+/// The session timer through the real binary: it survives a kill and a restart with the right elapsed time.
+@Suite struct SessionTimerBinaryTests {
+    @Test func timerSurvivesARestart() throws {
+        let dir = temporaryDirectory("timer")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let auth: JSON = ["auth": .string(ScreenTimeBinaryTests.userToken)]
+        func kernel(offset: Int) throws -> LiveKernel {
+            try LiveKernel(["serve", "--data-dir", dir, "--jwt-secret", testSecret, "--log-level", "error",
+                            "--clock-offset-seconds", String(offset)])
+        }
+        let first = try kernel(offset: 0)
+        let started = first.call("sessions.start", auth)?["result"]
+        #expect(started?["state"] == "running")
+        first.kill9()
+        _ = first.finish()
+        // An hour later (by the test clock), after a crash: the timer is still there and has run an hour.
+        let second = try kernel(offset: 3600)
+        let active = second.call("sessions.active", auth)?["result"]
+        #expect(active?["sessionId"] == started?["sessionId"])
+        let elapsed = active?["elapsedSeconds"]?.intValue ?? -1
+        #expect(elapsed >= 3600 && elapsed < 3660)
+        #expect(second.call("sessions.pause", auth)?["result"]?["state"] == "paused")
+        second.closeInput()
+        #expect(second.finish() == 0)
+        // Paused time does not count: two hours later it still shows about an hour.
+        let third = try kernel(offset: 10_800)
+        #expect((third.call("sessions.active", auth)?["result"]?["elapsedSeconds"]?.intValue ?? 0) < 3660)
+        let session = third.call("sessions.stop", auth)?["result"]
+        #expect((session?["durationSeconds"]?.intValue ?? 0) >= 3600)
+        #expect(third.call("sessions.active", auth)?["result"] == .null)
+        third.closeInput()
+        #expect(third.finish() == 0)
+    }
+}

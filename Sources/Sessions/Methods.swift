@@ -1,0 +1,253 @@
+import Chrono
+import DomainSupport
+import JSON
+import JSONRPC
+import Store
+
+enum Schemas {
+    static let session = #"""
+    {"type": "object", "additionalProperties": false,
+     "required": ["sessionId", "startTime", "durationSeconds", "endTime", "createdAt", "clientSessionId"],
+     "properties": {
+       "sessionId": {"type": "string", "format": "uuid"},
+       "startTime": {"type": "string", "format": "date-time"},
+       "durationSeconds": {"type": "integer", "minimum": 1, "maximum": 86400},
+       "endTime": {"type": "string", "format": "date-time"},
+       "createdAt": {"type": "string", "format": "date-time"},
+       "clientSessionId": {"type": ["string", "null"]}}}
+    """#
+    static let timer = #"""
+    {"type": "object", "additionalProperties": false, "required": ["sessionId", "state", "startedAt", "elapsedSeconds"],
+     "properties": {
+       "sessionId": {"type": "string", "format": "uuid"},
+       "state": {"enum": ["running", "paused"]},
+       "startedAt": {"type": "string", "format": "date-time"},
+       "elapsedSeconds": {"type": "integer", "minimum": 0}}}
+    """#
+    static let clientSessionId = #"{"name": "clientSessionId", "required": false, "schema": {"type": "string", "minLength": 1, "maxLength": 200}}"#
+    static let sessionId = #"[{"name": "sessionId", "required": true, "schema": {"type": "string", "format": "uuid"}}]"#
+}
+
+func caller(_ c: CallContext) throws(RPCError) -> String {
+    guard let user = try c.requireIdentity().userId else { throw RPCError.internalError }
+    return user
+}
+
+/// Params that name one session by its id.
+public struct SessionIDParams: RPCParams {
+    let sessionId: String
+    public init(from p: inout ObjectReader) throws(FieldError) {
+        let raw: String = try p.required("sessionId")
+        guard let id = Identifiers.canonicalUUID(raw) else {
+            throw FieldError(field: p.path("sessionId"), reason: "invalid_params", message: "\(p.path("sessionId")) must be a UUID")
+        }
+        sessionId = id
+    }
+}
+
+/// An optional client idempotency id.
+func clientSessionID(_ p: inout ObjectReader) throws(FieldError) -> String? {
+    try p.optionalText("clientSessionId", maxBytes: 200)
+}
+
+/// `sessions.record`.
+public struct Record: RPCMethod {
+    public struct Params: RPCParams {
+        let startTime: Timestamp
+        let durationSeconds: Int64
+        let endTime: Timestamp?
+        let clientSessionId: String?
+        public init(from p: inout ObjectReader) throws(FieldError) {
+            startTime = try p.required("startTime")
+            durationSeconds = try p.required("durationSeconds", in: 1...SessionRules.maxDuration)
+            endTime = try p.optional("endTime")
+            clientSessionId = try clientSessionID(&p)
+        }
+    }
+    public static let name = "sessions.record"
+    public static let summary = "Records a finished session; idempotent by clientSessionId."
+    public static let mutates = true
+    public static let auth = AuthRequirement.user
+    public static let paramsDoc = #"""
+    [{"name": "startTime", "required": true, "schema": {"type": "string", "format": "date-time", "description": "RFC 3339 with offset; at most 5 minutes in the future"}},
+     {"name": "durationSeconds", "required": true, "schema": {"type": "integer", "minimum": 1, "maximum": 86400}},
+     {"name": "endTime", "required": false, "schema": {"type": "string", "format": "date-time", "description": "default startTime + durationSeconds; never earlier"}},
+    """# + Schemas.clientSessionId + "]"
+    public static let resultSchema = Schemas.session
+    let service: SessionsService
+    public init(_ service: SessionsService) { self.service = service }
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+        try service.record(try caller(c), start: p.startTime, duration: p.durationSeconds, end: p.endTime,
+                           clientSessionId: p.clientSessionId, now: c.now)
+    }
+}
+
+/// `sessions.start`.
+public struct Start: RPCMethod {
+    public struct Params: RPCParams {
+        let clientSessionId: String?
+        public init(from p: inout ObjectReader) throws(FieldError) { clientSessionId = try clientSessionID(&p) }
+    }
+    public static let name = "sessions.start"
+    public static let summary = "Starts the user's server-side timer (one per user)."
+    public static let mutates = true
+    public static let auth = AuthRequirement.user
+    public static let paramsDoc = "[" + Schemas.clientSessionId + "]"
+    public static let resultSchema = Schemas.timer
+    public static let errors = [ErrorDoc(-32009, "session_active, idempotency_key_reused")]
+    let service: SessionsService
+    public init(_ service: SessionsService) { self.service = service }
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+        try service.start(try caller(c), clientSessionId: p.clientSessionId, now: c.now)
+    }
+}
+
+/// `sessions.pause`.
+public struct Pause: RPCMethod {
+    public static let name = "sessions.pause"
+    public static let summary = "Pauses the timer; paused time does not count."
+    public static let mutates = true
+    public static let auth = AuthRequirement.user
+    public static let resultSchema = Schemas.timer
+    public static let errors = [ErrorDoc(-32009, "no_active_session")]
+    let service: SessionsService
+    public init(_ service: SessionsService) { self.service = service }
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { try service.pause(try caller(c), now: c.now) }
+}
+
+/// `sessions.resume`.
+public struct Resume: RPCMethod {
+    public static let name = "sessions.resume"
+    public static let summary = "Resumes a paused timer."
+    public static let mutates = true
+    public static let auth = AuthRequirement.user
+    public static let resultSchema = Schemas.timer
+    public static let errors = [ErrorDoc(-32009, "no_active_session")]
+    let service: SessionsService
+    public init(_ service: SessionsService) { self.service = service }
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { try service.resume(try caller(c), now: c.now) }
+}
+
+/// `sessions.stop`.
+public struct Stop: RPCMethod {
+    public static let name = "sessions.stop"
+    public static let summary = "Stops the timer and records the session (elapsed time without pauses)."
+    public static let mutates = true
+    public static let auth = AuthRequirement.user
+    public static let resultSchema = Schemas.session
+    public static let errors = [ErrorDoc(-32009, "no_active_session")]
+    let service: SessionsService
+    public init(_ service: SessionsService) { self.service = service }
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { try service.stop(try caller(c), now: c.now) }
+}
+
+/// `sessions.active`.
+public struct Active: RPCMethod {
+    public static let name = "sessions.active"
+    public static let summary = "The running or paused timer, or null."
+    public static let mutates = false
+    public static let auth = AuthRequirement.user
+    public static let resultSchema = #"{"anyOf": [{"type": "null"}, "# + Schemas.timer + "]}"
+    let service: SessionsService
+    public init(_ service: SessionsService) { self.service = service }
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { service.active(try caller(c), now: c.now) }
+}
+
+/// `sessions.get`.
+public struct Get: RPCMethod {
+    public static let name = "sessions.get"
+    public static let summary = "One of the user's sessions."
+    public static let mutates = false
+    public static let auth = AuthRequirement.user
+    public static let paramsDoc = Schemas.sessionId
+    public static let resultSchema = Schemas.session
+    public static let errors = [ErrorDoc(-32004, "not_found (also for another user's session)")]
+    let service: SessionsService
+    public init(_ service: SessionsService) { self.service = service }
+    public func call(_ p: SessionIDParams, _ c: CallContext) throws(RPCError) -> JSON {
+        try service.get(try caller(c), sessionId: p.sessionId)
+    }
+}
+
+/// `sessions.list`.
+public struct List: RPCMethod {
+    public struct Params: RPCParams {
+        let from: Timestamp?
+        let to: Timestamp?
+        let limit: Int
+        let cursor: String?
+        public init(from p: inout ObjectReader) throws(FieldError) {
+            from = try p.optional("from")
+            to = try p.optional("to")
+            limit = Int(try p.optional("limit", in: 1...500) ?? 50)
+            cursor = try p.optional("cursor")
+            if let from, let to, to < from { throw .outOfRange(p.path("to"), "must not be before params.from") }
+        }
+    }
+    public static let name = "sessions.list"
+    public static let summary = "Sessions newest first, optionally those starting in [from, to); paged with limit and cursor."
+    public static let mutates = false
+    public static let auth = AuthRequirement.user
+    public static let paramsDoc = #"""
+    [{"name": "from", "required": false, "schema": {"type": "string", "format": "date-time"}},
+     {"name": "to", "required": false, "schema": {"type": "string", "format": "date-time"}},
+     {"name": "limit", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
+     {"name": "cursor", "required": false, "schema": {"type": "string"}}]
+    """#
+    public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["sessions", "nextCursor"], "properties": {"sessions": {"type": "array", "items": "# + Schemas.session + #"}, "nextCursor": {"type": ["string", "null"]}}}"#
+    let service: SessionsService
+    public init(_ service: SessionsService) { self.service = service }
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+        var after: SessionsService.Position?
+        if let cursor = p.cursor {
+            guard let position = service.decodeCursor(cursor) else {
+                throw RPCError.invalidParams("params.cursor", reason: "invalid_params", "params.cursor is not a cursor this kernel issued")
+            }
+            after = position
+        }
+        return service.list(try caller(c), from: p.from, to: p.to, limit: p.limit, after: after)
+    }
+}
+
+/// `sessions.delete`.
+public struct Delete: RPCMethod {
+    public static let name = "sessions.delete"
+    public static let summary = "Deletes one of the user's sessions."
+    public static let mutates = true
+    public static let auth = AuthRequirement.user
+    public static let paramsDoc = Schemas.sessionId
+    public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["deleted"], "properties": {"deleted": {"const": true}}}"#
+    public static let errors = [ErrorDoc(-32004, "not_found")]
+    let service: SessionsService
+    public init(_ service: SessionsService) { self.service = service }
+    public func call(_ p: SessionIDParams, _ c: CallContext) throws(RPCError) -> JSON {
+        try service.delete(try caller(c), sessionId: p.sessionId)
+        return ["deleted": true]
+    }
+}
+
+/// `sessions.stats`.
+public struct Stats: RPCMethod {
+    public struct Params: RPCParams {
+        let zone: Zone
+        public init(from p: inout ObjectReader) throws(FieldError) { zone = try p.optional("timezone") ?? Zone.utc }
+    }
+    public static let name = "sessions.stats"
+    public static let summary = "Totals, streaks of consecutive local days (in timezone, default UTC), last 7 and 30 local days."
+    public static let mutates = false
+    public static let auth = AuthRequirement.user
+    public static let paramsDoc = #"[{"name": "timezone", "required": false, "schema": {"type": "string", "description": "IANA time zone name"}}]"#
+    public static let resultSchema = #"""
+    {"type": "object", "additionalProperties": false,
+     "required": ["totalSessions", "totalSeconds", "currentStreakDays", "longestStreakDays", "last7DaysSeconds", "last30DaysSeconds"],
+     "properties": {
+       "totalSessions": {"type": "integer", "minimum": 0}, "totalSeconds": {"type": "integer", "minimum": 0},
+       "currentStreakDays": {"type": "integer", "minimum": 0}, "longestStreakDays": {"type": "integer", "minimum": 0},
+       "last7DaysSeconds": {"type": "integer", "minimum": 0}, "last30DaysSeconds": {"type": "integer", "minimum": 0}}}
+    """#
+    let service: SessionsService
+    public init(_ service: SessionsService) { self.service = service }
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+        service.stats(try caller(c), zone: p.zone, now: c.now)
+    }
+}

@@ -1,0 +1,86 @@
+import DomainSupport
+import JSON
+import Store
+
+/// A recorded session (`sessions.records`, key: session id).
+public struct SessionRow: StoredRow {
+    public let startTime: Int64
+    public let durationSeconds: Int64
+    public let endTime: Int64
+    public let createdAt: Int64
+    public let clientSessionId: String?
+
+    public init(startTime: Int64, durationSeconds: Int64, endTime: Int64, createdAt: Int64, clientSessionId: String?) {
+        self.startTime = startTime
+        self.durationSeconds = durationSeconds
+        self.endTime = endTime
+        self.createdAt = createdAt
+        self.clientSessionId = clientSessionId
+    }
+    public init(stored: JSON) throws(StoreError) {
+        let f = try StoredFields(stored, "session")
+        startTime = try f.int("startTime")
+        durationSeconds = try f.int("durationSeconds")
+        endTime = try f.int("endTime")
+        createdAt = try f.int("createdAt")
+        clientSessionId = f.optionalString("clientSessionId")
+    }
+    public var stored: JSON {
+        ["startTime": .int(startTime), "durationSeconds": .int(durationSeconds), "endTime": .int(endTime),
+         "createdAt": .int(createdAt), "clientSessionId": .optional(clientSessionId)]
+    }
+}
+
+/// The running or paused timer (`sessions.timer`, key `active`). Times are the instants the kernel saw,
+/// so replaying the log rebuilds the same timer.
+public struct TimerRow: StoredRow {
+    public let sessionId: String
+    public let clientSessionId: String?
+    public let startedAt: Int64
+    /// Run time before the current run.
+    public var accumulatedMs: Int64
+    /// When the current run began; nil while paused.
+    public var runningSince: Int64?
+
+    public init(sessionId: String, clientSessionId: String?, startedAt: Int64, accumulatedMs: Int64, runningSince: Int64?) {
+        self.sessionId = sessionId
+        self.clientSessionId = clientSessionId
+        self.startedAt = startedAt
+        self.accumulatedMs = accumulatedMs
+        self.runningSince = runningSince
+    }
+    public init(stored: JSON) throws(StoreError) {
+        let f = try StoredFields(stored, "timer")
+        sessionId = try f.string("sessionId")
+        clientSessionId = f.optionalString("clientSessionId")
+        startedAt = try f.int("startedAt")
+        accumulatedMs = try f.int("accumulatedMs")
+        runningSince = f.optionalInt("runningSince")
+    }
+    public var stored: JSON {
+        ["sessionId": .string(sessionId), "clientSessionId": .optional(clientSessionId), "startedAt": .int(startedAt),
+         "accumulatedMs": .int(accumulatedMs), "runningSince": .optionalInt(runningSince)]
+    }
+}
+
+/// A client's idempotency id -> the session it made (`sessions.clientIds`).
+public struct ClientIDRow: StoredRow {
+    public let sessionId: String
+    public init(sessionId: String) { self.sessionId = sessionId }
+    public init(stored: JSON) throws(StoreError) { sessionId = try StoredFields(stored, "client id").string("sessionId") }
+    public var stored: JSON { ["sessionId": .string(sessionId)] }
+}
+
+/// The sessions tables, registered with the store before it recovers.
+public struct SessionTables: Sendable {
+    public let records: Table<SessionRow>
+    public let timer: Table<TimerRow>
+    public let clientIds: Table<ClientIDRow>
+
+    /// Registers the tables.
+    public init(_ store: Store) {
+        records = store.table("sessions.records", of: SessionRow.self)
+        timer = store.table("sessions.timer", of: TimerRow.self)
+        clientIds = store.table("sessions.clientIds", of: ClientIDRow.self)
+    }
+}
