@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// IANA time zones: validated against the system's tz database (`/usr/share/zoneinfo`), converted
 /// with Foundation. Only local-day arithmetic uses this; stored times are always UTC.
@@ -23,6 +24,17 @@ public struct Zone: Sendable, Equatable {
         self.identifier = identifier
         self.zone = zone
     }
+
+    /// The zone named `identifier`, remembered after the first lookup: validating reads the tz file and
+    /// Foundation parses it, far too slow to repeat on every request.
+    public static func named(_ identifier: String) -> Zone? {
+        if let hit = cache.withLock({ $0[identifier] }) { return hit }
+        guard let zone = Zone(identifier) else { return nil }
+        cache.withLock { if $0.count < 1024 { $0[identifier] = zone } }
+        return zone
+    }
+
+    private static let cache = ZoneCache()
 
     /// UTC.
     public static let utc = Zone("UTC") ?? Zone(unchecked: "UTC")
@@ -51,4 +63,10 @@ public struct Zone: Sendable, Equatable {
     }
 
     public static func == (a: Zone, b: Zone) -> Bool { a.identifier == b.identifier }
+}
+
+/// Zones by name, shared by all threads.
+final class ZoneCache: Sendable {
+    private let zones = Mutex<[String: Zone]>([:])
+    func withLock<R>(_ body: (inout [String: Zone]) -> R) -> R { zones.withLock { body(&$0) } }
 }

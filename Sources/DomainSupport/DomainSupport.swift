@@ -50,7 +50,7 @@ extension Zone: FieldDecodable {
     /// An IANA time zone name known to the system's tz database; else `invalid_timezone`.
     public static func decode(_ value: JSON, at path: String) throws(FieldError) -> Zone {
         let text = try String.decode(value, at: path)
-        guard let zone = Zone(text) else {
+        guard let zone = Zone.named(text) else {
             throw FieldError(field: path, reason: "invalid_timezone", message: "\(path) must be an IANA time zone name")
         }
         return zone

@@ -66,7 +66,7 @@ public final class ScreenTimeService: @unchecked Sendable {
 
     /// Today in the user's connection time zone.
     func today(_ user: String, now: Timestamp) -> CalendarDate {
-        (Zone(connection(user).timezone) ?? Zone.utc).localDate(at: now)
+        (Zone.named(connection(user).timezone) ?? Zone.utc).localDate(at: now)
     }
 
     func checkNotFuture(_ date: CalendarDate, _ user: String, now: Timestamp) throws(RPCError) {

@@ -1,0 +1,367 @@
+#!/usr/bin/env python3
+"""healthkernel benchmark: the release binary side by side with Redis and SQLite, in one run.
+
+Sections: upload throughput, round-trip latency, start-up, recovery and snapshot. Every figure is the
+median of several runs; ratios are computed run by run. Prints a table and writes
+Benchmarks/results/latest.json. Usage: python3 Benchmarks/bench.py [--requests N] [--users U] [--runs R]
+"""
+import argparse, base64, hashlib, hmac, json, os, platform, shutil, socket, statistics, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "Benchmarks")
+SECRET = "benchmark-secret-benchmark-secret-0123456789"
+HK = os.path.join(ROOT, ".build", "release", "healthkernel")
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def b64(b):
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+def token(claims):
+    h = b64(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
+    p = b64(json.dumps(claims, separators=(",", ":")).encode())
+    sig = hmac.new(SECRET.encode(), (h + "." + p).encode(), hashlib.sha256).digest()
+    return h + "." + p + "." + b64(sig)
+
+
+def user_id(i):
+    return "00000000-0000-4000-8000-%012d" % i
+
+
+def user_token(i):
+    return token({"sub": user_id(i), "aud": "authenticated", "role": "authenticated", "iat": int(time.time()), "exp": int(time.time()) + 86400})
+
+
+SERVICE = token({"role": "service_role", "exp": int(time.time()) + 86400})
+
+
+def ensure_tools():
+    missing = [pkg for cmd, pkg in [("redis-server", "redis-server"), ("sqlite3", "sqlite3"), ("gcc", "gcc")] if shutil.which(cmd) is None]
+    if missing:
+        log("installing", " ".join(missing))
+        sudo = [] if os.geteuid() == 0 else ["sudo"]
+        subprocess.run(sudo + ["apt-get", "update", "-qq"], check=True, stdout=sys.stderr)
+        subprocess.run(sudo + ["apt-get", "install", "-y", "-qq"] + missing, check=True, stdout=sys.stderr,
+                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+    log("building the release binary")
+    subprocess.run(["bash", "-c", ". scripts/deps.sh && swift build -c release --static-swift-stdlib"], cwd=ROOT, check=True, stdout=sys.stderr)
+
+
+def compile_helpers(tmp):
+    for name in ["rtt", "echo"]:
+        subprocess.run(["gcc", "-O2", "-o", os.path.join(tmp, name), os.path.join(BENCH, name + ".c")], check=True)
+
+
+# ---------------------------------------------------------------- data
+
+def uploads(n, users):
+    """(user index, date, minutes, raw) for each upload: `n / users` days per user."""
+    for i in range(n):
+        u = i % users
+        day = i // users
+        date = "2025-%02d-%02d" % (1 + (day // 28) % 12, 1 + day % 28)
+        yield u, date, (i * 7) % 1441, {"device": "iPhone15,2", "pickups": i % 97, "apps": [{"b": "com.example.social", "m": (i * 7) % 600}]}
+
+
+def write_inputs(tmp, n, users):
+    tokens = [user_token(u) for u in range(users)]
+    kernel, resp, sql = [open(os.path.join(tmp, f), "w") for f in ["kernel.jsonl", "redis.resp", "sqlite.sql"]]
+    for u in range(users):
+        kernel.write(json.dumps({"jsonrpc": "2.0", "id": "c%d" % u, "method": "screentime.updateConnection",
+                                 "params": {"auth": tokens[u], "enabled": True}}, separators=(",", ":")) + "\n")
+    sql.write("PRAGMA journal_mode=WAL;\nPRAGMA synchronous=NORMAL;\n"
+              "CREATE TABLE days(user TEXT NOT NULL, date TEXT NOT NULL, verified INTEGER NOT NULL, raw TEXT, "
+              "uploaded_at INTEGER, PRIMARY KEY(user, date));\nBEGIN;\n")
+    for i, (u, date, minutes, raw) in enumerate(uploads(n, users)):
+        params = {"auth": tokens[u], "date": date, "verifiedMinutes": minutes, "raw": raw}
+        kernel.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": "screentime.upload", "params": params}, separators=(",", ":")) + "\n")
+        value = json.dumps({"date": date, "verifiedMinutes": minutes, "raw": raw, "uploadedAt": 1760000000000 + i}, separators=(",", ":"))
+        key = "st:%s:%s" % (user_id(u), date)
+        resp.write("*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(key), key, len(value.encode()), value))
+        sql.write("INSERT INTO days VALUES('%s','%s',%d,'%s',%d) ON CONFLICT(user,date) DO UPDATE SET verified=excluded.verified, "
+                  "raw=excluded.raw, uploaded_at=excluded.uploaded_at;\n" % (user_id(u), date, minutes, json.dumps(raw, separators=(",", ":")), 1760000000000 + i))
+        if (i + 1) % 10000 == 0:
+            sql.write("COMMIT;\nBEGIN;\n")
+    sql.write("COMMIT;\n")
+    for f in (kernel, resp, sql):
+        f.close()
+    return tokens
+
+
+# ---------------------------------------------------------------- helpers
+
+def count_lines_until(stream, expected):
+    seen = 0
+    while seen < expected:
+        chunk = stream.read1(1 << 20) if hasattr(stream, "read1") else stream.read(1 << 20)
+        if not chunk:
+            break
+        seen += chunk.count(b"\n")
+    return seen
+
+
+def serve(data_dir, *extra):
+    return [HK, "serve", "--data-dir", data_dir, "--jwt-secret", SECRET, "--log-level", "error"] + list(extra)
+
+
+def percentile(values, p):
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(p * (len(s) - 1))))]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- 1. throughput
+
+def run_kernel_ingest(tmp, n, users, data_dir, extra=()):
+    expected = n + users
+    cat = subprocess.Popen(["cat", os.path.join(tmp, "kernel.jsonl")], stdout=subprocess.PIPE)
+    start = time.perf_counter()
+    k = subprocess.Popen(serve(data_dir, "--fsync", "everysec", *extra), stdin=cat.stdout, stdout=subprocess.PIPE)
+    cat.stdout.close()
+    seen = count_lines_until(k.stdout, expected)
+    elapsed = time.perf_counter() - start
+    return k, seen, elapsed
+
+
+def throughput(tmp, n, users, runs):
+    results = []
+    for r in range(runs):
+        log(f"throughput run {r + 1}/{runs}")
+        data_dir = os.path.join(tmp, "hk-data-%d" % r)
+        k, seen, kernel_s = run_kernel_ingest(tmp, n, users, data_dir)
+        k.stdout.close()
+        k.wait()
+        assert seen == n + users, f"kernel answered {seen} of {n + users}"
+        # Redis 7, AOF everysec, on its own loopback port and temp dir.
+        rdir = os.path.join(tmp, "redis-%d" % r)
+        os.makedirs(rdir)
+        port = free_port()
+        redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", rdir, "--appendonly", "yes",
+                                  "--appendfsync", "everysec", "--save", ""], stdout=subprocess.DEVNULL)
+        for _ in range(200):
+            if subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout.strip() == b"PONG":
+                break
+            time.sleep(0.05)
+        start = time.perf_counter()
+        with open(os.path.join(tmp, "redis.resp"), "rb") as f:
+            subprocess.run(["redis-cli", "-p", str(port), "--pipe"], stdin=f, stdout=subprocess.DEVNULL, check=True)
+        redis_s = time.perf_counter() - start
+        subprocess.run(["redis-cli", "-p", str(port), "shutdown", "nosave"], capture_output=True)
+        redis.wait()
+        # SQLite, WAL, synchronous=NORMAL, 10,000-row transactions.
+        db = os.path.join(tmp, "sqlite-%d.db" % r)
+        start = time.perf_counter()
+        with open(os.path.join(tmp, "sqlite.sql"), "rb") as f:
+            subprocess.run(["sqlite3", db], stdin=f, stdout=subprocess.DEVNULL, check=True)
+        sqlite_s = time.perf_counter() - start
+        results.append({"kernel_rps": (n + users) / kernel_s, "redis_rps": n / redis_s, "sqlite_rps": n / sqlite_s,
+                        "vs_redis": ((n + users) / kernel_s) / (n / redis_s), "vs_sqlite": ((n + users) / kernel_s) / (n / sqlite_s)})
+        if r < runs - 1:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    return {k: statistics.median(x[k] for x in results) for k in results[0]} | {"runs": results}, os.path.join(tmp, "hk-data-%d" % (runs - 1))
+
+
+# ---------------------------------------------------------------- 2. round trips
+
+def round_trips(tmp, count):
+    info = os.path.join(tmp, "rtt-info.jsonl")
+    with open(info, "w") as f:
+        for i in range(count):
+            f.write('{"jsonrpc":"2.0","id":%d,"method":"kernel.info"}\n' % i)
+    tok = user_token(0)
+    up = os.path.join(tmp, "rtt-upload.jsonl")
+    with open(up, "w") as f:
+        f.write(json.dumps({"jsonrpc": "2.0", "id": "c", "method": "screentime.updateConnection", "params": {"auth": tok, "enabled": True}}) + "\n")
+        for i in range(count):
+            f.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": "screentime.upload",
+                                "params": {"auth": tok, "date": "2025-01-%02d" % (1 + i % 28), "verifiedMinutes": i % 1441}},
+                               separators=(",", ":")) + "\n")
+    rtt = os.path.join(tmp, "rtt")
+
+    def measure(requests, cmd):
+        out = subprocess.run([rtt, requests, str(count // 10), "--"] + cmd, capture_output=True, check=True).stdout
+        ns = [int(x) for x in out.split()]
+        return {"p50Micros": percentile(ns, 0.5) / 1000, "p99Micros": percentile(ns, 0.99) / 1000, "p999Micros": percentile(ns, 0.999) / 1000}
+
+    return {
+        "kernel.info": measure(info, serve(os.path.join(tmp, "rtt-data-1"), "--fsync", "never")),
+        "screentime.upload (fsync never)": measure(up, serve(os.path.join(tmp, "rtt-data-2"), "--fsync", "never")),
+        "C echo (floor)": measure(info, [os.path.join(tmp, "echo")]),
+    }
+
+
+# ---------------------------------------------------------------- 3. start-up
+
+def startup(tmp, runs):
+    line = b'{"jsonrpc":"2.0","id":1,"method":"kernel.info"}\n'
+
+    def timed(cmd, stdin=None, fresh=None):
+        times = []
+        for i in range(runs):
+            if fresh:
+                shutil.rmtree(fresh, ignore_errors=True)
+            start = time.perf_counter()
+            subprocess.run(cmd, input=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            times.append((time.perf_counter() - start) * 1000)
+        return statistics.median(times)
+
+    empty = os.path.join(tmp, "startup-data")
+    return {
+        "healthkernel (empty data dir)": timed(serve(empty), line, fresh=empty),
+        "healthkernel --memory-only": timed([HK, "serve", "--memory-only", "--jwt-secret", SECRET], line),
+        "sqlite3 :memory: 'select 1;'": timed(["sqlite3", ":memory:", "select 1;"]),
+        "/bin/true": timed(["/bin/true"]),
+    }
+
+
+# ---------------------------------------------------------------- 4. recovery and snapshot
+
+def first_response_ms(data_dir):
+    start = time.perf_counter()
+    k = subprocess.Popen(serve(data_dir), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    k.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"kernel.info"}\n')
+    k.stdin.flush()
+    k.stdout.readline()
+    elapsed = (time.perf_counter() - start) * 1000
+    return k, elapsed
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def python_rtts(k, count, request):
+    times = []
+    for i in range(count):
+        start = time.perf_counter()
+        k.stdin.write(request)
+        k.stdin.flush()
+        k.stdout.readline()
+        times.append((time.perf_counter() - start) * 1e6)
+    return times
+
+
+def recovery(tmp, n, users, snapshot_dir):
+    out = {}
+    # a. From the snapshot the clean shutdown of the throughput run wrote.
+    k, out["restartFromSnapshotMs"] = first_response_ms(snapshot_dir)
+    out["residentKiB"] = rss_kib(k.pid)
+    snaps = [f for f in os.listdir(snapshot_dir) if f.startswith("snapshot-")]
+    out["snapshotBytes"] = os.path.getsize(os.path.join(snapshot_dir, snaps[0])) if snaps else 0
+    out["memoryToSnapshotRatio"] = out["residentKiB"] * 1024 / out["snapshotBytes"] if out["snapshotBytes"] else None
+    # b. An explicit snapshot of everything, and latency while an automatic one runs in the background.
+    k.stdin.write(('{"jsonrpc":"2.0","id":2,"method":"kernel.snapshot","params":{"auth":"%s"}}\n' % SERVICE).encode())
+    k.stdin.flush()
+    start = time.perf_counter()
+    reply = json.loads(k.stdout.readline())
+    out["snapshotWallMs"] = (time.perf_counter() - start) * 1000
+    out["snapshotDurationMs"] = reply.get("result", {}).get("durationMs")
+    k.stdin.close()
+    k.wait()
+    k = subprocess.Popen(serve(snapshot_dir, "--snapshot-every-records", "1"), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    info = b'{"jsonrpc":"2.0","id":1,"method":"kernel.info"}\n'
+    base = python_rtts(k, 3000, info)
+    tok = user_token(0)
+    k.stdin.write((json.dumps({"jsonrpc": "2.0", "id": "w", "method": "screentime.upload",
+                               "params": {"auth": tok, "date": "2025-06-01", "verifiedMinutes": 5}}) + "\n").encode())
+    k.stdin.flush()
+    k.stdout.readline()  # this write triggers a background snapshot of all records
+    during = python_rtts(k, 3000, info)
+    out["p99MicrosNormal"] = percentile(base, 0.99)
+    out["p99MicrosDuringSnapshot"] = percentile(during, 0.99)
+    out["p99Ratio"] = out["p99MicrosDuringSnapshot"] / out["p99MicrosNormal"]
+    k.stdin.close()
+    k.wait()
+    # c. From the log alone: ingest without snapshots, kill -9, restart.
+    log_dir = os.path.join(tmp, "hk-log-only")
+    k, seen, _ = run_kernel_ingest(tmp, n, users, log_dir, ("--snapshot-every-records", "2000000000", "--snapshot-every-seconds", "0"))
+    k.kill()
+    k.wait()
+    k, out["restartFromLogMs"] = first_response_ms(log_dir)
+    out["logRecords"] = seen
+    k.stdin.close()
+    k.wait()
+    return out
+
+
+# ---------------------------------------------------------------- report
+
+def machine():
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+    mem = next((int(l.split()[1]) // 1024 for l in open("/proc/meminfo") if l.startswith("MemTotal")), 0)
+    return {"cpu": cpu, "cores": os.cpu_count(), "memoryMiB": mem, "kernel": platform.release(),
+            "redis": subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()[2],
+            "sqlite": subprocess.run(["sqlite3", "--version"], capture_output=True, text=True).stdout.split()[0]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--requests", type=int, default=1_000_000)
+    ap.add_argument("--users", type=int, default=10_000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--rtt", type=int, default=20_000)
+    args = ap.parse_args()
+    ensure_tools()
+    tmp = tempfile.mkdtemp(prefix="hk-bench-")
+    try:
+        compile_helpers(tmp)
+        log(f"generating {args.requests} uploads for {args.users} users")
+        write_inputs(tmp, args.requests, args.users)
+        tp, snapshot_dir = throughput(tmp, args.requests, args.users, args.runs)
+        log("round trips")
+        rt = round_trips(tmp, args.rtt)
+        log("start-up")
+        st = startup(tmp, 20)
+        log("recovery and snapshot")
+        rc = recovery(tmp, args.requests, args.users, snapshot_dir)
+        result = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
+                  "params": vars(args), "throughput": tp, "roundTrip": rt, "startupMs": st, "recovery": rc}
+        os.makedirs(os.path.join(BENCH, "results"), exist_ok=True)
+        with open(os.path.join(BENCH, "results", "latest.json"), "w") as f:
+            json.dump(result, f, indent=2)
+        report(result)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def report(r):
+    tp, rt, st, rc = r["throughput"], r["roundTrip"], r["startupMs"], r["recovery"]
+    n = r["params"]["requests"]
+    print(f"healthkernel benchmark, {r['date']}, {r['machine']['cores']} cores, {r['machine']['cpu']}")
+    print(f"\n1. Upload throughput ({n:,} uploads, {r['params']['users']:,} users; median of {r['params']['runs']} runs)")
+    print(f"   healthkernel (--fsync everysec)      {tp['kernel_rps']:>12,.0f} req/s")
+    print(f"   redis {r['machine']['redis']} (AOF everysec, --pipe)  {tp['redis_rps']:>12,.0f} req/s   kernel/redis  {tp['vs_redis']:.2f}x  (target >= 1x)")
+    print(f"   sqlite3 {r['machine']['sqlite']} (WAL, NORMAL)    {tp['sqlite_rps']:>12,.0f} req/s   kernel/sqlite {tp['vs_sqlite']:.2f}x  (target >= 4x)")
+    print("\n2. Round trip (one request, wait, next)          p50 us    p99 us   p999 us")
+    for name, v in rt.items():
+        print(f"   {name:<40} {v['p50Micros']:>8.1f} {v['p99Micros']:>9.1f} {v['p999Micros']:>9.1f}")
+    print("   (targets: p50 < 30 us, p99 < 100 us)")
+    print("\n3. Start-up to first response (median of 20)")
+    for name, v in st.items():
+        print(f"   {name:<40} {v:>8.1f} ms")
+    print("   (target: < 20 ms)")
+    print(f"\n4. Recovery and snapshot ({n:,} uploads)")
+    print(f"   restart from snapshot, first response    {rc['restartFromSnapshotMs']:>8.0f} ms   (target < 2000)")
+    print(f"   restart from the log alone ({rc['logRecords']:,} records) {rc['restartFromLogMs']:>8.0f} ms")
+    print(f"   snapshot (kernel.snapshot)               {rc['snapshotDurationMs']:>8} ms   (target < 2000)")
+    print(f"   p99 kernel.info, normal / during snapshot {rc['p99MicrosNormal']:>7.0f} / {rc['p99MicrosDuringSnapshot']:.0f} us = {rc['p99Ratio']:.1f}x (target <= 3x)")
+    ratio = rc["memoryToSnapshotRatio"]
+    print(f"   resident memory / snapshot size          {rc['residentKiB'] / 1024:>8.0f} MiB / {rc['snapshotBytes'] / 2**20:.0f} MiB = {ratio:.1f}x (target <= 2x)")
+    print("\nwritten to Benchmarks/results/latest.json")
+
+
+if __name__ == "__main__":
+    main()
