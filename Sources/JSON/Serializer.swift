@@ -87,9 +87,15 @@ extension JSON {
         var value = value
         value.withUTF8 { utf8 in
             var runStart = 0
-            for (i, byte) in utf8.enumerated() where byte < 0x20 || byte == 0x22 || byte == 0x5C {
+            var i = 0
+            let n = utf8.count
+            while i < n {
+                let byte = utf8[i]
+                if byte >= 0x20 && byte != 0x22 && byte != 0x5C {
+                    i += 1
+                    continue
+                }
                 if runStart < i { out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart..<i])) }
-                runStart = i + 1
                 switch byte {
                 case 0x22: out.append(contentsOf: "\\\"".utf8)
                 case 0x5C: out.append(contentsOf: "\\\\".utf8)
@@ -99,16 +105,19 @@ extension JSON {
                 case 0x08: out.append(contentsOf: "\\b".utf8)
                 case 0x0C: out.append(contentsOf: "\\f".utf8)
                 default:
-                    let hex = Array("0123456789abcdef".utf8)
                     out.append(contentsOf: "\\u00".utf8)
-                    out.append(hex[Int(byte >> 4)])
-                    out.append(hex[Int(byte & 0xF)])
+                    out.append(hexDigits[Int(byte >> 4)])
+                    out.append(hexDigits[Int(byte & 0xF)])
                 }
+                i += 1
+                runStart = i
             }
-            if runStart < utf8.count { out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart...])) }
+            if runStart < n { out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart..<n])) }
         }
         out.append(UInt8(ascii: "\""))
     }
+
+    private static let hexDigits = Array("0123456789abcdef".utf8)
 }
 
 extension JSON: CustomStringConvertible {

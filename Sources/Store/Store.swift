@@ -124,8 +124,8 @@ public final class Store: @unchecked Sendable {
     }
 
     enum Undo {
-        case row(table: AnyTable, user: String, key: String, old: JSON?)
-        case user(user: String, rows: [(AnyTable, [String: JSON])])
+        case row(table: AnyTable, user: String, key: String, old: (any StoredRow)?)
+        case user(user: String, rows: [(AnyTable, Any)])
     }
 
     /// A store with `options`; register tables, then `open()`.
@@ -190,7 +190,7 @@ public final class Store: @unchecked Sendable {
             if let snapshot = scan.snapshot {
                 for row in snapshot.rows {
                     guard let table = tables[row.table] else { throw StoreError.corrupt("unknown table \(row.table)") }
-                    _ = try table.put(user: row.user, key: row.key, value: row.value)
+                    _ = try table.put(user: row.user, key: row.key, value: row.value, typed: nil)
                 }
                 snapshotState.withLock {
                     $0.lastAt = Timestamp(rfc3339: snapshot.createdAt)
@@ -252,8 +252,8 @@ public final class Store: @unchecked Sendable {
         if let refuseWrites { throw StoreError.unavailable(refuseWrites) }
         let undoMark = undo.count
         do throws(StoreError) {
-            for change in tx.changes {
-                let entry = try apply(change)
+            for (change, row) in zip(tx.changes, tx.rows) {
+                let entry = try apply(change, typed: row)
                 if !memoryOnly { undo.append(entry) }
             }
         } catch {
@@ -273,21 +273,20 @@ public final class Store: @unchecked Sendable {
 
     /// Applies one change; returns how to undo it.
     @discardableResult
-    private func apply(_ change: Change) throws(StoreError) -> Undo {
+    private func apply(_ change: Change, typed: (any StoredRow)? = nil) throws(StoreError) -> Undo {
         switch change {
         case .put(let name, let user, let key, let value):
             guard let table = tables[name] else { throw StoreError.corrupt("unknown table \(name)") }
-            let old = try table.put(user: user, key: key, value: value)
+            let old = try table.put(user: user, key: key, value: value, typed: typed)
             return .row(table: table, user: user, key: key, old: old)
         case .delete(let name, let user, let key):
             guard let table = tables[name] else { throw StoreError.corrupt("unknown table \(name)") }
             return .row(table: table, user: user, key: key, old: table.delete(user: user, key: key))
         case .deleteUser(let user):
-            var removed: [(AnyTable, [String: JSON])] = []
+            var removed: [(AnyTable, Any)] = []
             for name in tableOrder {
                 let table = tables[name]!
-                let rows = table.removeUser(user)
-                if !rows.isEmpty { removed.append((table, rows)) }
+                removed.append((table, table.removeUser(user)))
             }
             return .user(user: user, rows: removed)
         }
@@ -297,7 +296,7 @@ public final class Store: @unchecked Sendable {
         while undo.count > mark {
             switch undo.removeLast() {
             case .row(let table, let user, let key, let old):
-                if let old { _ = try? table.put(user: user, key: key, value: old) } else { _ = table.delete(user: user, key: key) }
+                if let old { table.restore(user: user, key: key, old) } else { _ = table.delete(user: user, key: key) }
             case .user(let user, let rows):
                 for (table, stored) in rows { table.restoreUser(user, stored) }
             }

@@ -47,14 +47,17 @@ public enum Change: Sendable, Equatable {
 protocol AnyTable: AnyObject {
     var name: String { get }
     var rowCount: Int { get }
-    /// Applies a put; returns the previous stored value (for undo).
-    func put(user: String, key: String, value: JSON) throws(StoreError) -> JSON?
-    /// Applies a delete; returns the previous stored value.
-    func delete(user: String, key: String) -> JSON?
+    /// Applies a put, using `typed` (the row itself, when the caller has it) instead of decoding
+    /// `value`; returns the previous row (for undo).
+    func put(user: String, key: String, value: JSON, typed: (any StoredRow)?) throws(StoreError) -> (any StoredRow)?
+    /// Applies a delete; returns the previous row.
+    func delete(user: String, key: String) -> (any StoredRow)?
+    /// Puts back a row that `put` or `delete` returned.
+    func restore(user: String, key: String, _ row: any StoredRow)
     /// Removes a user's rows; returns them (for undo).
-    func removeUser(_ user: String) -> [String: JSON]
+    func removeUser(_ user: String) -> Any
     /// Puts back what `removeUser` returned.
-    func restoreUser(_ user: String, _ rows: [String: JSON])
+    func restoreUser(_ user: String, _ rows: Any)
     /// A copy-on-write image of every row, safe to read on another thread.
     func freeze() -> FrozenTable
     /// Drops everything (before loading a snapshot).
@@ -93,28 +96,36 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
     /// How many users have rows.
     public var userCount: Int { rows.count }
 
-    func put(user: String, key: String, value: JSON) throws(StoreError) -> JSON? {
-        let row = try Row(stored: value)
+    func put(user: String, key: String, value: JSON, typed: (any StoredRow)?) throws(StoreError) -> (any StoredRow)? {
+        let row: Row
+        if let typed = typed as? Row { row = typed } else { row = try Row(stored: value) }
         let old = rows[user, default: [:]].updateValue(row, forKey: key)
         if old == nil { rowCount += 1 }
-        return old?.stored
+        return old
     }
 
-    func delete(user: String, key: String) -> JSON? {
+    func delete(user: String, key: String) -> (any StoredRow)? {
         guard let old = rows[user]?.removeValue(forKey: key) else { return nil }
         rowCount -= 1
         if rows[user]?.isEmpty == true { rows[user] = nil }
-        return old.stored
+        return old
     }
 
-    func removeUser(_ user: String) -> [String: JSON] {
-        guard let mine = rows.removeValue(forKey: user) else { return [:] }
+    func restore(user: String, key: String, _ row: any StoredRow) {
+        guard let row = row as? Row else { return }
+        if rows[user, default: [:]].updateValue(row, forKey: key) == nil { rowCount += 1 }
+    }
+
+    func removeUser(_ user: String) -> Any {
+        guard let mine = rows.removeValue(forKey: user) else { return [String: Row]() }
         rowCount -= mine.count
-        return mine.mapValues(\.stored)
+        return mine
     }
 
-    func restoreUser(_ user: String, _ stored: [String: JSON]) {
-        for (key, value) in stored { _ = try? put(user: user, key: key, value: value) }
+    func restoreUser(_ user: String, _ removed: Any) {
+        guard let mine = removed as? [String: Row], !mine.isEmpty else { return }
+        rows[user] = mine
+        rowCount += mine.count
     }
 
     func freeze() -> FrozenTable {
@@ -136,6 +147,8 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
 public struct Transaction: Sendable {
     /// The changes, in order.
     public private(set) var changes: [Change] = []
+    /// The row of each put, so applying it needs no decoding (nil for other changes).
+    private(set) var rows: [(any StoredRow)?] = []
 
     /// An empty transaction.
     public init() {}
@@ -143,16 +156,19 @@ public struct Transaction: Sendable {
     /// Sets a row.
     public mutating func put<Row: StoredRow>(_ table: Table<Row>, user: String, key: String, _ row: Row) {
         changes.append(.put(table: table.name, user: user, key: key, value: row.stored))
+        rows.append(row)
     }
 
     /// Removes a row.
     public mutating func delete<Row: StoredRow>(_ table: Table<Row>, user: String, key: String) {
         changes.append(.delete(table: table.name, user: user, key: key))
+        rows.append(nil)
     }
 
     /// Removes every row of a user in every table.
     public mutating func deleteUser(_ user: String) {
         changes.append(.deleteUser(user: user))
+        rows.append(nil)
     }
 
     /// Whether there is nothing to commit.
