@@ -177,20 +177,30 @@ public struct List: RPCMethod {
         let limit: Int
         let cursor: String?
         public init(from p: inout ObjectReader) throws(FieldError) {
-            from = try p.optional("from")
-            to = try p.optional("to")
+            from = try Self.bound(&p, "from", endOfDay: false)
+            to = try Self.bound(&p, "to", endOfDay: true)
             limit = Int(try p.optional("limit", in: 1...500) ?? 50)
             cursor = try p.optional("cursor")
             if let from, let to, to < from { throw .outOfRange(p.path("to"), "must not be before params.from") }
         }
+
+        /// A timestamp, or a `YYYY-MM-DD` date meaning that UTC day (its start for `from`, the end for `to`).
+        static func bound(_ p: inout ObjectReader, _ key: String, endOfDay: Bool) throws(FieldError) -> Timestamp? {
+            guard let value = p.value(key) else { return nil }
+            if case .string(let text) = value, text.utf8.count == 10 {
+                let date = try CalendarDate.decode(value, at: p.path(key))
+                return Timestamp(seconds: Int64(date.daysSinceEpoch + (endOfDay ? 1 : 0)) * 86_400)
+            }
+            return try Timestamp.decode(value, at: p.path(key))
+        }
     }
     public static let name = "sessions.list"
-    public static let summary = "Sessions newest first, optionally those starting in [from, to); paged with limit and cursor."
+    public static let summary = "Sessions newest first, optionally those starting from `from` up to `to` (timestamps, or UTC dates counting the whole day); paged with limit and cursor."
     public static let mutates = false
     public static let auth = AuthRequirement.user
     public static let paramsDoc = #"""
-    [{"name": "from", "required": false, "schema": {"type": "string", "format": "date-time"}},
-     {"name": "to", "required": false, "schema": {"type": "string", "format": "date-time"}},
+    [{"name": "from", "required": false, "schema": {"type": "string", "description": "RFC 3339 timestamp, or YYYY-MM-DD (from the start of that UTC day)"}},
+     {"name": "to", "required": false, "schema": {"type": "string", "description": "RFC 3339 timestamp (exclusive), or YYYY-MM-DD (to the end of that UTC day)"}},
      {"name": "limit", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
      {"name": "cursor", "required": false, "schema": {"type": "string"}}]
     """#

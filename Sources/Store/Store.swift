@@ -267,7 +267,12 @@ public final class Store: @unchecked Sendable {
             pendingFirstCommit = lastCommitID
             seqBeforePending = seq - 1
         }
-        let payload = JSON.array(tx.changes.map(\.json)).bytes
+        var payload: [UInt8] = [UInt8(ascii: "[")]
+        for (i, change) in tx.changes.enumerated() {
+            if i > 0 { payload.append(UInt8(ascii: ",")) }
+            change.write(to: &payload)
+        }
+        payload.append(UInt8(ascii: "]"))
         RecordFraming.append(seq: seq, payload: payload, to: &pending)
     }
 

@@ -26,6 +26,31 @@ public enum Change: Sendable, Equatable {
         }
     }
 
+    /// Appends the log form to `out` without building an intermediate JSON array.
+    public func write(to out: inout [UInt8]) {
+        switch self {
+        case .put(let t, let u, let k, let v):
+            out.append(contentsOf: #"["p","#.utf8)
+            Self.writeStrings([t, u, k], &out)
+            out.append(UInt8(ascii: ","))
+            v.write(to: &out)
+        case .delete(let t, let u, let k):
+            out.append(contentsOf: #"["d","#.utf8)
+            Self.writeStrings([t, u, k], &out)
+        case .deleteUser(let u):
+            out.append(contentsOf: #"["u","#.utf8)
+            JSON.writeString(u, to: &out)
+        }
+        out.append(UInt8(ascii: "]"))
+    }
+
+    private static func writeStrings(_ strings: [String], _ out: inout [UInt8]) {
+        for (i, s) in strings.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            JSON.writeString(s, to: &out)
+        }
+    }
+
     /// Reads the log form.
     public init(json: JSON) throws(StoreError) {
         guard case .array(let a) = json, let op = a.first?.stringValue else { throw StoreError.corrupt("change is not an array") }

@@ -145,33 +145,26 @@ final class LiveKernel: @unchecked Sendable {
 
     /// The next complete response line, or nil at EOF.
     func readLine() -> JSON? {
-        while true {
-            if let nl = buffer.firstIndex(of: 0x0A) {
-                let line = Array(buffer[..<nl])
-                buffer.removeSubrange(...nl)
-                return try? JSON.parse(line)
-            }
-            var chunk = [UInt8](repeating: 0, count: 65536)
-            let n = chunk.withUnsafeMutableBytes { read(output, $0.baseAddress, $0.count) }
-            if n <= 0 { return nil }
-            buffer += chunk[0..<n]
-        }
+        readRawLine(timeoutSeconds: -1).flatMap { try? JSON.parse($0) }
     }
 
-    /// The next complete response line as text, or nil at EOF or after `timeoutSeconds` without one.
+    /// The next complete response line as text, or nil at EOF or after `timeoutSeconds` (-1: no limit)
+    /// without one. Only newly read bytes are searched, so a multi-megabyte line costs linear time.
     func readRawLine(timeoutSeconds: Int32) -> String? {
+        var searched = 0
         while true {
-            if let nl = buffer.firstIndex(of: 0x0A) {
+            if let nl = buffer[searched...].firstIndex(of: 0x0A) {
                 let line = String(decoding: buffer[..<nl], as: UTF8.self)
-                buffer.removeSubrange(...nl)
+                buffer = Array(buffer[(nl + 1)...])
                 return line
             }
+            searched = buffer.count
             var fds = [pollfd(fd: output, events: Int16(POLLIN), revents: 0)]
-            guard poll(&fds, 1, timeoutSeconds * 1000) > 0 else { return nil }
-            var chunk = [UInt8](repeating: 0, count: 65536)
+            guard poll(&fds, 1, timeoutSeconds < 0 ? -1 : timeoutSeconds * 1000) > 0 else { return nil }
+            var chunk = [UInt8](repeating: 0, count: 1 << 20)
             let n = chunk.withUnsafeMutableBytes { read(output, $0.baseAddress, $0.count) }
             if n <= 0 { return nil }
-            buffer += chunk[0..<n]
+            buffer.append(contentsOf: chunk[0..<n])
         }
     }
 

@@ -319,3 +319,19 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         h.store.shutdown()
     }
 }
+
+@Suite struct ChangeFormTests {
+    @Test func writtenFormEqualsTheJSONForm() throws {
+        let changes: [Change] = [
+            .put(table: "t\"1", user: "u", key: "k\n", value: ["a": [1, 2.5, "x"], "b": nil]),
+            .delete(table: "t", user: "u", key: "k"),
+            .deleteUser(user: "u\\"),
+        ]
+        for change in changes {
+            var out: [UInt8] = []
+            change.write(to: &out)
+            #expect(out == change.json.bytes)
+            #expect(try Change(json: try JSON.parse(out)) == change)
+        }
+    }
+}
