@@ -13,6 +13,14 @@ extension RPCError {
     }
 }
 
+extension CallContext {
+    /// The calling user's id; user methods always have one (the dispatcher authenticated it).
+    public func userID() throws(RPCError) -> String {
+        guard let user = try requireIdentity().userId else { throw RPCError.internalError }
+        return user
+    }
+}
+
 extension Store {
     /// Commits a request's transaction, turning a store failure into its RPC error.
     public func apply(_ tx: Transaction) throws(RPCError) {

@@ -40,12 +40,6 @@ enum Schemas {
     static let minutes = #"{"type": "integer", "minimum": 0, "maximum": 1440}"#
 }
 
-/// The caller's user id (user methods always have one).
-func caller(_ c: CallContext) throws(RPCError) -> String {
-    guard let user = try c.requireIdentity().userId else { throw RPCError.internalError }
-    return user
-}
-
 /// Limits on what clients may store.
 enum Limits {
     static let selectionBytes = 64 * 1024
@@ -68,7 +62,7 @@ public struct GetConnection: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
-        service.connection(try caller(c)).json
+        service.connection(try c.userID()).json
     }
 }
 
@@ -103,7 +97,7 @@ public struct UpdateConnection: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.updateConnection(try caller(c), enabled: p.enabled, timezone: p.timezone, selection: p.selection)
+        try service.updateConnection(try c.userID(), enabled: p.enabled, timezone: p.timezone, selection: p.selection)
     }
 }
 
@@ -126,7 +120,7 @@ public struct Claim: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.claim(try caller(c), date: p.date, minutes: p.minutes, now: c.now)
+        try service.claim(try c.userID(), date: p.date, minutes: p.minutes, now: c.now)
     }
 }
 
@@ -157,7 +151,7 @@ public struct Upload: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.upload(try caller(c), date: p.date, verifiedMinutes: p.verifiedMinutes, raw: p.raw, now: c.now)
+        try service.upload(try c.userID(), date: p.date, verifiedMinutes: p.verifiedMinutes, raw: p.raw, now: c.now)
     }
 }
 
@@ -177,7 +171,7 @@ public struct Day: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.day(try caller(c), date: p.date)
+        try service.day(try c.userID(), date: p.date)
     }
 }
 
@@ -206,7 +200,7 @@ public struct History: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        service.history(try caller(c), from: p.from, to: p.to, includeRaw: p.includeRaw)
+        service.history(try c.userID(), from: p.from, to: p.to, includeRaw: p.includeRaw)
     }
 }
 
@@ -238,7 +232,7 @@ public struct Penalties: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        service.penalties(try caller(c), from: p.from, to: p.to)
+        service.penalties(try c.userID(), from: p.from, to: p.to)
     }
 }
 
@@ -274,7 +268,7 @@ public struct LogEvent: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.logEvent(try caller(c), type: p.type, activity: p.activity, event: p.event, at: p.at, now: c.now)
+        try service.logEvent(try c.userID(), type: p.type, activity: p.activity, event: p.event, at: p.at, now: c.now)
         return ["logged": true]
     }
 }
@@ -302,7 +296,7 @@ public struct Events: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        service.events(try caller(c), limit: p.limit)
+        service.events(try c.userID(), limit: p.limit)
     }
 }
 
@@ -332,7 +326,7 @@ public struct Earn: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.earn(try caller(c), xp: p.xp, reason: p.reason, key: p.key, now: c.now)
+        try service.earn(try c.userID(), xp: p.xp, reason: p.reason, key: p.key, now: c.now)
     }
 }
 
@@ -352,7 +346,7 @@ public struct Redeem: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.redeem(try caller(c), xp: p.xp)
+        try service.redeem(try c.userID(), xp: p.xp)
     }
 }
 
@@ -372,7 +366,7 @@ public struct Spend: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.spend(try caller(c), minutes: p.minutes, now: c.now)
+        try service.spend(try c.userID(), minutes: p.minutes, now: c.now)
     }
 }
 
@@ -386,6 +380,6 @@ public struct Balance: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
-        service.balance(try caller(c)).json
+        service.balance(try c.userID()).json
     }
 }

@@ -28,11 +28,6 @@ enum Schemas {
     static let sessionId = #"[{"name": "sessionId", "required": true, "schema": {"type": "string", "format": "uuid"}}]"#
 }
 
-func caller(_ c: CallContext) throws(RPCError) -> String {
-    guard let user = try c.requireIdentity().userId else { throw RPCError.internalError }
-    return user
-}
-
 /// Params that name one session by its id.
 public struct SessionIDParams: RPCParams {
     let sessionId: String
@@ -77,7 +72,7 @@ public struct Record: RPCMethod {
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.record(try caller(c), start: p.startTime, duration: p.durationSeconds, end: p.endTime,
+        try service.record(try c.userID(), start: p.startTime, duration: p.durationSeconds, end: p.endTime,
                            clientSessionId: p.clientSessionId, now: c.now)
     }
 }
@@ -98,7 +93,7 @@ public struct Start: RPCMethod {
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.start(try caller(c), clientSessionId: p.clientSessionId, now: c.now)
+        try service.start(try c.userID(), clientSessionId: p.clientSessionId, now: c.now)
     }
 }
 
@@ -112,7 +107,7 @@ public struct Pause: RPCMethod {
     public static let errors = [ErrorDoc(-32009, "no_active_session")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { try service.pause(try caller(c), now: c.now) }
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { try service.pause(try c.userID(), now: c.now) }
 }
 
 /// `sessions.resume`.
@@ -125,7 +120,7 @@ public struct Resume: RPCMethod {
     public static let errors = [ErrorDoc(-32009, "no_active_session")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { try service.resume(try caller(c), now: c.now) }
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { try service.resume(try c.userID(), now: c.now) }
 }
 
 /// `sessions.stop`.
@@ -138,7 +133,7 @@ public struct Stop: RPCMethod {
     public static let errors = [ErrorDoc(-32009, "no_active_session")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { try service.stop(try caller(c), now: c.now) }
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { try service.stop(try c.userID(), now: c.now) }
 }
 
 /// `sessions.active`.
@@ -150,7 +145,7 @@ public struct Active: RPCMethod {
     public static let resultSchema = #"{"anyOf": [{"type": "null"}, "# + Schemas.timer + "]}"
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { service.active(try caller(c), now: c.now) }
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { service.active(try c.userID(), now: c.now) }
 }
 
 /// `sessions.get`.
@@ -165,7 +160,7 @@ public struct Get: RPCMethod {
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: SessionIDParams, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.get(try caller(c), sessionId: p.sessionId)
+        try service.get(try c.userID(), sessionId: p.sessionId)
     }
 }
 
@@ -215,7 +210,7 @@ public struct List: RPCMethod {
             }
             after = position
         }
-        return service.list(try caller(c), from: p.from, to: p.to, limit: p.limit, after: after)
+        return service.list(try c.userID(), from: p.from, to: p.to, limit: p.limit, after: after)
     }
 }
 
@@ -231,7 +226,7 @@ public struct Delete: RPCMethod {
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: SessionIDParams, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.delete(try caller(c), sessionId: p.sessionId)
+        try service.delete(try c.userID(), sessionId: p.sessionId)
         return ["deleted": true]
     }
 }
@@ -258,6 +253,6 @@ public struct Stats: RPCMethod {
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        service.stats(try caller(c), zone: p.zone, now: c.now)
+        service.stats(try c.userID(), zone: p.zone, now: c.now)
     }
 }
