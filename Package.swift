@@ -2,7 +2,9 @@
 import PackageDescription
 
 // Layers, imports pointing one way:
-// CJansson -> JSON -> JSONRPC -> (domains) -> Kernel (composition root) -> healthkernel (executable)
+// CJansson -> JSON -> (Chrono, JSONRPC, Store) -> DomainSupport -> domains (Auth, ScreenTime, Sessions)
+//   -> Kernel (composition root: configuration and the one list of methods) -> healthkernel (executable).
+// jwt-kit is a test dependency only: the tests use it as an independent JWT implementation.
 let package = Package(
     name: "healthkernel",
     platforms: [.macOS(.v13)],
