@@ -151,9 +151,7 @@ public final class Store: @unchecked Sendable {
     public func rows(of user: String) -> [(String, String, JSON)] {
         var out: [(String, String, JSON)] = []
         for name in tableOrder {
-            tables[name]!.freeze().forEachRow { u, key, value in
-                if u == user { out.append((name, key, value)) }
-            }
+            for (key, value) in tables[name]!.storedRows(of: user) { out.append((name, key, value)) }
         }
         return out
     }

@@ -85,6 +85,8 @@ protocol AnyTable: AnyObject {
     func restoreUser(_ user: String, _ rows: Any)
     /// A copy-on-write image of every row, safe to read on another thread.
     func freeze() -> FrozenTable
+    /// One user's rows as (key, stored value).
+    func storedRows(of user: String) -> [(String, JSON)]
     /// Drops everything (before loading a snapshot).
     func clear()
 }
@@ -151,6 +153,10 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
         guard let mine = removed as? [String: Row], !mine.isEmpty else { return }
         rows[user] = mine
         rowCount += mine.count
+    }
+
+    func storedRows(of user: String) -> [(String, JSON)] {
+        (rows[user] ?? [:]).map { ($0.key, $0.value.stored) }
     }
 
     func freeze() -> FrozenTable {
