@@ -2,7 +2,7 @@
 import PackageDescription
 
 // Layers, imports pointing one way:
-// CJansson -> JSON -> (Chrono, JSONRPC, Store) -> DomainSupport -> domains (Auth, ScreenTime, Sessions)
+// CJansson -> JSON -> (Chrono, Threads, JSONRPC, Store) -> DomainSupport -> domains (Auth, ScreenTime, Sessions)
 //   -> Kernel (composition root: configuration and the one list of methods) -> healthkernel (executable).
 // jwt-kit is a test dependency only: the tests use it as an independent JWT implementation.
 let package = Package(
@@ -25,8 +25,9 @@ let package = Package(
         ),
         .target(name: "JSON", dependencies: ["CJansson"]),
         .target(name: "Chrono"),
-        .target(name: "JSONRPC", dependencies: ["JSON", "Chrono"]),
-        .target(name: "Store", dependencies: ["JSON", "Chrono"]),
+        .target(name: "Threads"),
+        .target(name: "JSONRPC", dependencies: ["JSON", "Chrono", "Threads"]),
+        .target(name: "Store", dependencies: ["JSON", "Chrono", "Threads"]),
         .target(name: "DomainSupport", dependencies: ["JSON", "JSONRPC", "Chrono", "Store"]),
         .target(name: "ScreenTime", dependencies: ["JSON", "JSONRPC", "Chrono", "Store", "DomainSupport"]),
         .target(

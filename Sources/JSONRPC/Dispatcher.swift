@@ -1,6 +1,16 @@
 import Chrono
 import JSON
 
+/// A line of input after parsing: what the reading thread hands to the dispatcher.
+public enum ParsedLine: Sendable {
+    /// A JSON value, and when its parsing started (request latency counts from there).
+    case value(JSON, started: UInt64)
+    /// Not JSON.
+    case parseError(JSONParseError, started: UInt64)
+    /// A line longer than `limit` bytes, skipped.
+    case tooLong(limit: Int)
+}
+
 /// Turns request lines into response lines: parses the envelope, finds the method, authenticates,
 /// decodes params, calls the handler and writes the response. Single-threaded by design: responses
 /// come out in the order requests went in.
@@ -27,16 +37,35 @@ public final class Dispatcher {
         self.onInternalError = onInternalError
     }
 
+    /// Parses one line (without its newline). Pure, so the reading thread can do it while this
+    /// dispatcher answers earlier lines.
+    public static func parse(_ line: UnsafeRawBufferPointer) -> ParsedLine {
+        let started = monotonicMicros()
+        do {
+            return .value(try JSON.parse(line), started: started)
+        } catch {
+            return .parseError(error, started: started)
+        }
+    }
+
     /// Handles one line (without its newline) and appends the response line, if any, to `out`.
     public func handleLine(_ line: UnsafeRawBufferPointer, into out: inout [UInt8]) {
-        let started = monotonicMicros()
-        let parsed: JSON
-        do {
-            parsed = try JSON.parse(line)
-        } catch {
+        handle(Self.parse(line), into: &out)
+    }
+
+    /// Answers one parsed line, appending the response line, if any, to `out`.
+    public func handle(_ line: ParsedLine, into out: inout [UInt8]) {
+        let parsed: JSON, started: UInt64
+        switch line {
+        case .value(let value, let s):
+            (parsed, started) = (value, s)
+        case .parseError(let error, let s):
             writeResponse(id: .null, outcome: .failure(.parse(error)), into: &out)
             out.append(UInt8(ascii: "\n"))
-            stats.record(micros: monotonicMicros() - started, failed: true)
+            stats.record(micros: monotonicMicros() - s, failed: true)
+            return
+        case .tooLong(let limit):
+            rejectOversizedLine(limit: limit, into: &out)
             return
         }
         guard case .array(let items) = parsed else {
@@ -74,7 +103,7 @@ public final class Dispatcher {
     }
 
     /// Answers a line that exceeded the size limit.
-    public func rejectOversizedLine(limit: Int, into out: inout [UInt8]) {
+    func rejectOversizedLine(limit: Int, into out: inout [UInt8]) {
         let error = RPCError.invalidRequest("line longer than \(limit) bytes", reason: "line_too_long")
         writeResponse(id: .null, outcome: .failure(error), into: &out)
         out.append(UInt8(ascii: "\n"))

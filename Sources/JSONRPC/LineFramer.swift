@@ -6,7 +6,7 @@ import Darwin
 
 /// Splits a byte stream into lines: `\n` or `\r\n` endings, blank lines skipped, lines over the limit
 /// reported once and skipped up to their newline so the stream resynchronises.
-public struct LineFramer {
+public struct LineFramer: Sendable {
     /// One unit of input.
     public enum Event {
         /// A complete, non-blank line without its ending; valid only during the callback.
@@ -93,10 +93,48 @@ public struct LineFramer {
     }
 }
 
-/// One host connection: bytes in, response bytes out, in order. The stdio server and the in-process
-/// test harness both drive it, so they behave identically.
-public struct Connection {
+/// The reading half of a connection: frames input into lines and parses each one. It owns no shared
+/// state, so the stdio server runs it on its own thread while the dispatcher answers earlier lines.
+public struct RequestReader: Sendable {
     private var framer: LineFramer
+
+    /// A reader accepting lines up to `maxLineBytes`.
+    public init(maxLineBytes: Int) {
+        framer = LineFramer(maxLineBytes: maxLineBytes)
+    }
+
+    /// The parsed lines completed by `chunk`, in order.
+    public mutating func read(_ chunk: UnsafeRawBufferPointer) -> [ParsedLine] {
+        var lines: [ParsedLine] = []
+        let limit = framer.maxLineBytes
+        framer.feed(chunk) { lines.append(Self.parse($0, limit)) }
+        return lines
+    }
+
+    /// End of input: a final line without a newline, if any.
+    public mutating func finish() -> [ParsedLine] {
+        var lines: [ParsedLine] = []
+        let limit = framer.maxLineBytes
+        framer.finish { lines.append(Self.parse($0, limit)) }
+        return lines
+    }
+
+    /// Whether an unterminated line is buffered.
+    public var hasPartialLine: Bool { framer.hasPartialLine }
+
+    private static func parse(_ event: LineFramer.Event, _ limit: Int) -> ParsedLine {
+        switch event {
+        case .line(let line): return Dispatcher.parse(line)
+        case .tooLong: return .tooLong(limit: limit)
+        }
+    }
+}
+
+/// One host connection: bytes in, response bytes out, in order. The stdio server and the in-process
+/// test harness both drive it through the same reader and dispatcher, so they behave identically.
+public struct Connection {
+    /// The reading half; the stdio server moves it to its reader thread.
+    public var reader: RequestReader
     private let dispatcher: Dispatcher
     /// Response bytes not yet written.
     public var output: [UInt8] = []
@@ -104,15 +142,12 @@ public struct Connection {
     /// A connection over `dispatcher` with the given line limit.
     public init(dispatcher: Dispatcher, maxLineBytes: Int) {
         self.dispatcher = dispatcher
-        self.framer = LineFramer(maxLineBytes: maxLineBytes)
+        self.reader = RequestReader(maxLineBytes: maxLineBytes)
     }
 
     /// Consumes a chunk of input, handling every complete line in it.
     public mutating func receive(_ chunk: UnsafeRawBufferPointer) {
-        var out = takeOutput()
-        let (dispatcher, limit) = (self.dispatcher, framer.maxLineBytes)
-        framer.feed(chunk) { Self.handle($0, dispatcher, limit, into: &out) }
-        output = out
+        answer(reader.read(chunk))
     }
 
     /// Consumes a chunk given as bytes.
@@ -122,10 +157,12 @@ public struct Connection {
 
     /// End of input: answers a final unterminated line.
     public mutating func finish() {
-        var out = takeOutput()
-        let (dispatcher, limit) = (self.dispatcher, framer.maxLineBytes)
-        framer.finish { Self.handle($0, dispatcher, limit, into: &out) }
-        output = out
+        answer(reader.finish())
+    }
+
+    /// Answers parsed lines in order, appending their responses to `output`.
+    public mutating func answer(_ lines: [ParsedLine]) {
+        for line in lines { dispatcher.handle(line, into: &output) }
     }
 
     /// Ends a read batch: makes its writes durable and fixes up the responses of writes that failed.
@@ -135,20 +172,5 @@ public struct Connection {
     }
 
     /// Whether an unterminated line is buffered.
-    public var hasPartialLine: Bool { framer.hasPartialLine }
-
-    // Moves the buffer out so the framer's callback can append to it without overlapping access to self.
-    private mutating func takeOutput() -> [UInt8] {
-        var out: [UInt8] = []
-        swap(&out, &output)
-        return out
-    }
-
-    private static func handle(_ event: LineFramer.Event, _ dispatcher: Dispatcher, _ limit: Int,
-                               into out: inout [UInt8]) {
-        switch event {
-        case .line(let line): dispatcher.handleLine(line, into: &out)
-        case .tooLong: dispatcher.rejectOversizedLine(limit: limit, into: &out)
-        }
-    }
+    public var hasPartialLine: Bool { reader.hasPartialLine }
 }

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Threads
 
 /// Write end of the self-pipe that SIGTERM/SIGINT wake the read loop through.
 nonisolated(unsafe) private var signalPipeWriteFD: Int32 = -1
@@ -12,7 +13,7 @@ nonisolated(unsafe) private var signalPipeWriteFD: Int32 = -1
 /// prompt, orderly stop on EOF, SIGTERM or SIGINT.
 public final class StdioServer {
     /// Why the loop ended.
-    public enum Ending: Equatable {
+    public enum Ending: Equatable, Sendable {
         case endOfInput
         case signal
         case outputClosed
@@ -82,34 +83,71 @@ public final class StdioServer {
 
     nonisolated(unsafe) private static var signalPipeRead: Int32 = -1
 
+    /// What the reader thread hands over: the parsed lines of one read, or why input ended.
+    enum Input: Sendable {
+        case batch([ParsedLine])
+        case end(Ending)
+    }
+
     /// Runs until EOF, a stop signal, or the host closing its end of the output.
+    ///
+    /// Two threads, so that parsing (jansson) overlaps with answering: a reader thread reads stdin,
+    /// frames and parses each read into a batch; this thread answers the batches in order, makes each
+    /// batch's writes durable with one flush, then writes its responses. Every request read in one
+    /// `read(2)` still shares one flush, and responses keep the order of requests.
     public func run(readBufferBytes: Int = 256 * 1024) -> Ending {
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: readBufferBytes, alignment: 16)
+        let queue = HandoffQueue<Input>(capacity: 8)
+        let reader = connection.reader
+        let (inputFD, log) = (self.inputFD, self.log)
+        nonisolated(unsafe) let unsafeLog = log
+        spawnThread {
+            Self.readLoop(reader: reader, inputFD: inputFD, bufferBytes: readBufferBytes, queue: queue, log: unsafeLog)
+        }
+        defer { queue.close() }
+        while true {
+            switch queue.take() {
+            case .batch(let lines):
+                connection.answer(lines)
+                if let ending = flush() { return ending }
+            case .end(let ending):
+                return ending
+            }
+        }
+    }
+
+    /// The reader thread: reads until EOF or a stop signal, handing each read's parsed lines over.
+    private static func readLoop(reader: RequestReader, inputFD: Int32, bufferBytes: Int, queue: HandoffQueue<Input>,
+                                 log: (String) -> Void) {
+        var reader = reader
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: bufferBytes, alignment: 16)
         defer { buffer.deallocate() }
         var fds = [pollfd(fd: inputFD, events: Int16(POLLIN), revents: 0)]
-        if Self.signalPipeRead >= 0 { fds.append(pollfd(fd: Self.signalPipeRead, events: Int16(POLLIN), revents: 0)) }
+        if signalPipeRead >= 0 { fds.append(pollfd(fd: signalPipeRead, events: Int16(POLLIN), revents: 0)) }
         while true {
             for i in fds.indices { fds[i].revents = 0 }
             let ready = poll(&fds, nfds_t(fds.count), -1)
             if ready < 0 {
                 if errno == EINTR { continue }
                 log("poll failed: errno \(errno)")
-                return .endOfInput
+                queue.put(.end(.endOfInput))
+                return
             }
             if fds.count > 1, fds[1].revents != 0 {
-                return .signal
+                queue.put(.end(.signal))
+                return
             }
-            let n = read(inputFD, buffer.baseAddress, readBufferBytes)
+            let n = read(inputFD, buffer.baseAddress, bufferBytes)
             if n < 0 {
                 if errno == EINTR || errno == EAGAIN { continue }
                 log("read from stdin failed: errno \(errno); treating as end of input")
             }
             if n <= 0 {
-                connection.finish()
-                return flush() ?? .endOfInput
+                queue.put(.batch(reader.finish()))
+                queue.put(.end(.endOfInput))
+                return
             }
-            connection.receive(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-            if let ending = flush() { return ending }
+            let lines = reader.read(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+            if !lines.isEmpty, !queue.put(.batch(lines)) { return }
         }
     }
 

@@ -11,14 +11,14 @@ enum FileIO {
         String(cString: strerror(code))
     }
 
-    /// Reads a whole file; nil when it cannot be opened.
-    static func readAll(_ path: String) -> [UInt8]? {
+    /// Reads a whole file, or its first `limit` bytes; nil when it cannot be opened.
+    static func readAll(_ path: String, limit: Int = .max) -> [UInt8]? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0 else { return nil }
-        var out = [UInt8](repeating: 0, count: Int(st.st_size))
+        var out = [UInt8](repeating: 0, count: min(Int(st.st_size), limit))
         var offset = 0
         while offset < out.count {
             let n = out.withUnsafeMutableBytes { read(fd, $0.baseAddress! + offset, $0.count - offset) }
@@ -84,20 +84,3 @@ enum FileIO {
     }
 }
 
-/// Runs `body` on a new POSIX thread (the store's snapshot writer and `everysec` syncer).
-func spawnThread(_ body: @escaping @Sendable () -> Void) {
-    final class Box { let body: @Sendable () -> Void; init(_ b: @escaping @Sendable () -> Void) { body = b } }
-    let context = Unmanaged.passRetained(Box(body)).toOpaque()
-    var thread = pthread_t()
-    let rc = pthread_create(&thread, nil, { raw in
-        let box = Unmanaged<AnyObject>.fromOpaque(raw!).takeRetainedValue() as! Box
-        box.body()
-        return nil
-    }, context)
-    if rc == 0 {
-        pthread_detach(thread)
-    } else {
-        Unmanaged<AnyObject>.fromOpaque(context).release()
-        body()
-    }
-}

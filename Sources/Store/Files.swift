@@ -2,12 +2,24 @@ import JSON
 
 /// The files of a data dir: names, magic numbers and the snapshot format.
 public enum StoreFiles {
-    /// First bytes of every log segment: format name and version.
-    public static let walMagic = Array("HKWAL001".utf8)
-    /// First bytes of every snapshot.
-    public static let snapshotMagic = Array("HKSNP001".utf8)
-    /// Rows per snapshot record.
-    static let rowsPerRecord = 512
+    /// First bytes of every log segment written now: format name and version (2: binary payloads).
+    public static let walMagic = Array("HKWAL002".utf8)
+    /// First bytes of every snapshot written now.
+    public static let snapshotMagic = Array("HKSNP002".utf8)
+    /// Version 1 files (JSON text payloads), still read so that older data dirs recover.
+    static let walMagicV1 = Array("HKWAL001".utf8)
+    static let snapshotMagicV1 = Array("HKSNP001".utf8)
+    /// A snapshot row record is closed once its payload passes this size.
+    static let snapshotRecordBytes = 512 * 1024
+
+    /// The payload format of a log segment or snapshot, from its first 8 bytes; nil for other files.
+    static func format(of bytes: [UInt8], wal: Bool) -> PayloadFormat? {
+        guard bytes.count >= 8 else { return nil }
+        let magic = Array(bytes[0..<8])
+        if magic == (wal ? walMagic : snapshotMagic) { return .binary }
+        if magic == (wal ? walMagicV1 : snapshotMagicV1) { return .text }
+        return nil
+    }
 
     /// `wal-<first seq, 20 digits>.log`.
     public static func segmentName(firstSeq: UInt64) -> String { "wal-\(padded(firstSeq)).log" }
@@ -47,82 +59,164 @@ public enum StoreFiles {
         return l
     }
 
-    /// Serializes a snapshot of `tables` at `seq` into file bytes.
+    /// Serializes a snapshot of `tables` at `seq` into file bytes (format 2): a JSON header record, row
+    /// records of one table each (`name`, row count, then user, key and binary value per row), a JSON footer.
     static func encodeSnapshot(seq: UInt64, createdAt: String, tables: [FrozenTable]) -> [UInt8] {
         var out = snapshotMagic
         var counts = JSONObject()
         for t in tables { counts[t.name] = .int(Int64(t.rowCount)) }
         let header: JSON = [
-            "format": "healthkernel-snapshot", "version": 1, "seq": .int(Int64(seq)),
+            "format": "healthkernel-snapshot", "version": 2, "seq": .int(Int64(seq)),
             "createdAt": .string(createdAt), "tables": .object(counts),
         ]
         RecordFraming.append(seq: seq, payload: header.bytes, to: &out)
-        var batch: [JSON] = []
         var total = 0
+        var rows: [UInt8] = []
         for table in tables {
-            table.forEachRow { user, key, value in
-                batch.append([.string(table.name), .string(user), .string(key), value])
-                if batch.count == rowsPerRecord {
-                    RecordFraming.append(seq: seq, payload: JSON.array(batch).bytes, to: &out)
-                    total += batch.count
-                    batch.removeAll(keepingCapacity: true)
+            var inRecord = 0
+            func close() {
+                guard inRecord > 0 else { return }
+                RecordFraming.appendRecord(seq: seq, to: &out) { payload in
+                    Binary.writeString(table.name, to: &payload)
+                    Binary.writeVarint(UInt64(inRecord), to: &payload)
+                    payload.append(contentsOf: rows)
                 }
+                total += inRecord
+                inRecord = 0
+                rows.removeAll(keepingCapacity: true)
             }
-        }
-        if !batch.isEmpty {
-            RecordFraming.append(seq: seq, payload: JSON.array(batch).bytes, to: &out)
-            total += batch.count
+            table.forEachRow { user, key, value in
+                Binary.writeString(user, to: &rows)
+                Binary.writeString(key, to: &rows)
+                value.writeBinary(to: &rows)
+                inRecord += 1
+                if rows.count >= snapshotRecordBytes { close() }
+            }
+            close()
         }
         let footer: JSON = ["end": true, "rows": .int(Int64(total))]
         RecordFraming.append(seq: seq, payload: footer.bytes, to: &out)
         return out
     }
 
-    /// A snapshot read back.
+    /// A snapshot whose frames, checksums and row counts have been checked; its rows are decoded while
+    /// they are applied (`forEachRow`), so recovery never holds every row twice.
     public struct DecodedSnapshot {
         public let seq: UInt64
         public let createdAt: String
-        public let rows: [(table: String, user: String, key: String, value: JSON)]
+        /// Rows in the snapshot (the footer's count, checked against the records).
+        public let rowCount: Int
+        let format: PayloadFormat
+        /// Row record payloads, in file order, with their offsets in the file.
+        let records: [(offset: Int, payload: ArraySlice<UInt8>)]
+
+        /// Calls `body(table, user, key, value)` for every row, in file order.
+        public func forEachRow(_ body: (String, String, String, JSON) throws(StoreError) -> Void) throws(StoreError) {
+            for (offset, payload) in records {
+                switch format {
+                case .text:
+                    for row in try Self.textRows(payload, offset) { try body(row.0, row.1, row.2, row.3) }
+                case .binary:
+                    let failure = payload.withUnsafeBytes { raw -> StoreError? in
+                        var r = BinaryReader(raw)
+                        do {
+                            let table = try r.string()
+                            let n = try r.count()
+                            for _ in 0..<n {
+                                let user = try r.string(), key = try r.string()
+                                try body(table, user, key, try JSON.readBinary(&r))
+                            }
+                        } catch let error as StoreError {
+                            return error
+                        } catch {
+                            return .corrupt("snapshot record at byte \(offset): \(error)")
+                        }
+                        return r.isAtEnd ? nil : .corrupt("snapshot record at byte \(offset) has trailing bytes")
+                    }
+                    if let failure { throw failure }
+                }
+            }
+        }
+
+        /// The rows of a format 1 record: a JSON array of `[table, user, key, value]`.
+        static func textRows(_ payload: ArraySlice<UInt8>, _ offset: Int) throws(StoreError) -> [(String, String, String, JSON)] {
+            guard case .array(let items)? = try? JSON.parse(Array(payload)) else {
+                throw StoreError.corrupt("snapshot record at byte \(offset) is not a row list")
+            }
+            var rows: [(String, String, String, JSON)] = []
+            rows.reserveCapacity(items.count)
+            for item in items {
+                guard case .array(let f) = item, f.count == 4, let t = f[0].stringValue, let u = f[1].stringValue,
+                      let k = f[2].stringValue else { throw StoreError.corrupt("malformed snapshot row at byte \(offset)") }
+                rows.append((t, u, k, f[3]))
+            }
+            return rows
+        }
+
+        /// How many rows a row record holds, read without decoding the rows.
+        static func rowCount(_ payload: ArraySlice<UInt8>, _ format: PayloadFormat, _ offset: Int) throws(StoreError) -> Int {
+            switch format {
+            case .text:
+                return try textRows(payload, offset).count
+            case .binary:
+                let count = payload.withUnsafeBytes { raw -> Int? in
+                    var r = BinaryReader(raw)
+                    _ = try? r.string()
+                    return try? r.count()
+                }
+                guard let count else { throw StoreError.corrupt("snapshot record at byte \(offset) has no row count") }
+                return count
+            }
+        }
     }
 
-    /// Reads and fully checks a snapshot; any damage is reported with its byte offset.
+    /// Reads a snapshot and checks its frames, checksums, header, footer and row counts; any damage is
+    /// reported with its byte offset. Rows themselves are decoded by `forEachRow`.
     public static func decodeSnapshot(_ bytes: [UInt8]) -> Result<DecodedSnapshot, StoreDamage> {
         func damage(_ offset: Int, _ what: String) -> Result<DecodedSnapshot, StoreDamage> {
             .failure(StoreDamage(file: "", offset: offset, detail: what))
         }
-        guard bytes.count >= 8, Array(bytes[0..<8]) == snapshotMagic else { return damage(0, "not a healthkernel snapshot (bad magic)") }
+        guard let format = format(of: bytes, wal: false) else { return damage(0, "not a healthkernel snapshot (bad magic)") }
         var offset = 8
         guard case .success(let head) = RecordFraming.read(bytes, at: offset),
               let header = try? JSON.parse(Array(head.payload)),
-              header["format"] == "healthkernel-snapshot", header["version"] == 1,
+              header["format"] == "healthkernel-snapshot", header["version"] == .int(Int64(format.rawValue)),
               let seq = header["seq"]?.intValue, seq >= 0, UInt64(seq) == head.seq else {
             return damage(offset, "bad snapshot header")
         }
         offset = head.end
-        var rows: [(table: String, user: String, key: String, value: JSON)] = []
+        var records: [(offset: Int, payload: ArraySlice<UInt8>)] = []
+        var rows = 0
         while true {
             let record: RecordFraming.Record
             switch RecordFraming.read(bytes, at: offset) {
             case .success(let r): record = r
             case .failure(let e): return damage(e.offset, "snapshot record \(e.damage)")
             }
-            guard let payload = try? JSON.parse(Array(record.payload)) else { return damage(offset, "snapshot record is not JSON") }
-            if case .object = payload {
-                guard payload["end"] == true, payload["rows"]?.intValue == Int64(rows.count) else {
+            if record.payload.first == UInt8(ascii: "{") {
+                guard let footer = try? JSON.parse(Array(record.payload)), footer["end"] == true,
+                      footer["rows"]?.intValue == Int64(rows) else {
                     return damage(offset, "snapshot footer does not match its rows")
                 }
                 guard record.end == bytes.count else { return damage(record.end, "bytes after the snapshot footer") }
-                return .success(DecodedSnapshot(seq: UInt64(seq), createdAt: header["createdAt"]?.stringValue ?? "", rows: rows))
+                return .success(DecodedSnapshot(seq: UInt64(seq), createdAt: header["createdAt"]?.stringValue ?? "",
+                                                rowCount: rows, format: format, records: records))
             }
-            guard case .array(let items) = payload else { return damage(offset, "snapshot record is not a row list") }
-            for item in items {
-                guard case .array(let f) = item, f.count == 4, let t = f[0].stringValue, let u = f[1].stringValue,
-                      let k = f[2].stringValue else { return damage(offset, "malformed snapshot row") }
-                rows.append((t, u, k, f[3]))
+            do {
+                rows += try DecodedSnapshot.rowCount(record.payload, format, offset)
+            } catch {
+                return damage(offset, "\(error)")
             }
+            records.append((offset, record.payload))
             offset = record.end
         }
     }
+}
+
+/// How a file's record payloads are written: format 1 as JSON text, format 2 in the binary form.
+public enum PayloadFormat: Int, Sendable {
+    case text = 1
+    case binary = 2
 }
 
 /// Damage found in a data dir: which file, at which byte, and what.

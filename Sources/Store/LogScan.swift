@@ -6,8 +6,8 @@ public struct DataDirScan {
     /// The snapshot recovery starts from, if any.
     public var snapshotName: String?
     public var snapshot: StoreFiles.DecodedSnapshot?
-    /// Log records after the snapshot, in order, with the segment each came from.
-    public var records: [(segment: String, record: RecordFraming.Record)] = []
+    /// Log records after the snapshot, in order, with the segment each came from and its payload format.
+    public var records: [LogRecord] = []
     /// Raw bytes of each segment read, by name (records point into them).
     public var segmentBytes: [String: [UInt8]] = [:]
     /// Segments whose every record the snapshot already covers.
@@ -50,7 +50,7 @@ public struct DataDirScan {
             }
             scan.segmentBytes[segment.name] = bytes
             let magicCount = StoreFiles.walMagic.count
-            if bytes.count < magicCount || Array(bytes[0..<magicCount]) != StoreFiles.walMagic {
+            guard let format = StoreFiles.format(of: bytes, wal: true) else {
                 if isLast, bytes.count < magicCount, Array(bytes) == Array(StoreFiles.walMagic.prefix(bytes.count)) {
                     scan.tornTail = (segment.name, 0)  // created, magic cut short
                     continue
@@ -73,7 +73,7 @@ public struct DataDirScan {
                         return .failure(StoreDamage(file: segment.name, offset: offset,
                                                     detail: "record seq \(record.seq) where \(scan.lastSeq + 1) was expected"))
                     }
-                    scan.records.append((segment.name, record))
+                    scan.records.append(LogRecord(segment: segment.name, record: record, format: format))
                     scan.lastSeq = record.seq
                     offset = record.end
                 case .failure(let e):
@@ -90,13 +90,40 @@ public struct DataDirScan {
     }
 
     /// The changes of one log record.
-    public static func changes(of record: RecordFraming.Record) throws(StoreError) -> [Change] {
-        guard case .array(let items)? = try? JSON.parse(Array(record.payload)) else {
-            throw StoreError.corrupt("record \(record.seq) is not a JSON array")
+    public static func changes(of log: LogRecord) throws(StoreError) -> [Change] {
+        let record = log.record
+        switch log.format {
+        case .text:
+            guard case .array(let items)? = try? JSON.parse(Array(record.payload)) else {
+                throw StoreError.corrupt("record \(record.seq) is not a JSON array")
+            }
+            var out: [Change] = []
+            out.reserveCapacity(items.count)
+            for item in items { out.append(try Change(json: item)) }
+            return out
+        case .binary:
+            let decoded = record.payload.withUnsafeBytes { raw -> Result<[Change], BinaryDecodeError> in
+                var r = BinaryReader(raw)
+                var out: [Change] = []
+                do throws(BinaryDecodeError) {
+                    while !r.isAtEnd { out.append(try Change(binary: &r)) }
+                } catch {
+                    return .failure(error)
+                }
+                return .success(out)
+            }
+            switch decoded {
+            case .success(let changes) where !changes.isEmpty: return changes
+            case .success: throw StoreError.corrupt("record \(record.seq) has no changes")
+            case .failure(let error): throw StoreError.corrupt("record \(record.seq): \(error)")
+            }
         }
-        var out: [Change] = []
-        out.reserveCapacity(items.count)
-        for item in items { out.append(try Change(json: item)) }
-        return out
     }
+}
+
+/// One log record found by a scan: which segment it is in, the record, and how its payload is written.
+public struct LogRecord {
+    public let segment: String
+    public let record: RecordFraming.Record
+    public let format: PayloadFormat
 }

@@ -1,7 +1,7 @@
 /// The frame around every record in log segments and snapshots (documented in protocol/storage.md):
 ///
 ///     u32 payload length | u64 sequence number | u32 CRC-32C of the payload | u32 CRC-32C of the 16 bytes before
-///     payload (JSON text)
+///     payload (format 1: JSON text; format 2: the binary form)
 ///
 /// All integers little-endian. The header has its own checksum so that a damaged length is never
 /// trusted, and a torn tail can be told apart from damage in the middle.
@@ -13,14 +13,24 @@ public enum RecordFraming {
 
     /// Appends one framed record.
     public static func append(seq: UInt64, payload: [UInt8], to out: inout [UInt8]) {
-        var header = [UInt8]()
-        header.reserveCapacity(headerSize)
-        put32(UInt32(payload.count), &header)
-        put64(seq, &header)
-        put32(CRC32C.checksum(payload), &header)
-        put32(CRC32C.checksum(header), &header)
-        out.append(contentsOf: header)
-        out.append(contentsOf: payload)
+        appendRecord(seq: seq, to: &out) { $0.append(contentsOf: payload) }
+    }
+
+    /// Appends one framed record whose payload `writePayload` appends in place (no temporary buffer).
+    public static func appendRecord(seq: UInt64, to out: inout [UInt8], _ writePayload: (inout [UInt8]) -> Void) {
+        let start = out.count
+        out.append(contentsOf: repeatElement(0, count: headerSize))
+        writePayload(&out)
+        let length = out.count - start - headerSize
+        out.withUnsafeMutableBytes { raw in
+            let header = raw.baseAddress! + start
+            header.storeBytes(of: UInt32(length).littleEndian, toByteOffset: 0, as: UInt32.self)
+            header.storeBytes(of: seq.littleEndian, toByteOffset: 4, as: UInt64.self)
+            let payload = UnsafeRawBufferPointer(start: header + headerSize, count: length)
+            header.storeBytes(of: CRC32C.checksum(payload).littleEndian, toByteOffset: 12, as: UInt32.self)
+            let crc = CRC32C.checksum(UnsafeRawBufferPointer(start: header, count: 16))
+            header.storeBytes(of: crc.littleEndian, toByteOffset: 16, as: UInt32.self)
+        }
     }
 
     /// One record as read back.
@@ -77,14 +87,6 @@ public enum RecordFraming {
             o += 1
         }
         return false
-    }
-
-    static func put32(_ v: UInt32, _ out: inout [UInt8]) {
-        for i in 0..<4 { out.append(UInt8(truncatingIfNeeded: v >> (8 * UInt32(i)))) }
-    }
-
-    static func put64(_ v: UInt64, _ out: inout [UInt8]) {
-        for i in 0..<8 { out.append(UInt8(truncatingIfNeeded: v >> (8 * UInt64(i)))) }
     }
 
     static func get32(_ b: [UInt8], _ o: Int) -> UInt32 {

@@ -6,6 +6,7 @@ import Darwin
 import Chrono
 import JSON
 import Synchronization
+import Threads
 
 /// A value behind a mutex, shareable between the serving thread and the store's helper threads.
 final class Locked<Value: Sendable>: Sendable {
@@ -141,6 +142,7 @@ public final class Store: @unchecked Sendable {
     /// Registers a table; every table must be registered before `open()`.
     public func table<Row: StoredRow>(_ name: String, of type: Row.Type) -> Table<Row> {
         precondition(tables[name] == nil, "table \(name) registered twice")
+        precondition((1...100).contains(name.utf8.count), "table names are 1 to 100 bytes (snapshot records rely on it)")
         let t = Table<Row>(name: name)
         tables[name] = t
         tableOrder.append(name)
@@ -186,16 +188,18 @@ public final class Store: @unchecked Sendable {
         }
         do throws(StoreError) {
             if let snapshot = scan.snapshot {
-                for row in snapshot.rows {
-                    guard let table = tables[row.table] else { throw StoreError.corrupt("unknown table \(row.table)") }
-                    _ = try table.put(user: row.user, key: row.key, value: row.value, typed: nil)
+                var current: AnyTable?
+                try snapshot.forEachRow { (name, user, key, value) throws(StoreError) in
+                    if current?.name != name { current = tables[name] }
+                    guard let table = current else { throw StoreError.corrupt("unknown table \(name)") }
+                    _ = try table.put(user: user, key: key, value: value, typed: nil)
                 }
                 snapshotState.withLock {
                     $0.lastAt = Timestamp(rfc3339: snapshot.createdAt)
                     $0.last = SnapshotInfo(seq: snapshot.seq, bytes: FileIO.size(dir + "/" + scan.snapshotName!) ?? 0, durationMs: 0)
                 }
             }
-            for (_, record) in scan.records {
+            for record in scan.records {
                 for change in try DataDirScan.changes(of: record) { _ = try apply(change) }
             }
         } catch {
@@ -213,10 +217,14 @@ public final class Store: @unchecked Sendable {
         }
         for name in scan.coveredSegments { unlink(dir + "/" + name) }
         let remaining = StoreFiles.list(dir).segments
-        if let last = remaining.last, (FileIO.size(dir + "/" + last.name) ?? 0) >= StoreFiles.walMagic.count {
+        let lastFormat = remaining.last.flatMap { last in
+            FileIO.readAll(dir + "/" + last.name, limit: 8).flatMap { StoreFiles.format(of: $0, wal: true) }
+        }
+        if let last = remaining.last, lastFormat == .binary {
             try openSegment(dir: dir, name: last.name, create: false)
         } else {
-            if let last = remaining.last { unlink(dir + "/" + last.name) }  // only a torn magic
+            // A segment in the older format is kept for reading; new records go to a new segment.
+            if let last = remaining.last, lastFormat == nil { unlink(dir + "/" + last.name) }  // only a torn magic
             try openSegment(dir: dir, name: StoreFiles.segmentName(firstSeq: seq + 1), create: true)
         }
         logBytesWritten = remaining.reduce(0) { $0 + (FileIO.size(dir + "/" + $1.name) ?? 0) }
@@ -265,13 +273,9 @@ public final class Store: @unchecked Sendable {
             pendingFirstCommit = lastCommitID
             seqBeforePending = seq - 1
         }
-        var payload: [UInt8] = [UInt8(ascii: "[")]
-        for (i, change) in tx.changes.enumerated() {
-            if i > 0 { payload.append(UInt8(ascii: ",")) }
-            change.write(to: &payload)
+        RecordFraming.appendRecord(seq: seq, to: &pending) { payload in
+            for change in tx.changes { change.writeBinary(to: &payload) }
         }
-        payload.append(UInt8(ascii: "]"))
-        RecordFraming.append(seq: seq, payload: payload, to: &pending)
     }
 
     /// Applies one change; returns how to undo it.

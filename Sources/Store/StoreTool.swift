@@ -28,7 +28,7 @@ public enum StoreTool {
         ])
         switch DataDirScan.read(dir) {
         case .success(let scan):
-            summary["snapshotRows"] = .int(Int64(scan.snapshot?.rows.count ?? 0))
+            summary["snapshotRows"] = .int(Int64(scan.snapshot?.rowCount ?? 0))
             summary["logRecords"] = .int(Int64(scan.records.count))
             summary["lastSeq"] = .int(Int64(scan.lastSeq))
             summary["tornTail"] = scan.tornTail.map { ["file": .string($0.segment), "offset": .int(Int64($0.offset))] } ?? .null
@@ -45,14 +45,19 @@ public enum StoreTool {
         case .failure(let d):
             return (damagedExitStatus, ["damaged: \(d)"])
         case .success(let scan):
-            for (segment, record) in scan.records {
+            do throws(StoreError) {
+                try scan.snapshot?.forEachRow { _, _, _, _ in }
+            } catch {
+                return (damagedExitStatus, ["damaged: \(scan.snapshotName ?? ""): \(error)"])
+            }
+            for log in scan.records {
                 do {
-                    _ = try DataDirScan.changes(of: record)
+                    _ = try DataDirScan.changes(of: log)
                 } catch {
-                    return (damagedExitStatus, ["damaged: \(segment) at byte \(record.offset): \(error)"])
+                    return (damagedExitStatus, ["damaged: \(log.segment) at byte \(log.record.offset): \(error)"])
                 }
             }
-            var report = ["ok: snapshot \(scan.snapshotName ?? "none") with \(scan.snapshot?.rows.count ?? 0) rows, "
+            var report = ["ok: snapshot \(scan.snapshotName ?? "none") with \(scan.snapshot?.rowCount ?? 0) rows, "
                 + "\(scan.records.count) log records, last seq \(scan.lastSeq)"]
             if let torn = scan.tornTail {
                 report.append("note: \(torn.segment) ends in a torn record at byte \(torn.offset); start-up cuts it off")
@@ -70,16 +75,20 @@ public enum StoreTool {
         }
         if let snapshot = scan.snapshot, let name = scan.snapshotName {
             emit(["type": "snapshot", "file": .string(name), "seq": .int(Int64(snapshot.seq)), "createdAt": .string(snapshot.createdAt)])
-            for row in snapshot.rows {
-                emit(["type": "row", "table": .string(row.table), "user": .string(row.user), "key": .string(row.key), "value": row.value])
+            do throws(StoreError) {
+                try snapshot.forEachRow { table, user, key, value in
+                    emit(["type": "row", "table": .string(table), "user": .string(user), "key": .string(key), "value": value])
+                }
+            } catch {
+                return StoreDamage(file: name, offset: 0, detail: error.description)
             }
         }
-        for (segment, record) in scan.records {
-            guard let changes = try? DataDirScan.changes(of: record) else {
-                return StoreDamage(file: segment, offset: record.offset, detail: "record does not decode")
+        for log in scan.records {
+            guard let changes = try? DataDirScan.changes(of: log) else {
+                return StoreDamage(file: log.segment, offset: log.record.offset, detail: "record does not decode")
             }
-            emit(["type": "record", "file": .string(segment), "offset": .int(Int64(record.offset)),
-                  "seq": .int(Int64(record.seq)), "changes": .array(changes.map(\.json))])
+            emit(["type": "record", "file": .string(log.segment), "offset": .int(Int64(log.record.offset)),
+                  "seq": .int(Int64(log.record.seq)), "changes": .array(changes.map(\.json))])
         }
         return nil
     }

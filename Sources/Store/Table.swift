@@ -17,7 +17,7 @@ public enum Change: Sendable, Equatable {
     /// Removes every row of `user` in every table.
     case deleteUser(user: String)
 
-    /// The log form: `["p", table, user, key, value]`, `["d", table, user, key]`, `["u", user]`.
+    /// The text form (format 1 logs, `store export`): `["p", table, user, key, value]`, `["d", table, user, key]`, `["u", user]`.
     public var json: JSON {
         switch self {
         case .put(let t, let u, let k, let v): return ["p", .string(t), .string(u), .string(k), v]
@@ -26,32 +26,38 @@ public enum Change: Sendable, Equatable {
         }
     }
 
-    /// Appends the log form to `out` without building an intermediate JSON array.
-    public func write(to out: inout [UInt8]) {
+    /// Appends the binary log form (format 2): an op byte `p`, `d` or `u`, then the strings and the value.
+    public func writeBinary(to out: inout [UInt8]) {
         switch self {
         case .put(let t, let u, let k, let v):
-            out.append(contentsOf: #"["p","#.utf8)
-            Self.writeStrings([t, u, k], &out)
-            out.append(UInt8(ascii: ","))
-            v.write(to: &out)
+            out.append(UInt8(ascii: "p"))
+            Binary.writeString(t, to: &out)
+            Binary.writeString(u, to: &out)
+            Binary.writeString(k, to: &out)
+            v.writeBinary(to: &out)
         case .delete(let t, let u, let k):
-            out.append(contentsOf: #"["d","#.utf8)
-            Self.writeStrings([t, u, k], &out)
+            out.append(UInt8(ascii: "d"))
+            Binary.writeString(t, to: &out)
+            Binary.writeString(u, to: &out)
+            Binary.writeString(k, to: &out)
         case .deleteUser(let u):
-            out.append(contentsOf: #"["u","#.utf8)
-            JSON.writeString(u, to: &out)
-        }
-        out.append(UInt8(ascii: "]"))
-    }
-
-    private static func writeStrings(_ strings: [String], _ out: inout [UInt8]) {
-        for (i, s) in strings.enumerated() {
-            if i > 0 { out.append(UInt8(ascii: ",")) }
-            JSON.writeString(s, to: &out)
+            out.append(UInt8(ascii: "u"))
+            Binary.writeString(u, to: &out)
         }
     }
 
-    /// Reads the log form.
+    /// Reads one change in the binary log form.
+    public init(binary r: inout BinaryReader) throws(BinaryDecodeError) {
+        let offset = r.offset
+        switch try r.byte() {
+        case UInt8(ascii: "p"): self = .put(table: try r.string(), user: try r.string(), key: try r.string(), value: try JSON.readBinary(&r))
+        case UInt8(ascii: "d"): self = .delete(table: try r.string(), user: try r.string(), key: try r.string())
+        case UInt8(ascii: "u"): self = .deleteUser(user: try r.string())
+        default: throw BinaryDecodeError(offset: offset, "unknown change")
+        }
+    }
+
+    /// Reads the text log form (format 1).
     public init(json: JSON) throws(StoreError) {
         guard case .array(let a) = json, let op = a.first?.stringValue else { throw StoreError.corrupt("change is not an array") }
         func str(_ i: Int) throws(StoreError) -> String {

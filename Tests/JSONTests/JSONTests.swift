@@ -170,3 +170,52 @@ import Testing
         try r.finish()
     }
 }
+
+@Suite struct BinaryFormTests {
+    static func roundTrip(_ value: JSON) throws -> JSON {
+        var out: [UInt8] = []
+        value.writeBinary(to: &out)
+        return try out.withUnsafeBytes { raw in
+            var r = BinaryReader(raw)
+            let back = try JSON.readBinary(&r)
+            #expect(r.isAtEnd)
+            return back
+        }
+    }
+
+    @Test func valuesRoundTripExactly() throws {
+        let values: [JSON] = [
+            nil, true, false, 0, 1, -1, .int(.max), .int(.min), 63, -64, 64, -65, 300,
+            0.5, -0.0, 1e300, .double(.leastNonzeroMagnitude), "", "ascii", "ünïcödé 🧘", "quote \" and \\ and \n",
+            [], [:], [1, "a", [2, [3, [:]]]], ["z": 1, "a": 2, "m": ["nested": [nil, false]]],
+        ]
+        for value in values {
+            let back = try Self.roundTrip(value)
+            #expect(back == value)
+            #expect(back.bytes == value.bytes, "key order and number kinds are kept")
+        }
+    }
+
+    @Test func nestingIsBounded() {
+        var deep: JSON = 1
+        for _ in 0..<20 { deep = [deep] }
+        var out: [UInt8] = []
+        deep.writeBinary(to: &out)
+        let result = out.withUnsafeBytes { raw in
+            var r = BinaryReader(raw)
+            return Result { () throws(BinaryDecodeError) in try JSON.readBinary(&r, maxDepth: 10) }
+        }
+        #expect(throws: BinaryDecodeError.self) { try result.get() }
+    }
+
+    @Test func countsBeyondTheDataAreRefusedBeforeAllocating() {
+        // An array claiming 2^62 items in a 12-byte buffer.
+        var bytes: [UInt8] = [6]
+        Binary.writeVarint(1 << 62, to: &bytes)
+        let result = bytes.withUnsafeBytes { raw in
+            var r = BinaryReader(raw)
+            return try? JSON.readBinary(&r)
+        }
+        #expect(result == nil)
+    }
+}

@@ -321,7 +321,7 @@ func reopenError(_ dir: String) -> StoreOpenError? {
 }
 
 @Suite struct ChangeFormTests {
-    @Test func writtenFormEqualsTheJSONForm() throws {
+    @Test func binaryFormRoundTrips() throws {
         let changes: [Change] = [
             .put(table: "t\"1", user: "u", key: "k\n", value: ["a": [1, 2.5, "x"], "b": nil]),
             .delete(table: "t", user: "u", key: "k"),
@@ -329,9 +329,87 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         ]
         for change in changes {
             var out: [UInt8] = []
-            change.write(to: &out)
-            #expect(out == change.json.bytes)
-            #expect(try Change(json: try JSON.parse(out)) == change)
+            change.writeBinary(to: &out)
+            let back = try out.withUnsafeBytes { raw in
+                var r = BinaryReader(raw)
+                let c = try Change(binary: &r)
+                #expect(r.isAtEnd)
+                return c
+            }
+            #expect(back == change)
+            #expect(try Change(json: try JSON.parse(change.json.bytes)) == change)
         }
+    }
+}
+
+@Suite struct FormatCompatibilityTests {
+    /// Writes a data dir the way format 1 did: a JSON text snapshot and a JSON text log segment.
+    static func writeVersion1(_ dir: String) throws {
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        var snap = Array("HKSNP001".utf8)
+        let header: JSON = ["format": "healthkernel-snapshot", "version": 1, "seq": 2, "createdAt": "2026-01-01T00:00:00.000Z",
+                            "tables": ["notes": 2]]
+        RecordFraming.append(seq: 2, payload: header.bytes, to: &snap)
+        let rows: JSON = [["notes", "u1", "a", ["t": "one"]], ["notes", "u2", "a", ["t": "two"]]]
+        RecordFraming.append(seq: 2, payload: rows.bytes, to: &snap)
+        RecordFraming.append(seq: 2, payload: (["end": true, "rows": 2] as JSON).bytes, to: &snap)
+        try Data(snap).write(to: URL(fileURLWithPath: dir + "/" + StoreFiles.snapshotName(seq: 2)))
+        var wal = Array("HKWAL001".utf8)
+        let change: JSON = [Change.put(table: "notes", user: "u1", key: "b", value: ["t": "three"]).json]
+        RecordFraming.append(seq: 3, payload: change.bytes, to: &wal)
+        try Data(wal).write(to: URL(fileURLWithPath: dir + "/" + StoreFiles.segmentName(firstSeq: 3)))
+    }
+
+    @Test func aVersion1DataDirRecoversAndNewRecordsGoToABinarySegment() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("hk-v1-\(UUID().uuidString)").path
+        try Self.writeVersion1(dir)
+        let h = try Harness(dir: dir)
+        #expect(h.contents == ["u1/a": "one", "u2/a": "two", "u1/b": "three"])
+        #expect(h.store.seq == 3)
+        try h.write("c", "four")
+        #expect(h.store.flush().failedCommits.isEmpty)
+        h.store.abandon()
+        let segments = StoreFiles.list(dir).segments.map(\.name)
+        #expect(segments == [StoreFiles.segmentName(firstSeq: 3), StoreFiles.segmentName(firstSeq: 4)])
+        let newest = try #require(FileIO.readAll(dir + "/" + segments[1]))
+        #expect(StoreFiles.format(of: newest, wal: true) == .binary)
+        let again = try Harness(dir: dir)
+        #expect(again.contents == ["u1/a": "one", "u2/a": "two", "u1/b": "three", "u1/c": "four", "u2/c": "four"])
+        again.store.shutdown()
+        let final = try Harness(dir: dir)
+        #expect(final.contents.count == 5)
+        let snapshot = try #require(StoreFiles.list(dir).snapshots.last)
+        let bytes = try #require(FileIO.readAll(dir + "/" + snapshot.name))
+        #expect(StoreFiles.format(of: bytes, wal: false) == .binary)
+        final.store.abandon()
+    }
+
+    @Test func damagedBinaryValuesAreErrorsNotCrashes() {
+        var good: [UInt8] = []
+        JSON.object(JSONObject([("a", [1, -2, 2.5, "x", nil, true, ["k": "v"]])])).writeBinary(to: &good)
+        // Every truncation and every single-byte change either decodes or throws; none may trap.
+        for cut in 0..<good.count {
+            let prefix = Array(good[0..<cut])
+            let result = prefix.withUnsafeBytes { raw in
+                var r = BinaryReader(raw)
+                return try? JSON.readBinary(&r)
+            }
+            #expect(result == nil, "a value cut at \(cut) of \(good.count) bytes must not decode")
+        }
+        for i in good.indices {
+            for flip: UInt8 in [0x01, 0x80, 0xFF] {
+                var bad = good
+                bad[i] ^= flip
+                _ = bad.withUnsafeBytes { raw in
+                    var r = BinaryReader(raw)
+                    return try? JSON.readBinary(&r)
+                }
+            }
+        }
+        let back = good.withUnsafeBytes { raw in
+            var r = BinaryReader(raw)
+            return try? JSON.readBinary(&r)
+        }
+        #expect(back == JSON.object(JSONObject([("a", [1, -2, 2.5, "x", nil, true, ["k": "v"]])])))
     }
 }

@@ -1,0 +1,99 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Synchronization
+
+/// Runs `body` on a new detached thread (or inline if no thread can be made). The kernel uses a few
+/// long-lived threads of its own (request reader, log syncer, snapshot writer) rather than a pool,
+/// so that none of them can be starved by the others.
+public func spawnThread(_ body: @escaping @Sendable () -> Void) {
+    final class Box { let body: @Sendable () -> Void; init(_ b: @escaping @Sendable () -> Void) { body = b } }
+    let context = Unmanaged.passRetained(Box(body)).toOpaque()
+    var thread = pthread_t()
+    let rc = pthread_create(&thread, nil, { raw in
+        let box = Unmanaged<AnyObject>.fromOpaque(raw!).takeRetainedValue() as! Box
+        box.body()
+        return nil
+    }, context)
+    if rc == 0 {
+        pthread_detach(thread)
+    } else {
+        Unmanaged<AnyObject>.fromOpaque(context).release()
+        body()
+    }
+}
+
+/// A bounded first-in, first-out hand-off from one producer thread to one consumer thread.
+/// `take` spins briefly before it sleeps: under load the next item is usually moments away, and a
+/// sleeping consumer costs a wake-up (tens of microseconds on a busy VM) on every hand-off.
+public final class HandoffQueue<Item: Sendable>: @unchecked Sendable {
+    private let lock = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let notEmpty = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private let notFull = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private var items: [Item?]
+    private var head = 0
+    private var count = 0
+    private var closed = false
+    /// Items queued, readable without the lock (for the consumer's spin).
+    private let queued = Atomic<Int>(0)
+    private let spinLimit: Int
+
+    /// A queue holding at most `capacity` items; `spinIterations` bounds the consumer's spin.
+    public init(capacity: Int, spinIterations: Int = 20_000) {
+        precondition(capacity > 0)
+        items = Array(repeating: nil, count: capacity)
+        spinLimit = spinIterations
+        pthread_mutex_init(lock, nil)
+        pthread_cond_init(notEmpty, nil)
+        pthread_cond_init(notFull, nil)
+    }
+
+    deinit {
+        pthread_cond_destroy(notFull)
+        pthread_cond_destroy(notEmpty)
+        pthread_mutex_destroy(lock)
+        lock.deallocate()
+        notEmpty.deallocate()
+        notFull.deallocate()
+    }
+
+    /// Adds an item, waiting while the queue is full; returns false (dropping it) once the queue is closed.
+    @discardableResult
+    public func put(_ item: Item) -> Bool {
+        pthread_mutex_lock(lock)
+        defer { pthread_mutex_unlock(lock) }
+        while count == items.count && !closed { pthread_cond_wait(notFull, lock) }
+        guard !closed else { return false }
+        items[(head + count) % items.count] = item
+        count += 1
+        queued.store(count, ordering: .releasing)
+        pthread_cond_signal(notEmpty)
+        return true
+    }
+
+    /// Removes the oldest item, waiting for one.
+    public func take() -> Item {
+        var spins = 0
+        while queued.load(ordering: .acquiring) == 0 && spins < spinLimit { spins += 1 }
+        pthread_mutex_lock(lock)
+        defer { pthread_mutex_unlock(lock) }
+        while count == 0 { pthread_cond_wait(notEmpty, lock) }
+        let item = items[head]!
+        items[head] = nil
+        head = (head + 1) % items.count
+        count -= 1
+        queued.store(count, ordering: .releasing)
+        pthread_cond_signal(notFull)
+        return item
+    }
+
+    /// Stops the producer: a blocked `put` returns false, and later ones drop their items.
+    public func close() {
+        pthread_mutex_lock(lock)
+        closed = true
+        pthread_cond_broadcast(notFull)
+        pthread_mutex_unlock(lock)
+    }
+}
