@@ -117,6 +117,10 @@ public struct BinaryDecodeError: Error, Sendable, Equatable, CustomStringConvert
 /// input gives an error, never a crash or an oversized allocation.
 public struct BinaryReader {
     private let bytes: UnsafeRawBufferPointer
+    /// The whole buffer (for extensions that slice it).
+    var buffer: UnsafeRawBufferPointer { bytes }
+    /// Moves past `n` bytes that `count()` has bounded.
+    mutating func advance(_ n: Int) { offset += n }
     /// Where the next read starts.
     public private(set) var offset: Int
 
@@ -177,5 +181,160 @@ public struct BinaryReader {
             throw BinaryDecodeError(offset: start, "string is not UTF-8")
         }
         return s
+    }
+}
+
+extension Binary {
+    /// Appends an object's tag and member count; the members follow as `writeString(key)` then a value.
+    public static func writeObjectHeader(count: Int, to out: inout [UInt8]) {
+        out.append(JSON.BinaryTag.object.rawValue)
+        writeVarint(UInt64(count), to: &out)
+    }
+
+    /// Appends an integer value.
+    public static func writeInt(_ value: Int64, to out: inout [UInt8]) {
+        out.append(JSON.BinaryTag.int.rawValue)
+        writeVarint(UInt64(bitPattern: (value << 1) ^ (value >> 63)), to: &out)
+    }
+
+    /// Appends an integer value, or null.
+    public static func writeOptionalInt(_ value: Int64?, to out: inout [UInt8]) {
+        if let value { writeInt(value, to: &out) } else { out.append(JSON.BinaryTag.null.rawValue) }
+    }
+
+    /// Appends a boolean value.
+    public static func writeBool(_ value: Bool, to out: inout [UInt8]) {
+        out.append(value ? JSON.BinaryTag.true.rawValue : JSON.BinaryTag.false.rawValue)
+    }
+
+    /// Appends a string value (tag and body).
+    public static func writeStringValue(_ value: String, to out: inout [UInt8]) {
+        out.append(JSON.BinaryTag.string.rawValue)
+        writeString(value, to: &out)
+    }
+}
+
+/// One JSON value kept in the binary form: a single allocation however deep the value, cheap to copy
+/// into log records and snapshots, and turned back into a tree only when a response needs it. Rows
+/// keep client-supplied documents (Screen Time `raw`, app `selection`) this way.
+public struct BinaryJSON: Sendable, Equatable {
+    /// The value's binary form.
+    public let bytes: [UInt8]
+
+    /// Encodes `value`.
+    public init(_ value: JSON) {
+        var out: [UInt8] = []
+        value.writeBinary(to: &out)
+        bytes = out
+    }
+
+    /// Wraps bytes that `BinaryReader.value()` has checked.
+    init(checked bytes: [UInt8]) { self.bytes = bytes }
+
+    /// null.
+    public static let null = BinaryJSON(.null)
+
+    /// Whether the value is null.
+    public var isNull: Bool { bytes == [JSON.BinaryTag.null.rawValue] }
+
+    /// The value as a tree. The bytes were checked when this was made, so decoding cannot fail.
+    public var json: JSON {
+        bytes.withUnsafeBytes { raw in
+            var r = BinaryReader(raw)
+            return (try? JSON.readBinary(&r)) ?? .null
+        }
+    }
+
+    /// Appends the binary form (as a member value of a larger binary document).
+    public func write(to out: inout [UInt8]) {
+        out.append(contentsOf: bytes)
+    }
+}
+
+extension BinaryReader {
+    /// Skips one value, checking its structure and that its strings are UTF-8.
+    public mutating func skipValue(maxDepth: Int = JSON.maxDepth) throws(BinaryDecodeError) {
+        try skipValue(depth: 1, maxDepth: maxDepth)
+    }
+
+    private mutating func skipValue(depth: Int, maxDepth: Int) throws(BinaryDecodeError) {
+        let at = offset
+        guard let tag = JSON.BinaryTag(rawValue: try byte()) else { throw BinaryDecodeError(offset: at, "unknown value tag") }
+        switch tag {
+        case .null, .false, .true: return
+        case .int: _ = try varint()
+        case .double: _ = try fixed64()
+        case .string: try skipString()
+        case .array, .object:
+            guard depth <= maxDepth else { throw BinaryDecodeError(offset: offset, "nesting too deep") }
+            let n = try count()
+            for _ in 0..<n {
+                if tag == .object { try skipString() }
+                try skipValue(depth: depth + 1, maxDepth: maxDepth)
+            }
+        }
+    }
+
+    private mutating func skipString() throws(BinaryDecodeError) {
+        let start = offset
+        let n = try count()
+        let body = start + (offset - start)
+        let slice = UnsafeRawBufferPointer(rebasing: buffer[body..<(body + n)])
+        // ASCII needs no further check; anything else is validated as UTF-8.
+        if !slice.allSatisfy({ $0 < 0x80 }),
+           String(validating: slice.assumingMemoryBound(to: UInt8.self), as: UTF8.self) == nil {
+            throw BinaryDecodeError(offset: body, "string is not UTF-8")
+        }
+        advance(n)
+    }
+
+    /// The next value, checked, as a `BinaryJSON` (no tree is built).
+    public mutating func value() throws(BinaryDecodeError) -> BinaryJSON {
+        let start = offset
+        try skipValue()
+        return BinaryJSON(checked: Array(UnsafeRawBufferPointer(rebasing: buffer[start..<offset])))
+    }
+
+    /// An object's member count (the value must be an object); the members follow as `string()` and a value.
+    public mutating func objectCount() throws(BinaryDecodeError) -> Int {
+        let at = offset
+        guard try byte() == JSON.BinaryTag.object.rawValue else { throw BinaryDecodeError(offset: at, "expected an object") }
+        return try count()
+    }
+
+    /// An integer value, or nil for null.
+    public mutating func optionalInt() throws(BinaryDecodeError) -> Int64? {
+        let at = offset
+        switch try byte() {
+        case JSON.BinaryTag.null.rawValue: return nil
+        case JSON.BinaryTag.int.rawValue:
+            let z = try varint()
+            return Int64(bitPattern: z >> 1) ^ -Int64(bitPattern: z & 1)
+        default: throw BinaryDecodeError(offset: at, "expected an integer or null")
+        }
+    }
+
+    /// An integer value.
+    public mutating func int() throws(BinaryDecodeError) -> Int64 {
+        let at = offset
+        guard let v = try optionalInt() else { throw BinaryDecodeError(offset: at, "expected an integer") }
+        return v
+    }
+
+    /// A boolean value.
+    public mutating func bool() throws(BinaryDecodeError) -> Bool {
+        let at = offset
+        switch try byte() {
+        case JSON.BinaryTag.true.rawValue: return true
+        case JSON.BinaryTag.false.rawValue: return false
+        default: throw BinaryDecodeError(offset: at, "expected a boolean")
+        }
+    }
+
+    /// A string value (tag and body).
+    public mutating func stringValue() throws(BinaryDecodeError) -> String {
+        let at = offset
+        guard try byte() == JSON.BinaryTag.string.rawValue else { throw BinaryDecodeError(offset: at, "expected a string") }
+        return try string()
     }
 }

@@ -129,12 +129,13 @@ public struct Upload: RPCMethod {
     public struct Params: RPCParams {
         let date: CalendarDate
         let verifiedMinutes: Int64
-        let raw: JSON
+        let raw: BinaryJSON
         public init(from p: inout ObjectReader) throws(FieldError) {
             date = try p.required("date")
             verifiedMinutes = try p.required("verifiedMinutes", in: 0...1440)
-            raw = try p.optional("raw") ?? .null
-            try checkSize(raw, Limits.rawBytes, p.path("raw"))
+            let value: JSON = try p.optional("raw") ?? .null
+            try checkSize(value, Limits.rawBytes, p.path("raw"))
+            raw = BinaryJSON(value)
         }
     }
     public static let name = "screentime.upload"

@@ -8,7 +8,7 @@ public struct ConnectionRow: StoredRow {
     public var timezone = "UTC"
     public var lastSyncAt: Int64?
     /// Opaque app, category and web-domain tokens from the device picker; null when none.
-    public var selection: JSON = .null
+    public var selection: BinaryJSON = .null
 
     public init() {}
     public init(stored: JSON) throws(StoreError) {
@@ -16,14 +16,43 @@ public struct ConnectionRow: StoredRow {
         enabled = f.bool("enabled")
         timezone = try f.string("timezone")
         lastSyncAt = f.optionalInt("lastSyncAt")
-        selection = f.object["selection"] ?? .null
+        selection = BinaryJSON(f.object["selection"] ?? .null)
     }
     public var stored: JSON {
-        ["enabled": .bool(enabled), "timezone": .string(timezone), "lastSyncAt": .optionalInt(lastSyncAt), "selection": selection]
+        ["enabled": .bool(enabled), "timezone": .string(timezone), "lastSyncAt": .optionalInt(lastSyncAt), "selection": selection.json]
+    }
+    /// Written on every upload, so written directly (the same bytes as `stored.writeBinary`).
+    public func writeStored(to out: inout [UInt8]) {
+        Binary.writeObjectHeader(count: 4, to: &out)
+        Binary.writeString("enabled", to: &out)
+        Binary.writeBool(enabled, to: &out)
+        Binary.writeString("timezone", to: &out)
+        Binary.writeStringValue(timezone, to: &out)
+        Binary.writeString("lastSyncAt", to: &out)
+        Binary.writeOptionalInt(lastSyncAt, to: &out)
+        Binary.writeString("selection", to: &out)
+        selection.write(to: &out)
+    }
+    public init(binaryStored r: inout BinaryReader) throws(StoreError) {
+        var sawTimezone = false
+        do throws(BinaryDecodeError) {
+            for _ in 0..<(try r.objectCount()) {
+                switch try r.string() {
+                case "enabled": enabled = try r.bool()
+                case "timezone": timezone = try r.stringValue(); sawTimezone = true
+                case "lastSyncAt": lastSyncAt = try r.optionalInt()
+                case "selection": selection = try r.value()
+                default: try r.skipValue()
+                }
+            }
+        } catch {
+            throw StoreError.corrupt("connection: \(error)")
+        }
+        guard sawTimezone else { throw StoreError.corrupt("connection: missing timezone") }
     }
     /// The wire form.
     var json: JSON {
-        ["enabled": .bool(enabled), "timezone": .string(timezone), "lastSyncAt": .timestamp(lastSyncAt), "selection": selection]
+        ["enabled": .bool(enabled), "timezone": .string(timezone), "lastSyncAt": .timestamp(lastSyncAt), "selection": selection.json]
     }
 }
 
@@ -33,8 +62,8 @@ public struct DayRow: StoredRow {
     public var verifiedMinutes: Int64?
     public var claimedAt: Int64?
     public var uploadedAt: Int64?
-    /// The upload's `raw`, as sent; null when none.
-    public var raw: JSON = .null
+    /// The upload's `raw`, as sent; null when none. Kept in binary form: one allocation per day.
+    public var raw: BinaryJSON = .null
 
     public init() {}
     public init(stored: JSON) throws(StoreError) {
@@ -43,11 +72,41 @@ public struct DayRow: StoredRow {
         verifiedMinutes = f.optionalInt("verifiedMinutes")
         claimedAt = f.optionalInt("claimedAt")
         uploadedAt = f.optionalInt("uploadedAt")
-        raw = f.object["raw"] ?? .null
+        raw = BinaryJSON(f.object["raw"] ?? .null)
     }
     public var stored: JSON {
         ["claimedMinutes": .optionalInt(claimedMinutes), "verifiedMinutes": .optionalInt(verifiedMinutes),
-         "claimedAt": .optionalInt(claimedAt), "uploadedAt": .optionalInt(uploadedAt), "raw": raw]
+         "claimedAt": .optionalInt(claimedAt), "uploadedAt": .optionalInt(uploadedAt), "raw": raw.json]
+    }
+    /// Written on every upload and claim, so written directly (the same bytes as `stored.writeBinary`).
+    public func writeStored(to out: inout [UInt8]) {
+        Binary.writeObjectHeader(count: 5, to: &out)
+        Binary.writeString("claimedMinutes", to: &out)
+        Binary.writeOptionalInt(claimedMinutes, to: &out)
+        Binary.writeString("verifiedMinutes", to: &out)
+        Binary.writeOptionalInt(verifiedMinutes, to: &out)
+        Binary.writeString("claimedAt", to: &out)
+        Binary.writeOptionalInt(claimedAt, to: &out)
+        Binary.writeString("uploadedAt", to: &out)
+        Binary.writeOptionalInt(uploadedAt, to: &out)
+        Binary.writeString("raw", to: &out)
+        raw.write(to: &out)
+    }
+    public init(binaryStored r: inout BinaryReader) throws(StoreError) {
+        do throws(BinaryDecodeError) {
+            for _ in 0..<(try r.objectCount()) {
+                switch try r.string() {
+                case "claimedMinutes": claimedMinutes = try r.optionalInt()
+                case "verifiedMinutes": verifiedMinutes = try r.optionalInt()
+                case "claimedAt": claimedAt = try r.optionalInt()
+                case "uploadedAt": uploadedAt = try r.optionalInt()
+                case "raw": raw = try r.value()
+                default: try r.skipValue()
+                }
+            }
+        } catch {
+            throw StoreError.corrupt("day: \(error)")
+        }
     }
 }
 

@@ -55,7 +55,7 @@ public final class ScreenTimeService: @unchecked Sendable {
         let before = row
         if let enabled { row.enabled = enabled }
         if let timezone { row.timezone = timezone.identifier }
-        if let selection { row.selection = selection }
+        if let selection { row.selection = BinaryJSON(selection) }
         if row != before || tables.connection.get(user: user, key: Self.connectionKey) == nil {
             var tx = Transaction()
             tx.put(tables.connection, user: user, key: Self.connectionKey, row)
@@ -112,7 +112,7 @@ public final class ScreenTimeService: @unchecked Sendable {
         return Self.verdictJSON(date, v)
     }
 
-    func upload(_ user: String, date: CalendarDate, verifiedMinutes: Int64, raw: JSON, now: Timestamp) throws(RPCError) -> JSON {
+    func upload(_ user: String, date: CalendarDate, verifiedMinutes: Int64, raw: BinaryJSON, now: Timestamp) throws(RPCError) -> JSON {
         var conn = connection(user)
         guard conn.enabled else {
             throw RPCError.forbidden("connection_disabled", "Uploads are refused while the Screen Time connection is disabled")
@@ -164,7 +164,7 @@ public final class ScreenTimeService: @unchecked Sendable {
         o["verifiedMinutes"] = .optionalInt(day.verifiedMinutes)
         o["claimedAt"] = .timestamp(day.claimedAt)
         o["uploadedAt"] = .timestamp(day.uploadedAt)
-        if includeRaw { o["raw"] = day.raw }
+        if includeRaw { o["raw"] = day.raw.json }
         return .object(o)
     }
 

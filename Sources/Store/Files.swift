@@ -74,25 +74,22 @@ public enum StoreFiles {
         var rows: [UInt8] = []
         for table in tables {
             var inRecord = 0
-            func close() {
+            func close(_ buffer: inout [UInt8]) {
                 guard inRecord > 0 else { return }
                 RecordFraming.appendRecord(seq: seq, to: &out) { payload in
                     Binary.writeString(table.name, to: &payload)
                     Binary.writeVarint(UInt64(inRecord), to: &payload)
-                    payload.append(contentsOf: rows)
+                    payload.append(contentsOf: buffer)
                 }
                 total += inRecord
                 inRecord = 0
-                rows.removeAll(keepingCapacity: true)
+                buffer.removeAll(keepingCapacity: true)
             }
-            table.forEachRow { user, key, value in
-                Binary.writeString(user, to: &rows)
-                Binary.writeString(key, to: &rows)
-                value.writeBinary(to: &rows)
+            table.writeRows(&rows) { written in
                 inRecord += 1
-                if rows.count >= snapshotRecordBytes { close() }
+                if written.count >= snapshotRecordBytes { close(&written) }
             }
-            close()
+            close(&rows)
         }
         let footer: JSON = ["end": true, "rows": .int(Int64(total))]
         RecordFraming.append(seq: seq, payload: footer.bytes, to: &out)
@@ -135,6 +132,36 @@ public enum StoreFiles {
                     }
                     if let failure { throw failure }
                 }
+            }
+        }
+
+        /// Puts every row into its table (found by `table(name)`), decoding format 2 values straight
+        /// into typed rows.
+        func loadRows(_ table: (String) throws(StoreError) -> AnyTable) throws(StoreError) {
+            guard format == .binary else {
+                try forEachRow { (name, user, key, value) throws(StoreError) in
+                    try table(name).put(user: user, key: key, stored: value)
+                }
+                return
+            }
+            for (offset, payload) in records {
+                let failure = payload.withUnsafeBytes { raw -> StoreError? in
+                    var r = BinaryReader(raw)
+                    do {
+                        let target = try table(try r.string())
+                        let n = try r.count()
+                        for _ in 0..<n {
+                            let user = try r.string(), key = try r.string()
+                            try target.putBinary(user: user, key: key, from: &r)
+                        }
+                    } catch let error as StoreError {
+                        return error
+                    } catch {
+                        return .corrupt("snapshot record at byte \(offset): \(error)")
+                    }
+                    return r.isAtEnd ? nil : .corrupt("snapshot record at byte \(offset) has trailing bytes")
+                }
+                if let failure { throw failure }
             }
         }
 

@@ -188,20 +188,13 @@ public final class Store: @unchecked Sendable {
         }
         do throws(StoreError) {
             if let snapshot = scan.snapshot {
-                var current: AnyTable?
-                try snapshot.forEachRow { (name, user, key, value) throws(StoreError) in
-                    if current?.name != name { current = tables[name] }
-                    guard let table = current else { throw StoreError.corrupt("unknown table \(name)") }
-                    _ = try table.put(user: user, key: key, value: value, typed: nil)
-                }
+                try snapshot.loadRows { (name) throws(StoreError) in try table(named: name) }
                 snapshotState.withLock {
                     $0.lastAt = Timestamp(rfc3339: snapshot.createdAt)
                     $0.last = SnapshotInfo(seq: snapshot.seq, bytes: FileIO.size(dir + "/" + scan.snapshotName!) ?? 0, durationMs: 0)
                 }
             }
-            for record in scan.records {
-                for change in try DataDirScan.changes(of: record) { _ = try apply(change) }
-            }
+            for record in scan.records { try replay(record) }
         } catch {
             throw .damaged(StoreDamage(file: scan.records.last?.segment ?? scan.snapshotName ?? dir, offset: 0,
                                        detail: error.description))
@@ -256,15 +249,9 @@ public final class Store: @unchecked Sendable {
     public func commit(_ tx: Transaction) throws(StoreError) {
         guard !tx.isEmpty else { return }
         if let refuseWrites { throw StoreError.unavailable(refuseWrites) }
-        let undoMark = undo.count
-        do throws(StoreError) {
-            for (change, row) in zip(tx.changes, tx.rows) {
-                let entry = try apply(change, typed: row)
-                if !memoryOnly { undo.append(entry) }
-            }
-        } catch {
-            rollBack(to: undoMark)
-            throw error
+        for entry in tx.entries {
+            let entryUndo = apply(entry)
+            if !memoryOnly { undo.append(entryUndo) }
         }
         lastCommitID += 1
         seq += 1
@@ -274,29 +261,81 @@ public final class Store: @unchecked Sendable {
             seqBeforePending = seq - 1
         }
         RecordFraming.appendRecord(seq: seq, to: &pending) { payload in
-            for change in tx.changes { change.writeBinary(to: &payload) }
+            for entry in tx.entries { entry.writeBinary(to: &payload) }
         }
     }
 
-    /// Applies one change; returns how to undo it.
-    @discardableResult
-    private func apply(_ change: Change, typed: (any StoredRow)? = nil) throws(StoreError) -> Undo {
-        switch change {
-        case .put(let name, let user, let key, let value):
-            guard let table = tables[name] else { throw StoreError.corrupt("unknown table \(name)") }
-            let old = try table.put(user: user, key: key, value: value, typed: typed)
-            return .row(table: table, user: user, key: key, old: old)
-        case .delete(let name, let user, let key):
-            guard let table = tables[name] else { throw StoreError.corrupt("unknown table \(name)") }
+    /// Applies one change of a transaction; returns how to undo it.
+    private func apply(_ entry: Transaction.Entry) -> Undo {
+        switch entry {
+        case .put(let table, let user, let key, let row):
+            return .row(table: table, user: user, key: key, old: table.put(user: user, key: key, row: row))
+        case .delete(let table, let user, let key):
             return .row(table: table, user: user, key: key, old: table.delete(user: user, key: key))
         case .deleteUser(let user):
-            var removed: [(AnyTable, Any)] = []
-            for name in tableOrder {
-                let table = tables[name]!
-                removed.append((table, table.removeUser(user)))
-            }
-            return .user(user: user, rows: removed)
+            return removeUser(user)
         }
+    }
+
+    private func removeUser(_ user: String) -> Undo {
+        var removed: [(AnyTable, Any)] = []
+        for name in tableOrder {
+            let table = tables[name]!
+            removed.append((table, table.removeUser(user)))
+        }
+        return .user(user: user, rows: removed)
+    }
+
+    private func table(named name: String) throws(StoreError) -> AnyTable {
+        guard let table = tables[name] else { throw StoreError.corrupt("unknown table \(name)") }
+        return table
+    }
+
+    /// Replays one change of a format 1 record.
+    private func replay(_ change: Change) throws(StoreError) {
+        switch change {
+        case .put(let name, let user, let key, let value):
+            try table(named: name).put(user: user, key: key, stored: value)
+        case .delete(let name, let user, let key):
+            _ = try table(named: name).delete(user: user, key: key)
+        case .deleteUser(let user):
+            _ = removeUser(user)
+        }
+    }
+
+    /// Replays a log record, decoding format 2 values straight into typed rows.
+    private func replay(_ log: LogRecord) throws(StoreError) {
+        guard log.format == .binary else {
+            for change in try DataDirScan.changes(of: log) { try replay(change) }
+            return
+        }
+        let failure = log.record.payload.withUnsafeBytes { raw -> StoreError? in
+            var r = BinaryReader(raw)
+            do {
+                repeat {
+                    let at = r.offset
+                    switch try r.byte() {
+                    case UInt8(ascii: "p"):
+                        let table = try table(named: try r.string())
+                        let user = try r.string(), key = try r.string()
+                        try table.putBinary(user: user, key: key, from: &r)
+                    case UInt8(ascii: "d"):
+                        let table = try table(named: try r.string())
+                        _ = table.delete(user: try r.string(), key: try r.string())
+                    case UInt8(ascii: "u"):
+                        _ = removeUser(try r.string())
+                    default:
+                        throw BinaryDecodeError(offset: at, "unknown change")
+                    }
+                } while !r.isAtEnd
+            } catch let error as StoreError {
+                return error
+            } catch {
+                return .corrupt("record \(log.record.seq): \(error)")
+            }
+            return nil
+        }
+        if let failure { throw failure }
     }
 
     private func rollBack(to mark: Int) {

@@ -1,11 +1,33 @@
 import JSON
 
-/// A row type a table stores: it round-trips through JSON, the form the log and snapshots keep.
+/// A row type a table stores. Its stored form is a JSON value: the log and snapshots keep it in the
+/// binary form, `store export` shows it as JSON.
 public protocol StoredRow: Sendable, Equatable {
     /// Decodes a stored row; throws when the stored form is not a valid row (damage or a format bug).
     init(stored: JSON) throws(StoreError)
     /// The stored form.
     var stored: JSON { get }
+    /// Appends the stored form in the binary form. The default goes through `stored`; rows written on
+    /// every request write it directly, and must write exactly the bytes the default would.
+    func writeStored(to out: inout [UInt8])
+    /// Reads the stored form from the binary form. The default goes through `init(stored:)`.
+    init(binaryStored reader: inout BinaryReader) throws(StoreError)
+}
+
+extension StoredRow {
+    public func writeStored(to out: inout [UInt8]) {
+        stored.writeBinary(to: &out)
+    }
+
+    public init(binaryStored reader: inout BinaryReader) throws(StoreError) {
+        let value: JSON
+        do {
+            value = try JSON.readBinary(&reader)
+        } catch {
+            throw StoreError.corrupt("\(Self.self): \(error)")
+        }
+        try self.init(stored: value)
+    }
 }
 
 /// One change a transaction makes: the effect, never the input, so replay gives the same state whatever the clock says.
@@ -78,9 +100,12 @@ public enum Change: Sendable, Equatable {
 protocol AnyTable: AnyObject {
     var name: String { get }
     var rowCount: Int { get }
-    /// Applies a put, using `typed` (the row itself, when the caller has it) instead of decoding
-    /// `value`; returns the previous row (for undo).
-    func put(user: String, key: String, value: JSON, typed: (any StoredRow)?) throws(StoreError) -> (any StoredRow)?
+    /// Applies a put of a row a transaction made; returns the previous row (for undo).
+    func put(user: String, key: String, row: any StoredRow) -> (any StoredRow)?
+    /// Applies a put read from a format 1 record.
+    func put(user: String, key: String, stored: JSON) throws(StoreError)
+    /// Applies a put whose value is read from a format 2 record or snapshot.
+    func putBinary(user: String, key: String, from reader: inout BinaryReader) throws(StoreError)
     /// Applies a delete; returns the previous row.
     func delete(user: String, key: String) -> (any StoredRow)?
     /// Puts back a row that `put` or `delete` returned.
@@ -93,16 +118,15 @@ protocol AnyTable: AnyObject {
     func freeze() -> FrozenTable
     /// One user's rows as (key, stored value).
     func storedRows(of user: String) -> [(String, JSON)]
-    /// Drops everything (before loading a snapshot).
-    func clear()
 }
 
 /// A table's rows at one instant, as the snapshot writer reads them on its own thread.
 struct FrozenTable: Sendable {
     let name: String
     let rowCount: Int
-    /// Calls `body(user, key, storedValue)` for every row.
-    let forEachRow: @Sendable ((String, String, JSON) -> Void) -> Void
+    /// Appends every row to the buffer as user, key (string bodies) and stored value (binary form),
+    /// calling `rowWritten` with the buffer after each one.
+    let writeRows: @Sendable (inout [UInt8], (inout [UInt8]) -> Void) -> Void
 }
 
 /// A table of typed rows, partitioned by user: reads are direct, writes go through a `Transaction`.
@@ -129,9 +153,20 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
     /// How many users have rows.
     public var userCount: Int { rows.count }
 
-    func put(user: String, key: String, value: JSON, typed: (any StoredRow)?) throws(StoreError) -> (any StoredRow)? {
-        let row: Row
-        if let typed = typed as? Row { row = typed } else { row = try Row(stored: value) }
+    func put(user: String, key: String, row: any StoredRow) -> (any StoredRow)? {
+        set(user, key, row as! Row)
+    }
+
+    func put(user: String, key: String, stored: JSON) throws(StoreError) {
+        set(user, key, try Row(stored: stored))
+    }
+
+    func putBinary(user: String, key: String, from reader: inout BinaryReader) throws(StoreError) {
+        set(user, key, try Row(binaryStored: &reader))
+    }
+
+    @discardableResult
+    private func set(_ user: String, _ key: String, _ row: Row) -> Row? {
         let old = rows[user, default: [:]].updateValue(row, forKey: key)
         if old == nil { rowCount += 1 }
         return old
@@ -167,49 +202,78 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
 
     func freeze() -> FrozenTable {
         let image = rows
-        return FrozenTable(name: name, rowCount: rowCount) { body in
+        return FrozenTable(name: name, rowCount: rowCount) { out, rowWritten in
             for (user, mine) in image {
-                for (key, row) in mine { body(user, key, row.stored) }
+                for (key, row) in mine {
+                    Binary.writeString(user, to: &out)
+                    Binary.writeString(key, to: &out)
+                    row.writeStored(to: &out)
+                    rowWritten(&out)
+                }
+            }
+        }
+    }
+}
+
+/// A request's changes, applied all together or not at all. It keeps the typed rows, so committing
+/// needs no decoding and the log record is written straight from them.
+public struct Transaction {
+    enum Entry {
+        case put(AnyTable, user: String, key: String, row: any StoredRow)
+        case delete(AnyTable, user: String, key: String)
+        case deleteUser(String)
+
+        /// The binary log form; the same bytes as `Change.writeBinary` of the equivalent change.
+        func writeBinary(to out: inout [UInt8]) {
+            switch self {
+            case .put(let table, let user, let key, let row):
+                out.append(UInt8(ascii: "p"))
+                Binary.writeString(table.name, to: &out)
+                Binary.writeString(user, to: &out)
+                Binary.writeString(key, to: &out)
+                row.writeStored(to: &out)
+            case .delete(let table, let user, let key):
+                Change.delete(table: table.name, user: user, key: key).writeBinary(to: &out)
+            case .deleteUser(let user):
+                Change.deleteUser(user: user).writeBinary(to: &out)
+            }
+        }
+
+        /// The change in its decoded form.
+        var change: Change {
+            switch self {
+            case .put(let table, let user, let key, let row): return .put(table: table.name, user: user, key: key, value: row.stored)
+            case .delete(let table, let user, let key): return .delete(table: table.name, user: user, key: key)
+            case .deleteUser(let user): return .deleteUser(user: user)
             }
         }
     }
 
-    func clear() {
-        rows = [:]
-        rowCount = 0
-    }
-}
-
-/// A request's changes, applied all together or not at all.
-public struct Transaction: Sendable {
-    /// The changes, in order.
-    public private(set) var changes: [Change] = []
-    /// The row of each put, so applying it needs no decoding (nil for other changes).
-    private(set) var rows: [(any StoredRow)?] = []
+    private(set) var entries: [Entry] = []
 
     /// An empty transaction.
     public init() {}
 
     /// Sets a row.
     public mutating func put<Row: StoredRow>(_ table: Table<Row>, user: String, key: String, _ row: Row) {
-        changes.append(.put(table: table.name, user: user, key: key, value: row.stored))
-        rows.append(row)
+        entries.append(.put(table, user: user, key: key, row: row))
     }
 
     /// Removes a row.
     public mutating func delete<Row: StoredRow>(_ table: Table<Row>, user: String, key: String) {
-        changes.append(.delete(table: table.name, user: user, key: key))
-        rows.append(nil)
+        entries.append(.delete(table, user: user, key: key))
     }
 
     /// Removes every row of a user in every table.
     public mutating func deleteUser(_ user: String) {
-        changes.append(.deleteUser(user: user))
-        rows.append(nil)
+        entries.append(.deleteUser(user))
     }
 
     /// Whether there is nothing to commit.
-    public var isEmpty: Bool { changes.isEmpty }
+    public var isEmpty: Bool { entries.isEmpty }
+
+    /// The changes, in order, as a log record holds them.
+    public var changes: [Change] { entries.map(\.change) }
 }
 
 /// Why the store could not do something.

@@ -89,7 +89,7 @@ func day(_ text: String) -> CalendarDate { CalendarDate(text)! }
         _ = try h.service.updateConnection(user, enabled: true, timezone: nil, selection: nil)
         _ = try h.service.claim(user, date: day("2025-03-01"), minutes: 60, now: now)
         for i in 0..<1000 {
-            _ = try h.service.upload(user, date: day("2025-03-01"), verifiedMinutes: 100, raw: ["n": 1],
+            _ = try h.service.upload(user, date: day("2025-03-01"), verifiedMinutes: 100, raw: BinaryJSON(["n": 1]),
                                      now: now.adding(seconds: Int64(i)))
         }
         #expect(h.service.tables.days.rows(of: user).count == 1)
@@ -134,5 +134,53 @@ func day(_ text: String) -> CalendarDate { CalendarDate(text)! }
         }
         let b = h.service.balance(user)
         #expect(b.xp == 0 && b.minutes == 0)
+    }
+}
+
+@Suite struct StoredFormTests {
+    /// A row's direct binary codec must write the bytes the generic path writes, and read back equal.
+    static func check<Row: StoredRow>(_ row: Row) throws {
+        var direct: [UInt8] = []
+        row.writeStored(to: &direct)
+        var viaTree: [UInt8] = []
+        row.stored.writeBinary(to: &viaTree)
+        #expect(direct == viaTree)
+        let back = try direct.withUnsafeBytes { raw in
+            var r = BinaryReader(raw)
+            let decoded = try Row(binaryStored: &r)
+            #expect(r.isAtEnd)
+            return decoded
+        }
+        #expect(back == row)
+        #expect(try Row(stored: row.stored) == row)
+    }
+
+    @Test func directCodecsMatchTheStoredForm() throws {
+        var day = DayRow()
+        try Self.check(day)
+        day.claimedMinutes = 30
+        day.verifiedMinutes = 1440
+        day.claimedAt = 1_700_000_000_000
+        day.uploadedAt = -5
+        day.raw = BinaryJSON(["device": "iPhone", "apps": [["b": "com.x", "m": 5]], "ü": 1.5, "n": nil])
+        try Self.check(day)
+        var connection = ConnectionRow()
+        try Self.check(connection)
+        connection.enabled = true
+        connection.timezone = "Europe/Berlin"
+        connection.lastSyncAt = 42
+        connection.selection = BinaryJSON(["apps": ["a", "b"], "web": []])
+        try Self.check(connection)
+    }
+
+    @Test func aRowWithoutItsRequiredFieldIsCorruptNotACrash() {
+        var bytes: [UInt8] = []
+        (["enabled": true] as JSON).writeBinary(to: &bytes)
+        #expect(throws: StoreError.self) {
+            try bytes.withUnsafeBytes { raw in
+                var r = BinaryReader(raw)
+                _ = try ConnectionRow(binaryStored: &r)
+            }
+        }
     }
 }
