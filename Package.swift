@@ -5,6 +5,10 @@ import PackageDescription
 // CJansson -> JSON -> (Chrono, Threads, JSONRPC, Store) -> DomainSupport -> domains (Auth, ScreenTime, Sessions)
 //   -> Kernel (composition root: configuration and the one list of methods) -> healthkernel (executable).
 // jwt-kit is a test dependency only: the tests use it as an independent JWT implementation.
+// Release builds of the kernel's own modules optimise across module boundaries, so generic store code
+// (Table<Row>) is specialised for the rows that call it instead of looking up type metadata at run time.
+let optimized: [SwiftSetting] = [.unsafeFlags(["-cross-module-optimization"], .when(configuration: .release))]
+
 let package = Package(
     name: "healthkernel",
     platforms: [.macOS(.v13)],
@@ -23,16 +27,17 @@ let package = Package(
             pkgConfig: "jansson",
             providers: [.apt(["libjansson-dev"])]
         ),
-        .target(name: "JSON", dependencies: ["CJansson"]),
-        .target(name: "Chrono"),
-        .target(name: "Threads"),
-        .target(name: "JSONRPC", dependencies: ["JSON", "Chrono", "Threads"]),
-        .target(name: "Store", dependencies: ["JSON", "Chrono", "Threads"]),
-        .target(name: "DomainSupport", dependencies: ["JSON", "JSONRPC", "Chrono", "Store"]),
-        .target(name: "ScreenTime", dependencies: ["JSON", "JSONRPC", "Chrono", "Store", "DomainSupport"]),
+        .target(name: "JSON", dependencies: ["CJansson"], swiftSettings: optimized),
+        .target(name: "Chrono", swiftSettings: optimized),
+        .target(name: "Threads", swiftSettings: optimized),
+        .target(name: "JSONRPC", dependencies: ["JSON", "Chrono", "Threads"], swiftSettings: optimized),
+        .target(name: "Store", dependencies: ["JSON", "Chrono", "Threads"], swiftSettings: optimized),
+        .target(name: "DomainSupport", dependencies: ["JSON", "JSONRPC", "Chrono", "Store"], swiftSettings: optimized),
+        .target(name: "ScreenTime", dependencies: ["JSON", "JSONRPC", "Chrono", "Store", "DomainSupport"], swiftSettings: optimized),
         .target(
             name: "Sessions",
-            dependencies: ["JSON", "JSONRPC", "Chrono", "Store", "DomainSupport", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["JSON", "JSONRPC", "Chrono", "Store", "DomainSupport", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: optimized
         ),
         .target(
             name: "Auth",
@@ -40,14 +45,16 @@ let package = Package(
                 "JSON", "JSONRPC", "Chrono", "Store", "DomainSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
-            ]
+            ],
+            swiftSettings: optimized
         ),
         .target(
             name: "Kernel",
             dependencies: [
                 "JSON", "JSONRPC", "Chrono", "Store", "DomainSupport", "Auth", "ScreenTime", "Sessions",
                 .product(name: "Logging", package: "swift-log"),
-            ]
+            ],
+            swiftSettings: optimized
         ),
         .executableTarget(
             name: "healthkernel",
@@ -55,7 +62,8 @@ let package = Package(
                 "Kernel", "JSON", "JSONRPC", "Store",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
-            ]
+            ],
+            swiftSettings: optimized
         ),
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "Chrono"]),

@@ -68,9 +68,23 @@ public struct CalendarDate: Sendable, Hashable, Comparable, CustomStringConverti
         (a.year, a.month, a.day) < (b.year, b.month, b.day)
     }
 
-    /// "YYYY-MM-DD".
+    /// "YYYY-MM-DD", written digit by digit: dates are table keys, formatted on every request.
     public var description: String {
-        pad(year, 4) + "-" + pad(month, 2) + "-" + pad(day, 2)
+        String(unsafeUninitializedCapacity: 10) { out in
+            func put(_ value: Int, width: Int, at start: Int) {
+                var v = value
+                for k in stride(from: width - 1, through: 0, by: -1) {
+                    out[start + k] = UInt8(ascii: "0") + UInt8(v % 10)
+                    v /= 10
+                }
+            }
+            put(year, width: 4, at: 0)  // years are 1...9999
+            out[4] = UInt8(ascii: "-")
+            put(month, width: 2, at: 5)
+            out[7] = UInt8(ascii: "-")
+            put(day, width: 2, at: 8)
+            return 10
+        }
     }
 }
 

@@ -1,7 +1,30 @@
+/// Where compact JSON is written: a byte array, or a counter that only measures.
+public protocol JSONOutput {
+    mutating func append(_ byte: UInt8)
+    mutating func append<Bytes: Collection>(contentsOf bytes: Bytes) where Bytes.Element == UInt8
+}
+
+extension Array: JSONOutput where Element == UInt8 {}
+
+/// Counts the bytes a serialization would take, without keeping them.
+public struct ByteCounter: JSONOutput {
+    public private(set) var count = 0
+    public init() {}
+    public mutating func append(_ byte: UInt8) { count += 1 }
+    public mutating func append<Bytes: Collection>(contentsOf bytes: Bytes) where Bytes.Element == UInt8 { count += bytes.count }
+}
+
 /// Compact JSON output: key order kept, strings escaped minimally, doubles in shortest round-trip form.
 extension JSON {
+    /// The length of the compact serialization, computed without building it (size limits).
+    public var serializedCount: Int {
+        var counter = ByteCounter()
+        write(to: &counter)
+        return counter.count
+    }
+
     /// Appends the compact serialization of this value to `out`.
-    public func write(to out: inout [UInt8]) {
+    public func write<Out: JSONOutput>(to out: inout Out) {
         switch self {
         case .null:
             out.append(contentsOf: "null".utf8)
@@ -49,7 +72,7 @@ extension JSON {
     }
 
     /// Writes an integer in decimal without going through String.
-    public static func writeInteger(_ value: Int64, to out: inout [UInt8]) {
+    public static func writeInteger<Out: JSONOutput>(_ value: Int64, to out: inout Out) {
         if value == 0 {
             out.append(UInt8(ascii: "0"))
             return
@@ -73,7 +96,7 @@ extension JSON {
 
     /// Writes a double in its shortest form that reads back to the same value (Swift's description
     /// is shortest round-trip). NaN and infinities have no JSON form and are written as null.
-    public static func writeDouble(_ value: Double, to out: inout [UInt8]) {
+    public static func writeDouble<Out: JSONOutput>(_ value: Double, to out: inout Out) {
         guard value.isFinite else {
             out.append(contentsOf: "null".utf8)
             return
@@ -82,7 +105,7 @@ extension JSON {
     }
 
     /// Writes a string literal, escaping quote, backslash and control characters; other UTF-8 passes through.
-    public static func writeString(_ value: String, to out: inout [UInt8]) {
+    public static func writeString<Out: JSONOutput>(_ value: String, to out: inout Out) {
         out.append(UInt8(ascii: "\""))
         var value = value
         value.withUTF8 { utf8 in

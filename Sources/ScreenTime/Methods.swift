@@ -49,7 +49,7 @@ enum Limits {
 
 /// Checks the serialized size of a JSON member.
 func checkSize(_ value: JSON, _ limit: Int, _ field: String) throws(FieldError) {
-    guard value.bytes.count <= limit else { throw .outOfRange(field, "must be at most \(limit / 1024) KiB") }
+    guard value.serializedCount <= limit else { throw .outOfRange(field, "must be at most \(limit / 1024) KiB") }
 }
 
 /// `screentime.getConnection`.

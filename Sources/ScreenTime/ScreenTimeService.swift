@@ -64,13 +64,13 @@ public final class ScreenTimeService: @unchecked Sendable {
         return row.json
     }
 
-    /// Today in the user's connection time zone.
-    func today(_ user: String, now: Timestamp) -> CalendarDate {
-        (Zone.named(connection(user).timezone) ?? Zone.utc).localDate(at: now)
+    /// Today in the connection's time zone.
+    func today(_ connection: ConnectionRow, now: Timestamp) -> CalendarDate {
+        (Zone.named(connection.timezone) ?? Zone.utc).localDate(at: now)
     }
 
-    func checkNotFuture(_ date: CalendarDate, _ user: String, now: Timestamp) throws(RPCError) {
-        let today = today(user, now: now)
+    func checkNotFuture(_ date: CalendarDate, _ connection: ConnectionRow, now: Timestamp) throws(RPCError) {
+        let today = today(connection, now: now)
         guard date <= today else {
             throw RPCError.invalidParams("params.date", reason: "future_date",
                                          "params.date is later than today (\(today)) in the connection's time zone")
@@ -102,7 +102,7 @@ public final class ScreenTimeService: @unchecked Sendable {
     }
 
     func claim(_ user: String, date: CalendarDate, minutes: Int64, now: Timestamp) throws(RPCError) -> JSON {
-        try checkNotFuture(date, user, now: now)
+        try checkNotFuture(date, connection(user), now: now)
         var day = tables.days.get(user: user, key: date.description) ?? DayRow()
         day.claimedMinutes = minutes
         day.claimedAt = now.milliseconds
@@ -117,7 +117,7 @@ public final class ScreenTimeService: @unchecked Sendable {
         guard conn.enabled else {
             throw RPCError.forbidden("connection_disabled", "Uploads are refused while the Screen Time connection is disabled")
         }
-        try checkNotFuture(date, user, now: now)
+        try checkNotFuture(date, conn, now: now)
         var day = tables.days.get(user: user, key: date.description) ?? DayRow()
         day.verifiedMinutes = verifiedMinutes
         day.uploadedAt = now.milliseconds

@@ -60,7 +60,8 @@ public enum StoreFiles {
     }
 
     /// Serializes a snapshot of `tables` at `seq` into file bytes (format 2): a JSON header record, row
-    /// records of one table each (`name`, row count, then user, key and binary value per row), a JSON footer.
+    /// records of one table each (name, row count, then groups of one user's rows: user, count, then key
+    /// and binary value per row), a JSON footer.
     static func encodeSnapshot(seq: UInt64, createdAt: String, tables: [FrozenTable]) -> [UInt8] {
         var out = snapshotMagic
         var counts = JSONObject()
@@ -85,8 +86,8 @@ public enum StoreFiles {
                 inRecord = 0
                 buffer.removeAll(keepingCapacity: true)
             }
-            table.writeRows(&rows) { written in
-                inRecord += 1
+            table.writeRows(&rows) { written, count in
+                inRecord += count
                 if written.count >= snapshotRecordBytes { close(&written) }
             }
             close(&rows)
@@ -118,10 +119,16 @@ public enum StoreFiles {
                         var r = BinaryReader(raw)
                         do {
                             let table = try r.string()
-                            let n = try r.count()
-                            for _ in 0..<n {
-                                let user = try r.string(), key = try r.string()
-                                try body(table, user, key, try JSON.readBinary(&r))
+                            var left = try r.count()
+                            while left > 0 {
+                                let user = try r.string()
+                                let n = try r.count()
+                                guard n >= 1, n <= left else { throw BinaryDecodeError(offset: r.offset, "bad group row count") }
+                                for _ in 0..<n {
+                                    let key = try r.string()
+                                    try body(table, user, key, try JSON.readBinary(&r))
+                                }
+                                left -= n
                             }
                         } catch let error as StoreError {
                             return error
@@ -149,10 +156,13 @@ public enum StoreFiles {
                     var r = BinaryReader(raw)
                     do {
                         let target = try table(try r.string())
-                        let n = try r.count()
-                        for _ in 0..<n {
-                            let user = try r.string(), key = try r.string()
-                            try target.putBinary(user: user, key: key, from: &r)
+                        var left = try r.count()
+                        while left > 0 {
+                            let user = try r.string()
+                            let n = try r.count()
+                            guard n >= 1, n <= left else { throw BinaryDecodeError(offset: r.offset, "bad group row count") }
+                            try target.putBinaryGroup(user: user, count: n, from: &r)
+                            left -= n
                         }
                     } catch let error as StoreError {
                         return error

@@ -104,8 +104,10 @@ protocol AnyTable: AnyObject {
     func put(user: String, key: String, row: any StoredRow) -> (any StoredRow)?
     /// Applies a put read from a format 1 record.
     func put(user: String, key: String, stored: JSON) throws(StoreError)
-    /// Applies a put whose value is read from a format 2 record or snapshot.
+    /// Applies a put whose value is read from a format 2 record.
     func putBinary(user: String, key: String, from reader: inout BinaryReader) throws(StoreError)
+    /// Applies `count` rows of `user` read from a format 2 snapshot: key (string body), value, repeated.
+    func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader) throws(StoreError)
     /// Applies a delete; returns the previous row.
     func delete(user: String, key: String) -> (any StoredRow)?
     /// Puts back a row that `put` or `delete` returned.
@@ -124,9 +126,10 @@ protocol AnyTable: AnyObject {
 struct FrozenTable: Sendable {
     let name: String
     let rowCount: Int
-    /// Appends every row to the buffer as user, key (string bodies) and stored value (binary form),
-    /// calling `rowWritten` with the buffer after each one.
-    let writeRows: @Sendable (inout [UInt8], (inout [UInt8]) -> Void) -> Void
+    /// Appends every row to the buffer in groups of one user's rows: user (string body), row count,
+    /// then key (string body) and stored value (binary form) per row; calls `groupWritten` with the
+    /// buffer and the group's row count after each group.
+    let writeRows: @Sendable (inout [UInt8], (inout [UInt8], Int) -> Void) -> Void
 }
 
 /// A table of typed rows, partitioned by user: reads are direct, writes go through a `Transaction`.
@@ -163,6 +166,23 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
 
     func putBinary(user: String, key: String, from reader: inout BinaryReader) throws(StoreError) {
         set(user, key, try Row(binaryStored: &reader))
+    }
+
+    func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader) throws(StoreError) {
+        // One outer lookup per user; the loop runs in one call, so this generic code fetches its type
+        // metadata once per group rather than once per row.
+        var mine = rows.removeValue(forKey: user) ?? [:]
+        mine.reserveCapacity(mine.count + count)
+        for _ in 0..<count {
+            let key: String
+            do {
+                key = try reader.string()
+            } catch {
+                throw StoreError.corrupt("\(name): \(error)")
+            }
+            if mine.updateValue(try Row(binaryStored: &reader), forKey: key) == nil { rowCount += 1 }
+        }
+        rows[user] = mine
     }
 
     @discardableResult
@@ -202,14 +222,26 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
 
     func freeze() -> FrozenTable {
         let image = rows
-        return FrozenTable(name: name, rowCount: rowCount) { out, rowWritten in
+        return FrozenTable(name: name, rowCount: rowCount) { out, groupWritten in
+            var group: [UInt8] = []
             for (user, mine) in image {
-                for (key, row) in mine {
+                var count = 0
+                func emit() {
+                    guard count > 0 else { return }
                     Binary.writeString(user, to: &out)
-                    Binary.writeString(key, to: &out)
-                    row.writeStored(to: &out)
-                    rowWritten(&out)
+                    Binary.writeVarint(UInt64(count), to: &out)
+                    out.append(contentsOf: group)
+                    group.removeAll(keepingCapacity: true)
+                    groupWritten(&out, count)
+                    count = 0
                 }
+                for (key, row) in mine {
+                    Binary.writeString(key, to: &group)
+                    row.writeStored(to: &group)
+                    count += 1
+                    if group.count >= StoreFiles.snapshotRecordBytes { emit() }
+                }
+                emit()
             }
         }
     }
