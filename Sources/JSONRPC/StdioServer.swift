@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Chrono
 import Threads
 
 /// Write end of the self-pipe that SIGTERM/SIGINT wake the read loop through.
@@ -83,6 +84,9 @@ public final class StdioServer {
 
     nonisolated(unsafe) private static var signalPipeRead: Int32 = -1
 
+    /// How long the reader keeps polling without sleeping after input arrived.
+    static let busyPollMicros: UInt64 = 50
+
     /// What the reader thread hands over: the parsed lines of one read, or why input ended.
     enum Input: Sendable {
         case batch([ParsedLine])
@@ -123,9 +127,14 @@ public final class StdioServer {
         defer { buffer.deallocate() }
         var fds = [pollfd(fd: inputFD, events: Int16(POLLIN), revents: 0)]
         if signalPipeRead >= 0 { fds.append(pollfd(fd: signalPipeRead, events: Int16(POLLIN), revents: 0)) }
+        var lastInput = monotonicMicros()
         while true {
             for i in fds.indices { fds[i].revents = 0 }
-            let ready = poll(&fds, nfds_t(fds.count), -1)
+            // Shortly after input, poll without sleeping: waking an idle CPU costs tens of microseconds
+            // on virtual machines, more than a request takes, and the next request is usually close.
+            let busy = monotonicMicros() - lastInput < Self.busyPollMicros
+            let ready = poll(&fds, nfds_t(fds.count), busy ? 0 : -1)
+            if ready == 0 { continue }
             if ready < 0 {
                 if errno == EINTR { continue }
                 log("poll failed: errno \(errno)")
@@ -146,6 +155,7 @@ public final class StdioServer {
                 queue.put(.end(.endOfInput))
                 return
             }
+            lastInput = monotonicMicros()
             let lines = reader.read(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
             if !lines.isEmpty, !queue.put(.batch(lines)) { return }
         }

@@ -38,13 +38,14 @@ public final class HandoffQueue<Item: Sendable>: @unchecked Sendable {
     private var closed = false
     /// Items queued, readable without the lock (for the consumer's spin).
     private let queued = Atomic<Int>(0)
-    private let spinLimit: Int
+    private let spinNanoseconds: Int
 
-    /// A queue holding at most `capacity` items; `spinIterations` bounds the consumer's spin.
-    public init(capacity: Int, spinIterations: Int = 20_000) {
+    /// A queue holding at most `capacity` items; the consumer spins up to `spinMicroseconds` for the
+    /// next item before it sleeps (long enough to cover a host's turnaround between two requests).
+    public init(capacity: Int, spinMicroseconds: Int = 100) {
         precondition(capacity > 0)
         items = Array(repeating: nil, count: capacity)
-        spinLimit = spinIterations
+        spinNanoseconds = spinMicroseconds * 1000
         pthread_mutex_init(lock, nil)
         pthread_cond_init(notEmpty, nil)
         pthread_cond_init(notFull, nil)
@@ -75,8 +76,13 @@ public final class HandoffQueue<Item: Sendable>: @unchecked Sendable {
 
     /// Removes the oldest item, waiting for one.
     public func take() -> Item {
-        var spins = 0
-        while queued.load(ordering: .acquiring) == 0 && spins < spinLimit { spins += 1 }
+        if queued.load(ordering: .acquiring) == 0 {
+            let deadline = Self.nanoseconds() + spinNanoseconds
+            spin: while true {
+                for _ in 0..<64 where queued.load(ordering: .acquiring) != 0 { break spin }
+                if Self.nanoseconds() >= deadline { break }
+            }
+        }
         pthread_mutex_lock(lock)
         defer { pthread_mutex_unlock(lock) }
         while count == 0 { pthread_cond_wait(notEmpty, lock) }
@@ -87,6 +93,12 @@ public final class HandoffQueue<Item: Sendable>: @unchecked Sendable {
         queued.store(count, ordering: .releasing)
         pthread_cond_signal(notFull)
         return item
+    }
+
+    private static func nanoseconds() -> Int {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return ts.tv_sec * 1_000_000_000 + ts.tv_nsec
     }
 
     /// Stops the producer: a blocked `put` returns false, and later ones drop their items.
