@@ -117,3 +117,18 @@ extension JSON {
     /// An integer or null.
     public static func optionalInt(_ v: Int64?) -> JSON { v.map(JSON.int) ?? .null }
 }
+
+/// An optional integer in 8 bytes instead of 16 (an `Int64?` pads to 16 inside a struct): `Int64.min`
+/// stands for nil. For rows the kernel keeps by the million, where only real counts and timestamps
+/// (never `Int64.min`) are stored.
+@propertyWrapper
+public struct PackedOptional: Sendable, Hashable {
+    private var raw: Int64
+
+    public init(wrappedValue: Int64?) { raw = wrappedValue ?? .min }
+
+    public var wrappedValue: Int64? {
+        get { raw == .min ? nil : raw }
+        set { raw = newValue ?? .min }
+    }
+}

@@ -176,11 +176,29 @@ public struct BinaryReader {
         let n = try count()
         let start = offset
         offset += n
-        let slice = UnsafeRawBufferPointer(rebasing: bytes[start..<(start + n)])
-        guard let s = String(validating: slice.assumingMemoryBound(to: UInt8.self), as: UTF8.self) else {
+        let utf8 = UnsafeRawBufferPointer(rebasing: bytes[start..<(start + n)]).assumingMemoryBound(to: UInt8.self)
+        // Ids and keys are ASCII: check that word by word and copy, which is much cheaper than general
+        // validation; anything else is validated as UTF-8.
+        if Self.isASCII(utf8) { return String(decoding: utf8, as: UTF8.self) }
+        guard let s = String(validating: utf8, as: UTF8.self) else {
             throw BinaryDecodeError(offset: start, "string is not UTF-8")
         }
         return s
+    }
+
+    /// Whether every byte is below 0x80.
+    static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        let raw = UnsafeRawBufferPointer(bytes)
+        var i = 0
+        while i + 8 <= raw.count {
+            if raw.loadUnaligned(fromByteOffset: i, as: UInt64.self) & 0x8080_8080_8080_8080 != 0 { return false }
+            i += 8
+        }
+        while i < raw.count {
+            if raw[i] >= 0x80 { return false }
+            i += 1
+        }
+        return true
     }
 }
 
@@ -281,8 +299,8 @@ extension BinaryReader {
         let body = start + (offset - start)
         let slice = UnsafeRawBufferPointer(rebasing: buffer[body..<(body + n)])
         // ASCII needs no further check; anything else is validated as UTF-8.
-        if !slice.allSatisfy({ $0 < 0x80 }),
-           String(validating: slice.assumingMemoryBound(to: UInt8.self), as: UTF8.self) == nil {
+        let utf8 = slice.assumingMemoryBound(to: UInt8.self)
+        if !Self.isASCII(utf8), String(validating: utf8, as: UTF8.self) == nil {
             throw BinaryDecodeError(offset: body, "string is not UTF-8")
         }
         advance(n)

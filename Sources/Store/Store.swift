@@ -139,14 +139,23 @@ public final class Store: @unchecked Sendable {
     /// Whether the store writes no files.
     public var memoryOnly: Bool { options.dataDir == nil }
 
-    /// Registers a table; every table must be registered before `open()`.
+    /// Registers a table; every table must be registered before `open()`. Inlinable so that it is
+    /// compiled where `Row` is known: the table's per-row operations are made there (`TableOps`).
+    @inlinable
     public func table<Row: StoredRow>(_ name: String, of type: Row.Type) -> Table<Row> {
+        let t = Table<Row>(name: name)
+        t.ops = TableOps(t)
+        register(t)
+        return t
+    }
+
+    @usableFromInline
+    func register<Row: StoredRow>(_ table: Table<Row>) {
+        let name = table.name
         precondition(tables[name] == nil, "table \(name) registered twice")
         precondition((1...100).contains(name.utf8.count), "table names are 1 to 100 bytes (snapshot records rely on it)")
-        let t = Table<Row>(name: name)
-        tables[name] = t
+        tables[name] = table
         tableOrder.append(name)
-        return t
     }
 
     /// Every row of `user` in every table as (table, key, stored value): for exports and isolation checks.

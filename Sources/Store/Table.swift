@@ -132,13 +132,40 @@ struct FrozenTable: Sendable {
     let writeRows: @Sendable (inout [UInt8], (inout [UInt8], Int) -> Void) -> Void
 }
 
+/// A table's per-row write operations as closures made where its row type is known (see
+/// `Store.table`), so the store's type-erased calls run code specialised for the row instead of generic
+/// code that looks up type metadata at run time (which took a fifth of recovery).
+@usableFromInline
+struct TableOps {
+    @usableFromInline let put: (String, String, any StoredRow) -> (any StoredRow)?
+    @usableFromInline let putBinary: (String, String, inout BinaryReader) throws(StoreError) -> Void
+    @usableFromInline let putBinaryGroup: (String, Int, inout BinaryReader) throws(StoreError) -> Void
+
+    @inlinable
+    init<Row: StoredRow>(_ table: Table<Row>) {
+        put = { [unowned table] user, key, row in table.set(user, key, row as! Row) }
+        putBinary = { [unowned table] (user, key, reader) throws(StoreError) in
+            table.set(user, key, try Row(binaryStored: &reader))
+        }
+        putBinaryGroup = { [unowned table] (user, count, reader) throws(StoreError) in
+            try table.setGroup(user, count, &reader)
+        }
+    }
+}
+
 /// A table of typed rows, partitioned by user: reads are direct, writes go through a `Transaction`.
 public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
     /// The table's name in the log and snapshots (`domain.things`).
     public let name: String
-    private var rows: [String: [String: Row]] = [:]
-    public private(set) var rowCount = 0
+    @usableFromInline var rows: [String: [String: Row]] = [:]
+    @usableFromInline var storedCount = 0
+    /// Set once by `Store.table`.
+    @usableFromInline var ops: TableOps?
 
+    /// Rows in the table.
+    public var rowCount: Int { storedCount }
+
+    @usableFromInline
     init(name: String) {
         self.name = name
     }
@@ -157,7 +184,8 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
     public var userCount: Int { rows.count }
 
     func put(user: String, key: String, row: any StoredRow) -> (any StoredRow)? {
-        set(user, key, row as! Row)
+        if let ops { return ops.put(user, key, row) }
+        return set(user, key, row as! Row)
     }
 
     func put(user: String, key: String, stored: JSON) throws(StoreError) {
@@ -165,12 +193,18 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
     }
 
     func putBinary(user: String, key: String, from reader: inout BinaryReader) throws(StoreError) {
+        if let ops { return try ops.putBinary(user, key, &reader) }
         set(user, key, try Row(binaryStored: &reader))
     }
 
     func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader) throws(StoreError) {
-        // One outer lookup per user; the loop runs in one call, so this generic code fetches its type
-        // metadata once per group rather than once per row.
+        if let ops { return try ops.putBinaryGroup(user, count, &reader) }
+        try setGroup(user, count, &reader)
+    }
+
+    /// Puts `count` rows of `user` (key, value, repeated) with one outer lookup.
+    @inlinable
+    func setGroup(_ user: String, _ count: Int, _ reader: inout BinaryReader) throws(StoreError) {
         var mine = rows.removeValue(forKey: user) ?? [:]
         mine.reserveCapacity(mine.count + count)
         for _ in 0..<count {
@@ -180,40 +214,41 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
             } catch {
                 throw StoreError.corrupt("\(name): \(error)")
             }
-            if mine.updateValue(try Row(binaryStored: &reader), forKey: key) == nil { rowCount += 1 }
+            if mine.updateValue(try Row(binaryStored: &reader), forKey: key) == nil { storedCount += 1 }
         }
         rows[user] = mine
     }
 
+    @inlinable
     @discardableResult
-    private func set(_ user: String, _ key: String, _ row: Row) -> Row? {
+    func set(_ user: String, _ key: String, _ row: Row) -> Row? {
         let old = rows[user, default: [:]].updateValue(row, forKey: key)
-        if old == nil { rowCount += 1 }
+        if old == nil { storedCount += 1 }
         return old
     }
 
     func delete(user: String, key: String) -> (any StoredRow)? {
         guard let old = rows[user]?.removeValue(forKey: key) else { return nil }
-        rowCount -= 1
+        storedCount -= 1
         if rows[user]?.isEmpty == true { rows[user] = nil }
         return old
     }
 
     func restore(user: String, key: String, _ row: any StoredRow) {
         guard let row = row as? Row else { return }
-        if rows[user, default: [:]].updateValue(row, forKey: key) == nil { rowCount += 1 }
+        if rows[user, default: [:]].updateValue(row, forKey: key) == nil { storedCount += 1 }
     }
 
     func removeUser(_ user: String) -> Any {
         guard let mine = rows.removeValue(forKey: user) else { return [String: Row]() }
-        rowCount -= mine.count
+        storedCount -= mine.count
         return mine
     }
 
     func restoreUser(_ user: String, _ removed: Any) {
         guard let mine = removed as? [String: Row], !mine.isEmpty else { return }
         rows[user] = mine
-        rowCount += mine.count
+        storedCount += mine.count
     }
 
     func storedRows(of user: String) -> [(String, JSON)] {
