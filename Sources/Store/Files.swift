@@ -62,7 +62,8 @@ public enum StoreFiles {
     /// Serializes a snapshot of `tables` at `seq` into file bytes (format 2): a JSON header record, row
     /// records of one table each (name, row count, then groups of one user's rows: user, count, then key
     /// and binary value per row), a JSON footer.
-    static func encodeSnapshot(seq: UInt64, createdAt: String, tables: [FrozenTable]) -> [UInt8] {
+    /// The bytes are handed to `emit` in chunks of about 1 MiB, so a snapshot never sits whole in memory.
+    static func encodeSnapshot(seq: UInt64, createdAt: String, tables: [FrozenTable], emit: ([UInt8]) -> Void) {
         var out = snapshotMagic
         var counts = JSONObject()
         for t in tables { counts[t.name] = .int(Int64(t.rowCount)) }
@@ -85,6 +86,10 @@ public enum StoreFiles {
                 total += inRecord
                 inRecord = 0
                 buffer.removeAll(keepingCapacity: true)
+                if out.count >= 1 << 20 {
+                    emit(out)
+                    out.removeAll(keepingCapacity: true)
+                }
             }
             table.writeRows(&rows) { written, count in
                 inRecord += count
@@ -94,7 +99,7 @@ public enum StoreFiles {
         }
         let footer: JSON = ["end": true, "rows": .int(Int64(total))]
         RecordFraming.append(seq: seq, payload: footer.bytes, to: &out)
-        return out
+        emit(out)
     }
 
     /// A snapshot whose frames, checksums and row counts have been checked; its rows are decoded while

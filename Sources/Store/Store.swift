@@ -501,10 +501,15 @@ public final class Store: @unchecked Sendable {
         let log = self.log
         return {
             let started = monotonicMicros()
-            let bytes = StoreFiles.encodeSnapshot(seq: snapSeq, createdAt: createdAt.description, tables: frozen)
             let name = StoreFiles.snapshotName(seq: snapSeq)
-            let failure = Self.writeDurably(dir: dir, name: name, bytes: bytes)
-            let info = SnapshotInfo(seq: snapSeq, bytes: bytes.count, durationMs: Int((monotonicMicros() - started) / 1000))
+            var size = 0
+            let failure = Self.writeDurably(dir: dir, name: name) { write in
+                StoreFiles.encodeSnapshot(seq: snapSeq, createdAt: createdAt.description, tables: frozen) { chunk in
+                    size += chunk.count
+                    write(chunk)
+                }
+            }
+            let info = SnapshotInfo(seq: snapSeq, bytes: size, durationMs: Int((monotonicMicros() - started) / 1000))
             if let failure {
                 log("snapshot failed: \(failure); the log still holds everything")
             } else {
@@ -525,12 +530,16 @@ public final class Store: @unchecked Sendable {
         }
     }
 
-    /// Writes `bytes` to `dir/name` through a temp file, fsync, rename and folder fsync.
-    static func writeDurably(dir: String, name: String, bytes: [UInt8]) -> String? {
+    /// Writes what `produce` hands its `write` callback, chunk by chunk, to `dir/name` through a temp
+    /// file, fsync, rename and folder fsync. After a failed write the rest is skipped.
+    static func writeDurably(dir: String, name: String, _ produce: (_ write: ([UInt8]) -> Void) -> Void) -> String? {
         let tmp = dir + "/" + name + ".tmp"
         let fd = Glibc.open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard fd >= 0 else { return "cannot create \(tmp): \(FileIO.describe(errno))" }
-        let error = bytes.withUnsafeBytes { FileIO.writeAll(fd, $0) }
+        var error: Int32?
+        produce { chunk in
+            if error == nil { error = chunk.withUnsafeBytes { FileIO.writeAll(fd, $0) } }
+        }
         let synced = error == nil && fsync(fd) == 0
         Glibc.close(fd)
         guard error == nil, synced else {
