@@ -54,6 +54,14 @@ def ensure_tools():
 def compile_helpers(tmp):
     for name in ["rtt", "echo"]:
         subprocess.run(["gcc", "-O2", "-o", os.path.join(tmp, name), os.path.join(BENCH, name + ".c")], check=True)
+    subprocess.run(["gcc", "-O2", "-o", os.path.join(tmp, "jparse"), os.path.join(BENCH, "jparse.c"), "-ljansson"], check=True)
+
+
+def jansson_ceiling(tmp, runs):
+    """jansson alone on the same request lines, one core (median lines/s): what one parsing core can do."""
+    rates = [float(subprocess.run([os.path.join(tmp, "jparse"), os.path.join(tmp, "kernel.jsonl")], capture_output=True,
+                                  check=True).stdout) for _ in range(runs)]
+    return statistics.median(rates)
 
 
 # ---------------------------------------------------------------- data
@@ -321,6 +329,7 @@ def main():
         log(f"generating {args.requests} uploads for {args.users} users")
         write_inputs(tmp, args.requests, args.users)
         tp, snapshot_dir = throughput(tmp, args.requests, args.users, args.runs)
+        tp["jansson_parse_only_lps"] = jansson_ceiling(tmp, args.runs)
         log("round trips")
         rt = round_trips(tmp, args.rtt)
         log("start-up")
@@ -345,6 +354,8 @@ def report(r):
     print(f"   healthkernel (--fsync everysec)      {tp['kernel_rps']:>12,.0f} req/s")
     print(f"   redis {r['machine']['redis']} (AOF everysec, --pipe)  {tp['redis_rps']:>12,.0f} req/s   kernel/redis  {tp['vs_redis']:.2f}x  (target >= 1x)")
     print(f"   sqlite3 {r['machine']['sqlite']} (WAL, NORMAL)    {tp['sqlite_rps']:>12,.0f} req/s   kernel/sqlite {tp['vs_sqlite']:.2f}x  (target >= 4x)")
+    if "jansson_parse_only_lps" in tp:
+        print(f"   (jansson alone, parse only, one core: {tp['jansson_parse_only_lps']:,.0f} lines/s; the kernel parses on one core)")
     print("\n2. Round trip (one request, wait, next)          p50 us    p99 us   p999 us")
     for name, v in rt.items():
         print(f"   {name:<40} {v['p50Micros']:>8.1f} {v['p99Micros']:>9.1f} {v['p999Micros']:>9.1f}")

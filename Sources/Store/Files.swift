@@ -120,31 +120,40 @@ public enum StoreFiles {
                 case .text:
                     for row in try Self.textRows(payload, offset) { try body(row.0, row.1, row.2, row.3) }
                 case .binary:
-                    let failure = payload.withUnsafeBytes { raw -> StoreError? in
-                        var r = BinaryReader(raw)
-                        do {
-                            let table = try r.string()
-                            var left = try r.count()
-                            while left > 0 {
-                                let user = try r.string()
-                                let n = try r.count()
-                                guard n >= 1, n <= left else { throw BinaryDecodeError(offset: r.offset, "bad group row count") }
-                                for _ in 0..<n {
-                                    let key = try r.string()
-                                    try body(table, user, key, try JSON.readBinary(&r))
-                                }
-                                left -= n
-                            }
-                        } catch let error as StoreError {
-                            return error
-                        } catch {
-                            return .corrupt("snapshot record at byte \(offset): \(error)")
+                    try Self.forEachGroup(payload, offset) { table, user, count, r in
+                        for _ in 0..<count {
+                            let key = try r.string()
+                            try body(table, user, key, try JSON.readBinary(&r))
                         }
-                        return r.isAtEnd ? nil : .corrupt("snapshot record at byte \(offset) has trailing bytes")
                     }
-                    if let failure { throw failure }
                 }
             }
+        }
+
+        /// Walks the groups of a format 2 row record, calling `group(table, user, count, &reader)`,
+        /// which must read exactly the group's rows (key and value each).
+        static func forEachGroup(_ payload: ArraySlice<UInt8>, _ offset: Int,
+                                 _ group: (String, String, Int, inout BinaryReader) throws -> Void) throws(StoreError) {
+            let failure = payload.withUnsafeBytes { raw -> StoreError? in
+                var r = BinaryReader(raw)
+                do {
+                    let table = try r.string()
+                    var left = try r.count()
+                    while left > 0 {
+                        let user = try r.string()
+                        let count = try r.count()
+                        guard count >= 1, count <= left else { throw BinaryDecodeError(offset: r.offset, "bad group row count") }
+                        try group(table, user, count, &r)
+                        left -= count
+                    }
+                } catch let error as StoreError {
+                    return error
+                } catch {
+                    return .corrupt("snapshot record at byte \(offset): \(error)")
+                }
+                return r.isAtEnd ? nil : .corrupt("snapshot record at byte \(offset) has trailing bytes")
+            }
+            if let failure { throw failure }
         }
 
         /// Puts every row into its table (found by `table(name)`), decoding format 2 values straight
@@ -157,26 +166,9 @@ public enum StoreFiles {
                 return
             }
             for (offset, payload) in records {
-                let failure = payload.withUnsafeBytes { raw -> StoreError? in
-                    var r = BinaryReader(raw)
-                    do {
-                        let target = try table(try r.string())
-                        var left = try r.count()
-                        while left > 0 {
-                            let user = try r.string()
-                            let n = try r.count()
-                            guard n >= 1, n <= left else { throw BinaryDecodeError(offset: r.offset, "bad group row count") }
-                            try target.putBinaryGroup(user: user, count: n, from: &r)
-                            left -= n
-                        }
-                    } catch let error as StoreError {
-                        return error
-                    } catch {
-                        return .corrupt("snapshot record at byte \(offset): \(error)")
-                    }
-                    return r.isAtEnd ? nil : .corrupt("snapshot record at byte \(offset) has trailing bytes")
+                try Self.forEachGroup(payload, offset) { name, user, count, r in
+                    try table(name).putBinaryGroup(user: user, count: count, from: &r)
                 }
-                if let failure { throw failure }
             }
         }
 
