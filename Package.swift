@@ -66,6 +66,7 @@ let package = Package(
             swiftSettings: optimized
         ),
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),
+        .testTarget(name: "ThreadsTests", dependencies: ["Threads"]),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "Chrono"]),
         .testTarget(name: "StoreTests", dependencies: ["Store", "JSON", "Chrono"]),
         .testTarget(name: "SessionsTests", dependencies: ["Sessions", "Store", "Chrono", "JSON", "JSONRPC"]),

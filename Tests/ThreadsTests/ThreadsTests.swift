@@ -1,0 +1,52 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Synchronization
+import Testing
+@testable import Threads
+
+@Suite struct HandoffQueueTests {
+    @Test func itemsArriveInOrderAcrossThreads() {
+        let queue = HandoffQueue<Int>(capacity: 4)
+        let count = 20_000
+        spawnThread {
+            for i in 0..<count { queue.put(i) }
+        }
+        var received: [Int] = []
+        received.reserveCapacity(count)
+        for _ in 0..<count { received.append(queue.take()) }
+        #expect(received == Array(0..<count))
+    }
+
+    @Test func aFullQueueBlocksTheProducerUntilTheConsumerTakes() {
+        let queue = HandoffQueue<Int>(capacity: 2)
+        let produced = Atomic<Int>(0)
+        spawnThread {
+            for i in 0..<5 {
+                queue.put(i)
+                produced.store(i + 1, ordering: .releasing)
+            }
+        }
+        // Wait until the producer has filled the queue, then give a put that failed to block time to
+        // show itself (the wait can only expose a bug, never fail a correct queue).
+        while produced.load(ordering: .acquiring) < 2 {}
+        usleep(20_000)
+        #expect(produced.load(ordering: .acquiring) == 2)
+        #expect((0..<5).map { _ in queue.take() } == [0, 1, 2, 3, 4])
+    }
+
+    @Test func closingReleasesABlockedProducerAndDropsLaterItems() {
+        let queue = HandoffQueue<Int>(capacity: 1)
+        queue.put(1)
+        let outcome = Atomic<Int>(-1)
+        spawnThread {
+            let accepted = queue.put(2)  // blocks: the queue is full
+            outcome.store(accepted ? 1 : 0, ordering: .releasing)
+        }
+        queue.close()
+        while outcome.load(ordering: .acquiring) == -1 {}
+        #expect(outcome.load(ordering: .acquiring) == 0)
+        #expect(queue.put(3) == false)
+        #expect(queue.take() == 1)
+    }
+}
