@@ -52,74 +52,72 @@ public enum JSON: Sendable, Equatable {
 }
 
 /// A JSON object that keeps its keys in insertion order (jansson reports them in the order they were read).
-/// Equality ignores order, as JSON's does.
+/// Equality ignores order, as JSON's does. Members live in one array: one allocation per object, and
+/// requests are made of small objects.
 public struct JSONObject: Sendable, Equatable, Sequence {
-    /// Keys in order.
-    public private(set) var keys: [String]
-    /// Values, parallel to `keys`.
-    public private(set) var values: [JSON]
+    /// The members in order.
+    public private(set) var members: [(key: String, value: JSON)]
 
     /// An empty object.
     public init() {
-        keys = []
-        values = []
+        members = []
     }
 
     /// An object from ordered pairs; a later duplicate key replaces the earlier value.
     public init(_ pairs: [(String, JSON)]) {
         self.init()
-        keys.reserveCapacity(pairs.count)
-        values.reserveCapacity(pairs.count)
+        members.reserveCapacity(pairs.count)
         for (k, v) in pairs { self[k] = v }
     }
 
+    /// Keys in order.
+    public var keys: [String] { members.map(\.key) }
+    /// Values in key order.
+    public var values: [JSON] { members.map(\.value) }
+
     /// Number of members.
-    public var count: Int { keys.count }
+    public var count: Int { members.count }
 
     /// Whether there are no members.
-    public var isEmpty: Bool { keys.isEmpty }
+    public var isEmpty: Bool { members.isEmpty }
 
     /// Appends without checking for an existing key; the parser uses it because jansson already rejected duplicates.
     mutating func appendUnchecked(_ key: String, _ value: JSON) {
-        keys.append(key)
-        values.append(value)
+        members.append((key, value))
     }
 
     /// Reserves room for `n` members.
     mutating func reserve(_ n: Int) {
-        keys.reserveCapacity(n)
-        values.reserveCapacity(n)
+        members.reserveCapacity(n)
     }
 
     /// Index of `key`, searched linearly: request objects are small, and this keeps key order for free.
     public func index(of key: String) -> Int? {
-        keys.firstIndex(of: key)
+        members.firstIndex { $0.key == key }
     }
 
     /// The member named `key`; setting nil removes it, setting a value replaces it in place or appends it.
     public subscript(key: String) -> JSON? {
         get {
             guard let i = index(of: key) else { return nil }
-            return values[i]
+            return members[i].value
         }
         set {
             if let i = index(of: key) {
                 if let newValue {
-                    values[i] = newValue
+                    members[i].value = newValue
                 } else {
-                    keys.remove(at: i)
-                    values.remove(at: i)
+                    members.remove(at: i)
                 }
             } else if let newValue {
-                keys.append(key)
-                values.append(newValue)
+                members.append((key, newValue))
             }
         }
     }
 
     /// Members in order.
-    public func makeIterator() -> Zip2Sequence<[String], [JSON]>.Iterator {
-        zip(keys, values).makeIterator()
+    public func makeIterator() -> IndexingIterator<[(key: String, value: JSON)]> {
+        members.makeIterator()
     }
 
     public static func == (lhs: JSONObject, rhs: JSONObject) -> Bool {

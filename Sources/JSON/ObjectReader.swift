@@ -48,7 +48,7 @@ public struct ObjectReader {
     public mutating func value(_ key: String) -> JSON? {
         guard let i = object.index(of: key) else { return nil }
         used[i] = true
-        return object.values[i]
+        return object.members[i].value
     }
 
     /// Whether the member is present (null counts as present).
@@ -108,7 +108,7 @@ public struct ObjectReader {
     /// Rejects the first member that was never read, with reason `unknown_field`.
     public func finish() throws(FieldError) {
         if let i = used.firstIndex(of: false) {
-            let key = object.keys[i]
+            let key = object.members[i].key
             throw FieldError(field: path(key), reason: "unknown_field", message: "\(path(key)) is not a known field")
         }
     }

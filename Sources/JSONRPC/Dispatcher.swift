@@ -178,7 +178,7 @@ public final class Dispatcher {
         guard case .string(let name)? = envelope["method"] else {
             return (replyID, .failure(.invalidRequest("method must be a string")))
         }
-        if let extra = envelope.keys.first(where: { !Self.envelopeKeys.contains($0) }) {
+        if let extra = envelope.members.first(where: { !Self.envelopeKeys.contains($0.key) })?.key {
             return (replyID, .failure(.invalidRequest("unknown member \"\(extra)\" in the request")))
         }
         var params = JSONObject()
