@@ -31,7 +31,8 @@ let package = Package(
         .target(name: "Chrono", swiftSettings: optimized),
         .target(name: "Threads", swiftSettings: optimized),
         .target(name: "JSONRPC", dependencies: ["JSON", "Chrono", "Threads"], swiftSettings: optimized),
-        .target(name: "Store", dependencies: ["JSON", "Chrono", "Threads"], swiftSettings: optimized),
+        .target(name: "CCRC32C"),
+        .target(name: "Store", dependencies: ["JSON", "Chrono", "Threads", "CCRC32C"], swiftSettings: optimized),
         .target(name: "DomainSupport", dependencies: ["JSON", "JSONRPC", "Chrono", "Store"], swiftSettings: optimized),
         .target(name: "ScreenTime", dependencies: ["JSON", "JSONRPC", "Chrono", "Store", "DomainSupport"], swiftSettings: optimized),
         .target(

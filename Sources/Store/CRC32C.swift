@@ -1,3 +1,5 @@
+import CCRC32C
+
 /// CRC-32C (Castagnoli), the checksum of every log and snapshot record (as in etcd, ext4 and iSCSI).
 public enum CRC32C {
     private static let table: [[UInt32]] = {
@@ -13,8 +15,17 @@ public enum CRC32C {
         return t
     }()
 
-    /// Continues `crc` over `bytes` (slicing-by-8).
+    /// Whether the CPU computes CRC-32C itself (SSE4.2 on x86-64): about ten times faster.
+    static let hardware = hk_crc32c_hardware() != 0
+
+    /// Continues `crc` over `bytes`, with the CPU's instruction where there is one.
     public static func update(_ crc: UInt32, _ bytes: UnsafeRawBufferPointer) -> UInt32 {
+        guard hardware, let base = bytes.baseAddress else { return software(crc, bytes) }
+        return ~hk_crc32c_update(~crc, base, bytes.count)
+    }
+
+    /// Continues `crc` over `bytes` with tables (slicing-by-8), on any CPU.
+    static func software(_ crc: UInt32, _ bytes: UnsafeRawBufferPointer) -> UInt32 {
         var c = ~crc
         var i = 0
         let n = bytes.count

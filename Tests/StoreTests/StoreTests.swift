@@ -87,6 +87,25 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         }
         #expect(whole == split)
     }
+
+    @Test func hardwareAndSoftwareAgreeOnEveryLengthAndAlignment() {
+        let bytes = (0..<300).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+        bytes.withUnsafeBytes { raw in
+            for start in 0..<9 {
+                for end in stride(from: start, through: raw.count, by: 7) {
+                    let slice = UnsafeRawBufferPointer(rebasing: raw[start..<end])
+                    #expect(CRC32C.update(0x1234_5678, slice) == CRC32C.software(0x1234_5678, slice))
+                }
+            }
+        }
+        #expect(CRC32C.software(0, UnsafeRawBufferPointer(start: nil, count: 0)) == 0)
+        // The comparison above means something only where the hardware path runs.
+        #if arch(x86_64) && os(Linux)
+        if let cpuinfo = try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8), cpuinfo.contains(" sse4_2") {
+            #expect(CRC32C.hardware)
+        }
+        #endif
+    }
 }
 
 @Suite struct FramingTests {
