@@ -251,17 +251,6 @@ def rss_kib(pid):
     return 0
 
 
-def python_rtts(k, count, request):
-    times = []
-    for i in range(count):
-        start = time.perf_counter()
-        k.stdin.write(request)
-        k.stdin.flush()
-        k.stdout.readline()
-        times.append((time.perf_counter() - start) * 1e6)
-    return times
-
-
 def recovery(tmp, n, users, snapshot_dir):
     out = {}
     # a. From the snapshot the clean shutdown of the throughput run wrote.
@@ -279,20 +268,29 @@ def recovery(tmp, n, users, snapshot_dir):
     out["snapshotDurationMs"] = reply.get("result", {}).get("durationMs")
     k.stdin.close()
     k.wait()
-    k = subprocess.Popen(serve(snapshot_dir, "--snapshot-every-records", "1"), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    info = b'{"jsonrpc":"2.0","id":1,"method":"kernel.info"}\n'
-    base = python_rtts(k, 3000, info)
-    tok = user_token(0)
-    k.stdin.write((json.dumps({"jsonrpc": "2.0", "id": "w", "method": "screentime.upload",
-                               "params": {"auth": tok, "date": "2025-06-01", "verifiedMinutes": 5}}) + "\n").encode())
-    k.stdin.flush()
-    k.stdout.readline()  # this write triggers a background snapshot of all records
-    during = python_rtts(k, 3000, info)
+    # Round trips with the C driver: kernel.info as usual, then the same right after an upload that
+    # starts an automatic snapshot of every row in the background (--snapshot-every-records 1).
+    count = 5000
+    info = '{"jsonrpc":"2.0","id":%d,"method":"kernel.info"}\n'
+    upload = json.dumps({"jsonrpc": "2.0", "id": "w", "method": "screentime.upload",
+                         "params": {"auth": user_token(0), "date": "2025-06-01", "verifiedMinutes": 5}}) + "\n"
+    normal_file, during_file = os.path.join(tmp, "snap-normal.jsonl"), os.path.join(tmp, "snap-during.jsonl")
+    with open(normal_file, "w") as f:
+        f.writelines([info % 0] + [info % i for i in range(count)])
+    with open(during_file, "w") as f:
+        f.writelines([upload] + [info % i for i in range(count)])
+
+    def rtt_micros(requests, *extra):
+        # The first request waits for recovery (and, in the second run, starts the snapshot): not counted.
+        out = subprocess.run([os.path.join(tmp, "rtt"), requests, "1", "--"] + serve(snapshot_dir, *extra),
+                             capture_output=True, check=True).stdout
+        return [int(x) / 1000 for x in out.split()]
+
+    base = rtt_micros(normal_file)
+    during = rtt_micros(during_file, "--snapshot-every-records", "1")
     out["p99MicrosNormal"] = percentile(base, 0.99)
     out["p99MicrosDuringSnapshot"] = percentile(during, 0.99)
     out["p99Ratio"] = out["p99MicrosDuringSnapshot"] / out["p99MicrosNormal"]
-    k.stdin.close()
-    k.wait()
     # c. From the log alone: ingest without snapshots, kill -9, restart.
     log_dir = os.path.join(tmp, "hk-log-only")
     k, seen, _ = run_kernel_ingest(tmp, n, users, log_dir, ("--snapshot-every-records", "2000000000", "--snapshot-every-seconds", "0"))
