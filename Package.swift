@@ -2,7 +2,7 @@
 import PackageDescription
 
 // Layers, imports pointing one way:
-// CJansson -> JSON -> (Chrono, Threads, JSONRPC, Store) -> DomainSupport -> domains (Auth, ScreenTime, Sessions)
+// CJansson -> JSON -> (Chrono, Threads, JSONRPC, Store <- CCRC32C) -> DomainSupport -> domains (Auth, ScreenTime, Sessions)
 //   -> Kernel (composition root: configuration and the one list of methods) -> healthkernel (executable).
 // jwt-kit is a test dependency only: the tests use it as an independent JWT implementation.
 // Release builds of the kernel's own modules optimise across module boundaries, so generic store code
