@@ -180,7 +180,13 @@ def throughput(tmp, n, users, runs):
 
 # ---------------------------------------------------------------- 2. round trips
 
-def round_trips(tmp, count):
+def median_of(results):
+    """The median of each figure over runs, with the runs kept (ratios inside a run are computed first)."""
+    keys = [k for k, v in results[0].items() if isinstance(v, (int, float)) and v is not None]
+    return {k: statistics.median(r[k] for r in results) for k in keys} | {"runs": results}
+
+
+def round_trips(tmp, count, runs):
     info = os.path.join(tmp, "rtt-info.jsonl")
     with open(info, "w") as f:
         for i in range(count):
@@ -195,14 +201,20 @@ def round_trips(tmp, count):
                                separators=(",", ":")) + "\n")
     rtt = os.path.join(tmp, "rtt")
 
-    def measure(requests, cmd):
+    def measure_once(requests, cmd, data_dir):
+        if data_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)
         out = subprocess.run([rtt, requests, str(count // 10), "--"] + cmd, capture_output=True, check=True).stdout
         ns = [int(x) for x in out.split()]
         return {"p50Micros": percentile(ns, 0.5) / 1000, "p99Micros": percentile(ns, 0.99) / 1000, "p999Micros": percentile(ns, 0.999) / 1000}
 
+    def measure(requests, cmd, data_dir=None):
+        return median_of([measure_once(requests, cmd, data_dir) for _ in range(runs)])
+
+    d1, d2 = os.path.join(tmp, "rtt-data-1"), os.path.join(tmp, "rtt-data-2")
     return {
-        "kernel.info": measure(info, serve(os.path.join(tmp, "rtt-data-1"), "--fsync", "never")),
-        "screentime.upload (fsync never)": measure(up, serve(os.path.join(tmp, "rtt-data-2"), "--fsync", "never")),
+        "kernel.info": measure(info, serve(d1, "--fsync", "never"), d1),
+        "screentime.upload (fsync never)": measure(up, serve(d2, "--fsync", "never"), d2),
         "C echo (floor)": measure(info, [os.path.join(tmp, "echo")]),
     }
 
@@ -251,7 +263,11 @@ def rss_kib(pid):
     return 0
 
 
-def recovery(tmp, n, users, snapshot_dir):
+def recovery(tmp, n, users, snapshot_dir, runs):
+    return median_of([recovery_once(tmp, n, users, snapshot_dir) for _ in range(runs)])
+
+
+def recovery_once(tmp, n, users, snapshot_dir):
     out = {}
     # a. From the snapshot the clean shutdown of the throughput run wrote.
     k, out["restartFromSnapshotMs"] = first_response_ms(snapshot_dir)
@@ -293,6 +309,7 @@ def recovery(tmp, n, users, snapshot_dir):
     out["p99Ratio"] = out["p99MicrosDuringSnapshot"] / out["p99MicrosNormal"]
     # c. From the log alone: ingest without snapshots, kill -9, restart.
     log_dir = os.path.join(tmp, "hk-log-only")
+    shutil.rmtree(log_dir, ignore_errors=True)
     k, seen, _ = run_kernel_ingest(tmp, n, users, log_dir, ("--snapshot-every-records", "2000000000", "--snapshot-every-seconds", "0"))
     k.kill()
     k.wait()
@@ -329,11 +346,11 @@ def main():
         tp, snapshot_dir = throughput(tmp, args.requests, args.users, args.runs)
         tp["jansson_parse_only_lps"] = jansson_ceiling(tmp, args.runs)
         log("round trips")
-        rt = round_trips(tmp, args.rtt)
+        rt = round_trips(tmp, args.rtt, args.runs)
         log("start-up")
         st = startup(tmp, 20)
         log("recovery and snapshot")
-        rc = recovery(tmp, args.requests, args.users, snapshot_dir)
+        rc = recovery(tmp, args.requests, args.users, snapshot_dir, args.runs)
         result = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
                   "params": vars(args), "throughput": tp, "roundTrip": rt, "startupMs": st, "recovery": rc}
         os.makedirs(os.path.join(BENCH, "results"), exist_ok=True)
@@ -354,7 +371,7 @@ def report(r):
     print(f"   sqlite3 {r['machine']['sqlite']} (WAL, NORMAL)    {tp['sqlite_rps']:>12,.0f} req/s   kernel/sqlite {tp['vs_sqlite']:.2f}x  (target >= 4x)")
     if "jansson_parse_only_lps" in tp:
         print(f"   (jansson alone, parse only, one core: {tp['jansson_parse_only_lps']:,.0f} lines/s; the kernel parses on one core)")
-    print("\n2. Round trip (one request, wait, next)          p50 us    p99 us   p999 us")
+    print(f"\n2. Round trip (one request, wait, next; median of {r['params']['runs']} runs)  p50 us    p99 us   p999 us")
     for name, v in rt.items():
         print(f"   {name:<40} {v['p50Micros']:>8.1f} {v['p99Micros']:>9.1f} {v['p999Micros']:>9.1f}")
     print("   (targets: p50 < 30 us, p99 < 100 us)")
@@ -362,9 +379,9 @@ def report(r):
     for name, v in st.items():
         print(f"   {name:<40} {v:>8.1f} ms")
     print("   (target: < 20 ms)")
-    print(f"\n4. Recovery and snapshot ({n:,} uploads)")
+    print(f"\n4. Recovery and snapshot ({n:,} uploads; median of {r['params']['runs']} runs, ratios computed run by run)")
     print(f"   restart from snapshot, first response    {rc['restartFromSnapshotMs']:>8.0f} ms   (target < 2000)")
-    print(f"   restart from the log alone ({rc['logRecords']:,} records) {rc['restartFromLogMs']:>8.0f} ms")
+    print(f"   restart from the log alone ({int(rc['logRecords']):,} records) {rc['restartFromLogMs']:>8.0f} ms")
     print(f"   snapshot (kernel.snapshot)               {rc['snapshotDurationMs']:>8} ms   (target < 2000)")
     print(f"   p99 kernel.info, normal / during snapshot {rc['p99MicrosNormal']:>7.0f} / {rc['p99MicrosDuringSnapshot']:.0f} us = {rc['p99Ratio']:.1f}x (target <= 3x)")
     ratio = rc["memoryToSnapshotRatio"]
