@@ -28,6 +28,10 @@ public final class StdioServer {
     private let outputFD: Int32
     /// Called after each batch's responses are written (the store's snapshot trigger).
     public var afterWrite: () -> Void = {}
+    /// Whether the threads may wait for input by spinning rather than sleeping. False while other work
+    /// (a background snapshot) needs the CPU: then a request wakes a thread, which costs little when
+    /// the CPU is busy anyway, instead of the two request threads crowding that work out.
+    public var mayBusyWait: @Sendable () -> Bool = { true }
     /// Receives diagnostics for stderr.
     public var log: (String) -> Void = { _ in }
 
@@ -104,15 +108,15 @@ public final class StdioServer {
         let queue = HandoffQueue<Input>(capacity: 8)
         let answered = Mutex<[[ParsedLine]]>([])
         let reader = connection.reader
-        let (inputFD, log) = (self.inputFD, self.log)
+        let (inputFD, log, mayBusyWait) = (self.inputFD, self.log, self.mayBusyWait)
         nonisolated(unsafe) let unsafeLog = log
         spawnThread {
             Self.readLoop(reader: reader, inputFD: inputFD, bufferBytes: readBufferBytes, queue: queue,
-                          answered: answered, log: unsafeLog)
+                          answered: answered, mayBusyWait: mayBusyWait, log: unsafeLog)
         }
         defer { queue.close() }
         while true {
-            switch queue.take() {
+            switch queue.take(spin: mayBusyWait()) {
             case .batch(let lines):
                 connection.answer(lines)
                 // The reader thread frees what it allocated: freeing another thread's memory contends
@@ -127,7 +131,8 @@ public final class StdioServer {
 
     /// The reader thread: reads until EOF or a stop signal, handing each read's parsed lines over.
     private static func readLoop(reader: RequestReader, inputFD: Int32, bufferBytes: Int, queue: HandoffQueue<Input>,
-                                 answered: borrowing Mutex<[[ParsedLine]]>, log: (String) -> Void) {
+                                 answered: borrowing Mutex<[[ParsedLine]]>, mayBusyWait: () -> Bool,
+                                 log: (String) -> Void) {
         var reader = reader
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: bufferBytes, alignment: 16)
         defer { buffer.deallocate() }
@@ -138,7 +143,7 @@ public final class StdioServer {
             for i in fds.indices { fds[i].revents = 0 }
             // Shortly after input, poll without sleeping: waking an idle CPU costs tens of microseconds
             // on virtual machines, more than a request takes, and the next request is usually close.
-            let busy = monotonicMicros() - lastInput < Self.busyPollMicros
+            let busy = monotonicMicros() - lastInput < Self.busyPollMicros && mayBusyWait()
             let ready = poll(&fds, nfds_t(fds.count), busy ? 0 : -1)
             if ready == 0 { continue }
             if ready < 0 {

@@ -450,6 +450,10 @@ public final class Store: @unchecked Sendable {
     // MARK: Snapshots
 
     /// Sizes and times for `kernel.info`.
+    /// Whether a snapshot is being written (on any thread). Readable from any thread without locking.
+    public var isSnapshotRunning: Bool { snapshotRunning.isSet }
+    private let snapshotRunning = SharedFlag()
+
     public var durability: (walBytes: Int, lastSnapshotAt: Timestamp?) {
         (logBytesWritten, snapshotState.withLock { $0.lastAt })
     }
@@ -492,6 +496,7 @@ public final class Store: @unchecked Sendable {
     /// Freezes the tables and starts a new segment, so the snapshot covers exactly the older segments;
     /// returns the work that writes the file, which may run on another thread.
     private func prepareSnapshot(dir: String) -> @Sendable () -> SnapshotInfo {
+        snapshotRunning.set(true)
         snapshotState.withLock {
             $0.running = true
             $0.failure = nil
@@ -504,6 +509,7 @@ public final class Store: @unchecked Sendable {
         firstChangeSinceSnapshot = nil
         let createdAt = clock.now()
         let state = snapshotState
+        let running = snapshotRunning
         let log = self.log
         return {
             let started = monotonicMicros()
@@ -526,6 +532,7 @@ public final class Store: @unchecked Sendable {
             }
             state.withLock {
                 $0.running = false
+                running.set(false)
                 $0.failure = failure
                 if failure == nil {
                     $0.last = info

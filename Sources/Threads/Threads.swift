@@ -74,9 +74,9 @@ public final class HandoffQueue<Item: Sendable>: @unchecked Sendable {
         return true
     }
 
-    /// Removes the oldest item, waiting for one.
-    public func take() -> Item {
-        if queued.load(ordering: .acquiring) == 0 {
+    /// Removes the oldest item, waiting for one; `spin` false sleeps at once.
+    public func take(spin: Bool = true) -> Item {
+        if spin, queued.load(ordering: .acquiring) == 0 {
             let deadline = Self.nanoseconds() + spinNanoseconds
             spin: while true {
                 for _ in 0..<64 where queued.load(ordering: .acquiring) != 0 { break spin }
@@ -108,4 +108,18 @@ public final class HandoffQueue<Item: Sendable>: @unchecked Sendable {
         pthread_cond_broadcast(notFull)
         pthread_mutex_unlock(lock)
     }
+}
+
+/// A boolean that one thread sets and others read without locking.
+public final class SharedFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+
+    /// A flag, initially false.
+    public init() {}
+
+    /// The current value.
+    public var isSet: Bool { value.load(ordering: .acquiring) }
+
+    /// Sets the value.
+    public func set(_ newValue: Bool) { value.store(newValue, ordering: .releasing) }
 }

@@ -130,6 +130,8 @@ struct Serve: ParsableCommand {
         let server = StdioServer(connection: kernel.connection(), inputFD: 0, outputFD: outputFD)
         server.log = { logger.warning("\($0)") }
         server.afterWrite = { kernel.store.snapshotIfDue() }
+        let store = kernel.store
+        server.mayBusyWait = { !store.isSnapshotRunning }
         let ending = server.run()
         logger.debug("stopping: \(ending)")
         if ending == .storageFailure {
