@@ -118,7 +118,6 @@ public final class Store: @unchecked Sendable {
     }
 
     struct SnapshotState {
-        var running = false
         var last: SnapshotInfo?
         var lastAt: Timestamp?
         var failure: String?
@@ -322,19 +321,13 @@ public final class Store: @unchecked Sendable {
             var r = BinaryReader(raw)
             do {
                 repeat {
-                    let at = r.offset
-                    switch try r.byte() {
-                    case UInt8(ascii: "p"):
-                        let table = try table(named: try r.string())
-                        let user = try r.string(), key = try r.string()
-                        try table.putBinary(user: user, key: key, from: &r)
-                    case UInt8(ascii: "d"):
-                        let table = try table(named: try r.string())
-                        _ = table.delete(user: try r.string(), key: try r.string())
-                    case UInt8(ascii: "u"):
-                        _ = removeUser(try r.string())
-                    default:
-                        throw BinaryDecodeError(offset: at, "unknown change")
+                    switch try Change.Head.read(&r) {
+                    case .put(let name, let user, let key):
+                        try table(named: name).putBinary(user: user, key: key, from: &r)
+                    case .delete(let name, let user, let key):
+                        _ = try table(named: name).delete(user: user, key: key)
+                    case .deleteUser(let user):
+                        _ = removeUser(user)
                     }
                 } while !r.isAtEnd
             } catch let error as StoreError {
@@ -449,11 +442,11 @@ public final class Store: @unchecked Sendable {
 
     // MARK: Snapshots
 
-    /// Sizes and times for `kernel.info`.
     /// Whether a snapshot is being written (on any thread). Readable from any thread without locking.
     public var isSnapshotRunning: Bool { snapshotRunning.isSet }
     private let snapshotRunning = SharedFlag()
 
+    /// Sizes and times for `kernel.info`.
     public var durability: (walBytes: Int, lastSnapshotAt: Timestamp?) {
         (logBytesWritten, snapshotState.withLock { $0.lastAt })
     }
@@ -482,7 +475,7 @@ public final class Store: @unchecked Sendable {
             clock.now().milliseconds - $0.milliseconds >= Int64(options.snapshotEverySeconds) * 1000
         } ?? false
         guard byCount || byTime else { return }
-        guard !snapshotState.withLock({ $0.running }) else { return }
+        guard !snapshotRunning.isSet else { return }
         let job = prepareSnapshot(dir: dir)
         spawnThread {
             // Requests come first: a background snapshot yields the CPU to the serving threads (nice 10
@@ -497,10 +490,7 @@ public final class Store: @unchecked Sendable {
     /// returns the work that writes the file, which may run on another thread.
     private func prepareSnapshot(dir: String) -> @Sendable () -> SnapshotInfo {
         snapshotRunning.set(true)
-        snapshotState.withLock {
-            $0.running = true
-            $0.failure = nil
-        }
+        snapshotState.withLock { $0.failure = nil }
         rotate()
         let snapSeq = seq
         let frozen = tableOrder.map { tables[$0]!.freeze() }
@@ -531,14 +521,13 @@ public final class Store: @unchecked Sendable {
                 _ = FileIO.fsyncDirectory(dir)
             }
             state.withLock {
-                $0.running = false
-                running.set(false)
                 $0.failure = failure
                 if failure == nil {
                     $0.last = info
                     $0.lastAt = createdAt
                 }
             }
+            running.set(false)  // after the outcome is recorded: a waiter reads it next
             return info
         }
     }
@@ -567,7 +556,7 @@ public final class Store: @unchecked Sendable {
     }
 
     private func waitForSnapshotWriter() {
-        while snapshotState.withLock({ $0.running }) { usleep(1000) }
+        while snapshotRunning.isSet { usleep(1000) }
     }
 
     /// Stops the way a crash would, without flushing or a final snapshot: closes the log and releases

@@ -48,34 +48,64 @@ public enum Change: Sendable, Equatable {
         }
     }
 
-    /// Appends the binary log form (format 2): an op byte `p`, `d` or `u`, then the strings and the value.
+    /// Appends the binary log form (format 2): its `Head`, then the value of a put.
     public func writeBinary(to out: inout [UInt8]) {
         switch self {
         case .put(let t, let u, let k, let v):
-            out.append(UInt8(ascii: "p"))
-            Binary.writeString(t, to: &out)
-            Binary.writeString(u, to: &out)
-            Binary.writeString(k, to: &out)
+            Head.put(table: t, user: u, key: k).write(to: &out)
             v.writeBinary(to: &out)
         case .delete(let t, let u, let k):
-            out.append(UInt8(ascii: "d"))
-            Binary.writeString(t, to: &out)
-            Binary.writeString(u, to: &out)
-            Binary.writeString(k, to: &out)
+            Head.delete(table: t, user: u, key: k).write(to: &out)
         case .deleteUser(let u):
-            out.append(UInt8(ascii: "u"))
-            Binary.writeString(u, to: &out)
+            Head.deleteUser(user: u).write(to: &out)
         }
     }
 
     /// Reads one change in the binary log form.
     public init(binary r: inout BinaryReader) throws(BinaryDecodeError) {
-        let offset = r.offset
-        switch try r.byte() {
-        case UInt8(ascii: "p"): self = .put(table: try r.string(), user: try r.string(), key: try r.string(), value: try JSON.readBinary(&r))
-        case UInt8(ascii: "d"): self = .delete(table: try r.string(), user: try r.string(), key: try r.string())
-        case UInt8(ascii: "u"): self = .deleteUser(user: try r.string())
-        default: throw BinaryDecodeError(offset: offset, "unknown change")
+        switch try Head.read(&r) {
+        case .put(let t, let u, let k): self = .put(table: t, user: u, key: k, value: try JSON.readBinary(&r))
+        case .delete(let t, let u, let k): self = .delete(table: t, user: u, key: k)
+        case .deleteUser(let u): self = .deleteUser(user: u)
+        }
+    }
+
+    /// A binary change up to its value: an op byte `p`, `d` or `u`, then table, user and key (string
+    /// bodies; only the user for `u`). A put's value follows in the binary form, written and read by
+    /// whoever has it (a typed row when committing or replaying, a JSON value for `store export`).
+    enum Head {
+        case put(table: String, user: String, key: String)
+        case delete(table: String, user: String, key: String)
+        case deleteUser(user: String)
+
+        func write(to out: inout [UInt8]) {
+            switch self {
+            case .put(let t, let u, let k):
+                out.append(UInt8(ascii: "p"))
+                Self.writeRow(t, u, k, &out)
+            case .delete(let t, let u, let k):
+                out.append(UInt8(ascii: "d"))
+                Self.writeRow(t, u, k, &out)
+            case .deleteUser(let u):
+                out.append(UInt8(ascii: "u"))
+                Binary.writeString(u, to: &out)
+            }
+        }
+
+        private static func writeRow(_ table: String, _ user: String, _ key: String, _ out: inout [UInt8]) {
+            Binary.writeString(table, to: &out)
+            Binary.writeString(user, to: &out)
+            Binary.writeString(key, to: &out)
+        }
+
+        static func read(_ r: inout BinaryReader) throws(BinaryDecodeError) -> Head {
+            let offset = r.offset
+            switch try r.byte() {
+            case UInt8(ascii: "p"): return .put(table: try r.string(), user: try r.string(), key: try r.string())
+            case UInt8(ascii: "d"): return .delete(table: try r.string(), user: try r.string(), key: try r.string())
+            case UInt8(ascii: "u"): return .deleteUser(user: try r.string())
+            default: throw BinaryDecodeError(offset: offset, "unknown change")
+            }
         }
     }
 
@@ -294,15 +324,12 @@ public struct Transaction {
         func writeBinary(to out: inout [UInt8]) {
             switch self {
             case .put(let table, let user, let key, let row):
-                out.append(UInt8(ascii: "p"))
-                Binary.writeString(table.name, to: &out)
-                Binary.writeString(user, to: &out)
-                Binary.writeString(key, to: &out)
+                Change.Head.put(table: table.name, user: user, key: key).write(to: &out)
                 row.writeStored(to: &out)
             case .delete(let table, let user, let key):
-                Change.delete(table: table.name, user: user, key: key).writeBinary(to: &out)
+                Change.Head.delete(table: table.name, user: user, key: key).write(to: &out)
             case .deleteUser(let user):
-                Change.deleteUser(user: user).writeBinary(to: &out)
+                Change.Head.deleteUser(user: user).write(to: &out)
             }
         }
 
