@@ -21,6 +21,13 @@ public enum StoreFiles {
         return nil
     }
 
+    /// Whether `bytes` are the start of a magic number of either version (an empty file counts): what a
+    /// segment holds when it has no records yet, or when writing its magic was cut short.
+    static func isMagicPrefix(_ bytes: [UInt8], wal: Bool) -> Bool {
+        let magics = wal ? [walMagic, walMagicV1] : [snapshotMagic, snapshotMagicV1]
+        return magics.contains { bytes.count <= $0.count && Array($0.prefix(bytes.count)) == bytes }
+    }
+
     /// `wal-<first seq, 20 digits>.log`.
     public static func segmentName(firstSeq: UInt64) -> String { "wal-\(padded(firstSeq)).log" }
     /// `snapshot-<seq, 20 digits>.snap`.

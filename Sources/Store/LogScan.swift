@@ -10,14 +10,24 @@ public struct DataDirScan {
     public var records: [LogRecord] = []
     /// Raw bytes of each segment read, by name (records point into them).
     public var segmentBytes: [String: [UInt8]] = [:]
-    /// Segments whose every record the snapshot already covers.
-    public var coveredSegments: [String] = []
-    /// A torn record at the very end of the last segment: cut off at this offset.
+    /// Segments recovery does not need: those whose every record the snapshot covers, and those that
+    /// hold no record at all (a rotation that failed half-way in an older version left such files).
+    /// Never the segment new records go to (`appendSegment`).
+    public var disposableSegments: [String] = []
+    /// The segment new records are appended to: an empty one named for the next record (a rotation
+    /// completed just before the stop), else the last segment holding records when it is written in
+    /// the current format; nil when the next write must start a new segment.
+    public var appendSegment: String?
+    /// A torn record at the very end of the last segment holding records: cut off at this offset.
     public var tornTail: (segment: String, offset: Int)?
     /// The last sequence number present.
     public var lastSeq: UInt64 = 0
 
     /// Reads `dir`; fails with the first damage that is not a torn tail.
+    ///
+    /// Which segments the snapshot covers is decided by their records, never by their names alone, and
+    /// a segment without records is never damage: whatever order failures happened in (a rotation that
+    /// failed, a snapshot whose clean-up was cut short), the records read are the records written.
     public static func read(_ dir: String) -> Result<DataDirScan, StoreDamage> {
         let listing = StoreFiles.list(dir)
         var scan = DataDirScan()
@@ -39,32 +49,38 @@ public struct DataDirScan {
             }
         }
         let base = scan.lastSeq
-        for (index, segment) in listing.segments.enumerated() {
-            let isLast = index == listing.segments.count - 1
-            if let next = listing.segments.dropFirst(index + 1).first, next.firstSeq <= base + 1 {
-                scan.coveredSegments.append(segment.name)  // everything in it is in the snapshot
-                continue
-            }
+        let magicCount = StoreFiles.walMagic.count
+        var withRecords: [(firstSeq: UInt64, name: String, bytes: [UInt8])] = []
+        var empty: [(firstSeq: UInt64, name: String, format: PayloadFormat?)] = []
+        for segment in listing.segments {
             guard let bytes = FileIO.readAll(dir + "/" + segment.name) else {
                 return .failure(StoreDamage(file: segment.name, offset: 0, detail: "cannot be read"))
             }
+            if bytes.count <= magicCount, StoreFiles.isMagicPrefix(bytes, wal: true) {
+                empty.append((segment.firstSeq, segment.name, StoreFiles.format(of: bytes, wal: true)))
+            } else {
+                withRecords.append((segment.firstSeq, segment.name, bytes))
+            }
+        }
+        var lastFormat: PayloadFormat?
+        var lastRecordsSeq: [String: UInt64] = [:]
+        for (index, segment) in withRecords.enumerated() {
+            let isLast = index == withRecords.count - 1
+            let bytes = segment.bytes
             scan.segmentBytes[segment.name] = bytes
-            let magicCount = StoreFiles.walMagic.count
             guard let format = StoreFiles.format(of: bytes, wal: true) else {
-                if isLast, bytes.count < magicCount, Array(bytes) == Array(StoreFiles.walMagic.prefix(bytes.count)) {
-                    scan.tornTail = (segment.name, 0)  // created, magic cut short
-                    continue
-                }
                 return .failure(StoreDamage(file: segment.name, offset: 0, detail: "not a healthkernel log segment (bad magic)"))
             }
             if segment.firstSeq > scan.lastSeq + 1 {
                 return .failure(StoreDamage(file: segment.name, offset: 0,
                                             detail: "starts at seq \(segment.firstSeq) but the data before ends at \(scan.lastSeq)"))
             }
+            lastFormat = format
             var offset = magicCount
             while offset < bytes.count {
                 switch RecordFraming.read(bytes, at: offset) {
                 case .success(let record):
+                    lastRecordsSeq[segment.name] = record.seq
                     if record.seq <= scan.lastSeq && record.seq <= base {
                         offset = record.end  // already in the snapshot
                         continue
@@ -86,6 +102,18 @@ public struct DataDirScan {
                 }
             }
         }
+        let next = StoreFiles.segmentName(firstSeq: scan.lastSeq + 1)
+        if let ready = empty.first(where: { $0.name == next && $0.format == .binary }) {
+            scan.appendSegment = ready.name
+        } else if let last = withRecords.last, lastFormat == .binary {
+            scan.appendSegment = last.name
+        }
+        for segment in withRecords where segment.name != scan.appendSegment {
+            if let lastSeq = lastRecordsSeq[segment.name], lastSeq > base { continue }
+            if scan.tornTail?.segment == segment.name { continue }
+            scan.disposableSegments.append(segment.name)
+        }
+        for segment in empty where segment.name != scan.appendSegment { scan.disposableSegments.append(segment.name) }
         return .success(scan)
     }
 

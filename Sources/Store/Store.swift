@@ -38,6 +38,8 @@ public struct StoreOptions: Sendable {
     public var segmentBytes = 64 * 1024 * 1024
     /// Test hook: appends fail with ENOSPC once the log would pass this many bytes in total.
     public var failAppendsBeyondBytes: Int?
+    /// Test hook: makes chosen file operations fail (a full disk at any step of any write).
+    public var faults: FaultInjector?
 
     /// Options for `dataDir` (nil: memory only).
     public init(dataDir: String?) { self.dataDir = dataDir }
@@ -101,6 +103,7 @@ public final class Store: @unchecked Sendable {
     private var refuseWrites: String?
 
     // Files (nil in memory-only mode).
+    private var disk: Disk?
     private var lockFD: Int32 = -1
     private let segment = Locked(SegmentState())
     private var logBytesWritten = 0
@@ -109,6 +112,8 @@ public final class Store: @unchecked Sendable {
     private let snapshotState = Locked(SnapshotState())
     private var syncerStop: Locked<Bool>?
 
+    /// The log segment records are appended to. `fd` is -1 while there is none (a full disk kept the
+    /// last one from being started): the next append starts it.
     struct SegmentState {
         var fd: Int32 = -1
         var name = ""
@@ -187,8 +192,10 @@ public final class Store: @unchecked Sendable {
     }
 
     private func recover(_ dir: String) throws(StoreOpenError) {
+        let disk = Disk(dir: dir, faults: options.faults)
+        self.disk = disk
         let listing = StoreFiles.list(dir)
-        for leftover in listing.leftovers { unlink(dir + "/" + leftover) }
+        for leftover in listing.leftovers { _ = disk.unlink(leftover) }
         let scan: DataDirScan
         switch DataDirScan.read(dir) {
         case .success(let s): scan = s
@@ -216,38 +223,66 @@ public final class Store: @unchecked Sendable {
                 throw .io("cannot truncate \(path): \(FileIO.describe(errno))")
             }
         }
-        for name in scan.coveredSegments { unlink(dir + "/" + name) }
-        let remaining = StoreFiles.list(dir).segments
-        let lastFormat = remaining.last.flatMap { last in
-            FileIO.readAll(dir + "/" + last.name, limit: 8).flatMap { StoreFiles.format(of: $0, wal: true) }
+        // Whatever is left is harmless to the next start too (it is read by its records), so a removal
+        // that fails is only logged.
+        for name in scan.disposableSegments {
+            if let e = disk.unlink(name) { log("\(e); it holds nothing recovery needs") }
         }
-        if let last = remaining.last, lastFormat == .binary {
-            try openSegment(dir: dir, name: last.name, create: false)
-        } else {
-            // A segment in the older format is kept for reading; new records go to a new segment.
-            if let last = remaining.last, lastFormat == nil { unlink(dir + "/" + last.name) }  // only a torn magic
-            try openSegment(dir: dir, name: StoreFiles.segmentName(firstSeq: seq + 1), create: true)
+        if let name = scan.appendSegment {
+            let fd: Int32
+            switch disk.open(name, create: false) {
+            case .success(let f): fd = f
+            case .failure(let e): throw .io("\(e) in \(dir)")
+            }
+            install(fd: fd, name: name, size: disk.size(name) ?? 0)
         }
-        logBytesWritten = remaining.reduce(0) { $0 + (FileIO.size(dir + "/" + $1.name) ?? 0) }
+        // Without a segment to append to (an older format, or none yet), the first write starts one: a
+        // full disk then refuses that write with -32050 instead of stopping start-up.
+        logBytesWritten = StoreFiles.list(dir).segments.reduce(0) { $0 + (disk.size($1.name) ?? 0) }
         if options.fsync == .everysec { startSyncer() }
     }
 
-    private func openSegment(dir: String, name: String, create: Bool) throws(StoreOpenError) {
-        let path = dir + "/" + name
-        let fd = Glibc.open(path, O_WRONLY | O_APPEND | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0), 0o644)
-        guard fd >= 0 else { throw .io("cannot open \(path): \(FileIO.describe(errno))") }
-        if create {
-            let failure = StoreFiles.walMagic.withUnsafeBytes { FileIO.writeAll(fd, $0) }
-            if let failure { Glibc.close(fd); throw .io("cannot write \(path): \(FileIO.describe(failure))") }
-            if fsync(fd) != 0 || FileIO.fsyncDirectory(dir) != nil { Glibc.close(fd); throw .io("cannot sync \(path)") }
-        }
-        let size = FileIO.size(path) ?? 0
+    /// Makes `fd` (the segment `name`, `size` bytes long) the one records are appended to.
+    private func install(fd: Int32, name: String, size: Int) {
         let old = segment.withLock { s -> Int32 in
             let old = s.fd
             s = SegmentState(fd: fd, name: name, size: size, dirty: false, syncFailed: s.syncFailed)
             return old
         }
         if old >= 0 { Glibc.close(old) }
+    }
+
+    /// Starts the segment whose first record is `firstSeq` and appends to it from now on. The segment
+    /// appears under its name complete with its magic or not at all: it is written as a temp file, synced,
+    /// renamed and the folder synced. On failure the folder is left as it was and the current segment stays.
+    private func startSegment(firstSeq: UInt64) -> DiskError? {
+        guard let disk else { return nil }
+        let name = StoreFiles.segmentName(firstSeq: firstSeq)
+        if segment.withLock({ $0.name }) == name { return nil }
+        // Records always go to the newest segment, so a file with this name and records in it cannot be
+        // ours to replace; an empty one (a failed rotation of an older version) can.
+        if let size = disk.size(name), size > StoreFiles.walMagic.count { return DiskError("start", name, EEXIST) }
+        let tmp = name + ".tmp"
+        let fd: Int32
+        switch disk.open(tmp, create: true, truncate: true) {
+        case .success(let f): fd = f
+        case .failure(let e): return e
+        }
+        var failure = StoreFiles.walMagic.withUnsafeBytes { disk.write(fd, tmp, $0) } ?? disk.sync(fd, tmp)
+        var renamed = false
+        if failure == nil {
+            failure = disk.rename(tmp, to: name)
+            renamed = failure == nil
+        }
+        if failure == nil { failure = disk.syncDirectory() }
+        if let failure {
+            Glibc.close(fd)
+            _ = disk.unlink(renamed ? name : tmp)
+            if renamed { _ = disk.syncDirectory() }
+            return failure
+        }
+        install(fd: fd, name: name, size: StoreFiles.walMagic.count)
+        return nil
     }
 
     // MARK: Writing
@@ -367,25 +402,32 @@ public final class Store: @unchecked Sendable {
 
     private func writePending() {
         let count = pending.count
-        let failure: String? = segment.withLock { s in
-            if let limit = options.failAppendsBeyondBytes, logBytesWritten + count > limit {
-                return FileIO.describe(ENOSPC)
+        var failure: String?
+        if segment.withLock({ $0.fd }) < 0, let e = startSegment(firstSeq: seqBeforePending + 1) {
+            failure = e.description
+        }
+        if failure == nil, let disk {
+            failure = segment.withLock { s in
+                if let limit = options.failAppendsBeyondBytes, logBytesWritten + count > limit {
+                    return FileIO.describe(ENOSPC)
+                }
+                if let error = pending.withUnsafeBytes({ disk.write(s.fd, s.name, $0) }) {
+                    // Leave no partial record behind; if even that fails, what the segment holds is
+                    // unknown and no later record may follow it: stop as after a failed fsync.
+                    if let e = disk.truncate(s.fd, s.name, to: s.size) { s.syncFailed = e.description }
+                    return error.description
+                }
+                s.size += count
+                switch options.fsync {
+                case .always:
+                    if let e = disk.sync(s.fd, s.name) { s.syncFailed = e.description }
+                case .everysec:
+                    s.dirty = true
+                case .never:
+                    break
+                }
+                return nil
             }
-            let error = pending.withUnsafeBytes { FileIO.writeAll(s.fd, $0) }
-            if let error {
-                _ = ftruncate(s.fd, off_t(s.size))  // leave no partial record behind
-                return FileIO.describe(error)
-            }
-            s.size += count
-            switch options.fsync {
-            case .always:
-                if fdatasync(s.fd) != 0 { s.syncFailed = FileIO.describe(errno) }
-            case .everysec:
-                s.dirty = true
-            case .never:
-                break
-            }
-            return nil
         }
         if let failure {
             log("log write failed (\(failure)); \(lastCommitID - pendingFirstCommit + 1) write(s) undone and answered -32050")
@@ -403,23 +445,23 @@ public final class Store: @unchecked Sendable {
     }
 
     /// Starts a new segment at the next sequence number (syncing the old one first), unless the
-    /// current one already starts there (it holds no records yet).
+    /// current one already starts there (it holds no records yet). A segment that cannot be started
+    /// leaves the current one in use: rotation is never needed for correctness.
     private func rotate() {
-        guard let dir = options.dataDir else { return }
+        guard let disk else { return }
         let next = StoreFiles.segmentName(firstSeq: seq + 1)
         guard segment.withLock({ $0.name }) != next else { return }
         let synced = segment.withLock { s -> Bool in
+            guard s.fd >= 0 else { return true }
             if s.dirty || options.fsync != .never {
-                if fdatasync(s.fd) != 0 { s.syncFailed = FileIO.describe(errno); return false }
+                if let e = disk.sync(s.fd, s.name) { s.syncFailed = e.description; return false }
                 s.dirty = false
             }
             return true
         }
         guard synced else { return }
-        do {
-            try openSegment(dir: dir, name: next, create: true)
-        } catch {
-            log("cannot start a new log segment: \(error); continuing in the current one")
+        if let e = startSegment(firstSeq: seq + 1) {
+            log("cannot start a new log segment (\(e)); records go on into the current one")
         }
     }
 
@@ -427,13 +469,14 @@ public final class Store: @unchecked Sendable {
         let stop = Locked(false)
         syncerStop = stop
         let segment = self.segment
+        guard let disk else { return }
         spawnThread {
             while true {
                 usleep(200_000)
                 if stop.withLock({ $0 }) { return }
                 segment.withLock { s in
-                    guard s.dirty, s.syncFailed == nil else { return }
-                    if fdatasync(s.fd) != 0 { s.syncFailed = FileIO.describe(errno) }
+                    guard s.dirty, s.syncFailed == nil, s.fd >= 0 else { return }
+                    if let e = disk.sync(s.fd, s.name) { s.syncFailed = e.description }
                     s.dirty = false
                 }
             }
@@ -453,7 +496,7 @@ public final class Store: @unchecked Sendable {
 
     /// Takes a snapshot now and returns once it is durable (queued writes are flushed first).
     public func snapshot() throws(StoreError) -> SnapshotInfo {
-        guard let dir = options.dataDir else { throw StoreError.unavailable("a memory-only kernel keeps no snapshots") }
+        guard let disk else { throw StoreError.unavailable("a memory-only kernel keeps no snapshots") }
         if let refuseWrites { throw StoreError.unavailable(refuseWrites) }
         if !pending.isEmpty {
             let before = failedCommits.count
@@ -461,7 +504,7 @@ public final class Store: @unchecked Sendable {
             if failedCommits.count > before { throw StoreError.unavailable("the log could not be written") }
         }
         waitForSnapshotWriter()
-        let job = prepareSnapshot(dir: dir)
+        let job = prepareSnapshot(disk: disk)
         let info = job()
         if let failure = snapshotState.withLock({ $0.failure }) { throw StoreError.unavailable(failure) }
         return info
@@ -469,14 +512,14 @@ public final class Store: @unchecked Sendable {
 
     /// Starts a background snapshot when enough records or time have passed since the last one.
     public func snapshotIfDue() {
-        guard let dir = options.dataDir, refuseWrites == nil, pending.isEmpty, recordsSinceSnapshot > 0 else { return }
+        guard let disk, refuseWrites == nil, pending.isEmpty, recordsSinceSnapshot > 0 else { return }
         let byCount = recordsSinceSnapshot >= options.snapshotEveryRecords
         let byTime = options.snapshotEverySeconds > 0 && firstChangeSinceSnapshot.map {
             clock.now().milliseconds - $0.milliseconds >= Int64(options.snapshotEverySeconds) * 1000
         } ?? false
         guard byCount || byTime else { return }
         guard !snapshotRunning.isSet else { return }
-        let job = prepareSnapshot(dir: dir)
+        let job = prepareSnapshot(disk: disk)
         spawnThread {
             // Requests come first: a background snapshot yields the CPU to the serving threads (nice 10
             // weighs about a tenth of a normal thread), so it slows down under load rather than them.
@@ -488,24 +531,30 @@ public final class Store: @unchecked Sendable {
 
     /// Freezes the tables and starts a new segment, so the snapshot covers exactly the older segments;
     /// returns the work that writes the file, which may run on another thread.
-    private func prepareSnapshot(dir: String) -> @Sendable () -> SnapshotInfo {
+    private func prepareSnapshot(disk: Disk) -> @Sendable () -> SnapshotInfo {
         snapshotRunning.set(true)
         snapshotState.withLock { $0.failure = nil }
         rotate()
         let snapSeq = seq
         let frozen = tableOrder.map { tables[$0]!.freeze() }
-        let obsoleteSegments = StoreFiles.list(dir).segments.filter { $0.firstSeq <= snapSeq }.map(\.name)
+        // The snapshot covers the segments before the one records go to now: every record in them is at
+        // most `snapSeq`. The current segment is never among them, whether the rotation above worked
+        // (it then starts at snapSeq + 1) or failed (it then holds records on both sides of snapSeq).
+        let current = segment.withLock { $0.fd >= 0 ? $0.name : nil }
+        let segments = StoreFiles.list(disk.dir).segments
+        let covered = segments.prefix { $0.name != current }.map(\.name)
         recordsSinceSnapshot = 0
         firstChangeSinceSnapshot = nil
         let createdAt = clock.now()
         let state = snapshotState
         let running = snapshotRunning
+        let segment = self.segment
         let log = self.log
         return {
             let started = monotonicMicros()
             let name = StoreFiles.snapshotName(seq: snapSeq)
             var size = 0
-            let failure = Self.writeDurably(dir: dir, name: name) { write in
+            let failure = disk.writeDurably(name) { write in
                 StoreFiles.encodeSnapshot(seq: snapSeq, createdAt: createdAt.description, tables: frozen) { chunk in
                     size += chunk.count
                     write(chunk)
@@ -515,13 +564,14 @@ public final class Store: @unchecked Sendable {
             if let failure {
                 log("snapshot failed: \(failure); the log still holds everything")
             } else {
-                // Only now that the new snapshot is durable do older snapshots and covered segments go.
-                for old in StoreFiles.list(dir).snapshots where old.seq < snapSeq { unlink(dir + "/" + old.name) }
-                for old in obsoleteSegments { unlink(dir + "/" + old) }
-                _ = FileIO.fsyncDirectory(dir)
+                // Only now that the new snapshot is durable do older snapshots and covered segments go. A
+                // removal that fails leaves a file the next start reads by its records and removes then.
+                for old in StoreFiles.list(disk.dir).snapshots where old.seq < snapSeq { _ = disk.unlink(old.name) }
+                for old in covered where old != segment.withLock({ $0.name }) { _ = disk.unlink(old) }
+                _ = disk.syncDirectory()
             }
             state.withLock {
-                $0.failure = failure
+                $0.failure = failure?.description
                 if failure == nil {
                     $0.last = info
                     $0.lastAt = createdAt
@@ -530,29 +580,6 @@ public final class Store: @unchecked Sendable {
             running.set(false)  // after the outcome is recorded: a waiter reads it next
             return info
         }
-    }
-
-    /// Writes what `produce` hands its `write` callback, chunk by chunk, to `dir/name` through a temp
-    /// file, fsync, rename and folder fsync. After a failed write the rest is skipped.
-    static func writeDurably(dir: String, name: String, _ produce: (_ write: ([UInt8]) -> Void) -> Void) -> String? {
-        let tmp = dir + "/" + name + ".tmp"
-        let fd = Glibc.open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { return "cannot create \(tmp): \(FileIO.describe(errno))" }
-        var error: Int32?
-        produce { chunk in
-            if error == nil { error = chunk.withUnsafeBytes { FileIO.writeAll(fd, $0) } }
-        }
-        let synced = error == nil && fsync(fd) == 0
-        Glibc.close(fd)
-        guard error == nil, synced else {
-            unlink(tmp)
-            return "cannot write \(tmp): \(FileIO.describe(error ?? errno))"
-        }
-        guard rename(tmp, dir + "/" + name) == 0 else {
-            unlink(tmp)
-            return "cannot rename \(tmp): \(FileIO.describe(errno))"
-        }
-        return FileIO.fsyncDirectory(dir).map { "cannot sync \(dir): \(FileIO.describe($0))" }
     }
 
     private func waitForSnapshotWriter() {
@@ -584,7 +611,7 @@ public final class Store: @unchecked Sendable {
     private func release(syncFirst: Bool) {
         syncerStop?.withLock { $0 = true }
         let fd = segment.withLock { s -> Int32 in
-            if syncFirst && s.dirty { _ = fdatasync(s.fd) }
+            if syncFirst && s.dirty && s.fd >= 0 { _ = fdatasync(s.fd) }
             let fd = s.fd
             s.fd = -1
             return fd
