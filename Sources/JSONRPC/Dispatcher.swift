@@ -24,8 +24,14 @@ public final class Dispatcher {
     private let onInternalError: (String) -> Void
     /// The store's commit log; nil for a kernel without writes.
     public var journal: CommitJournal?
-    /// Writes answered since the last `endBatch`.
+    /// Answers given since the journal was last flushed that depend on writes not yet durable.
     private var pendingWrites: [PendingWrite] = []
+    /// Answers to replace with -32050 at the end of the batch: their writes failed to be logged.
+    private var refusedWrites: [PendingWrite] = []
+    /// The last commit id the journal has flushed (made durable, or refused and undone).
+    private var settledCommitID: UInt64 = 0
+    /// A flush in the middle of this batch failed to sync: the kernel stops after answering it.
+    private var syncFailed = false
 
     /// A dispatcher; `onInternalError` receives the details of bugs that are answered -32603.
     public init(registry: MethodRegistry, authenticator: Authenticator, clock: Clock, stats: RequestStats,
@@ -118,37 +124,66 @@ public final class Dispatcher {
     private static let envelopeKeys: Set<String> = ["jsonrpc", "id", "method", "params"]
 
     /// Handles one request object; returns whether a response was written (notifications write none).
+    ///
+    /// No answer may show state that a failed flush then undoes. Writes of one read batch share one
+    /// flush (group commit), so: a read first flushes the writes before it (it then sees only durable
+    /// state), and the answer of a write method that commits nothing itself (an idempotent repeat, a
+    /// refusal) shares the fate of the unflushed writes it saw: -32050 if they fail.
     private func handleRequest(_ request: JSON, started: UInt64, into out: inout [UInt8]) -> Bool {
-        let commitsBefore = journal?.lastCommitID ?? 0
-        let (id, outcome) = evaluate(request)
+        let (id, target) = envelope(request)
+        let outcome: Outcome
+        var commitsSeen: ClosedRange<UInt64>?
+        switch target {
+        case .failure(let error):
+            outcome = .failure(error)
+        case .success(let (method, params)):
+            if !method.mutates, let journal, journal.lastCommitID > settledCommitID { settle() }
+            let before = journal?.lastCommitID ?? 0
+            outcome = call(method, params)
+            let after = journal?.lastCommitID ?? 0
+            if after > before {
+                commitsSeen = (settledCommitID + 1)...after
+            } else if method.mutates, before > settledCommitID {
+                commitsSeen = (settledCommitID + 1)...before
+            }
+        }
         stats.record(micros: monotonicMicros() - started, failed: { if case .failure = outcome { true } else { false } }())
-        let commitsAfter = journal?.lastCommitID ?? 0
         guard let id else { return false }
         let start = out.count
         writeResponse(id: id, outcome: outcome, into: &out)
-        if commitsAfter > commitsBefore {
-            pendingWrites.append(PendingWrite(range: start..<out.count, id: id, commits: (commitsBefore + 1)...commitsAfter))
-        }
+        if let commitsSeen { pendingWrites.append(PendingWrite(range: start..<out.count, id: id, commits: commitsSeen)) }
         return true
     }
 
-    /// Makes the batch's writes durable before their responses go out. Responses of writes that failed
-    /// are replaced by -32050 in `out` (their changes were undone). Returns true when syncing failed and
-    /// the kernel must stop after writing `out`.
-    public func endBatch(_ out: inout [UInt8]) -> Bool {
-        guard let journal else { return false }
+    /// Flushes the journal; answers that depend on writes that failed are marked for -32050.
+    private func settle() {
+        guard let journal else { return }
         let (failed, fatal) = journal.flushCommits()
-        defer { pendingWrites.removeAll(keepingCapacity: true) }
-        guard fatal || !failed.isEmpty else { return false }
-        let doomed = pendingWrites.filter { w in fatal || failed.contains { $0.overlaps(w.commits) } }
-        guard !doomed.isEmpty else { return fatal }
+        settledCommitID = journal.lastCommitID
+        if fatal { syncFailed = true }
+        if fatal || !failed.isEmpty {
+            refusedWrites += pendingWrites.filter { w in fatal || failed.contains { $0.overlaps(w.commits) } }
+        }
+        pendingWrites.removeAll(keepingCapacity: true)
+    }
+
+    /// Makes the batch's writes durable before their responses go out. Answers that depend on writes
+    /// that failed are replaced by -32050 in `out` (those changes were undone). Returns true when syncing
+    /// failed and the kernel must stop after writing `out`.
+    public func endBatch(_ out: inout [UInt8]) -> Bool {
+        settle()
+        let fatal = syncFailed
+        syncFailed = false
+        defer { refusedWrites.removeAll(keepingCapacity: true) }
+        guard !refusedWrites.isEmpty else { return fatal }
         let error = RPCError.storageUnavailable(fatal
             ? "Storage failed: syncing the log failed, the kernel is stopping; the write may not be durable"
             : "Storage failed: the write was not applied")
+        // Ranges were recorded in output order and nothing before them has moved since.
         var rebuilt: [UInt8] = []
         rebuilt.reserveCapacity(out.count)
         var cursor = 0
-        for w in doomed {
+        for w in refusedWrites {
             rebuilt.append(contentsOf: out[cursor..<w.range.lowerBound])
             writeResponse(id: w.id, outcome: .failure(error), into: &rebuilt)
             cursor = w.range.upperBound
@@ -158,8 +193,8 @@ public final class Dispatcher {
         return fatal
     }
 
-    /// The response id (nil for a notification) and the outcome of one request.
-    private func evaluate(_ request: JSON) -> (JSON?, Outcome) {
+    /// The response id (nil for a notification), and the method and params to call or why not.
+    private func envelope(_ request: JSON) -> (JSON?, Result<(RegisteredMethod, JSONObject), RPCError>) {
         guard case .object(let envelope) = request else {
             return (.null, .failure(.invalidRequest("a request must be an object")))
         }
@@ -195,7 +230,7 @@ public final class Dispatcher {
         guard let method = registry.method(named: name) else {
             return (responseID, .failure(.methodNotFound(name)))
         }
-        return (responseID, call(method, params))
+        return (responseID, .success((method, params)))
     }
 
     private func call(_ method: RegisteredMethod, _ params: JSONObject) -> Outcome {
