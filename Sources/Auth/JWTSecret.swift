@@ -22,15 +22,18 @@ public enum JWTSecret {
         let path = dataDir + "/" + fileName
         if let existing = read(path) { return existing }
         let secret = Array(Base64URL.encode(Identifiers.randomBytes(48)).utf8)
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        if fd < 0 {
-            if errno == EEXIST, let existing = read(path) { return existing }  // another process made it first
-            throw AuthSetupError("cannot create \(path): errno \(errno)")
+        // A file too short to be a secret never signed anything (the start that wrote it failed, as an
+        // older version's did when the disk filled up): it is replaced rather than blocking every start.
+        let tooShort = access(path, F_OK) == 0
+        switch DurableFile.create(dir: dataDir, name: fileName, bytes: secret, replacing: tooShort) {
+        case .created:
+            return secret
+        case .exists:
+            if let existing = read(path) { return existing }  // another process made it first
+            throw AuthSetupError("\(fileName) in the data dir is unreadable or shorter than 32 bytes")
+        case .failed(let message):
+            throw AuthSetupError(message)
         }
-        defer { close(fd) }
-        let written = secret.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        guard written == secret.count, fsync(fd) == 0 else { throw AuthSetupError("cannot write \(path)") }
-        return secret
     }
 
     private static func read(_ path: String) -> [UInt8]? {
