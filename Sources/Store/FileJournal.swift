@@ -1,0 +1,140 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Chrono
+import Threads
+
+/// The journal of a data dir: a write-ahead log in segments (`Segments`), snapshots beside it
+/// (`Snapshots.swift`), recovery from both (`DataDirScan`), and an exclusive lock so that one kernel
+/// owns the dir. Used from the serving thread; checkpoints and `everysec` syncing run on helper threads.
+final class FileJournal: Journal {
+    let options: StoreOptions
+    let disk: Disk
+    let clock: Clock
+    let log: @Sendable (String) -> Void
+    let segments: Segments
+    private var lockFD: Int32 = -1
+
+    /// Framed records not yet written, and the sequence number before the first of them.
+    private var queued: [UInt8] = []
+    private var seqBeforeQueued: UInt64 = 0
+    private var queuedRecords = 0
+    /// The last record in the log.
+    private(set) var lastSeq: UInt64 = 0
+    private var logBytes = 0
+    var recordsSinceCheckpoint = 0
+    var firstChangeSinceCheckpoint: Timestamp?
+    let checkpoints = Locked(CheckpointState())
+    let checkpointRunning = SharedFlag()
+
+    init(options: StoreOptions, dir: String, clock: Clock, log: @escaping @Sendable (String) -> Void) {
+        self.options = options
+        self.disk = Disk(dir: dir, faults: options.faults)
+        self.clock = clock
+        self.log = log
+        self.segments = Segments(disk: disk, fsync: options.fsync)
+    }
+
+    var keepsRecords: Bool { true }
+
+    // MARK: open
+
+    func open(_ load: (DataDirScan) throws(StoreOpenError) -> Void) throws(StoreOpenError) -> UInt64 {
+        let dir = disk.dir
+        if let e = FileIO.makeDirectories(dir) { throw .io("cannot create data dir \(dir): \(FileIO.describe(e))") }
+        lockFD = try DataDirLock.acquire(dir)
+        do {
+            try recover(load)
+        } catch {
+            DataDirLock.release(lockFD)  // a refused start leaves the data dir free for `store repair`
+            lockFD = -1
+            throw error
+        }
+        return lastSeq
+    }
+
+    private func recover(_ load: (DataDirScan) throws(StoreOpenError) -> Void) throws(StoreOpenError) {
+        let dir = disk.dir
+        for leftover in StoreFiles.list(dir).leftovers { _ = disk.unlink(leftover) }
+        let scan: DataDirScan
+        switch DataDirScan.read(dir) {
+        case .success(let s): scan = s
+        case .failure(let d): throw .damaged(d)
+        }
+        try load(scan)
+        if let snapshot = scan.snapshot, let name = scan.snapshotName {
+            checkpoints.withLock {
+                $0.lastAt = Timestamp(rfc3339: snapshot.createdAt)
+                $0.last = SnapshotInfo(seq: snapshot.seq, bytes: disk.size(name) ?? 0, durationMs: 0)
+            }
+        }
+        lastSeq = scan.lastSeq
+        recordsSinceCheckpoint = scan.records.count
+        if let torn = scan.tornTail {
+            let path = disk.path(torn.segment)
+            log("log \(torn.segment) ends in a torn record at byte \(torn.offset); cutting it off (it was never acknowledged)")
+            if truncate(path, off_t(max(torn.offset, 0))) != 0 {
+                throw .io("cannot truncate \(path): \(FileIO.describe(errno))")
+            }
+        }
+        // Whatever is left is harmless to the next start too (it is read by its records), so a removal
+        // that fails is only logged.
+        for name in scan.disposableSegments {
+            if let e = disk.unlink(name) { log("\(e); it holds nothing recovery needs") }
+        }
+        // Without a segment to append to (an older format, or none yet), the first write starts one: a
+        // full disk then refuses that write with -32050 instead of stopping start-up.
+        if let name = scan.appendSegment, let e = segments.reopen(name) { throw .io("\(e) in \(dir)") }
+        logBytes = StoreFiles.list(dir).segments.reduce(0) { $0 + (disk.size($1.name) ?? 0) }
+        if options.fsync == .everysec { segments.startSyncer() }
+    }
+
+    // MARK: append and flush
+
+    func append(seq: UInt64, _ payload: (inout [UInt8]) -> Void) {
+        if queued.isEmpty { seqBeforeQueued = seq - 1 }
+        queuedRecords += 1
+        RecordFraming.appendRecord(seq: seq, to: &queued, payload)
+    }
+
+    var hasQueued: Bool { !queued.isEmpty }
+
+    func flush() -> String? {
+        guard !queued.isEmpty else { return nil }
+        defer {
+            queued.removeAll(keepingCapacity: true)
+            queuedRecords = 0
+        }
+        var failure: String?
+        if segments.current == nil { failure = segments.start(firstSeq: seqBeforeQueued + 1)?.description }
+        if failure == nil, let limit = options.failAppendsBeyondBytes, logBytes + queued.count > limit {
+            failure = FileIO.describe(ENOSPC)
+        }
+        if failure == nil { failure = segments.append(queued) }
+        if let failure { return failure }
+        logBytes += queued.count
+        lastSeq = seqBeforeQueued + UInt64(queuedRecords)
+        recordsSinceCheckpoint += queuedRecords
+        if firstChangeSinceCheckpoint == nil { firstChangeSinceCheckpoint = clock.now() }
+        if segments.size >= options.segmentBytes, let why = segments.rotate(nextSeq: lastSeq + 1) {
+            log("cannot start a new log segment (\(why)); records go on into the current one")
+        }
+        return nil
+    }
+
+    var syncFailure: String? { segments.syncFailure }
+
+    var durability: (walBytes: Int, lastSnapshotAt: Timestamp?) {
+        (logBytes, checkpoints.withLock { $0.lastAt })
+    }
+
+    // MARK: close
+
+    func close(sync: Bool) {
+        segments.close(sync: sync)
+        DataDirLock.release(lockFD)
+        lockFD = -1
+    }
+}
