@@ -4,6 +4,8 @@
 Sections: upload throughput, round-trip latency, start-up, recovery and snapshot. Every figure is the
 median of several runs; ratios are computed run by run. Prints a table and writes
 Benchmarks/results/latest.json. Usage: python3 Benchmarks/bench.py [--requests N] [--users U] [--runs R]
+[--baseline BIN]: with a baseline (another healthkernel binary, say the last release), throughput, restart
+from a snapshot and snapshot time are measured for it too, in the same runs, and printed side by side.
 """
 import argparse, base64, hashlib, hmac, json, os, platform, shutil, socket, statistics, subprocess, sys, tempfile, time
 
@@ -112,8 +114,8 @@ def count_lines_until(stream, expected):
     return seen
 
 
-def serve(data_dir, *extra):
-    return [HK, "serve", "--data-dir", data_dir, "--jwt-secret", SECRET, "--log-level", "error"] + list(extra)
+def serve(data_dir, *extra, binary=None):
+    return [binary or HK, "serve", "--data-dir", data_dir, "--jwt-secret", SECRET, "--log-level", "error"] + list(extra)
 
 
 def percentile(values, p):
@@ -129,26 +131,37 @@ def free_port():
 
 # ---------------------------------------------------------------- 1. throughput
 
-def run_kernel_ingest(tmp, n, users, data_dir, extra=()):
+def run_kernel_ingest(tmp, n, users, data_dir, extra=(), binary=None):
     expected = n + users
     cat = subprocess.Popen(["cat", os.path.join(tmp, "kernel.jsonl")], stdout=subprocess.PIPE)
     start = time.perf_counter()
-    k = subprocess.Popen(serve(data_dir, "--fsync", "everysec", *extra), stdin=cat.stdout, stdout=subprocess.PIPE)
+    k = subprocess.Popen(serve(data_dir, "--fsync", "everysec", *extra, binary=binary), stdin=cat.stdout, stdout=subprocess.PIPE)
     cat.stdout.close()
     seen = count_lines_until(k.stdout, expected)
     elapsed = time.perf_counter() - start
     return k, seen, elapsed
 
 
-def throughput(tmp, n, users, runs):
+def ingest_seconds(tmp, n, users, data_dir, binary=None):
+    shutil.rmtree(data_dir, ignore_errors=True)
+    k, seen, seconds = run_kernel_ingest(tmp, n, users, data_dir, binary=binary)
+    k.stdout.close()
+    k.wait()
+    assert seen == n + users, f"kernel answered {seen} of {n + users}"
+    return seconds
+
+
+def throughput(tmp, n, users, runs, baseline=None):
     results = []
     for r in range(runs):
         log(f"throughput run {r + 1}/{runs}")
         data_dir = os.path.join(tmp, "hk-data-%d" % r)
-        k, seen, kernel_s = run_kernel_ingest(tmp, n, users, data_dir)
-        k.stdout.close()
-        k.wait()
-        assert seen == n + users, f"kernel answered {seen} of {n + users}"
+        # With a baseline, the two binaries take turns going first, so neither always meets a warmer cache.
+        if baseline and r % 2 == 0:
+            baseline_s = ingest_seconds(tmp, n, users, os.path.join(tmp, "hk-baseline"), baseline)
+        kernel_s = ingest_seconds(tmp, n, users, data_dir)
+        if baseline and r % 2 == 1:
+            baseline_s = ingest_seconds(tmp, n, users, os.path.join(tmp, "hk-baseline"), baseline)
         # Redis 7, AOF everysec, on its own loopback port and temp dir.
         rdir = os.path.join(tmp, "redis-%d" % r)
         os.makedirs(rdir)
@@ -173,6 +186,8 @@ def throughput(tmp, n, users, runs):
         sqlite_s = time.perf_counter() - start
         results.append({"kernel_rps": (n + users) / kernel_s, "redis_rps": n / redis_s, "sqlite_rps": n / sqlite_s,
                         "vs_redis": ((n + users) / kernel_s) / (n / redis_s), "vs_sqlite": ((n + users) / kernel_s) / (n / sqlite_s)})
+        if baseline:
+            results[-1] |= {"baseline_rps": (n + users) / baseline_s, "vs_baseline": baseline_s / kernel_s}
         if r < runs - 1:
             shutil.rmtree(data_dir, ignore_errors=True)
     return {k: statistics.median(x[k] for x in results) for k in results[0]} | {"runs": results}, os.path.join(tmp, "hk-data-%d" % (runs - 1))
@@ -245,9 +260,9 @@ def startup(tmp, runs):
 
 # ---------------------------------------------------------------- 4. recovery and snapshot
 
-def first_response_ms(data_dir):
+def first_response_ms(data_dir, binary=None):
     start = time.perf_counter()
-    k = subprocess.Popen(serve(data_dir), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    k = subprocess.Popen(serve(data_dir, binary=binary), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     k.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"kernel.info"}\n')
     k.stdin.flush()
     k.stdout.readline()
@@ -265,6 +280,27 @@ def rss_kib(pid):
 
 def recovery(tmp, n, users, snapshot_dir, runs):
     return median_of([recovery_once(tmp, n, users, snapshot_dir) for _ in range(runs)])
+
+
+def restart_and_snapshot(data_dir, binary=None):
+    """Restart from the snapshot a clean shutdown left, then one kernel.snapshot of everything."""
+    k, restart_ms = first_response_ms(data_dir, binary)
+    k.stdin.write(('{"jsonrpc":"2.0","id":2,"method":"kernel.snapshot","params":{"auth":"%s"}}\n' % SERVICE).encode())
+    k.stdin.flush()
+    reply = json.loads(k.stdout.readline())
+    k.stdin.close()
+    k.wait()
+    return restart_ms, reply.get("result", {}).get("durationMs")
+
+
+def baseline_comparison(tmp, snapshot_dir, baseline, runs):
+    """Restart and snapshot times of this build and the baseline, alternating, on data each one wrote."""
+    results = []
+    for r in range(runs):
+        mine = restart_and_snapshot(snapshot_dir)
+        theirs = restart_and_snapshot(os.path.join(tmp, "hk-baseline"), baseline)
+        results.append({"restartMs": mine[0], "baselineRestartMs": theirs[0], "snapshotMs": mine[1], "baselineSnapshotMs": theirs[1]})
+    return median_of(results)
 
 
 def recovery_once(tmp, n, users, snapshot_dir):
@@ -336,6 +372,7 @@ def main():
     ap.add_argument("--users", type=int, default=10_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--rtt", type=int, default=20_000)
+    ap.add_argument("--baseline", help="another healthkernel binary to measure beside this build")
     args = ap.parse_args()
     ensure_tools()
     tmp = tempfile.mkdtemp(prefix="hk-bench-")
@@ -343,7 +380,7 @@ def main():
         compile_helpers(tmp)
         log(f"generating {args.requests} uploads for {args.users} users")
         write_inputs(tmp, args.requests, args.users)
-        tp, snapshot_dir = throughput(tmp, args.requests, args.users, args.runs)
+        tp, snapshot_dir = throughput(tmp, args.requests, args.users, args.runs, args.baseline)
         tp["jansson_parse_only_lps"] = jansson_ceiling(tmp, args.runs)
         log("round trips")
         rt = round_trips(tmp, args.rtt, args.runs)
@@ -353,6 +390,9 @@ def main():
         rc = recovery(tmp, args.requests, args.users, snapshot_dir, args.runs)
         result = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
                   "params": vars(args), "throughput": tp, "roundTrip": rt, "startupMs": st, "recovery": rc}
+        if args.baseline:
+            log("baseline: restart and snapshot")
+            result["baseline"] = baseline_comparison(tmp, snapshot_dir, args.baseline, args.runs)
         os.makedirs(os.path.join(BENCH, "results"), exist_ok=True)
         with open(os.path.join(BENCH, "results", "latest.json"), "w") as f:
             json.dump(result, f, indent=2)
@@ -386,6 +426,12 @@ def report(r):
     print(f"   p99 kernel.info, normal / during snapshot {rc['p99MicrosNormal']:>7.0f} / {rc['p99MicrosDuringSnapshot']:.0f} us = {rc['p99Ratio']:.1f}x (target <= 3x)")
     ratio = rc["memoryToSnapshotRatio"]
     print(f"   resident memory / snapshot size          {rc['residentKiB'] / 1024:>8.0f} MiB / {rc['snapshotBytes'] / 2**20:.0f} MiB = {ratio:.1f}x (target <= 2x)")
+    if "baseline" in r:
+        b = r["baseline"]
+        print(f"\n5. Against the baseline {r['params']['baseline']} (same runs; median)")
+        print(f"   pipelined uploads     {tp['kernel_rps']:>10,.0f} req/s vs {tp['baseline_rps']:>10,.0f} req/s = {tp['vs_baseline']:.2f}x")
+        print(f"   restart from snapshot {b['restartMs']:>10.0f} ms    vs {b['baselineRestartMs']:>10.0f} ms")
+        print(f"   snapshot              {b['snapshotMs']:>10.0f} ms    vs {b['baselineSnapshotMs']:>10.0f} ms")
     print("\nwritten to Benchmarks/results/latest.json")
 
 

@@ -43,7 +43,7 @@ public struct Credentials: RPCParams {
 }
 
 /// `auth.signUp`.
-public struct SignUp: RPCMethod {
+public struct AuthSignUp: RPCMethod {
     public static let name = "auth.signUp"
     public static let summary = "Creates an account with email and password and signs it in."
     public static let mutates = true
@@ -59,7 +59,7 @@ public struct SignUp: RPCMethod {
 }
 
 /// `auth.signIn`.
-public struct SignIn: RPCMethod {
+public struct AuthSignIn: RPCMethod {
     public static let name = "auth.signIn"
     public static let summary = "Signs in with email and password; 5 failures per email in 15 minutes are throttled."
     public static let mutates = true
@@ -75,7 +75,7 @@ public struct SignIn: RPCMethod {
 }
 
 /// `auth.refresh`.
-public struct Refresh: RPCMethod {
+public struct AuthRefresh: RPCMethod {
     public struct Params: RPCParams {
         let refreshToken: String
         public init(from p: inout ObjectReader) throws(FieldError) {
@@ -98,7 +98,7 @@ public struct Refresh: RPCMethod {
 }
 
 /// `auth.signOut`.
-public struct SignOut: RPCMethod {
+public struct AuthSignOut: RPCMethod {
     public struct Params: RPCParams {
         let all: Bool
         public init(from p: inout ObjectReader) throws(FieldError) {
@@ -121,7 +121,7 @@ public struct SignOut: RPCMethod {
 }
 
 /// `auth.exchange`.
-public struct Exchange: RPCMethod {
+public struct AuthExchange: RPCMethod {
     public struct Params: RPCParams {
         let provider: String
         let idToken: String
@@ -148,7 +148,7 @@ public struct Exchange: RPCMethod {
 }
 
 /// `auth.user`.
-public struct CurrentUser: RPCMethod {
+public struct AuthUser: RPCMethod {
     public static let name = "auth.user"
     public static let summary = "The account the token belongs to."
     public static let mutates = false
@@ -162,7 +162,7 @@ public struct CurrentUser: RPCMethod {
 }
 
 /// `auth.deleteUser`.
-public struct DeleteUser: RPCMethod {
+public struct AuthDeleteUser: RPCMethod {
     public static let name = "auth.deleteUser"
     public static let summary = "Deletes the token's account and every record of it in every domain."
     public static let mutates = true

@@ -9,14 +9,14 @@ import Store
 public struct AuthTables: Sendable {
     public let users: Table<UserRow>
     public let index: Table<IndexRow>
-    public let sessions: Table<SessionRow>
+    public let sessions: Table<SignInRow>
     public let refresh: Table<RefreshRow>
 
     /// Registers the tables.
     public init(_ store: Store) {
         users = store.table("auth.users", of: UserRow.self)
         index = store.table("auth.index", of: IndexRow.self)
-        sessions = store.table("auth.sessions", of: SessionRow.self)
+        sessions = store.table("auth.sessions", of: SignInRow.self)
         refresh = store.table("auth.refresh", of: RefreshRow.self)
     }
 }
@@ -114,7 +114,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         return Identity(userId: verified.userId, role: verified.role, sessionId: verified.sessionId)
     }
 
-    /// Checks signature and claims of an access token (PROTOCOL.md section 5).
+    /// Checks signature and claims of an access token (protocol/auth.md).
     func verify(_ token: String, now: Timestamp) throws(TokenError) -> VerifiedToken {
         let jwt = try JWT(token)
         let key: VerificationKey
@@ -166,7 +166,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     /// Starts a session for `user`: a session row, a refresh token and an access token.
     func startSession(_ user: UserRow, _ tx: inout Transaction, now: Timestamp) -> JSON {
         let sid = Identifiers.uuid()
-        tx.put(tables.sessions, user: user.id, key: sid, SessionRow(createdAt: now.milliseconds, revoked: false))
+        tx.put(tables.sessions, user: user.id, key: sid, SignInRow(createdAt: now.milliseconds, revoked: false))
         return tokens(for: user, sessionId: sid, &tx, now: now)
     }
 

@@ -45,7 +45,7 @@ public struct IndexRow: StoredRow {
 
 /// A sign-in session (`auth.sessions`, keyed by session id in the user's partition). Access tokens
 /// carry its id as `sid`; revoking it ends them and its refresh tokens at once.
-public struct SessionRow: StoredRow {
+public struct SignInRow: StoredRow {
     public let createdAt: Int64
     public var revoked: Bool
     public init(createdAt: Int64, revoked: Bool) {

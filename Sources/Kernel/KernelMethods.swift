@@ -97,7 +97,7 @@ struct KernelInfo: RPCMethod {
 public enum KernelVersion {
     /// The kernel's release.
     public static let version = "0.1.0"
-    /// The version of the wire contract (PROTOCOL.md).
+    /// The version of the wire contract (protocol/openrpc.json).
     public static let protocolVersion = "1.0"
 }
 

@@ -63,11 +63,11 @@ struct TestDump: RPCMethod {
     let table: Table<TestValue>
 
     func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> JSON {
-        let rows = table.rows(of: testUser)
         var keys = Set<String>()
-        for k in rows.keys { keys.insert(String(k.dropFirst(2))) }
+        for (k, _) in table.rows(of: testUser) { keys.insert(String(k.dropFirst(2))) }
         let list: [JSON] = keys.sorted().map { k in
-            ["key": .string(k), "a": .optional(rows["a/" + k]?.value), "b": .optional(rows["b/" + k]?.value)]
+            ["key": .string(k), "a": .optional(table.get(user: testUser, key: "a/" + k)?.value),
+             "b": .optional(table.get(user: testUser, key: "b/" + k)?.value)]
         }
         return ["rows": .array(list)]
     }

@@ -53,7 +53,7 @@ func checkSize(_ value: JSON, _ limit: Int, _ field: String) throws(FieldError) 
 }
 
 /// `screentime.getConnection`.
-public struct GetConnection: RPCMethod {
+public struct ScreenTimeGetConnection: RPCMethod {
     public static let name = "screentime.getConnection"
     public static let summary = "The Screen Time connection: enabled, time zone, last upload, app selection."
     public static let mutates = false
@@ -67,7 +67,7 @@ public struct GetConnection: RPCMethod {
 }
 
 /// `screentime.updateConnection`.
-public struct UpdateConnection: RPCMethod {
+public struct ScreenTimeUpdateConnection: RPCMethod {
     public struct Params: RPCParams {
         let enabled: Bool?
         let timezone: Zone?
@@ -102,7 +102,7 @@ public struct UpdateConnection: RPCMethod {
 }
 
 /// `screentime.claim`.
-public struct Claim: RPCMethod {
+public struct ScreenTimeClaim: RPCMethod {
     public struct Params: RPCParams {
         let date: CalendarDate
         let minutes: Int64
@@ -125,7 +125,7 @@ public struct Claim: RPCMethod {
 }
 
 /// `screentime.upload`.
-public struct Upload: RPCMethod {
+public struct ScreenTimeUpload: RPCMethod {
     public struct Params: RPCParams {
         let date: CalendarDate
         let verifiedMinutes: Int64
@@ -157,7 +157,7 @@ public struct Upload: RPCMethod {
 }
 
 /// `screentime.day`.
-public struct Day: RPCMethod {
+public struct ScreenTimeDay: RPCMethod {
     public struct Params: RPCParams {
         let date: CalendarDate
         public init(from p: inout ObjectReader) throws(FieldError) { date = try p.required("date") }
@@ -177,7 +177,7 @@ public struct Day: RPCMethod {
 }
 
 /// `screentime.history`.
-public struct History: RPCMethod {
+public struct ScreenTimeHistory: RPCMethod {
     public struct Params: RPCParams {
         let from: CalendarDate
         let to: CalendarDate
@@ -206,7 +206,7 @@ public struct History: RPCMethod {
 }
 
 /// `screentime.penalties`.
-public struct Penalties: RPCMethod {
+public struct ScreenTimePenalties: RPCMethod {
     public struct Params: RPCParams {
         let from: CalendarDate?
         let to: CalendarDate?
@@ -238,7 +238,7 @@ public struct Penalties: RPCMethod {
 }
 
 /// `screentime.logEvent`.
-public struct LogEvent: RPCMethod {
+public struct ScreenTimeLogEvent: RPCMethod {
     static let types: Set<String> = ["intervalDidStart", "intervalDidEnd", "eventDidReachThreshold", "eventWillReachThresholdWarning"]
     public struct Params: RPCParams {
         let type: String
@@ -247,8 +247,8 @@ public struct LogEvent: RPCMethod {
         let at: Timestamp
         public init(from p: inout ObjectReader) throws(FieldError) {
             type = try p.required("type")
-            guard LogEvent.types.contains(type) else {
-                throw .outOfRange(p.path("type"), "must be one of \(LogEvent.types.sorted().joined(separator: ", "))")
+            guard ScreenTimeLogEvent.types.contains(type) else {
+                throw .outOfRange(p.path("type"), "must be one of \(ScreenTimeLogEvent.types.sorted().joined(separator: ", "))")
             }
             activity = try p.text("activity", maxBytes: Limits.textBytes)
             event = try p.optionalText("event", maxBytes: Limits.textBytes)
@@ -275,7 +275,7 @@ public struct LogEvent: RPCMethod {
 }
 
 /// `screentime.events`.
-public struct Events: RPCMethod {
+public struct ScreenTimeEvents: RPCMethod {
     public struct Params: RPCParams {
         let limit: Int
         public init(from p: inout ObjectReader) throws(FieldError) {
@@ -302,7 +302,7 @@ public struct Events: RPCMethod {
 }
 
 /// `rewards.earn`.
-public struct Earn: RPCMethod {
+public struct RewardsEarn: RPCMethod {
     public struct Params: RPCParams {
         let xp: Int64
         let reason: String
@@ -332,7 +332,7 @@ public struct Earn: RPCMethod {
 }
 
 /// `rewards.redeem`.
-public struct Redeem: RPCMethod {
+public struct RewardsRedeem: RPCMethod {
     public struct Params: RPCParams {
         let xp: Int64
         public init(from p: inout ObjectReader) throws(FieldError) { xp = try p.required("xp", in: 1...ScreenTimeService.maxXP) }
@@ -352,7 +352,7 @@ public struct Redeem: RPCMethod {
 }
 
 /// `rewards.spend`.
-public struct Spend: RPCMethod {
+public struct RewardsSpend: RPCMethod {
     public struct Params: RPCParams {
         let minutes: Int64
         public init(from p: inout ObjectReader) throws(FieldError) { minutes = try p.required("minutes", in: 1...1440) }
@@ -372,7 +372,7 @@ public struct Spend: RPCMethod {
 }
 
 /// `rewards.balance`.
-public struct Balance: RPCMethod {
+public struct RewardsBalance: RPCMethod {
     public static let name = "rewards.balance"
     public static let summary = "XP and unlock minutes held."
     public static let mutates = false

@@ -19,7 +19,7 @@ public struct Verdict: Sendable, Equatable {
     public let penaltyPoints: Int64
 }
 
-/// The pure rules of Screen Time verification and rewards (PROTOCOL.md section 6).
+/// The pure rules of Screen Time verification and rewards (protocol/openrpc.json, `screentime.*` and `rewards.*`).
 public enum Rules {
     /// The verdict for a day with these minutes.
     public static func verdict(claimed: Int64?, verified: Int64?, toleranceMinutes: Int64, pointsPerMinute: Int64) -> Verdict {

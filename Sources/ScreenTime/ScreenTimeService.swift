@@ -138,19 +138,17 @@ public final class ScreenTimeService: @unchecked Sendable {
     }
 
     func history(_ user: String, from: CalendarDate, to: CalendarDate, includeRaw: Bool) -> JSON {
-        let (lo, hi) = (from.description, to.description)
-        let days = tables.days.rows(of: user).filter { $0.key >= lo && $0.key <= hi }.sorted { $0.key < $1.key }
-        return ["days": .array(days.map { record(CalendarDate($0.key)!, $0.value, includeRaw: includeRaw) })]
+        let days = tables.days.scan(user: user, from: from.description, to: to.description)
+        return ["days": .array(days.map { record(CalendarDate($0.key)!, $0.row, includeRaw: includeRaw) })]
     }
 
     func penalties(_ user: String, from: CalendarDate?, to: CalendarDate?) -> JSON {
-        let lo = from?.description ?? "", hi = to?.description ?? "~"
-        let rows = tables.penalties.rows(of: user).filter { $0.key >= lo && $0.key <= hi }.sorted { $0.key < $1.key }
+        let rows = tables.penalties.scan(user: user, from: from?.description, to: to?.description)
         let entries: [JSON] = rows.map {
-            ["date": .string($0.key), "points": .int($0.value.points), "deltaMinutes": .int($0.value.deltaMinutes),
-             "appliedAt": .timestamp($0.value.appliedAt)]
+            ["date": .string($0.key), "points": .int($0.row.points), "deltaMinutes": .int($0.row.deltaMinutes),
+             "appliedAt": .timestamp($0.row.appliedAt)]
         }
-        return ["totalPoints": .int(rows.reduce(0) { $0 + $1.value.points }), "entries": .array(entries)]
+        return ["totalPoints": .int(rows.reduce(0) { $0 + $1.row.points }), "entries": .array(entries)]
     }
 
     static func verdictJSON(_ date: CalendarDate, _ v: Verdict) -> JSON {
@@ -181,10 +179,10 @@ public final class ScreenTimeService: @unchecked Sendable {
     }
 
     func events(_ user: String, limit: Int) -> JSON {
-        let rows = tables.events.rows(of: user).sorted { $0.key > $1.key }.prefix(limit)
+        let rows = tables.events.scan(user: user, reverse: true, limit: limit)
         return ["events": .array(rows.map { e in
-            ["type": .string(e.value.type), "activity": .string(e.value.activity), "event": .optional(e.value.event),
-             "at": .timestamp(e.value.at), "receivedAt": .timestamp(e.value.receivedAt)]
+            ["type": .string(e.row.type), "activity": .string(e.row.activity), "event": .optional(e.row.event),
+             "at": .timestamp(e.row.at), "receivedAt": .timestamp(e.row.receivedAt)]
         })]
     }
 

@@ -46,7 +46,7 @@ func clientSessionID(_ p: inout ObjectReader) throws(FieldError) -> String? {
 }
 
 /// `sessions.record`.
-public struct Record: RPCMethod {
+public struct SessionsRecord: RPCMethod {
     public struct Params: RPCParams {
         let startTime: Timestamp
         let durationSeconds: Int64
@@ -78,7 +78,7 @@ public struct Record: RPCMethod {
 }
 
 /// `sessions.start`.
-public struct Start: RPCMethod {
+public struct SessionsStart: RPCMethod {
     public struct Params: RPCParams {
         let clientSessionId: String?
         public init(from p: inout ObjectReader) throws(FieldError) { clientSessionId = try clientSessionID(&p) }
@@ -98,7 +98,7 @@ public struct Start: RPCMethod {
 }
 
 /// `sessions.pause`.
-public struct Pause: RPCMethod {
+public struct SessionsPause: RPCMethod {
     public static let name = "sessions.pause"
     public static let summary = "Pauses the timer; paused time does not count."
     public static let mutates = true
@@ -111,7 +111,7 @@ public struct Pause: RPCMethod {
 }
 
 /// `sessions.resume`.
-public struct Resume: RPCMethod {
+public struct SessionsResume: RPCMethod {
     public static let name = "sessions.resume"
     public static let summary = "Resumes a paused timer."
     public static let mutates = true
@@ -124,7 +124,7 @@ public struct Resume: RPCMethod {
 }
 
 /// `sessions.stop`.
-public struct Stop: RPCMethod {
+public struct SessionsStop: RPCMethod {
     public static let name = "sessions.stop"
     public static let summary = "Stops the timer and records the session (elapsed time without pauses)."
     public static let mutates = true
@@ -137,7 +137,7 @@ public struct Stop: RPCMethod {
 }
 
 /// `sessions.active`.
-public struct Active: RPCMethod {
+public struct SessionsActive: RPCMethod {
     public static let name = "sessions.active"
     public static let summary = "The running or paused timer, or null."
     public static let mutates = false
@@ -149,7 +149,7 @@ public struct Active: RPCMethod {
 }
 
 /// `sessions.get`.
-public struct Get: RPCMethod {
+public struct SessionsGet: RPCMethod {
     public static let name = "sessions.get"
     public static let summary = "One of the user's sessions."
     public static let mutates = false
@@ -165,7 +165,7 @@ public struct Get: RPCMethod {
 }
 
 /// `sessions.list`.
-public struct List: RPCMethod {
+public struct SessionsList: RPCMethod {
     public struct Params: RPCParams {
         let from: Timestamp?
         let to: Timestamp?
@@ -215,7 +215,7 @@ public struct List: RPCMethod {
 }
 
 /// `sessions.delete`.
-public struct Delete: RPCMethod {
+public struct SessionsDelete: RPCMethod {
     public static let name = "sessions.delete"
     public static let summary = "Deletes one of the user's sessions."
     public static let mutates = true
@@ -232,7 +232,7 @@ public struct Delete: RPCMethod {
 }
 
 /// `sessions.stats`.
-public struct Stats: RPCMethod {
+public struct SessionsStats: RPCMethod {
     public struct Params: RPCParams {
         let zone: Zone
         public init(from p: inout ObjectReader) throws(FieldError) { zone = try p.optional("timezone") ?? Zone.utc }

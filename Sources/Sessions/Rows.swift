@@ -3,7 +3,7 @@ import JSON
 import Store
 
 /// A recorded session (`sessions.records`, key: session id).
-public struct SessionRow: StoredRow {
+public struct MeditationRow: StoredRow {
     public let startTime: Int64
     public let durationSeconds: Int64
     public let endTime: Int64
@@ -73,13 +73,13 @@ public struct ClientIDRow: StoredRow {
 
 /// The sessions tables, registered with the store before it recovers.
 public struct SessionTables: Sendable {
-    public let records: Table<SessionRow>
+    public let records: Table<MeditationRow>
     public let timer: Table<TimerRow>
     public let clientIds: Table<ClientIDRow>
 
     /// Registers the tables.
     public init(_ store: Store) {
-        records = store.table("sessions.records", of: SessionRow.self)
+        records = store.table("sessions.records", of: MeditationRow.self)
         timer = store.table("sessions.timer", of: TimerRow.self)
         clientIds = store.table("sessions.clientIds", of: ClientIDRow.self)
     }

@@ -1,6 +1,6 @@
 import Chrono
 
-/// The pure rules of meditation sessions (PROTOCOL.md section 7).
+/// The pure rules of meditation sessions (protocol/sessions.md).
 public enum SessionRules {
     /// Longest session, in seconds.
     public static let maxDuration: Int64 = 86_400

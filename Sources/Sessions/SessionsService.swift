@@ -19,7 +19,7 @@ public final class SessionsService: @unchecked Sendable {
         self.cursorKey = SymmetricKey(data: SHA256.hash(data: Array("healthkernel sessions cursor".utf8) + cursorSecret))
     }
 
-    static func sessionJSON(_ id: String, _ s: SessionRow) -> JSON {
+    static func sessionJSON(_ id: String, _ s: MeditationRow) -> JSON {
         ["sessionId": .string(id), "startTime": .timestamp(s.startTime), "durationSeconds": .int(s.durationSeconds),
          "endTime": .timestamp(s.endTime), "createdAt": .timestamp(s.createdAt), "clientSessionId": .optional(s.clientSessionId)]
     }
@@ -31,7 +31,7 @@ public final class SessionsService: @unchecked Sendable {
     }
 
     /// The session a client id already made, if any.
-    private func existing(_ user: String, clientSessionId: String?) -> (String, SessionRow)? {
+    private func existing(_ user: String, clientSessionId: String?) -> (String, MeditationRow)? {
         guard let cid = clientSessionId, let link = tables.clientIds.get(user: user, key: cid),
               let row = tables.records.get(user: user, key: link.sessionId) else { return nil }
         return (link.sessionId, row)
@@ -49,7 +49,7 @@ public final class SessionsService: @unchecked Sendable {
             throw RPCError.invalidParams("params.endTime", reason: "out_of_range",
                                          "params.endTime is earlier than startTime + durationSeconds")
         }
-        let row = SessionRow(startTime: start.milliseconds, durationSeconds: duration, endTime: end?.milliseconds ?? minimumEnd,
+        let row = MeditationRow(startTime: start.milliseconds, durationSeconds: duration, endTime: end?.milliseconds ?? minimumEnd,
                              createdAt: now.milliseconds, clientSessionId: clientSessionId)
         let id = Identifiers.uuid()
         var tx = Transaction()
@@ -106,7 +106,7 @@ public final class SessionsService: @unchecked Sendable {
     func stop(_ user: String, now: Timestamp) throws(RPCError) -> JSON {
         let t = try activeTimer(user)
         let elapsed = SessionRules.elapsedMs(accumulatedMs: t.accumulatedMs, runningSinceMs: t.runningSince, nowMs: now.milliseconds)
-        let row = SessionRow(startTime: t.startedAt, durationSeconds: SessionRules.recordedDuration(elapsedMs: elapsed),
+        let row = MeditationRow(startTime: t.startedAt, durationSeconds: SessionRules.recordedDuration(elapsedMs: elapsed),
                              endTime: max(now.milliseconds, t.startedAt + SessionRules.recordedDuration(elapsedMs: elapsed) * 1000),
                              createdAt: now.milliseconds, clientSessionId: t.clientSessionId)
         var tx = Transaction()
@@ -163,18 +163,18 @@ public final class SessionsService: @unchecked Sendable {
     func list(_ user: String, from: Timestamp?, to: Timestamp?, limit: Int, after: Position?) -> JSON {
         let lo = from?.milliseconds ?? Int64.min, hi = to?.milliseconds ?? Int64.max
         let candidates = tables.records.rows(of: user)
-            .filter { $0.value.startTime >= lo && $0.value.startTime < hi }
-            .filter { after?.precedes($0.value.startTime, $0.key) ?? true }
-            .sorted { ($0.value.startTime, $0.key) > ($1.value.startTime, $1.key) }
+            .filter { $0.row.startTime >= lo && $0.row.startTime < hi }
+            .filter { after?.precedes($0.row.startTime, $0.key) ?? true }
+            .sorted { ($0.row.startTime, $0.key) > ($1.row.startTime, $1.key) }
         let page = candidates.prefix(limit)
-        let next = candidates.count > limit ? page.last.map { encodeCursor(Position(startTime: $0.value.startTime, sessionId: $0.key)) } : nil
-        return ["sessions": .array(page.map { Self.sessionJSON($0.key, $0.value) }), "nextCursor": .optional(next)]
+        let next = candidates.count > limit ? page.last.map { encodeCursor(Position(startTime: $0.row.startTime, sessionId: $0.key)) } : nil
+        return ["sessions": .array(page.map { Self.sessionJSON($0.key, $0.row) }), "nextCursor": .optional(next)]
     }
 
     // MARK: Stats
 
     func stats(_ user: String, zone: Zone, now: Timestamp) -> JSON {
-        let rows = tables.records.rows(of: user).values
+        let rows = tables.records.rows(of: user).map(\.row)
         let today = zone.localDate(at: now)
         var days = Set<CalendarDate>()
         var total: Int64 = 0, last7: Int64 = 0, last30: Int64 = 0

@@ -183,11 +183,12 @@ struct TableOps {
     }
 }
 
-/// A table of typed rows, partitioned by user: reads are direct, writes go through a `Transaction`.
+/// A table of typed rows, partitioned by user and in key order within a partition: reads are direct,
+/// writes go through a `Transaction`.
 public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
     /// The table's name in the log and snapshots (`domain.things`).
     public let name: String
-    @usableFromInline var rows: [String: [String: Row]] = [:]
+    @usableFromInline var rows: [String: Partition<Row>] = [:]
     @usableFromInline var storedCount = 0
     /// Set once by `Store.table`.
     @usableFromInline var ops: TableOps?
@@ -205,9 +206,17 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
         rows[user]?[key]
     }
 
-    /// Every row of `user`, by key.
-    public func rows(of user: String) -> [String: Row] {
-        rows[user] ?? [:]
+    /// Every row of `user`, in key order.
+    public func rows(of user: String) -> [(key: String, row: Row)] {
+        scan(user: user)
+    }
+
+    /// Rows of `user` in key order, or reverse key order: keys from `from` through `to` (either end open),
+    /// beyond `after` in the scan direction (where the previous page ended), at most `limit`.
+    public func scan(user: String, from: String? = nil, to: String? = nil, after: String? = nil, reverse: Bool = false,
+                     limit: Int = .max) -> [(key: String, row: Row)] {
+        guard let mine = rows[user] else { return [] }
+        return mine.positions(from: from, to: to, after: after, reverse: reverse, limit: limit).map { (mine.keys[$0], mine.rows[$0]) }
     }
 
     /// How many users have rows.
@@ -235,8 +244,9 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
     /// Puts `count` rows of `user` (key, value, repeated) with one outer lookup.
     @inlinable
     func setGroup(_ user: String, _ count: Int, _ reader: inout BinaryReader) throws(StoreError) {
-        var mine = rows.removeValue(forKey: user) ?? [:]
-        mine.reserveCapacity(mine.count + count)
+        var mine = rows.removeValue(forKey: user) ?? Partition()
+        mine.keys.reserveCapacity(mine.count + count)
+        mine.rows.reserveCapacity(mine.count + count)
         for _ in 0..<count {
             let key: String
             do {
@@ -244,7 +254,8 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
             } catch {
                 throw StoreError.corrupt("\(name): \(error)")
             }
-            if mine.updateValue(try Row(binaryStored: &reader), forKey: key) == nil { storedCount += 1 }
+            // Snapshots list a partition's rows in key order, so this appends.
+            if mine.set(key, try Row(binaryStored: &reader)) == nil { storedCount += 1 }
         }
         rows[user] = mine
     }
@@ -252,13 +263,13 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
     @inlinable
     @discardableResult
     func set(_ user: String, _ key: String, _ row: Row) -> Row? {
-        let old = rows[user, default: [:]].updateValue(row, forKey: key)
+        let old = rows[user, default: Partition()].set(key, row)
         if old == nil { storedCount += 1 }
         return old
     }
 
     func delete(user: String, key: String) -> (any StoredRow)? {
-        guard let old = rows[user]?.removeValue(forKey: key) else { return nil }
+        guard let old = rows[user]?.remove(key) else { return nil }
         storedCount -= 1
         if rows[user]?.isEmpty == true { rows[user] = nil }
         return old
@@ -266,23 +277,23 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
 
     func restore(user: String, key: String, _ row: any StoredRow) {
         guard let row = row as? Row else { return }
-        if rows[user, default: [:]].updateValue(row, forKey: key) == nil { storedCount += 1 }
+        if rows[user, default: Partition()].set(key, row) == nil { storedCount += 1 }
     }
 
     func removeUser(_ user: String) -> Any {
-        guard let mine = rows.removeValue(forKey: user) else { return [String: Row]() }
+        guard let mine = rows.removeValue(forKey: user) else { return Partition<Row>() }
         storedCount -= mine.count
         return mine
     }
 
     func restoreUser(_ user: String, _ removed: Any) {
-        guard let mine = removed as? [String: Row], !mine.isEmpty else { return }
+        guard let mine = removed as? Partition<Row>, !mine.isEmpty else { return }
         rows[user] = mine
         storedCount += mine.count
     }
 
     func storedRows(of user: String) -> [(String, JSON)] {
-        (rows[user] ?? [:]).map { ($0.key, $0.value.stored) }
+        scan(user: user).map { ($0.key, $0.row.stored) }
     }
 
     func freeze() -> FrozenTable {
@@ -300,9 +311,9 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
                     groupWritten(&out, count)
                     count = 0
                 }
-                for (key, row) in mine {
-                    Binary.writeString(key, to: &group)
-                    row.writeStored(to: &group)
+                for i in mine.keys.indices {
+                    Binary.writeString(mine.keys[i], to: &group)
+                    mine.rows[i].writeStored(to: &group)
                     count += 1
                     if group.count >= StoreFiles.snapshotRecordBytes { emit() }
                 }

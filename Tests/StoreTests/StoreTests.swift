@@ -432,3 +432,57 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         #expect(back == JSON.object(JSONObject([("a", [1, -2, 2.5, "x", nil, true, ["k": "v"]])])))
     }
 }
+
+/// Partitions keep keys in order through every kind of change, and scans page through them.
+@Suite struct OrderedPartitionTests {
+    @Test func randomChangesKeepKeyOrderAndScansMatchASortedModel() throws {
+        let h = try Harness()
+        var model: [String: String] = [:]
+        var rng = SystemRandomNumberGenerator()
+        for i in 0..<600 {
+            let key = "k" + String(Int.random(in: 0..<200, using: &rng))
+            var tx = Transaction()
+            if Int.random(in: 0..<4, using: &rng) == 0 {
+                tx.delete(h.notes, user: "u1", key: key)
+                model[key] = nil
+            } else {
+                tx.put(h.notes, user: "u1", key: key, Note("v\(i)"))
+                model[key] = "v\(i)"
+            }
+            try h.store.commit(tx)
+        }
+        _ = h.store.flush()
+        let sorted = model.keys.sorted()
+        #expect(h.notes.rows(of: "u1").map(\.key) == sorted)
+        #expect(h.notes.scan(user: "u1", reverse: true).map(\.key) == sorted.reversed())
+        for k in sorted { #expect(h.notes.get(user: "u1", key: k)?.text == model[k]) }
+        // Bounds, both directions, paging with `after`.
+        let (lo, hi) = ("k10", "k5")
+        let inRange = sorted.filter { $0 >= lo && $0 <= hi }
+        #expect(h.notes.scan(user: "u1", from: lo, to: hi).map(\.key) == inRange)
+        #expect(h.notes.scan(user: "u1", from: lo, to: hi, reverse: true).map(\.key) == inRange.reversed())
+        var paged: [String] = []
+        var after: String?
+        repeat {
+            let page = h.notes.scan(user: "u1", from: lo, to: hi, after: after, limit: 7)
+            paged += page.map(\.key)
+            after = page.count == 7 ? page.last?.key : nil
+        } while after != nil
+        #expect(paged == inRange)
+        var back: [String] = []
+        after = nil
+        repeat {
+            let page = h.notes.scan(user: "u1", after: after, reverse: true, limit: 5)
+            back += page.map(\.key)
+            after = page.count == 5 ? page.last?.key : nil
+        } while after != nil
+        #expect(back == sorted.reversed())
+        #expect(h.notes.scan(user: "u1", limit: 0).isEmpty && h.notes.scan(user: "nobody").isEmpty)
+        // A snapshot and a restart keep it all, in order.
+        _ = try h.store.snapshot()
+        h.store.abandon()
+        let again = try Harness(dir: h.dir)
+        #expect(again.notes.rows(of: "u1").map(\.key) == sorted)
+        again.store.abandon()
+    }
+}
