@@ -8,14 +8,16 @@ import Store
 /// The auth tables, registered with the store before it recovers.
 public struct AuthTables: Sendable {
     public let users: Table<UserRow>
-    public let index: Table<IndexRow>
+    /// Where releases before 0.2 kept the email and identity lookups (in a shared `*` partition); read
+    /// once at start-up and moved into unique keys (`upgradeLegacyIndex`).
+    let legacyIndex: Table<IndexRow>
     public let sessions: Table<SignInRow>
     public let refresh: Table<RefreshRow>
 
     /// Registers the tables.
     public init(_ store: Store) {
         users = store.table("auth.users", of: UserRow.self)
-        index = store.table("auth.index", of: IndexRow.self)
+        legacyIndex = store.table("auth.index", of: IndexRow.self)
         sessions = store.table("auth.sessions", of: SignInRow.self)
         refresh = store.table("auth.refresh", of: RefreshRow.self)
     }
@@ -26,8 +28,8 @@ public struct AuthTables: Sendable {
 public final class AuthService: Authenticator, @unchecked Sendable {
     /// `iss` of the tokens the kernel issues.
     public static let issuer = "healthkernel"
-    /// Partition of the shared lookup rows (email and identity index): no user id looks like it.
-    static let shared = "*"
+    /// The partition older releases kept the email and identity lookups in.
+    static let legacyShared = "*"
     static let profileKey = "profile"
     /// Failed sign-ins per email before throttling, and the window they count in.
     static let maxFailures = 5
@@ -231,14 +233,14 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     }
 
     func signUp(email: String, password: String, now: Timestamp) throws(RPCError) -> JSON {
-        guard tables.index.get(user: Self.shared, key: "email:" + email) == nil else {
+        guard store.holder(of: .email(email)) == nil else {
             throw RPCError.conflict("email_taken", "An account with this email already exists")
         }
         let user = UserRow(id: Identifiers.uuid(), email: email, createdAt: now.milliseconds, identities: ["password"],
                            passwordHash: Passwords.hash(password))
         var tx = Transaction()
         tx.put(tables.users, user: user.id, key: Self.profileKey, user)
-        tx.put(tables.index, user: Self.shared, key: "email:" + email, IndexRow(userId: user.id))
+        tx.claim(.email(email), for: user.id)
         let session = startSession(user, &tx, now: now)
         try commit(tx)
         return session
@@ -250,8 +252,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         guard recent.count < Self.maxFailures else {
             throw RPCError.rateLimited("Too many failed sign-ins for this email; try again later")
         }
-        let user = tables.index.get(user: Self.shared, key: "email:" + email)
-            .flatMap { tables.users.get(user: $0.userId, key: Self.profileKey) }
+        let user = store.holder(of: .email(email)).flatMap { tables.users.get(user: $0, key: Self.profileKey) }
         let ok = Passwords.verify(password, against: user?.passwordHash ?? Passwords.decoy)
         guard ok, let user, user.passwordHash != nil else {
             failures[email, default: []].append(now.milliseconds)
@@ -308,15 +309,11 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     }
 
     func deleteUser(_ identity: Identity) throws(RPCError) {
-        guard let id = identity.userId, let user = tables.users.get(user: id, key: Self.profileKey) else {
+        guard let id = identity.userId, tables.users.get(user: id, key: Self.profileKey) != nil else {
             throw RPCError.notFound("No such user")
         }
         var tx = Transaction()
-        if let email = user.email { tx.delete(tables.index, user: Self.shared, key: "email:" + email) }
-        for (key, row) in tables.index.rows(of: Self.shared) where key.hasPrefix("identity:") && row.userId == id {
-            tx.delete(tables.index, user: Self.shared, key: key)
-        }
-        tx.deleteUser(id)  // every row in the user's partition, in every domain's tables
+        tx.deleteUser(id)  // every row in the user's partition, in every domain's tables, and its unique keys
         try commit(tx)
         cache.removeAll(keepingCapacity: true)
     }
@@ -335,24 +332,23 @@ public final class AuthService: Authenticator, @unchecked Sendable {
             let reason = error.reason == "malformed_jws" ? "malformed_jws" : "invalid_signature"
             throw RPCError.verificationFailed(reason, "The id token does not verify: \(error.message)")
         }
-        let identityKey = "identity:\(name):\(claims.sub)"
+        let identity = UniqueKey.identity(name, claims.sub)
         var tx = Transaction()
         var user: UserRow
-        if let linked = tables.index.get(user: Self.shared, key: identityKey),
-           let existing = tables.users.get(user: linked.userId, key: Self.profileKey) {
+        if let linked = store.holder(of: identity), let existing = tables.users.get(user: linked, key: Self.profileKey) {
             user = existing
-        } else if let email = claims.email, let byEmail = tables.index.get(user: Self.shared, key: "email:" + email),
-                  var existing = tables.users.get(user: byEmail.userId, key: Self.profileKey) {
+        } else if let email = claims.email, let byEmail = store.holder(of: .email(email)),
+                  var existing = tables.users.get(user: byEmail, key: Self.profileKey) {
             // A verified email that matches an account links the provider to it.
             if !existing.identities.contains(name) { existing.identities.append(name) }
             tx.put(tables.users, user: existing.id, key: Self.profileKey, existing)
-            tx.put(tables.index, user: Self.shared, key: identityKey, IndexRow(userId: existing.id))
+            tx.claim(identity, for: existing.id)
             user = existing
         } else {
             user = UserRow(id: Identifiers.uuid(), email: claims.email, createdAt: now.milliseconds, identities: [name], passwordHash: nil)
             tx.put(tables.users, user: user.id, key: Self.profileKey, user)
-            tx.put(tables.index, user: Self.shared, key: identityKey, IndexRow(userId: user.id))
-            if let email = claims.email { tx.put(tables.index, user: Self.shared, key: "email:" + email, IndexRow(userId: user.id)) }
+            tx.claim(identity, for: user.id)
+            if let email = claims.email { tx.claim(.email(email), for: user.id) }
         }
         let session = startSession(user, &tx, now: now)
         try commit(tx)
@@ -396,8 +392,34 @@ extension AuthService {
     /// The id of the account with `email`, if any.
     public func userID(forEmail raw: String) -> String? {
         guard let email = Self.normalizeEmail(raw) else { return nil }
-        return tables.index.get(user: Self.shared, key: "email:" + email)?.userId
+        return store.holder(of: .email(email))
     }
+
+    /// Moves the email and identity lookups of a data dir written before 0.2 (rows of `auth.index` in a
+    /// shared `*` partition) into unique keys held by their users; lookups of users that no longer exist
+    /// are dropped. Runs at every start; does nothing once a snapshot holds the moved keys.
+    public func upgradeLegacyIndex() {
+        var tx = Transaction()
+        for (key, row) in tables.legacyIndex.rows(of: Self.legacyShared) {
+            tx.delete(tables.legacyIndex, user: Self.legacyShared, key: key)
+            guard tables.users.get(user: row.userId, key: Self.profileKey) != nil else { continue }
+            if key.hasPrefix("email:") {
+                tx.claim(.email(String(key.dropFirst(6))), for: row.userId)
+            } else if key.hasPrefix("identity:") {
+                let rest = key.dropFirst(9)
+                guard let colon = rest.firstIndex(of: ":") else { continue }
+                tx.claim(.identity(String(rest[..<colon]), String(rest[rest.index(after: colon)...])), for: row.userId)
+            }
+        }
+        if !tx.isEmpty { store.upgrade(tx) }
+    }
+}
+
+extension UniqueKey {
+    /// An account's email (normalised).
+    static func email(_ email: String) -> UniqueKey { UniqueKey("auth.email", email) }
+    /// A (provider, subject) identity of an OpenID Connect provider.
+    static func identity(_ provider: String, _ subject: String) -> UniqueKey { UniqueKey("auth.identity", provider + ":" + subject) }
 }
 
 /// Signs access tokens with a secret, without a running kernel (the `token` command).

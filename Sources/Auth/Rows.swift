@@ -35,7 +35,8 @@ public struct UserRow: StoredRow {
     }
 }
 
-/// A lookup entry in the shared partition: `email:<email>` or `identity:<provider>:<sub>` -> user id.
+/// A lookup entry of releases before 0.2, in the shared `*` partition: `email:<email>` or
+/// `identity:<provider>:<sub>` -> user id. Read only to move it into unique keys.
 public struct IndexRow: StoredRow {
     public let userId: String
     public init(userId: String) { self.userId = userId }

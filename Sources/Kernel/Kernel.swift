@@ -46,6 +46,7 @@ public final class Kernel {
             store.abandon()
             throw error
         }
+        auth.upgradeLegacyIndex()
         self.auth = auth
         let screenTime = ScreenTimeService(config: config.screenTime, store: store, tables: tables.screenTime)
         let sessions = SessionsService(store: store, tables: tables.sessions, cursorSecret: auth.cursorSecret)

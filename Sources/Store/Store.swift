@@ -81,6 +81,7 @@ public final class Store: @unchecked Sendable {
     private let log: @Sendable (String) -> Void
     private let clock: Clock
     private let journal: Journal
+    private let uniqueKeys = UniqueKeys()
     /// Whether the journal keeps records (else no undo is needed: nothing can fail to be written).
     private let keepsRecords: Bool
 
@@ -108,6 +109,13 @@ public final class Store: @unchecked Sendable {
         self.log = log
         journal = options.dataDir.map { FileJournal(options: options, dir: $0, clock: clock, log: log) } ?? MemoryJournal()
         keepsRecords = journal.keepsRecords
+        tables[uniqueKeys.name] = uniqueKeys
+        tableOrder.append(uniqueKeys.name)
+    }
+
+    /// The user holding `key`, if anyone.
+    public func holder(of key: UniqueKey) -> String? {
+        uniqueKeys.holder(of: key.stored)
     }
 
     /// Whether the store writes no files.
@@ -215,6 +223,9 @@ public final class Store: @unchecked Sendable {
     public func commit(_ tx: Transaction) throws(StoreError) {
         guard !tx.isEmpty else { return }
         if let refuseWrites { throw StoreError.unavailable(refuseWrites) }
+        for case .claim(let key, let user) in tx.entries {
+            if let holder = uniqueKeys.holder(of: key.stored), holder != user { throw StoreError.taken(key) }
+        }
         for entry in tx.entries {
             let entryUndo = apply(entry)
             if keepsRecords { undo.append(entryUndo) }
@@ -240,7 +251,18 @@ public final class Store: @unchecked Sendable {
             return .row(table: table, user: user, key: key, old: table.delete(user: user, key: key))
         case .deleteUser(let user):
             return removeUser(user)
+        case .claim(let key, let user):
+            return .row(table: uniqueKeys, user: user, key: key.stored, old: uniqueKeys.put(user: user, key: key.stored, row: ClaimRow()))
+        case .release(let key, let user):
+            return .row(table: uniqueKeys, user: user, key: key.stored, old: uniqueKeys.delete(user: user, key: key.stored))
         }
+    }
+
+    /// Applies, right after `open()` and before serving, a change that recovery work recomputes at every
+    /// start (an upgrade of what an older release stored). It is not logged: until a snapshot holds its
+    /// result, the next start replays the older records and makes the same change again.
+    public func upgrade(_ tx: Transaction) {
+        for entry in tx.entries { _ = apply(entry) }
     }
 
     private func removeUser(_ user: String) -> Undo {

@@ -330,6 +330,9 @@ public struct Transaction {
         case put(AnyTable, user: String, key: String, row: any StoredRow)
         case delete(AnyTable, user: String, key: String)
         case deleteUser(String)
+        /// A unique key taken by a user: a row of `store.unique` in the user's partition.
+        case claim(UniqueKey, user: String)
+        case release(UniqueKey, user: String)
 
         /// The binary log form; the same bytes as `Change.writeBinary` of the equivalent change.
         func writeBinary(to out: inout [UInt8]) {
@@ -341,6 +344,11 @@ public struct Transaction {
                 Change.Head.delete(table: table.name, user: user, key: key).write(to: &out)
             case .deleteUser(let user):
                 Change.Head.deleteUser(user: user).write(to: &out)
+            case .claim(let key, let user):
+                Change.Head.put(table: UniqueKeys.tableName, user: user, key: key.stored).write(to: &out)
+                ClaimRow().writeStored(to: &out)
+            case .release(let key, let user):
+                Change.Head.delete(table: UniqueKeys.tableName, user: user, key: key.stored).write(to: &out)
             }
         }
 
@@ -350,6 +358,8 @@ public struct Transaction {
             case .put(let table, let user, let key, let row): return .put(table: table.name, user: user, key: key, value: row.stored)
             case .delete(let table, let user, let key): return .delete(table: table.name, user: user, key: key)
             case .deleteUser(let user): return .deleteUser(user: user)
+            case .claim(let key, let user): return .put(table: UniqueKeys.tableName, user: user, key: key.stored, value: ClaimRow().stored)
+            case .release(let key, let user): return .delete(table: UniqueKeys.tableName, user: user, key: key.stored)
             }
         }
     }
@@ -369,9 +379,19 @@ public struct Transaction {
         entries.append(.delete(table, user: user, key: key))
     }
 
-    /// Removes every row of a user in every table.
+    /// Removes every row of a user in every table, and releases every unique key the user holds.
     public mutating func deleteUser(_ user: String) {
         entries.append(.deleteUser(user))
+    }
+
+    /// Takes `key` for `user`. The commit fails with `StoreError.taken` when another user holds it.
+    public mutating func claim(_ key: UniqueKey, for user: String) {
+        entries.append(.claim(key, user: user))
+    }
+
+    /// Gives up `key`, if `user` holds it.
+    public mutating func release(_ key: UniqueKey, of user: String) {
+        entries.append(.release(key, user: user))
     }
 
     /// Whether there is nothing to commit.
@@ -387,11 +407,14 @@ public enum StoreError: Error, Equatable, CustomStringConvertible {
     case unavailable(String)
     /// Stored data does not decode.
     case corrupt(String)
+    /// A claimed unique key is held by another user: nothing was applied.
+    case taken(UniqueKey)
 
     public var description: String {
         switch self {
         case .unavailable(let m): return "storage unavailable: \(m)"
         case .corrupt(let m): return "corrupt data: \(m)"
+        case .taken(let key): return "\(key.namespace) is held by another user"
         }
     }
 }

@@ -359,3 +359,26 @@ struct IDClaims: JWTPayload {
         #expect(try JWTSecret.resolve(configured: nil, dataDir: dir) == replaced)
     }
 }
+
+/// Lookups of releases before 0.2 (rows in a shared `*` partition) move into unique keys at start-up.
+@Suite struct LegacyIndexTests {
+    @Test func emailAndIdentityLookupsMoveToUniqueKeysAndDeletedUsersAreDropped() throws {
+        let h = try AuthHarness()
+        let kept = "11111111-1111-4111-8111-111111111111", gone = "22222222-2222-4222-8222-222222222222"
+        var tx = Transaction()
+        tx.put(h.tables.users, user: kept, key: AuthService.profileKey,
+               UserRow(id: kept, email: "kept@example.com", createdAt: 0, identities: ["password", "google"], passwordHash: nil))
+        for (key, user) in [("email:kept@example.com", kept), ("identity:google:g-123", kept), ("email:gone@example.com", gone)] {
+            tx.put(h.tables.legacyIndex, user: AuthService.legacyShared, key: key, IndexRow(userId: user))
+        }
+        try h.store.commit(tx)
+        h.service.upgradeLegacyIndex()
+        #expect(h.store.holder(of: .email("kept@example.com")) == kept)
+        #expect(h.store.holder(of: .identity("google", "g-123")) == kept)
+        #expect(h.store.holder(of: .email("gone@example.com")) == nil)
+        #expect(h.tables.legacyIndex.rows(of: AuthService.legacyShared).isEmpty)
+        #expect(h.service.userID(forEmail: "Kept@Example.com") == kept)
+        h.service.upgradeLegacyIndex()  // a second start changes nothing
+        #expect(h.store.holder(of: .email("kept@example.com")) == kept)
+    }
+}

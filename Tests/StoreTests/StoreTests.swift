@@ -486,3 +486,53 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         again.store.abandon()
     }
 }
+
+/// Unique keys: one holder at a time, claimed and released in transactions, released with the user,
+/// undone with a failed flush, and kept by the log and snapshots.
+@Suite struct UniqueKeyTests {
+    @Test func oneHolderReleasedWithTheUserAndDurable() throws {
+        let h = try Harness(configure: { $0.failAppendsBeyondBytes = 2_000 })
+        let email = UniqueKey("test.email", "a@example.com")
+        var tx = Transaction()
+        tx.claim(email, for: "u1")
+        tx.put(h.notes, user: "u1", key: "k", Note("v"))
+        try h.store.commit(tx)
+        #expect(h.store.flush().failedCommits.isEmpty)
+        #expect(h.store.holder(of: email) == "u1")
+        #expect(h.store.holder(of: UniqueKey("other.namespace", "a@example.com")) == nil)
+        // Another user's claim fails whole.
+        var steal = Transaction()
+        steal.put(h.notes, user: "u2", key: "k", Note("v"))
+        steal.claim(email, for: "u2")
+        #expect(throws: StoreError.taken(email)) { try h.store.commit(steal) }
+        #expect(h.notes.get(user: "u2", key: "k") == nil)
+        // A claim whose flush fails is undone.
+        let big = UniqueKey("test.email", String(repeating: "b", count: 3_000))
+        var failing = Transaction()
+        failing.claim(big, for: "u2")
+        try h.store.commit(failing)
+        #expect(h.store.flush().failedCommits.count == 1)
+        #expect(h.store.holder(of: big) == nil)
+        // Durable through the log, then through a snapshot.
+        h.store.abandon()
+        let again = try Harness(dir: h.dir)
+        #expect(again.store.holder(of: email) == "u1")
+        _ = try again.store.snapshot()
+        again.store.abandon()
+        let third = try Harness(dir: h.dir)
+        #expect(third.store.holder(of: email) == "u1")
+        // Deleting the user releases it, and someone else can take it.
+        var delete = Transaction()
+        delete.deleteUser("u1")
+        try third.store.commit(delete)
+        #expect(third.store.holder(of: email) == nil)
+        var take = Transaction()
+        take.claim(email, for: "u2")
+        try third.store.commit(take)
+        _ = third.store.flush()
+        third.store.abandon()
+        let fourth = try Harness(dir: h.dir)
+        #expect(fourth.store.holder(of: email) == "u2")
+        fourth.store.abandon()
+    }
+}

@@ -1,0 +1,116 @@
+import JSON
+
+/// A value at most one user may hold at a time: an email, a provider identity, an App Store original
+/// transaction id, a notification id. A transaction claims or releases it; deleting a user releases
+/// every key the user holds.
+public struct UniqueKey: Hashable, Sendable, CustomStringConvertible {
+    /// What kind of value it is (`auth.email`); keys of different namespaces never clash.
+    public let namespace: String
+    public let value: String
+
+    public init(_ namespace: String, _ value: String) {
+        self.namespace = namespace
+        self.value = value
+    }
+
+    /// The row key it is kept under: namespace, a NUL, the value.
+    var stored: String { namespace + "\u{0}" + value }
+
+    public var description: String { "\(namespace) \(value)" }
+}
+
+/// The stored form of a claim: the claim itself is the row (table `store.unique`, the holder's partition,
+/// the key as row key), so logs and snapshots carry claims as ordinary rows and deleting a user removes
+/// them with the rest of the user's rows.
+struct ClaimRow: StoredRow {
+    init() {}
+    init(stored: JSON) throws(StoreError) {
+        guard case .object = stored else { throw StoreError.corrupt("a unique key claim is not an object") }
+    }
+    var stored: JSON { .object(JSONObject()) }
+}
+
+/// Every claimed unique key and its holder. A table like the others to the log, snapshots and undo,
+/// plus the global index from key to holder that lookups need; the index is rebuilt from the rows at
+/// recovery and kept in step by every change.
+final class UniqueKeys: AnyTable {
+    static let tableName = "store.unique"
+    let name = UniqueKeys.tableName
+    private var holders: [String: String] = [:]
+    private var held: [String: Set<String>] = [:]
+
+    var rowCount: Int { holders.count }
+
+    /// Who holds `key`, if anyone.
+    func holder(of key: String) -> String? { holders[key] }
+
+    private func claim(_ user: String, _ key: String) -> (any StoredRow)? {
+        let previous = holders.updateValue(user, forKey: key)
+        if let previous, previous != user { held[previous]?.remove(key) }
+        held[user, default: []].insert(key)
+        return previous == user ? ClaimRow() : nil
+    }
+
+    func put(user: String, key: String, row: any StoredRow) -> (any StoredRow)? { claim(user, key) }
+
+    func put(user: String, key: String, stored: JSON) throws(StoreError) {
+        _ = try ClaimRow(stored: stored)
+        _ = claim(user, key)
+    }
+
+    func putBinary(user: String, key: String, from reader: inout BinaryReader) throws(StoreError) {
+        _ = try ClaimRow(binaryStored: &reader)
+        _ = claim(user, key)
+    }
+
+    func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader) throws(StoreError) {
+        for _ in 0..<count {
+            let key: String
+            do {
+                key = try reader.string()
+            } catch {
+                throw StoreError.corrupt("\(name): \(error)")
+            }
+            try putBinary(user: user, key: key, from: &reader)
+        }
+    }
+
+    func delete(user: String, key: String) -> (any StoredRow)? {
+        guard holders[key] == user else { return nil }
+        holders[key] = nil
+        held[user]?.remove(key)
+        if held[user]?.isEmpty == true { held[user] = nil }
+        return ClaimRow()
+    }
+
+    func restore(user: String, key: String, _ row: any StoredRow) { _ = claim(user, key) }
+
+    func removeUser(_ user: String) -> Any {
+        let keys = held.removeValue(forKey: user) ?? []
+        for key in keys { holders[key] = nil }
+        return keys
+    }
+
+    func restoreUser(_ user: String, _ removed: Any) {
+        for key in removed as? Set<String> ?? [] { _ = claim(user, key) }
+    }
+
+    func storedRows(of user: String) -> [(String, JSON)] {
+        (held[user] ?? []).sorted().map { ($0, ClaimRow().stored) }
+    }
+
+    func freeze() -> FrozenTable {
+        let image = held
+        return FrozenTable(name: name, rowCount: rowCount) { out, groupWritten in
+            for (user, keys) in image where !keys.isEmpty {
+                Binary.writeString(user, to: &out)
+                Binary.writeVarint(UInt64(keys.count), to: &out)
+                for key in keys.sorted() {
+                    Binary.writeString(key, to: &out)
+                    ClaimRow().writeStored(to: &out)
+                }
+                groupWritten(&out, keys.count)
+            }
+        }
+    }
+}
