@@ -125,6 +125,18 @@ public enum Change: Sendable, Equatable {
     }
 }
 
+extension BinaryReader {
+    /// A row key in a snapshot group of `table`; damage is reported as corrupt data of that table.
+    @inlinable
+    mutating func rowKey(of table: String) throws(StoreError) -> String {
+        do {
+            return try string()
+        } catch {
+            throw StoreError.corrupt("\(table): \(error)")
+        }
+    }
+}
+
 /// What the store's tables have in common, with the row type erased: applying changes, undoing them,
 /// and freezing a consistent image for a snapshot.
 protocol AnyTable: AnyObject {
@@ -248,12 +260,7 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
         mine.keys.reserveCapacity(mine.count + count)
         mine.rows.reserveCapacity(mine.count + count)
         for _ in 0..<count {
-            let key: String
-            do {
-                key = try reader.string()
-            } catch {
-                throw StoreError.corrupt("\(name): \(error)")
-            }
+            let key = try reader.rowKey(of: name)
             // Snapshots list a partition's rows in key order, so this appends.
             if mine.set(key, try Row(binaryStored: &reader)) == nil { storedCount += 1 }
         }

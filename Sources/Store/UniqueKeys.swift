@@ -64,15 +64,7 @@ final class UniqueKeys: AnyTable {
     }
 
     func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader) throws(StoreError) {
-        for _ in 0..<count {
-            let key: String
-            do {
-                key = try reader.string()
-            } catch {
-                throw StoreError.corrupt("\(name): \(error)")
-            }
-            try putBinary(user: user, key: key, from: &reader)
-        }
+        for _ in 0..<count { try putBinary(user: user, key: try reader.rowKey(of: name), from: &reader) }
     }
 
     func delete(user: String, key: String) -> (any StoredRow)? {
