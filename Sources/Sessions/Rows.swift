@@ -79,7 +79,8 @@ public struct SessionTables: Sendable {
 
     /// Registers the tables.
     public init(_ store: Store) {
-        records = store.table("sessions.records", of: MeditationRow.self)
+        records = store.table("sessions.records", of: MeditationRow.self,
+                              orderedBy: { key, row in SessionRules.listOrder(startTime: row.startTime, sessionId: key) })
         timer = store.table("sessions.timer", of: TimerRow.self)
         clientIds = store.table("sessions.clientIds", of: ClientIDRow.self)
     }

@@ -17,6 +17,15 @@ public enum SessionRules {
         min(maxDuration, max(1, (elapsedMs + 500) / 1000))
     }
 
+    /// The key `sessions.list` orders sessions by: the start time (20 digits, so that text order is time
+    /// order, times before 1970 included), then the session id. Without an id it is the bound before
+    /// every session starting at `startTime`.
+    public static func listOrder(startTime: Int64, sessionId: String? = nil) -> String {
+        let digits = String(UInt64(bitPattern: startTime) ^ (1 << 63))
+        let time = String(repeating: "0", count: 20 - digits.count) + digits
+        return sessionId.map { time + "|" + $0 } ?? time
+    }
+
     /// Current and longest runs of consecutive local days with a session. The current streak ends
     /// today or yesterday; otherwise it is 0.
     public static func streaks(days: Set<CalendarDate>, today: CalendarDate) -> (current: Int, longest: Int) {

@@ -140,8 +140,6 @@ public final class SessionsService: @unchecked Sendable {
     struct Position: Equatable {
         let startTime: Int64
         let sessionId: String
-        /// Whether (t, id) comes after this position in newest-first order.
-        func precedes(_ t: Int64, _ id: String) -> Bool { t < startTime || (t == startTime && id < sessionId) }
     }
 
     func encodeCursor(_ p: Position) -> String {
@@ -161,11 +159,13 @@ public final class SessionsService: @unchecked Sendable {
     }
 
     func list(_ user: String, from: Timestamp?, to: Timestamp?, limit: Int, after: Position?) -> JSON {
-        let lo = from?.milliseconds ?? Int64.min, hi = to?.milliseconds ?? Int64.max
-        let candidates = tables.records.rows(of: user)
-            .filter { $0.row.startTime >= lo && $0.row.startTime < hi }
-            .filter { after?.precedes($0.row.startTime, $0.key) ?? true }
-            .sorted { ($0.row.startTime, $0.key) > ($1.row.startTime, $1.key) }
+        // Newest first: a reverse scan of the start-time order, from `to` (exclusive: every session at that
+        // time sorts after its bare bound) down to `from`, one more than the page to know if more follow.
+        let candidates = tables.records.scanOrdered(
+            user: user, from: from.map { SessionRules.listOrder(startTime: $0.milliseconds) },
+            to: to.map { SessionRules.listOrder(startTime: $0.milliseconds) },
+            after: after.map { SessionRules.listOrder(startTime: $0.startTime, sessionId: $0.sessionId) },
+            reverse: true, limit: limit + 1)
         let page = candidates.prefix(limit)
         let next = candidates.count > limit ? page.last.map { encodeCursor(Position(startTime: $0.row.startTime, sessionId: $0.key)) } : nil
         return ["sessions": .array(page.map { Self.sessionJSON($0.key, $0.row) }), "nextCursor": .optional(next)]

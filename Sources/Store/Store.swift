@@ -123,9 +123,14 @@ public final class Store: @unchecked Sendable {
 
     /// Registers a table; every table must be registered before `open()`. Inlinable so that it is
     /// compiled where `Row` is known: the table's per-row operations are made there (`TableOps`).
+    ///
+    /// With `orderedBy`, the table also keeps each user's rows in the order of the key that function gives
+    /// a row (say its start time, then its key), for `Table.scanOrdered`. That order is derived from the
+    /// rows in memory and never stored.
     @inlinable
-    public func table<Row: StoredRow>(_ name: String, of type: Row.Type) -> Table<Row> {
-        let t = Table<Row>(name: name)
+    public func table<Row: StoredRow>(_ name: String, of type: Row.Type,
+                                      orderedBy orderKey: (@Sendable (String, Row) -> String)? = nil) -> Table<Row> {
+        let t = Table<Row>(name: name, orderKey: orderKey)
         t.ops = TableOps(t)
         register(t)
         return t

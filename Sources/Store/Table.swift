@@ -204,13 +204,18 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
     @usableFromInline var storedCount = 0
     /// Set once by `Store.table`.
     @usableFromInline var ops: TableOps?
+    /// The second order rows are also kept in, if the table has one: the order key of a row.
+    @usableFromInline let orderKey: (@Sendable (String, Row) -> String)?
+    /// Per user, order key -> row key. Derived from the rows, never stored: rebuilt at recovery.
+    @usableFromInline var ordered: [String: Partition<String>] = [:]
 
     /// Rows in the table.
     public var rowCount: Int { storedCount }
 
     @usableFromInline
-    init(name: String) {
+    init(name: String, orderKey: (@Sendable (String, Row) -> String)? = nil) {
         self.name = name
+        self.orderKey = orderKey
     }
 
     /// Row `key` of `user`.
@@ -229,6 +234,26 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
                      limit: Int = .max) -> [(key: String, row: Row)] {
         guard let mine = rows[user] else { return [] }
         return mine.positions(from: from, to: to, after: after, reverse: reverse, limit: limit).map { (mine.keys[$0], mine.rows[$0]) }
+    }
+
+    /// Rows of `user` in the table's second order (see `Store.table(_:of:orderedBy:)`), with `from`,
+    /// `to`, `after`, `reverse` and `limit` as in `scan` but over order keys.
+    public func scanOrdered(user: String, from: String? = nil, to: String? = nil, after: String? = nil, reverse: Bool = false,
+                            limit: Int = .max) -> [(key: String, row: Row)] {
+        guard let index = ordered[user], let mine = rows[user] else { return [] }
+        return index.positions(from: from, to: to, after: after, reverse: reverse, limit: limit).compactMap { i in
+            let key = index.rows[i]
+            return mine[key].map { (key, $0) }
+        }
+    }
+
+    /// Keeps the second order in step with a row that changed from `old` to `new`.
+    @inlinable
+    func reorder(_ user: String, _ key: String, old: Row?, new: Row?) {
+        guard let orderKey else { return }
+        if let old { _ = ordered[user]?.remove(orderKey(key, old)) }
+        if let new { ordered[user, default: Partition()].set(orderKey(key, new), key) }
+        if ordered[user]?.isEmpty == true { ordered[user] = nil }
     }
 
     /// How many users have rows.
@@ -262,7 +287,10 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
         for _ in 0..<count {
             let key = try reader.rowKey(of: name)
             // Snapshots list a partition's rows in key order, so this appends.
-            if mine.set(key, try Row(binaryStored: &reader)) == nil { storedCount += 1 }
+            let row = try Row(binaryStored: &reader)
+            let old = mine.set(key, row)
+            if old == nil { storedCount += 1 }
+            reorder(user, key, old: old, new: row)
         }
         rows[user] = mine
     }
@@ -272,6 +300,7 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
     func set(_ user: String, _ key: String, _ row: Row) -> Row? {
         let old = rows[user, default: Partition()].set(key, row)
         if old == nil { storedCount += 1 }
+        reorder(user, key, old: old, new: row)
         return old
     }
 
@@ -279,23 +308,25 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
         guard let old = rows[user]?.remove(key) else { return nil }
         storedCount -= 1
         if rows[user]?.isEmpty == true { rows[user] = nil }
+        reorder(user, key, old: old, new: nil)
         return old
     }
 
     func restore(user: String, key: String, _ row: any StoredRow) {
         guard let row = row as? Row else { return }
-        if rows[user, default: Partition()].set(key, row) == nil { storedCount += 1 }
+        set(user, key, row)
     }
 
     func removeUser(_ user: String) -> Any {
-        guard let mine = rows.removeValue(forKey: user) else { return Partition<Row>() }
+        guard let mine = rows.removeValue(forKey: user) else { return (Partition<Row>(), Partition<String>?.none) }
         storedCount -= mine.count
-        return mine
+        return (mine, ordered.removeValue(forKey: user))
     }
 
     func restoreUser(_ user: String, _ removed: Any) {
-        guard let mine = removed as? Partition<Row>, !mine.isEmpty else { return }
+        guard let (mine, index) = removed as? (Partition<Row>, Partition<String>?), !mine.isEmpty else { return }
         rows[user] = mine
+        ordered[user] = index
         storedCount += mine.count
     }
 

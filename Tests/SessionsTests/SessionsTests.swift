@@ -31,6 +31,16 @@ final class Harness {
         #expect(SessionRules.recordedDuration(elapsedMs: 200_000_000) == 86_400)
     }
 
+    @Test func listOrderIsTimeOrderThenIdIncludingTimesBefore1970() {
+        let times: [Int64] = [-86_400_000, -1, 0, 1, 999, 1_000, 1_740_000_000_000, Int64.max / 2]
+        let keys = times.map { SessionRules.listOrder(startTime: $0, sessionId: "b") }
+        #expect(keys == keys.sorted())
+        #expect(SessionRules.listOrder(startTime: 5, sessionId: "a") < SessionRules.listOrder(startTime: 5, sessionId: "b"))
+        // The bare bound of a time sorts before every session at that time, after every earlier one.
+        #expect(SessionRules.listOrder(startTime: 5) < SessionRules.listOrder(startTime: 5, sessionId: "0"))
+        #expect(SessionRules.listOrder(startTime: 4, sessionId: "f") < SessionRules.listOrder(startTime: 5))
+    }
+
     @Test func streaks() {
         let days: Set<CalendarDate> = [day("2025-03-01"), day("2025-03-02"), day("2025-03-03"), day("2025-03-05"), day("2025-03-06")]
         #expect(SessionRules.streaks(days: days, today: day("2025-03-06")) == (2, 3))

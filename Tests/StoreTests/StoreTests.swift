@@ -536,3 +536,64 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         fourth.store.abandon()
     }
 }
+
+/// A table's second order follows every change, undo and restart included.
+@Suite struct SecondOrderTests {
+    /// Notes ordered by their text, then key.
+    final class OrderedHarness {
+        let dir: String
+        let store: Store
+        let notes: Table<Note>
+        init(dir: String? = nil, failBeyond: Int? = nil) throws {
+            self.dir = dir ?? FileManager.default.temporaryDirectory.appendingPathComponent("hk-order-\(UUID().uuidString)").path
+            var options = StoreOptions(dataDir: self.dir)
+            options.fsync = .never
+            options.failAppendsBeyondBytes = failBeyond
+            store = Store(options: options, clock: FixedClock(ms: 1), log: { _ in })
+            notes = store.table("notes", of: Note.self, orderedBy: { key, row in row.text + "|" + key })
+            try store.open()
+        }
+        func put(_ user: String, _ key: String, _ text: String) throws {
+            var tx = Transaction()
+            tx.put(notes, user: user, key: key, Note(text))
+            try store.commit(tx)
+        }
+        func order(_ user: String = "u1") -> [String] { notes.scanOrdered(user: user).map(\.key) }
+    }
+
+    @Test func followsPutsDeletesUndoDeleteUserAndRestarts() throws {
+        let h = try OrderedHarness(failBeyond: 400)
+        try h.put("u1", "a", "3")
+        try h.put("u1", "b", "1")
+        try h.put("u1", "c", "2")
+        #expect(h.order() == ["b", "c", "a"])
+        try h.put("u1", "b", "9")  // a changed row moves
+        #expect(h.order() == ["c", "a", "b"])
+        #expect(h.notes.scanOrdered(user: "u1", from: "2", to: "3|z").map(\.key) == ["c", "a"])
+        #expect(h.notes.scanOrdered(user: "u1", after: "3|a", reverse: true).map(\.key) == ["c"])
+        _ = h.store.flush()
+        // A write whose flush fails is undone in the second order too.
+        try h.put("u1", "a", String(repeating: "0", count: 500))
+        #expect(h.order().first == "a")
+        #expect(h.store.flush().failedCommits.count == 1)
+        #expect(h.order() == ["c", "a", "b"])
+        var tx = Transaction()
+        tx.delete(h.notes, user: "u1", key: "c")
+        try h.store.commit(tx)
+        #expect(h.order() == ["a", "b"])
+        _ = h.store.flush()
+        h.store.abandon()
+        // Rebuilt from the log, then from a snapshot.
+        let again = try OrderedHarness(dir: h.dir)
+        #expect(again.order() == ["a", "b"])
+        _ = try again.store.snapshot()
+        again.store.abandon()
+        let third = try OrderedHarness(dir: h.dir)
+        #expect(third.order() == ["a", "b"])
+        var delete = Transaction()
+        delete.deleteUser("u1")
+        try third.store.commit(delete)
+        #expect(third.order().isEmpty)
+        third.store.abandon()
+    }
+}
