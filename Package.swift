@@ -2,7 +2,9 @@
 import PackageDescription
 
 // Layers, imports pointing one way:
-// CJansson -> JSON -> (Chrono, Threads, JSONRPC, Store <- CCRC32C) -> DomainSupport -> domains (Auth, ScreenTime, Sessions)
+// JSON (the value type, its binary form and serializer; pure Swift) -> JSONParsing (text to values with jansson,
+// the only module that touches it, through CJansson) -> (Chrono, Threads, JSONRPC, Store <- CCRC32C) -> DomainSupport
+// -> domains (Auth, ScreenTime, Sessions)
 //   -> Kernel (composition root: configuration and the one list of methods) -> healthkernel (executable).
 // jwt-kit is a test dependency only: the tests use it as an independent JWT implementation.
 // Release builds of the kernel's own modules optimise across module boundaries, so generic store code
@@ -27,12 +29,13 @@ let package = Package(
             pkgConfig: "jansson",
             providers: [.apt(["libjansson-dev"])]
         ),
-        .target(name: "JSON", dependencies: ["CJansson"], swiftSettings: optimized),
+        .target(name: "JSON", swiftSettings: optimized),
+        .target(name: "JSONParsing", dependencies: ["CJansson", "JSON"], swiftSettings: optimized),
         .target(name: "Chrono", swiftSettings: optimized),
         .target(name: "Threads", swiftSettings: optimized),
-        .target(name: "JSONRPC", dependencies: ["JSON", "Chrono", "Threads"], swiftSettings: optimized),
+        .target(name: "JSONRPC", dependencies: ["JSON", "JSONParsing", "Chrono", "Threads"], swiftSettings: optimized),
         .target(name: "CCRC32C"),
-        .target(name: "Store", dependencies: ["JSON", "Chrono", "Threads", "CCRC32C"], swiftSettings: optimized),
+        .target(name: "Store", dependencies: ["JSON", "JSONParsing", "Chrono", "Threads", "CCRC32C"], swiftSettings: optimized),
         .target(name: "DomainSupport", dependencies: ["JSON", "JSONRPC", "Chrono", "Store"], swiftSettings: optimized),
         .target(name: "ScreenTime", dependencies: ["JSON", "JSONRPC", "Chrono", "Store", "DomainSupport"], swiftSettings: optimized),
         .target(
@@ -43,7 +46,7 @@ let package = Package(
         .target(
             name: "Auth",
             dependencies: [
-                "JSON", "JSONRPC", "Chrono", "Store", "DomainSupport",
+                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Store", "DomainSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
             ],
@@ -52,7 +55,7 @@ let package = Package(
         .target(
             name: "Kernel",
             dependencies: [
-                "JSON", "JSONRPC", "Chrono", "Store", "DomainSupport", "Auth", "ScreenTime", "Sessions",
+                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Store", "DomainSupport", "Auth", "ScreenTime", "Sessions",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: optimized
@@ -60,16 +63,16 @@ let package = Package(
         .executableTarget(
             name: "healthkernel",
             dependencies: [
-                "Kernel", "JSON", "JSONRPC", "Store",
+                "Kernel", "JSON", "JSONParsing", "JSONRPC", "Store",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: optimized
         ),
-        .testTarget(name: "JSONTests", dependencies: ["JSON"]),
+        .testTarget(name: "JSONTests", dependencies: ["JSON", "JSONParsing"]),
         .testTarget(name: "ThreadsTests", dependencies: ["Threads"]),
-        .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "Chrono"]),
-        .testTarget(name: "StoreTests", dependencies: ["Store", "JSON", "Chrono"]),
+        .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "JSONParsing", "Chrono"]),
+        .testTarget(name: "StoreTests", dependencies: ["Store", "JSON", "JSONParsing", "Chrono"]),
         .testTarget(name: "SessionsTests", dependencies: ["Sessions", "Store", "Chrono", "JSON", "JSONRPC"]),
         .testTarget(name: "ScreenTimeTests", dependencies: ["ScreenTime", "Store", "Chrono", "JSON", "JSONRPC"]),
         .testTarget(
@@ -78,7 +81,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KernelTests",
-            dependencies: ["Kernel", "JSONRPC", "JSON", "Store", "healthkernel"]
+            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Store", "healthkernel"]
         ),
     ]
 )

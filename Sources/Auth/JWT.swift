@@ -4,6 +4,7 @@ import Crypto
 import CryptoExtras
 import Foundation
 import JSON
+import JSONParsing
 
 /// Why a token was refused; `reason` is the `data.reason` slug.
 public struct TokenError: Error, Equatable, Sendable {

@@ -2,7 +2,7 @@
 #define HEALTHKERNEL_CJANSSON_SHIM_H
 #include <jansson.h>
 
-/* Function-like macros and flag values do not import into Swift: expose what the JSON module uses. */
+/* Function-like macros and flag values do not import into Swift: expose what the JSONParsing module uses. */
 
 static inline json_type hk_json_typeof(const json_t *json) { return json_typeof(json); }
 static inline size_t hk_load_flags(void) { return JSON_REJECT_DUPLICATES | JSON_DECODE_ANY; }

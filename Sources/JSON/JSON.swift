@@ -81,13 +81,13 @@ public struct JSONObject: Sendable, Equatable, Sequence {
     /// Whether there are no members.
     public var isEmpty: Bool { members.isEmpty }
 
-    /// Appends without checking for an existing key; the parser uses it because jansson already rejected duplicates.
-    mutating func appendUnchecked(_ key: String, _ value: JSON) {
+    /// Appends without checking for an existing key: for the parser, which already rejected duplicates.
+    public mutating func appendUnchecked(_ key: String, _ value: JSON) {
         members.append((key, value))
     }
 
     /// Reserves room for `n` members.
-    mutating func reserve(_ n: Int) {
+    public mutating func reserve(_ n: Int) {
         members.reserveCapacity(n)
     }
 

@@ -1,5 +1,6 @@
 import Chrono
 import JSON
+import JSONParsing
 
 /// A line of input after parsing: what the reading thread hands to the dispatcher.
 public enum ParsedLine: Sendable {

@@ -1,4 +1,5 @@
 import JSON
+import JSONParsing
 
 /// A method with its types erased, as the dispatcher calls it.
 public struct RegisteredMethod: Sendable {

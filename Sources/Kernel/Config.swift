@@ -1,5 +1,6 @@
 import Auth
 import JSON
+import JSONParsing
 import ScreenTime
 import Store
 

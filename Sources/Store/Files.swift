@@ -1,4 +1,5 @@
 import JSON
+import JSONParsing
 
 /// The files of a data dir: names, magic numbers and the snapshot format.
 public enum StoreFiles {

@@ -1,4 +1,5 @@
 import JSON
+import JSONParsing
 
 /// Reading a data dir back: the newest snapshot, then every log record after it, with torn tails told
 /// apart from damage in the middle. Recovery, `store verify`, `store export` and `store repair` share it.

@@ -2,6 +2,7 @@ import ArgumentParser
 import Auth
 import Chrono
 import JSON
+import JSONParsing
 import JSONRPC
 import Kernel
 import Logging

@@ -1,5 +1,6 @@
 import Chrono
 import JSON
+import JSONParsing
 import Testing
 @testable import JSONRPC
 

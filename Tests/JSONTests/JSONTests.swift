@@ -1,5 +1,6 @@
 import Testing
 @testable import JSON
+import JSONParsing
 
 @Suite struct ParsingTests {
     func parse(_ text: String) throws(JSONParseError) -> JSON { try JSON.parse(text) }

@@ -1,5 +1,6 @@
 import Foundation
 import JSON
+import JSONParsing
 import Testing
 
 /// The real binary as a host drives it: framing, limits, signals, exit codes, one-shot `call`.

@@ -1,5 +1,6 @@
 import Foundation
 import JSON
+import JSONParsing
 import Testing
 
 /// Screen time through the real binary: state across restarts, size limits.

@@ -1,5 +1,6 @@
 import Foundation
 import JSON
+import JSONParsing
 
 /// A protocol transcript: each `-->` line is sent in order, and the `<--` lines after it are the
 /// responses it must produce, in order (none for a notification). `#` starts a comment. Expected values

@@ -1,5 +1,6 @@
 import Foundation
 import JSON
+import JSONParsing
 import JSONRPC
 import Testing
 @testable import Kernel

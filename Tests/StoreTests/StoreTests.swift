@@ -1,6 +1,7 @@
 import Chrono
 import Foundation
 import JSON
+import JSONParsing
 import Testing
 @testable import Store
 
