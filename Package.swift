@@ -69,19 +69,21 @@ let package = Package(
             ],
             swiftSettings: optimized
         ),
+        .target(name: "TestSupport", dependencies: ["Chrono", "Store"], path: "Tests/TestSupport"),
         .testTarget(name: "JSONTests", dependencies: ["JSON", "JSONParsing"]),
         .testTarget(name: "ThreadsTests", dependencies: ["Threads"]),
-        .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "JSONParsing", "Chrono"]),
-        .testTarget(name: "StoreTests", dependencies: ["Store", "JSON", "JSONParsing", "Chrono"]),
-        .testTarget(name: "SessionsTests", dependencies: ["Sessions", "Store", "Chrono", "JSON", "JSONRPC"]),
-        .testTarget(name: "ScreenTimeTests", dependencies: ["ScreenTime", "Store", "Chrono", "JSON", "JSONRPC"]),
+        .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
+        .testTarget(name: "StoreTests", dependencies: ["Store", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
+        .testTarget(name: "SessionsTests", dependencies: ["Sessions", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
+        .testTarget(name: "ScreenTimeTests", dependencies: ["ScreenTime", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
         .testTarget(
             name: "AuthTests",
-            dependencies: ["Auth", "Store", "JSON", "JSONRPC", "Chrono", "DomainSupport", .product(name: "JWTKit", package: "jwt-kit")]
+            dependencies: ["Auth", "Store", "JSON", "JSONRPC", "Chrono", "DomainSupport", "TestSupport",
+                           .product(name: "JWTKit", package: "jwt-kit")]
         ),
         .testTarget(
             name: "KernelTests",
-            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Store", "healthkernel"]
+            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Store", "healthkernel", "TestSupport"]
         ),
     ]
 )

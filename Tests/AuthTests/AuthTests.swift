@@ -7,6 +7,7 @@ import JSON
 import JSONRPC
 import JWTKit
 import Testing
+import TestSupport
 @testable import Auth
 @testable import Store
 
@@ -36,9 +37,7 @@ final class AuthHarness {
     init(_ configure: (inout AuthConfig) -> Void = { _ in }, issuerKeys: KeySet = KeySet(), providerKeys: [String: KeySet] = [:]) throws {
         var config = AuthConfig()
         configure(&config)
-        store = Store(options: StoreOptions(dataDir: nil), clock: SystemClock(), log: { _ in })
-        tables = AuthTables(store)
-        try store.open()
+        (store, tables) = try memoryStore(AuthTables.init)
         service = try AuthService(config: config, secret: Array(secret.utf8), issuerKeys: issuerKeys,
                                   providerKeys: providerKeys, store: store, tables: tables)
     }
@@ -343,8 +342,7 @@ struct IDClaims: JWTPayload {
 /// The generated secret file appears whole or not at all, and a cut-short one never blocks a start.
 @Suite struct JWTSecretFileTests {
     @Test func generatedOnceThenReadAndAShortFileIsReplaced() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("hk-secret-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let dir = temporaryDirectory("secret")
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let first = try JWTSecret.resolve(configured: nil, dataDir: dir)
         #expect(first.count >= 32)

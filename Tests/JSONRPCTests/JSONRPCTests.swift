@@ -2,6 +2,7 @@ import Chrono
 import JSON
 import JSONParsing
 import Testing
+import TestSupport
 @testable import JSONRPC
 
 /// `math.subtract`, the JSON-RPC specification's example method, with named params.
@@ -42,9 +43,6 @@ struct FakeAuth: Authenticator {
     }
 }
 
-struct FixedClock: Clock {
-    func now() -> Timestamp { Timestamp(milliseconds: 1_700_000_000_000) }
-}
 
 func makeDispatcher() throws -> Dispatcher {
     let registry = try MethodRegistry([RegisteredMethod(Subtract()), RegisteredMethod(WhoAmI())], info: ["title": "t"])

@@ -2,6 +2,7 @@ import Foundation
 import JSON
 import JSONParsing
 import Testing
+import TestSupport
 
 /// The real binary as a host drives it: framing, limits, signals, exit codes, one-shot `call`.
 @Suite struct BinaryTests {

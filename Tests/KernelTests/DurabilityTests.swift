@@ -1,12 +1,8 @@
 import Foundation
 import JSON
 import Testing
+import TestSupport
 
-func temporaryDirectory(_ tag: String) -> String {
-    let path = FileManager.default.temporaryDirectory.appendingPathComponent("hk-\(tag)-\(UUID().uuidString)").path
-    try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    return path
-}
 
 /// Reads test.dump: key -> (a, b).
 func dump(_ k: LiveKernel) -> [String: (String?, String?)]? {

@@ -1,6 +1,7 @@
 import Foundation
 import JSON
 import Testing
+import TestSupport
 
 /// A data dir written by release 0.1.0 recovers unchanged: every later release answers the same.
 @Suite struct FixtureTests {

@@ -1,6 +1,7 @@
 import Foundation
 import JSON
 import Testing
+import TestSupport
 
 /// A small tmpfs mounted for one test (root only): a disk that really fills up.
 struct Tmpfs {

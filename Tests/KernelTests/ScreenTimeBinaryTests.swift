@@ -2,6 +2,7 @@ import Foundation
 import JSON
 import JSONParsing
 import Testing
+import TestSupport
 
 /// Screen time through the real binary: state across restarts, size limits.
 @Suite struct ScreenTimeBinaryTests {

@@ -3,6 +3,7 @@ import JSON
 import JSONRPC
 import Store
 import Testing
+import TestSupport
 @testable import ScreenTime
 
 @Suite struct RulesTests {
@@ -55,45 +56,42 @@ import Testing
 
 /// A screen time service over a memory-only store.
 final class Harness {
-    let store = Store(options: StoreOptions(dataDir: nil), clock: SystemClock(), log: { _ in })
+    let store: Store
     let service: ScreenTimeService
     init(_ configure: (inout ScreenTimeConfig) -> Void = { _ in }) throws {
         var config = ScreenTimeConfig()
         configure(&config)
-        let tables = ScreenTimeTables(store)
-        try store.open()
+        let tables: ScreenTimeTables
+        (store, tables) = try memoryStore(ScreenTimeTables.init)
         service = ScreenTimeService(config: config, store: store, tables: tables)
     }
 }
 
-let user = "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa"
-func at(_ text: String) -> Timestamp { Timestamp(rfc3339: text)! }
-func day(_ text: String) -> CalendarDate { CalendarDate(text)! }
 
 @Suite struct ServiceTests {
     @Test func futureDatesFollowTheConnectionTimeZone() throws {
         let h = try Harness()
         let now = at("2025-03-02T03:00:00Z")  // 19:00 on March 1 in Los Angeles
-        _ = try h.service.updateConnection(user, enabled: true, timezone: Zone("America/Los_Angeles"), selection: nil)
+        _ = try h.service.updateConnection(testUser, enabled: true, timezone: Zone("America/Los_Angeles"), selection: nil)
         #expect(throws: RPCError.self) {
-            _ = try h.service.upload(user, date: day("2025-03-02"), verifiedMinutes: 10, raw: .null, now: now)
+            _ = try h.service.upload(testUser, date: day("2025-03-02"), verifiedMinutes: 10, raw: .null, now: now)
         }
-        _ = try h.service.upload(user, date: day("2025-03-01"), verifiedMinutes: 10, raw: .null, now: now)
-        _ = try h.service.updateConnection(user, enabled: nil, timezone: Zone("UTC"), selection: nil)
-        _ = try h.service.upload(user, date: day("2025-03-02"), verifiedMinutes: 10, raw: .null, now: now)
+        _ = try h.service.upload(testUser, date: day("2025-03-01"), verifiedMinutes: 10, raw: .null, now: now)
+        _ = try h.service.updateConnection(testUser, enabled: nil, timezone: Zone("UTC"), selection: nil)
+        _ = try h.service.upload(testUser, date: day("2025-03-02"), verifiedMinutes: 10, raw: .null, now: now)
     }
 
     @Test func aThousandIdenticalUploadsLeaveOneRecordAndOnePenalty() throws {
         let h = try Harness()
         let now = at("2025-03-10T12:00:00Z")
-        _ = try h.service.updateConnection(user, enabled: true, timezone: nil, selection: nil)
-        _ = try h.service.claim(user, date: day("2025-03-01"), minutes: 60, now: now)
+        _ = try h.service.updateConnection(testUser, enabled: true, timezone: nil, selection: nil)
+        _ = try h.service.claim(testUser, date: day("2025-03-01"), minutes: 60, now: now)
         for i in 0..<1000 {
-            _ = try h.service.upload(user, date: day("2025-03-01"), verifiedMinutes: 100, raw: BinaryJSON(["n": 1]),
+            _ = try h.service.upload(testUser, date: day("2025-03-01"), verifiedMinutes: 100, raw: BinaryJSON(["n": 1]),
                                      now: now.adding(seconds: Int64(i)))
         }
-        #expect(h.service.tables.days.rows(of: user).count == 1)
-        let penalties = h.service.penalties(user, from: nil, to: nil)
+        #expect(h.service.tables.days.rows(of: testUser).count == 1)
+        let penalties = h.service.penalties(testUser, from: nil, to: nil)
         #expect(penalties["totalPoints"] == 35)
         #expect(penalties["entries"]?.arrayValue?.count == 1)
         // The penalty was applied once: later identical uploads kept its time.
@@ -103,9 +101,9 @@ func day(_ text: String) -> CalendarDate { CalendarDate(text)! }
     @Test func configuredToleranceAndRate() throws {
         let h = try Harness { $0.toleranceMinutes = 10; $0.pointsPerMinute = 2 }
         let now = at("2025-03-10T12:00:00Z")
-        _ = try h.service.updateConnection(user, enabled: true, timezone: nil, selection: nil)
-        _ = try h.service.claim(user, date: day("2025-03-01"), minutes: 60, now: now)
-        let verdict = try h.service.upload(user, date: day("2025-03-01"), verifiedMinutes: 80, raw: .null, now: now)
+        _ = try h.service.updateConnection(testUser, enabled: true, timezone: nil, selection: nil)
+        _ = try h.service.claim(testUser, date: day("2025-03-01"), minutes: 60, now: now)
+        let verdict = try h.service.upload(testUser, date: day("2025-03-01"), verifiedMinutes: 80, raw: .null, now: now)
         #expect(verdict["penaltyPoints"] == 20)
     }
 
@@ -113,10 +111,10 @@ func day(_ text: String) -> CalendarDate { CalendarDate(text)! }
         let h = try Harness()
         let now = at("2025-03-10T12:00:00Z")
         for i in 0..<1005 {
-            try h.service.logEvent(user, type: "intervalDidStart", activity: "a\(i)", event: nil, at: now, now: now)
+            try h.service.logEvent(testUser, type: "intervalDidStart", activity: "a\(i)", event: nil, at: now, now: now)
         }
-        #expect(h.service.tables.events.rows(of: user).count == 1000)
-        let newest = h.service.events(user, limit: 1000)["events"]?.arrayValue ?? []
+        #expect(h.service.tables.events.rows(of: testUser).count == 1000)
+        let newest = h.service.events(testUser, limit: 1000)["events"]?.arrayValue ?? []
         #expect(newest.count == 1000)
         #expect(newest.first?["activity"] == "a1004")
         #expect(newest.last?["activity"] == "a5")
@@ -125,14 +123,14 @@ func day(_ text: String) -> CalendarDate { CalendarDate(text)! }
     @Test func balancesNeverGoNegative() throws {
         let h = try Harness()
         let now = at("2025-03-10T12:00:00Z")
-        _ = try h.service.earn(user, xp: 30, reason: "r", key: "k", now: now)
-        _ = try h.service.redeem(user, xp: 30)
-        #expect(throws: RPCError.conflict("insufficient_balance", "Not enough XP")) { _ = try h.service.redeem(user, xp: 10) }
-        _ = try h.service.spend(user, minutes: 3, now: now)
+        _ = try h.service.earn(testUser, xp: 30, reason: "r", key: "k", now: now)
+        _ = try h.service.redeem(testUser, xp: 30)
+        #expect(throws: RPCError.conflict("insufficient_balance", "Not enough XP")) { _ = try h.service.redeem(testUser, xp: 10) }
+        _ = try h.service.spend(testUser, minutes: 3, now: now)
         #expect(throws: RPCError.conflict("insufficient_balance", "Not enough unlocked minutes")) {
-            _ = try h.service.spend(user, minutes: 1, now: now)
+            _ = try h.service.spend(testUser, minutes: 1, now: now)
         }
-        let b = h.service.balance(user)
+        let b = h.service.balance(testUser)
         #expect(b.xp == 0 && b.minutes == 0)
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import Store
 
 /// Counts calls of each operation and fails the ones a test picks.

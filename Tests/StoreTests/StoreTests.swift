@@ -3,6 +3,7 @@ import Foundation
 import JSON
 import JSONParsing
 import Testing
+import TestSupport
 @testable import Store
 
 struct Note: StoredRow {
@@ -15,10 +16,6 @@ struct Note: StoredRow {
     var stored: JSON { ["t": .string(text)] }
 }
 
-struct FixedClock: Clock {
-    let ms: Int64
-    func now() -> Timestamp { Timestamp(milliseconds: ms) }
-}
 
 final class Messages: @unchecked Sendable {
     private let lock = NSLock()

@@ -1,0 +1,37 @@
+import Chrono
+import Foundation
+import Store
+
+/// What the test targets share, kept once: a stopped clock, the user domain tests act as, date
+/// shorthands, temp dirs and memory-only stores.
+
+/// A clock stopped at `ms` milliseconds since 1970.
+public struct FixedClock: Clock {
+    public let ms: Int64
+    public init(ms: Int64 = 1_700_000_000_000) { self.ms = ms }
+    public func now() -> Timestamp { Timestamp(milliseconds: ms) }
+}
+
+/// The user id domain tests act as.
+public let testUser = "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa"
+
+/// An RFC 3339 timestamp the test knows is valid.
+public func at(_ text: String) -> Timestamp { Timestamp(rfc3339: text)! }
+
+/// A `YYYY-MM-DD` date the test knows exists.
+public func day(_ text: String) -> CalendarDate { CalendarDate(text)! }
+
+/// A new, empty folder in the temp dir, its name starting with `hk-<tag>-`.
+public func temporaryDirectory(_ tag: String) -> String {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("hk-\(tag)-\(UUID().uuidString)").path
+    try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+/// A memory-only store with the tables `register` adds, opened: what a domain's service tests run on.
+public func memoryStore<Tables>(_ register: (Store) -> Tables) throws -> (Store, Tables) {
+    let store = Store(options: StoreOptions(dataDir: nil), clock: SystemClock(), log: { _ in })
+    let tables = register(store)
+    try store.open()
+    return (store, tables)
+}
