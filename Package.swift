@@ -4,7 +4,8 @@ import PackageDescription
 // Layers, imports pointing one way:
 // JSON (the value type, its binary form and serializer; pure Swift) -> JSONParsing (text to values with jansson,
 // the only module that touches it, through CJansson) -> (Chrono, Threads, JSONRPC, Store <- CCRC32C) -> DomainSupport
-// -> domains (Auth, ScreenTime, Sessions)
+// -> domains (Auth, ScreenTime, Sessions), which see storage only through Storage (the interface; Store is the
+// in-memory implementation with its journal, which only the composition root knows)
 //   -> Kernel (composition root: configuration and the one list of methods) -> healthkernel (executable).
 // jwt-kit is a test dependency only: the tests use it as an independent JWT implementation.
 // Release builds of the kernel's own modules optimise across module boundaries, so generic store code
@@ -35,18 +36,19 @@ let package = Package(
         .target(name: "Threads", swiftSettings: optimized),
         .target(name: "JSONRPC", dependencies: ["JSON", "JSONParsing", "Chrono", "Threads"], swiftSettings: optimized),
         .target(name: "CCRC32C"),
-        .target(name: "Store", dependencies: ["JSON", "JSONParsing", "Chrono", "Threads", "CCRC32C"], swiftSettings: optimized),
-        .target(name: "DomainSupport", dependencies: ["JSON", "JSONRPC", "Chrono", "Store"], swiftSettings: optimized),
-        .target(name: "ScreenTime", dependencies: ["JSON", "JSONRPC", "Chrono", "Store", "DomainSupport"], swiftSettings: optimized),
+        .target(name: "Storage", dependencies: ["JSON"], swiftSettings: optimized),
+        .target(name: "Store", dependencies: ["JSON", "JSONParsing", "Chrono", "Threads", "CCRC32C", "Storage"], swiftSettings: optimized),
+        .target(name: "DomainSupport", dependencies: ["JSON", "JSONRPC", "Chrono", "Storage"], swiftSettings: optimized),
+        .target(name: "ScreenTime", dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport"], swiftSettings: optimized),
         .target(
             name: "Sessions",
-            dependencies: ["JSON", "JSONRPC", "Chrono", "Store", "DomainSupport", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: optimized
         ),
         .target(
             name: "Auth",
             dependencies: [
-                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Store", "DomainSupport",
+                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "DomainSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
             ],
@@ -55,7 +57,7 @@ let package = Package(
         .target(
             name: "Kernel",
             dependencies: [
-                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Store", "DomainSupport", "Auth", "ScreenTime", "Sessions",
+                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "Store", "DomainSupport", "Auth", "ScreenTime", "Sessions",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: optimized
@@ -69,21 +71,21 @@ let package = Package(
             ],
             swiftSettings: optimized
         ),
-        .target(name: "TestSupport", dependencies: ["Chrono", "Store"], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["Chrono", "Storage", "Store"], path: "Tests/TestSupport"),
         .testTarget(name: "JSONTests", dependencies: ["JSON", "JSONParsing"]),
         .testTarget(name: "ThreadsTests", dependencies: ["Threads"]),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
-        .testTarget(name: "StoreTests", dependencies: ["Store", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
-        .testTarget(name: "SessionsTests", dependencies: ["Sessions", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
-        .testTarget(name: "ScreenTimeTests", dependencies: ["ScreenTime", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
+        .testTarget(name: "StoreTests", dependencies: ["Store", "Storage", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
+        .testTarget(name: "SessionsTests", dependencies: ["Sessions", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
+        .testTarget(name: "ScreenTimeTests", dependencies: ["ScreenTime", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
         .testTarget(
             name: "AuthTests",
-            dependencies: ["Auth", "Store", "JSON", "JSONRPC", "Chrono", "DomainSupport", "TestSupport",
+            dependencies: ["Auth", "Storage", "Store", "JSON", "JSONRPC", "Chrono", "DomainSupport", "TestSupport",
                            .product(name: "JWTKit", package: "jwt-kit")]
         ),
         .testTarget(
             name: "KernelTests",
-            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Store", "healthkernel", "TestSupport"]
+            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Storage", "Store", "healthkernel", "TestSupport"]
         ),
     ]
 )

@@ -3,19 +3,21 @@ import Crypto
 import DomainSupport
 import JSON
 import JSONRPC
-import Store
+import Storage
 
 /// The auth tables, registered with the store before it recovers.
 public struct AuthTables: Sendable {
-    public let users: Table<UserRow>
+    public let users: any StorageTable<UserRow>
     /// Where releases before 0.2 kept the email and identity lookups (in a shared `*` partition); read
     /// once at start-up and moved into unique keys (`upgradeLegacyIndex`).
-    let legacyIndex: Table<IndexRow>
-    public let sessions: Table<SignInRow>
-    public let refresh: Table<RefreshRow>
+    @usableFromInline let legacyIndex: any StorageTable<IndexRow>
+    public let sessions: any StorageTable<SignInRow>
+    public let refresh: any StorageTable<RefreshRow>
 
-    /// Registers the tables.
-    public init(_ store: Store) {
+    /// Registers the tables. Inlinable, so that the composition root's call is specialised for its
+    /// storage and each table's row operations are compiled for their row type.
+    @inlinable
+    public init(_ store: some Storage) {
         users = store.table("auth.users", of: UserRow.self)
         legacyIndex = store.table("auth.index", of: IndexRow.self)
         sessions = store.table("auth.sessions", of: SignInRow.self)
@@ -38,7 +40,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
 
     let config: AuthConfig
     let tables: AuthTables
-    let store: Store
+    let store: any Storage
     let signingKey: VerificationKey
     let issuerKeys: KeySet
     let providerKeys: [String: KeySet]
@@ -55,7 +57,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
 
     /// A service over `tables`, signing with `secret` and trusting the given key sets.
     public init(config: AuthConfig, secret: [UInt8], issuerKeys: KeySet, providerKeys: [String: KeySet],
-                store: Store, tables: AuthTables) throws {
+                store: any Storage, tables: AuthTables) throws {
         self.config = config
         self.store = store
         self.tables = tables
@@ -94,7 +96,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
             throw RPCError.unauthorized("expired_token", "The token has expired")
         }
         if let sid = verified.sessionId, let user = verified.userId {
-            guard let session = tables.sessions.get(user: user, key: sid), !session.revoked else {
+            guard let session = try tables.sessions.row(user: user, key: sid), !session.revoked else {
                 throw RPCError.unauthorized("invalid_token", "The session has ended")
             }
         }
@@ -107,7 +109,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
             guard verified.role == "authenticated", let user = verified.userId else {
                 throw RPCError.forbidden("user_token_required", "This method needs a user's token")
             }
-            if verified.sessionId == nil, tables.users.get(user: user, key: Self.profileKey) == nil {
+            if verified.sessionId == nil, try tables.users.row(user: user, key: Self.profileKey) == nil {
                 try provision(user, now: now)
             }
         case .none:
@@ -233,7 +235,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     }
 
     func signUp(email: String, password: String, now: Timestamp) throws(RPCError) -> JSON {
-        guard store.holder(of: .email(email)) == nil else {
+        guard try store.owner(of: .email(email)) == nil else {
             throw RPCError.conflict("email_taken", "An account with this email already exists")
         }
         let user = UserRow(id: Identifiers.uuid(), email: email, createdAt: now.milliseconds, identities: ["password"],
@@ -252,7 +254,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         guard recent.count < Self.maxFailures else {
             throw RPCError.rateLimited("Too many failed sign-ins for this email; try again later")
         }
-        let user = store.holder(of: .email(email)).flatMap { tables.users.get(user: $0, key: Self.profileKey) }
+        let user = try store.owner(of: .email(email)).map { (id) throws(RPCError) in try tables.users.row(user: id, key: Self.profileKey) } ?? nil
         let ok = Passwords.verify(password, against: user?.passwordHash ?? Passwords.decoy)
         guard ok, let user, user.passwordHash != nil else {
             failures[email, default: []].append(now.milliseconds)
@@ -268,9 +270,9 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     func refresh(_ token: String, now: Timestamp) throws(RPCError) -> JSON {
         let invalid = RPCError.unauthorized("invalid_token", "The refresh token is not valid")
         guard let dot = token.firstIndex(of: "."), let userId = Identifiers.canonicalUUID(String(token[..<dot])),
-              let row = tables.refresh.get(user: userId, key: Self.digest(token)),
-              let user = tables.users.get(user: userId, key: Self.profileKey),
-              var session = tables.sessions.get(user: userId, key: row.sessionId), !session.revoked else { throw invalid }
+              let row = try tables.refresh.row(user: userId, key: Self.digest(token)),
+              let user = try tables.users.row(user: userId, key: Self.profileKey),
+              var session = try tables.sessions.row(user: userId, key: row.sessionId), !session.revoked else { throw invalid }
         var tx = Transaction()
         if row.spent {
             // A spent token presented again has leaked: end the whole session (GoTrue's reuse detection).
@@ -292,7 +294,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         guard let userId = identity.userId else { return 0 }
         var tx = Transaction()
         var revoked = 0
-        for (sid, var session) in tables.sessions.rows(of: userId) where !session.revoked && (all || sid == identity.sessionId) {
+        for (sid, var session) in try tables.sessions.rows(user: userId) where !session.revoked && (all || sid == identity.sessionId) {
             session.revoked = true
             tx.put(tables.sessions, user: userId, key: sid, session)
             revoked += 1
@@ -302,14 +304,14 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     }
 
     func user(_ identity: Identity) throws(RPCError) -> JSON {
-        guard let id = identity.userId, let user = tables.users.get(user: id, key: Self.profileKey) else {
+        guard let id = identity.userId, let user = try tables.users.row(user: id, key: Self.profileKey) else {
             throw RPCError.notFound("No such user")
         }
         return Self.userJSON(user)
     }
 
     func deleteUser(_ identity: Identity) throws(RPCError) {
-        guard let id = identity.userId, tables.users.get(user: id, key: Self.profileKey) != nil else {
+        guard let id = identity.userId, try tables.users.row(user: id, key: Self.profileKey) != nil else {
             throw RPCError.notFound("No such user")
         }
         var tx = Transaction()
@@ -335,10 +337,10 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         let identity = UniqueKey.identity(name, claims.sub)
         var tx = Transaction()
         var user: UserRow
-        if let linked = store.holder(of: identity), let existing = tables.users.get(user: linked, key: Self.profileKey) {
+        if let linked = try store.owner(of: identity), let existing = try tables.users.row(user: linked, key: Self.profileKey) {
             user = existing
-        } else if let email = claims.email, let byEmail = store.holder(of: .email(email)),
-                  var existing = tables.users.get(user: byEmail, key: Self.profileKey) {
+        } else if let email = claims.email, let byEmail = try store.owner(of: .email(email)),
+                  var existing = try tables.users.row(user: byEmail, key: Self.profileKey) {
             // A verified email that matches an account links the provider to it.
             if !existing.identities.contains(name) { existing.identities.append(name) }
             tx.put(tables.users, user: existing.id, key: Self.profileKey, existing)
@@ -390,19 +392,19 @@ public final class AuthService: Authenticator, @unchecked Sendable {
 
 extension AuthService {
     /// The id of the account with `email`, if any.
-    public func userID(forEmail raw: String) -> String? {
+    public func userID(forEmail raw: String) throws(RPCError) -> String? {
         guard let email = Self.normalizeEmail(raw) else { return nil }
-        return store.holder(of: .email(email))
+        return try store.owner(of: .email(email))
     }
 
     /// Moves the email and identity lookups of a data dir written before 0.2 (rows of `auth.index` in a
     /// shared `*` partition) into unique keys held by their users; lookups of users that no longer exist
     /// are dropped. Runs at every start; does nothing once a snapshot holds the moved keys.
-    public func upgradeLegacyIndex() {
+    public func upgradeLegacyIndex() throws(RPCError) {
         var tx = Transaction()
-        for (key, row) in tables.legacyIndex.rows(of: Self.legacyShared) {
+        for (key, row) in try tables.legacyIndex.rows(user: Self.legacyShared) {
             tx.delete(tables.legacyIndex, user: Self.legacyShared, key: key)
-            guard tables.users.get(user: row.userId, key: Self.profileKey) != nil else { continue }
+            guard try tables.users.row(user: row.userId, key: Self.profileKey) != nil else { continue }
             if key.hasPrefix("email:") {
                 tx.claim(.email(String(key.dropFirst(6))), for: row.userId)
             } else if key.hasPrefix("identity:") {

@@ -1,6 +1,6 @@
 import DomainSupport
 import JSON
-import Store
+import Storage
 
 /// An account (`auth.users`, key `profile` in the user's own partition).
 public struct UserRow: StoredRow {
@@ -20,7 +20,7 @@ public struct UserRow: StoredRow {
         self.passwordHash = passwordHash
     }
 
-    public init(stored: JSON) throws(StoreError) {
+    public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "user")
         id = try f.string("id")
         email = f.optionalString("email")
@@ -40,7 +40,7 @@ public struct UserRow: StoredRow {
 public struct IndexRow: StoredRow {
     public let userId: String
     public init(userId: String) { self.userId = userId }
-    public init(stored: JSON) throws(StoreError) { userId = try StoredFields(stored, "index").string("userId") }
+    public init(stored: JSON) throws(StorageError) { userId = try StoredFields(stored, "index").string("userId") }
     public var stored: JSON { ["userId": .string(userId)] }
 }
 
@@ -53,7 +53,7 @@ public struct SignInRow: StoredRow {
         self.createdAt = createdAt
         self.revoked = revoked
     }
-    public init(stored: JSON) throws(StoreError) {
+    public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "session")
         createdAt = try f.int("createdAt")
         revoked = f.bool("revoked")
@@ -72,7 +72,7 @@ public struct RefreshRow: StoredRow {
         self.expiresAt = expiresAt
         self.spent = spent
     }
-    public init(stored: JSON) throws(StoreError) {
+    public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "refresh token")
         sessionId = try f.string("sessionId")
         expiresAt = try f.int("expiresAt")

@@ -1,11 +1,11 @@
 import Chrono
 import JSON
 import JSONRPC
-import Store
+import Storage
 
 extension RPCError {
     /// The RPC form of a store failure: -32050 when nothing was applied, -32603 for data that does not decode.
-    public static func from(_ error: StoreError) -> RPCError {
+    public static func from(_ error: StorageError) -> RPCError {
         switch error {
         case .unavailable(let m): return .storageUnavailable("Storage unavailable: \(m); nothing was applied")
         case .corrupt: return .internalError
@@ -23,11 +23,55 @@ extension CallContext {
     }
 }
 
-extension Store {
-    /// Commits a request's transaction, turning a store failure into its RPC error.
+/// What domains do with storage, with its failures answered as RPC errors (-32050: nothing changed).
+extension Storage {
+    /// Commits a request's unit of work.
     public func apply(_ tx: Transaction) throws(RPCError) {
         do {
             try commit(tx)
+        } catch {
+            throw RPCError.from(error)
+        }
+    }
+
+    /// The user holding `key`, if anyone.
+    public func owner(of key: UniqueKey) throws(RPCError) -> String? {
+        do {
+            return try holder(of: key)
+        } catch {
+            throw RPCError.from(error)
+        }
+    }
+}
+
+extension StorageTable {
+    /// Row `key` of `user`.
+    @inlinable
+    public func row(user: String, key: String) throws(RPCError) -> Row? {
+        do {
+            return try get(user: user, key: key)
+        } catch {
+            throw RPCError.from(error)
+        }
+    }
+
+    /// Rows of `user` in key order (or reverse), as `scan` gives them.
+    @inlinable
+    public func rows(user: String, from: String? = nil, to: String? = nil, after: String? = nil, reverse: Bool = false,
+                     limit: Int = .max) throws(RPCError) -> [(key: String, row: Row)] {
+        do {
+            return try scan(user: user, from: from, to: to, after: after, reverse: reverse, limit: limit)
+        } catch {
+            throw RPCError.from(error)
+        }
+    }
+
+    /// Rows of `user` in the table's second order, as `scanOrdered` gives them.
+    @inlinable
+    public func rowsOrdered(user: String, from: String? = nil, to: String? = nil, after: String? = nil,
+                            reverse: Bool = false, limit: Int = .max) throws(RPCError) -> [(key: String, row: Row)] {
+        do {
+            return try scanOrdered(user: user, from: from, to: to, after: after, reverse: reverse, limit: limit)
         } catch {
             throw RPCError.from(error)
         }
@@ -92,17 +136,17 @@ public struct StoredFields {
     public let object: JSONObject
 
     /// The members of `json`, which must be an object.
-    public init(_ json: JSON, _ what: String) throws(StoreError) {
-        guard case .object(let o) = json else { throw StoreError.corrupt("\(what) is not an object") }
+    public init(_ json: JSON, _ what: String) throws(StorageError) {
+        guard case .object(let o) = json else { throw StorageError.corrupt("\(what) is not an object") }
         object = o
     }
-    public func string(_ k: String) throws(StoreError) -> String {
-        guard let s = object[k]?.stringValue else { throw StoreError.corrupt("missing \(k)") }
+    public func string(_ k: String) throws(StorageError) -> String {
+        guard let s = object[k]?.stringValue else { throw StorageError.corrupt("missing \(k)") }
         return s
     }
     public func optionalString(_ k: String) -> String? { object[k]?.stringValue }
-    public func int(_ k: String) throws(StoreError) -> Int64 {
-        guard let i = object[k]?.intValue else { throw StoreError.corrupt("missing \(k)") }
+    public func int(_ k: String) throws(StorageError) -> Int64 {
+        guard let i = object[k]?.intValue else { throw StorageError.corrupt("missing \(k)") }
         return i
     }
     public func optionalInt(_ k: String) -> Int64? { object[k]?.intValue }

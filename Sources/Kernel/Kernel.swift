@@ -5,6 +5,7 @@ import JSONRPC
 import Logging
 import ScreenTime
 import Sessions
+import Storage
 import Store
 #if canImport(Glibc)
 import Glibc
@@ -46,7 +47,7 @@ public final class Kernel {
             store.abandon()
             throw error
         }
-        auth.upgradeLegacyIndex()
+        try auth.upgradeLegacyIndex()
         self.auth = auth
         let screenTime = ScreenTimeService(config: config.screenTime, store: store, tables: tables.screenTime)
         let sessions = SessionsService(store: store, tables: tables.sessions, cursorSecret: auth.cursorSecret)

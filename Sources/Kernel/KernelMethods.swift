@@ -3,6 +3,7 @@ import DomainSupport
 import JSON
 import Auth
 import JSONRPC
+import Storage
 import Store
 
 /// `rpc.discover`: the OpenRPC document of every registered method.

@@ -1,14 +1,15 @@
 import DomainSupport
 import JSON
 import JSONRPC
+import Storage
 import Store
 
 /// A row of the test table: a value written by `test.write`.
 struct TestValue: StoredRow {
     let value: String
     init(value: String) { self.value = value }
-    init(stored: JSON) throws(StoreError) {
-        guard let v = stored["v"]?.stringValue else { throw StoreError.corrupt("test row without v") }
+    init(stored: JSON) throws(StorageError) {
+        guard let v = stored["v"]?.stringValue else { throw StorageError.corrupt("test row without v") }
         value = v
     }
     var stored: JSON { ["v": .string(value)] }
@@ -64,7 +65,7 @@ struct TestDump: RPCMethod {
 
     func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> JSON {
         var keys = Set<String>()
-        for (k, _) in table.rows(of: testUser) { keys.insert(String(k.dropFirst(2))) }
+        for (k, _) in table.scan(user: testUser) { keys.insert(String(k.dropFirst(2))) }
         let list: [JSON] = keys.sorted().map { k in
             ["key": .string(k), "a": .optional(table.get(user: testUser, key: "a/" + k)?.value),
              "b": .optional(table.get(user: testUser, key: "b/" + k)?.value)]

@@ -62,7 +62,7 @@ public struct ScreenTimeGetConnection: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
-        service.connection(try c.userID()).json
+        try service.connection(try c.userID()).json
     }
 }
 
@@ -201,7 +201,7 @@ public struct ScreenTimeHistory: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        service.history(try c.userID(), from: p.from, to: p.to, includeRaw: p.includeRaw)
+        try service.history(try c.userID(), from: p.from, to: p.to, includeRaw: p.includeRaw)
     }
 }
 
@@ -233,7 +233,7 @@ public struct ScreenTimePenalties: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        service.penalties(try c.userID(), from: p.from, to: p.to)
+        try service.penalties(try c.userID(), from: p.from, to: p.to)
     }
 }
 
@@ -297,7 +297,7 @@ public struct ScreenTimeEvents: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        service.events(try c.userID(), limit: p.limit)
+        try service.events(try c.userID(), limit: p.limit)
     }
 }
 
@@ -381,6 +381,6 @@ public struct RewardsBalance: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
-        service.balance(try c.userID()).json
+        try service.balance(try c.userID()).json
     }
 }

@@ -1,6 +1,6 @@
 import DomainSupport
 import JSON
-import Store
+import Storage
 
 /// The iOS companion's connection (`screentime.connection`, key `connection`).
 public struct ConnectionRow: StoredRow {
@@ -11,7 +11,7 @@ public struct ConnectionRow: StoredRow {
     public var selection: BinaryJSON = .null
 
     public init() {}
-    public init(stored: JSON) throws(StoreError) {
+    public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "connection")
         enabled = f.bool("enabled")
         timezone = try f.string("timezone")
@@ -33,7 +33,7 @@ public struct ConnectionRow: StoredRow {
         Binary.writeString("selection", to: &out)
         selection.write(to: &out)
     }
-    public init(binaryStored r: inout BinaryReader) throws(StoreError) {
+    public init(binaryStored r: inout BinaryReader) throws(StorageError) {
         var sawTimezone = false
         do throws(BinaryDecodeError) {
             for _ in 0..<(try r.objectCount()) {
@@ -46,9 +46,9 @@ public struct ConnectionRow: StoredRow {
                 }
             }
         } catch {
-            throw StoreError.corrupt("connection: \(error)")
+            throw StorageError.corrupt("connection: \(error)")
         }
-        guard sawTimezone else { throw StoreError.corrupt("connection: missing timezone") }
+        guard sawTimezone else { throw StorageError.corrupt("connection: missing timezone") }
     }
     /// The wire form.
     var json: JSON {
@@ -67,7 +67,7 @@ public struct DayRow: StoredRow {
     public var raw: BinaryJSON = .null
 
     public init() {}
-    public init(stored: JSON) throws(StoreError) {
+    public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "day")
         claimedMinutes = f.optionalInt("claimedMinutes")
         verifiedMinutes = f.optionalInt("verifiedMinutes")
@@ -93,7 +93,7 @@ public struct DayRow: StoredRow {
         Binary.writeString("raw", to: &out)
         raw.write(to: &out)
     }
-    public init(binaryStored r: inout BinaryReader) throws(StoreError) {
+    public init(binaryStored r: inout BinaryReader) throws(StorageError) {
         do throws(BinaryDecodeError) {
             for _ in 0..<(try r.objectCount()) {
                 switch try r.string() {
@@ -106,7 +106,7 @@ public struct DayRow: StoredRow {
                 }
             }
         } catch {
-            throw StoreError.corrupt("day: \(error)")
+            throw StorageError.corrupt("day: \(error)")
         }
     }
 }
@@ -121,7 +121,7 @@ public struct PenaltyRow: StoredRow {
         self.deltaMinutes = deltaMinutes
         self.appliedAt = appliedAt
     }
-    public init(stored: JSON) throws(StoreError) {
+    public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "penalty")
         points = try f.int("points")
         deltaMinutes = try f.int("deltaMinutes")
@@ -144,7 +144,7 @@ public struct EventRow: StoredRow {
         self.at = at
         self.receivedAt = receivedAt
     }
-    public init(stored: JSON) throws(StoreError) {
+    public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "event")
         type = try f.string("type")
         activity = try f.string("activity")
@@ -161,7 +161,7 @@ public struct EventRow: StoredRow {
 public struct CounterRow: StoredRow {
     public let value: Int64
     public init(value: Int64) { self.value = value }
-    public init(stored: JSON) throws(StoreError) { value = try StoredFields(stored, "counter").int("value") }
+    public init(stored: JSON) throws(StorageError) { value = try StoredFields(stored, "counter").int("value") }
     public var stored: JSON { ["value": .int(value)] }
 }
 
@@ -171,7 +171,7 @@ public struct BalanceRow: StoredRow {
     public var minutes: Int64 = 0
     public var unlockedUntil: Int64?
     public init() {}
-    public init(stored: JSON) throws(StoreError) {
+    public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "balance")
         xp = try f.int("xp")
         minutes = try f.int("minutes")
@@ -192,7 +192,7 @@ public struct EarnRow: StoredRow {
         self.reason = reason
         self.at = at
     }
-    public init(stored: JSON) throws(StoreError) {
+    public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "earning")
         xp = try f.int("xp")
         reason = try f.string("reason")
@@ -211,7 +211,7 @@ public struct UnlockRow: StoredRow {
         self.endsAt = endsAt
         self.minutes = minutes
     }
-    public init(stored: JSON) throws(StoreError) {
+    public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "unlock")
         startsAt = try f.int("startsAt")
         endsAt = try f.int("endsAt")
@@ -222,17 +222,19 @@ public struct UnlockRow: StoredRow {
 
 /// The screen time and rewards tables, registered with the store before it recovers.
 public struct ScreenTimeTables: Sendable {
-    public let connection: Table<ConnectionRow>
-    public let days: Table<DayRow>
-    public let penalties: Table<PenaltyRow>
-    public let events: Table<EventRow>
-    public let counters: Table<CounterRow>
-    public let balance: Table<BalanceRow>
-    public let earned: Table<EarnRow>
-    public let unlocks: Table<UnlockRow>
+    public let connection: any StorageTable<ConnectionRow>
+    public let days: any StorageTable<DayRow>
+    public let penalties: any StorageTable<PenaltyRow>
+    public let events: any StorageTable<EventRow>
+    public let counters: any StorageTable<CounterRow>
+    public let balance: any StorageTable<BalanceRow>
+    public let earned: any StorageTable<EarnRow>
+    public let unlocks: any StorageTable<UnlockRow>
 
-    /// Registers the tables.
-    public init(_ store: Store) {
+    /// Registers the tables. Inlinable, so that the composition root's call is specialised for its
+    /// storage and each table's row operations are compiled for their row type.
+    @inlinable
+    public init(_ store: some Storage) {
         connection = store.table("screentime.connection", of: ConnectionRow.self)
         days = store.table("screentime.days", of: DayRow.self)
         penalties = store.table("screentime.penalties", of: PenaltyRow.self)

@@ -2,7 +2,7 @@ import Chrono
 import DomainSupport
 import JSON
 import JSONRPC
-import Store
+import Storage
 
 /// The `screentime` and `rewards` configuration sections.
 public struct ScreenTimeConfig: Sendable, Equatable {
@@ -34,11 +34,11 @@ public final class ScreenTimeService: @unchecked Sendable {
     static let eventCounterKey = "events"
 
     let config: ScreenTimeConfig
-    let store: Store
+    let store: any Storage
     let tables: ScreenTimeTables
 
     /// A service over `tables`.
-    public init(config: ScreenTimeConfig, store: Store, tables: ScreenTimeTables) {
+    public init(config: ScreenTimeConfig, store: any Storage, tables: ScreenTimeTables) {
         self.config = config
         self.store = store
         self.tables = tables
@@ -46,17 +46,18 @@ public final class ScreenTimeService: @unchecked Sendable {
 
     // MARK: Connection
 
-    func connection(_ user: String) -> ConnectionRow {
-        tables.connection.get(user: user, key: Self.connectionKey) ?? ConnectionRow()
+    func connection(_ user: String) throws(RPCError) -> ConnectionRow {
+        try tables.connection.row(user: user, key: Self.connectionKey) ?? ConnectionRow()
     }
 
     func updateConnection(_ user: String, enabled: Bool?, timezone: Zone?, selection: JSON?) throws(RPCError) -> JSON {
-        var row = connection(user)
+        var row = try connection(user)
         let before = row
         if let enabled { row.enabled = enabled }
         if let timezone { row.timezone = timezone.identifier }
         if let selection { row.selection = BinaryJSON(selection) }
-        if row != before || tables.connection.get(user: user, key: Self.connectionKey) == nil {
+        let stored = try tables.connection.row(user: user, key: Self.connectionKey)
+        if row != before || stored == nil {
             var tx = Transaction()
             tx.put(tables.connection, user: user, key: Self.connectionKey, row)
             try store.apply(tx)
@@ -85,11 +86,11 @@ public final class ScreenTimeService: @unchecked Sendable {
     }
 
     /// Stores `day` and recomputes its one penalty entry (added, changed, kept or removed).
-    private func save(_ user: String, _ date: CalendarDate, _ day: DayRow, _ tx: inout Transaction, now: Timestamp) -> Verdict {
+    private func save(_ user: String, _ date: CalendarDate, _ day: DayRow, _ tx: inout Transaction, now: Timestamp) throws(RPCError) -> Verdict {
         let key = date.description
         tx.put(tables.days, user: user, key: key, day)
         let v = verdict(day)
-        let existing = tables.penalties.get(user: user, key: key)
+        let existing = try tables.penalties.row(user: user, key: key)
         if v.penaltyPoints > 0, let delta = v.deltaMinutes {
             if existing?.points != v.penaltyPoints || existing?.deltaMinutes != delta {
                 tx.put(tables.penalties, user: user, key: key,
@@ -103,27 +104,27 @@ public final class ScreenTimeService: @unchecked Sendable {
 
     func claim(_ user: String, date: CalendarDate, minutes: Int64, now: Timestamp) throws(RPCError) -> JSON {
         try checkNotFuture(date, connection(user), now: now)
-        var day = tables.days.get(user: user, key: date.description) ?? DayRow()
+        var day = try tables.days.row(user: user, key: date.description) ?? DayRow()
         day.claimedMinutes = minutes
         day.claimedAt = now.milliseconds
         var tx = Transaction()
-        let v = save(user, date, day, &tx, now: now)
+        let v = try save(user, date, day, &tx, now: now)
         try store.apply(tx)
         return Self.verdictJSON(date, v)
     }
 
     func upload(_ user: String, date: CalendarDate, verifiedMinutes: Int64, raw: BinaryJSON, now: Timestamp) throws(RPCError) -> JSON {
-        var conn = connection(user)
+        var conn = try connection(user)
         guard conn.enabled else {
             throw RPCError.forbidden("connection_disabled", "Uploads are refused while the Screen Time connection is disabled")
         }
         try checkNotFuture(date, conn, now: now)
-        var day = tables.days.get(user: user, key: date.description) ?? DayRow()
+        var day = try tables.days.row(user: user, key: date.description) ?? DayRow()
         day.verifiedMinutes = verifiedMinutes
         day.uploadedAt = now.milliseconds
         day.raw = raw
         var tx = Transaction()
-        let v = save(user, date, day, &tx, now: now)
+        let v = try save(user, date, day, &tx, now: now)
         conn.lastSyncAt = now.milliseconds
         tx.put(tables.connection, user: user, key: Self.connectionKey, conn)
         try store.apply(tx)
@@ -131,19 +132,19 @@ public final class ScreenTimeService: @unchecked Sendable {
     }
 
     func day(_ user: String, date: CalendarDate) throws(RPCError) -> JSON {
-        guard let day = tables.days.get(user: user, key: date.description) else {
+        guard let day = try tables.days.row(user: user, key: date.description) else {
             throw RPCError.notFound("No Screen Time data for \(date)")
         }
         return record(date, day, includeRaw: true)
     }
 
-    func history(_ user: String, from: CalendarDate, to: CalendarDate, includeRaw: Bool) -> JSON {
-        let days = tables.days.scan(user: user, from: from.description, to: to.description)
+    func history(_ user: String, from: CalendarDate, to: CalendarDate, includeRaw: Bool) throws(RPCError) -> JSON {
+        let days = try tables.days.rows(user: user, from: from.description, to: to.description)
         return ["days": .array(days.map { record(CalendarDate($0.key)!, $0.row, includeRaw: includeRaw) })]
     }
 
-    func penalties(_ user: String, from: CalendarDate?, to: CalendarDate?) -> JSON {
-        let rows = tables.penalties.scan(user: user, from: from?.description, to: to?.description)
+    func penalties(_ user: String, from: CalendarDate?, to: CalendarDate?) throws(RPCError) -> JSON {
+        let rows = try tables.penalties.rows(user: user, from: from?.description, to: to?.description)
         let entries: [JSON] = rows.map {
             ["date": .string($0.key), "points": .int($0.row.points), "deltaMinutes": .int($0.row.deltaMinutes),
              "appliedAt": .timestamp($0.row.appliedAt)]
@@ -169,7 +170,7 @@ public final class ScreenTimeService: @unchecked Sendable {
     // MARK: Events
 
     func logEvent(_ user: String, type: String, activity: String, event: String?, at: Timestamp, now: Timestamp) throws(RPCError) {
-        let seq = (tables.counters.get(user: user, key: Self.eventCounterKey)?.value ?? 0) + 1
+        let seq = (try tables.counters.row(user: user, key: Self.eventCounterKey)?.value ?? 0) + 1
         var tx = Transaction()
         tx.put(tables.counters, user: user, key: Self.eventCounterKey, CounterRow(value: seq))
         tx.put(tables.events, user: user, key: padded(seq),
@@ -178,8 +179,8 @@ public final class ScreenTimeService: @unchecked Sendable {
         try store.apply(tx)
     }
 
-    func events(_ user: String, limit: Int) -> JSON {
-        let rows = tables.events.scan(user: user, reverse: true, limit: limit)
+    func events(_ user: String, limit: Int) throws(RPCError) -> JSON {
+        let rows = try tables.events.rows(user: user, reverse: true, limit: limit)
         return ["events": .array(rows.map { e in
             ["type": .string(e.row.type), "activity": .string(e.row.activity), "event": .optional(e.row.event),
              "at": .timestamp(e.row.at), "receivedAt": .timestamp(e.row.receivedAt)]
@@ -188,13 +189,13 @@ public final class ScreenTimeService: @unchecked Sendable {
 
     // MARK: Rewards
 
-    func balance(_ user: String) -> BalanceRow {
-        tables.balance.get(user: user, key: Self.balanceKey) ?? BalanceRow()
+    func balance(_ user: String) throws(RPCError) -> BalanceRow {
+        try tables.balance.row(user: user, key: Self.balanceKey) ?? BalanceRow()
     }
 
     func earn(_ user: String, xp: Int64, reason: String, key: String, now: Timestamp) throws(RPCError) -> JSON {
-        var b = balance(user)
-        if let earlier = tables.earned.get(user: user, key: key) {
+        var b = try balance(user)
+        if let earlier = try tables.earned.row(user: user, key: key) {
             guard earlier.xp == xp else {
                 throw RPCError.conflict("idempotency_key_reused", "This key was already used with a different xp")
             }
@@ -220,7 +221,7 @@ public final class ScreenTimeService: @unchecked Sendable {
             throw RPCError.invalidParams("params.xp", reason: "out_of_range",
                                          "params.xp must be a positive multiple of \(config.xpPerMinute)")
         }
-        var b = balance(user)
+        var b = try balance(user)
         guard b.xp >= xp else { throw RPCError.conflict("insufficient_balance", "Not enough XP") }
         b.xp -= xp
         b.minutes += minutes
@@ -231,7 +232,7 @@ public final class ScreenTimeService: @unchecked Sendable {
     }
 
     func spend(_ user: String, minutes: Int64, now: Timestamp) throws(RPCError) -> JSON {
-        var b = balance(user)
+        var b = try balance(user)
         guard b.minutes >= minutes else { throw RPCError.conflict("insufficient_balance", "Not enough unlocked minutes") }
         let window = Rules.unlockWindow(minutes: minutes, nowMs: now.milliseconds, unlockedUntilMs: b.unlockedUntil)
         b.minutes -= minutes

@@ -2,7 +2,7 @@ import Chrono
 import DomainSupport
 import JSON
 import JSONRPC
-import Store
+import Storage
 
 enum Schemas {
     static let session = #"""
@@ -145,7 +145,7 @@ public struct SessionsActive: RPCMethod {
     public static let resultSchema = #"{"anyOf": [{"type": "null"}, "# + Schemas.timer + "]}"
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { service.active(try c.userID(), now: c.now) }
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { try service.active(try c.userID(), now: c.now) }
 }
 
 /// `sessions.get`.
@@ -210,7 +210,7 @@ public struct SessionsList: RPCMethod {
             }
             after = position
         }
-        return service.list(try c.userID(), from: p.from, to: p.to, limit: p.limit, after: after)
+        return try service.list(try c.userID(), from: p.from, to: p.to, limit: p.limit, after: after)
     }
 }
 
@@ -253,6 +253,6 @@ public struct SessionsStats: RPCMethod {
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        service.stats(try c.userID(), zone: p.zone, now: c.now)
+        try service.stats(try c.userID(), zone: p.zone, now: c.now)
     }
 }

@@ -1,6 +1,6 @@
 import DomainSupport
 import JSON
-import Store
+import Storage
 
 /// A recorded session (`sessions.records`, key: session id).
 public struct MeditationRow: StoredRow {
@@ -17,7 +17,7 @@ public struct MeditationRow: StoredRow {
         self.createdAt = createdAt
         self.clientSessionId = clientSessionId
     }
-    public init(stored: JSON) throws(StoreError) {
+    public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "session")
         startTime = try f.int("startTime")
         durationSeconds = try f.int("durationSeconds")
@@ -49,7 +49,7 @@ public struct TimerRow: StoredRow {
         self.accumulatedMs = accumulatedMs
         self.runningSince = runningSince
     }
-    public init(stored: JSON) throws(StoreError) {
+    public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "timer")
         sessionId = try f.string("sessionId")
         clientSessionId = f.optionalString("clientSessionId")
@@ -67,18 +67,20 @@ public struct TimerRow: StoredRow {
 public struct ClientIDRow: StoredRow {
     public let sessionId: String
     public init(sessionId: String) { self.sessionId = sessionId }
-    public init(stored: JSON) throws(StoreError) { sessionId = try StoredFields(stored, "client id").string("sessionId") }
+    public init(stored: JSON) throws(StorageError) { sessionId = try StoredFields(stored, "client id").string("sessionId") }
     public var stored: JSON { ["sessionId": .string(sessionId)] }
 }
 
 /// The sessions tables, registered with the store before it recovers.
 public struct SessionTables: Sendable {
-    public let records: Table<MeditationRow>
-    public let timer: Table<TimerRow>
-    public let clientIds: Table<ClientIDRow>
+    public let records: any StorageTable<MeditationRow>
+    public let timer: any StorageTable<TimerRow>
+    public let clientIds: any StorageTable<ClientIDRow>
 
-    /// Registers the tables.
-    public init(_ store: Store) {
+    /// Registers the tables. Inlinable, so that the composition root's call is specialised for its
+    /// storage and each table's row operations are compiled for their row type.
+    @inlinable
+    public init(_ store: some Storage) {
         records = store.table("sessions.records", of: MeditationRow.self,
                               orderedBy: { key, row in SessionRules.listOrder(startTime: row.startTime, sessionId: key) })
         timer = store.table("sessions.timer", of: TimerRow.self)

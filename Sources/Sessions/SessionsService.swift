@@ -3,17 +3,17 @@ import Crypto
 import DomainSupport
 import JSON
 import JSONRPC
-import Store
+import Storage
 
 /// Meditation sessions and the server-side timer. Confined to the serving thread.
 public final class SessionsService: @unchecked Sendable {
     static let timerKey = "active"
-    let store: Store
+    let store: any Storage
     let tables: SessionTables
     private let cursorKey: SymmetricKey
 
     /// A service over `tables`; `cursorSecret` signs list cursors so a tampered one is refused.
-    public init(store: Store, tables: SessionTables, cursorSecret: [UInt8]) {
+    public init(store: any Storage, tables: SessionTables, cursorSecret: [UInt8]) {
         self.store = store
         self.tables = tables
         self.cursorKey = SymmetricKey(data: SHA256.hash(data: Array("healthkernel sessions cursor".utf8) + cursorSecret))
@@ -31,15 +31,15 @@ public final class SessionsService: @unchecked Sendable {
     }
 
     /// The session a client id already made, if any.
-    private func existing(_ user: String, clientSessionId: String?) -> (String, MeditationRow)? {
-        guard let cid = clientSessionId, let link = tables.clientIds.get(user: user, key: cid),
-              let row = tables.records.get(user: user, key: link.sessionId) else { return nil }
+    private func existing(_ user: String, clientSessionId: String?) throws(RPCError) -> (String, MeditationRow)? {
+        guard let cid = clientSessionId, let link = try tables.clientIds.row(user: user, key: cid),
+              let row = try tables.records.row(user: user, key: link.sessionId) else { return nil }
         return (link.sessionId, row)
     }
 
     func record(_ user: String, start: Timestamp, duration: Int64, end: Timestamp?, clientSessionId: String?,
                 now: Timestamp) throws(RPCError) -> JSON {
-        if let (id, row) = existing(user, clientSessionId: clientSessionId) { return Self.sessionJSON(id, row) }
+        if let (id, row) = try existing(user, clientSessionId: clientSessionId) { return Self.sessionJSON(id, row) }
         guard start.milliseconds <= now.milliseconds + SessionRules.futureAllowanceMs else {
             throw RPCError.invalidParams("params.startTime", reason: "future_date",
                                          "params.startTime is more than 5 minutes in the future")
@@ -60,11 +60,11 @@ public final class SessionsService: @unchecked Sendable {
     }
 
     func start(_ user: String, clientSessionId: String?, now: Timestamp) throws(RPCError) -> JSON {
-        if let active = tables.timer.get(user: user, key: Self.timerKey) {
+        if let active = try tables.timer.row(user: user, key: Self.timerKey) {
             if let cid = clientSessionId, active.clientSessionId == cid { return Self.timerJSON(active, now: now) }
             throw RPCError.conflict("session_active", "A session timer is already running or paused")
         }
-        if existing(user, clientSessionId: clientSessionId) != nil {
+        if try existing(user, clientSessionId: clientSessionId) != nil {
             throw RPCError.conflict("idempotency_key_reused", "This clientSessionId already belongs to a recorded session")
         }
         let timer = TimerRow(sessionId: Identifiers.uuid(), clientSessionId: clientSessionId, startedAt: now.milliseconds,
@@ -76,7 +76,7 @@ public final class SessionsService: @unchecked Sendable {
     }
 
     private func activeTimer(_ user: String) throws(RPCError) -> TimerRow {
-        guard let t = tables.timer.get(user: user, key: Self.timerKey) else {
+        guard let t = try tables.timer.row(user: user, key: Self.timerKey) else {
             throw RPCError.conflict("no_active_session", "No session timer is running or paused")
         }
         return t
@@ -117,17 +117,17 @@ public final class SessionsService: @unchecked Sendable {
         return Self.sessionJSON(t.sessionId, row)
     }
 
-    func active(_ user: String, now: Timestamp) -> JSON {
-        tables.timer.get(user: user, key: Self.timerKey).map { Self.timerJSON($0, now: now) } ?? .null
+    func active(_ user: String, now: Timestamp) throws(RPCError) -> JSON {
+        try tables.timer.row(user: user, key: Self.timerKey).map { Self.timerJSON($0, now: now) } ?? .null
     }
 
     func get(_ user: String, sessionId: String) throws(RPCError) -> JSON {
-        guard let row = tables.records.get(user: user, key: sessionId) else { throw RPCError.notFound("No such session") }
+        guard let row = try tables.records.row(user: user, key: sessionId) else { throw RPCError.notFound("No such session") }
         return Self.sessionJSON(sessionId, row)
     }
 
     func delete(_ user: String, sessionId: String) throws(RPCError) {
-        guard let row = tables.records.get(user: user, key: sessionId) else { throw RPCError.notFound("No such session") }
+        guard let row = try tables.records.row(user: user, key: sessionId) else { throw RPCError.notFound("No such session") }
         var tx = Transaction()
         tx.delete(tables.records, user: user, key: sessionId)
         if let cid = row.clientSessionId { tx.delete(tables.clientIds, user: user, key: cid) }
@@ -158,11 +158,10 @@ public final class SessionsService: @unchecked Sendable {
         return Position(startTime: t, sessionId: String(text[text.index(after: colon)...]))
     }
 
-    func list(_ user: String, from: Timestamp?, to: Timestamp?, limit: Int, after: Position?) -> JSON {
+    func list(_ user: String, from: Timestamp?, to: Timestamp?, limit: Int, after: Position?) throws(RPCError) -> JSON {
         // Newest first: a reverse scan of the start-time order, from `to` (exclusive: every session at that
         // time sorts after its bare bound) down to `from`, one more than the page to know if more follow.
-        let candidates = tables.records.scanOrdered(
-            user: user, from: from.map { SessionRules.listOrder(startTime: $0.milliseconds) },
+        let candidates = try tables.records.rowsOrdered(user: user, from: from.map { SessionRules.listOrder(startTime: $0.milliseconds) },
             to: to.map { SessionRules.listOrder(startTime: $0.milliseconds) },
             after: after.map { SessionRules.listOrder(startTime: $0.startTime, sessionId: $0.sessionId) },
             reverse: true, limit: limit + 1)
@@ -173,8 +172,8 @@ public final class SessionsService: @unchecked Sendable {
 
     // MARK: Stats
 
-    func stats(_ user: String, zone: Zone, now: Timestamp) -> JSON {
-        let rows = tables.records.rows(of: user).map(\.row)
+    func stats(_ user: String, zone: Zone, now: Timestamp) throws(RPCError) -> JSON {
+        let rows = try tables.records.rows(user: user).map(\.row)
         let today = zone.localDate(at: now)
         var days = Set<CalendarDate>()
         var total: Int64 = 0, last7: Int64 = 0, last30: Int64 = 0

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import Chrono
+import Storage
 import Threads
 
 /// The journal of a data dir: a write-ahead log in segments (`Segments`), snapshots beside it

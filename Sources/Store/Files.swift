@@ -1,4 +1,5 @@
 import JSON
+import Storage
 import JSONParsing
 
 /// The files of a data dir: names, magic numbers and the snapshot format.
@@ -122,7 +123,7 @@ public enum StoreFiles {
         let records: [(offset: Int, payload: ArraySlice<UInt8>)]
 
         /// Calls `body(table, user, key, value)` for every row, in file order.
-        public func forEachRow(_ body: (String, String, String, JSON) throws(StoreError) -> Void) throws(StoreError) {
+        public func forEachRow(_ body: (String, String, String, JSON) throws(StorageError) -> Void) throws(StorageError) {
             for (offset, payload) in records {
                 switch format {
                 case .text:
@@ -141,8 +142,8 @@ public enum StoreFiles {
         /// Walks the groups of a format 2 row record, calling `group(table, user, count, &reader)`,
         /// which must read exactly the group's rows (key and value each).
         static func forEachGroup(_ payload: ArraySlice<UInt8>, _ offset: Int,
-                                 _ group: (String, String, Int, inout BinaryReader) throws -> Void) throws(StoreError) {
-            let failure = payload.withUnsafeBytes { raw -> StoreError? in
+                                 _ group: (String, String, Int, inout BinaryReader) throws -> Void) throws(StorageError) {
+            let failure = payload.withUnsafeBytes { raw -> StorageError? in
                 var r = BinaryReader(raw)
                 do {
                     let table = try r.string()
@@ -154,7 +155,7 @@ public enum StoreFiles {
                         try group(table, user, count, &r)
                         left -= count
                     }
-                } catch let error as StoreError {
+                } catch let error as StorageError {
                     return error
                 } catch {
                     return .corrupt("snapshot record at byte \(offset): \(error)")
@@ -166,9 +167,9 @@ public enum StoreFiles {
 
         /// Puts every row into its table (found by `table(name)`), decoding format 2 values straight
         /// into typed rows.
-        func loadRows(_ table: (String) throws(StoreError) -> AnyTable) throws(StoreError) {
+        func loadRows(_ table: (String) throws(StorageError) -> AnyTable) throws(StorageError) {
             guard format == .binary else {
-                try forEachRow { (name, user, key, value) throws(StoreError) in
+                try forEachRow { (name, user, key, value) throws(StorageError) in
                     try table(name).put(user: user, key: key, stored: value)
                 }
                 return
@@ -181,22 +182,22 @@ public enum StoreFiles {
         }
 
         /// The rows of a format 1 record: a JSON array of `[table, user, key, value]`.
-        static func textRows(_ payload: ArraySlice<UInt8>, _ offset: Int) throws(StoreError) -> [(String, String, String, JSON)] {
+        static func textRows(_ payload: ArraySlice<UInt8>, _ offset: Int) throws(StorageError) -> [(String, String, String, JSON)] {
             guard case .array(let items)? = try? JSON.parse(Array(payload)) else {
-                throw StoreError.corrupt("snapshot record at byte \(offset) is not a row list")
+                throw StorageError.corrupt("snapshot record at byte \(offset) is not a row list")
             }
             var rows: [(String, String, String, JSON)] = []
             rows.reserveCapacity(items.count)
             for item in items {
                 guard case .array(let f) = item, f.count == 4, let t = f[0].stringValue, let u = f[1].stringValue,
-                      let k = f[2].stringValue else { throw StoreError.corrupt("malformed snapshot row at byte \(offset)") }
+                      let k = f[2].stringValue else { throw StorageError.corrupt("malformed snapshot row at byte \(offset)") }
                 rows.append((t, u, k, f[3]))
             }
             return rows
         }
 
         /// How many rows a row record holds, read without decoding the rows.
-        static func rowCount(_ payload: ArraySlice<UInt8>, _ format: PayloadFormat, _ offset: Int) throws(StoreError) -> Int {
+        static func rowCount(_ payload: ArraySlice<UInt8>, _ format: PayloadFormat, _ offset: Int) throws(StorageError) -> Int {
             switch format {
             case .text:
                 return try textRows(payload, offset).count
@@ -206,7 +207,7 @@ public enum StoreFiles {
                     _ = try? r.string()
                     return try? r.count()
                 }
-                guard let count else { throw StoreError.corrupt("snapshot record at byte \(offset) has no row count") }
+                guard let count else { throw StorageError.corrupt("snapshot record at byte \(offset) has no row count") }
                 return count
             }
         }

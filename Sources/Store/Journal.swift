@@ -1,4 +1,5 @@
 import Chrono
+import Storage
 
 /// Where the store's committed changes go so that they outlive the process. The store applies each
 /// request's changes to its tables and hands the journal one record for them; the tables never see
@@ -38,7 +39,7 @@ protocol Journal: AnyObject {
     var isCheckpointing: Bool { get }
     /// Prepares a checkpoint of the tables `freeze` returns, as of the last flushed record, and returns
     /// the work that writes it (on this thread or another); nil when this journal keeps none.
-    func checkpoint(_ freeze: () -> [FrozenTable]) -> (@Sendable () -> Result<SnapshotInfo, StoreError>)?
+    func checkpoint(_ freeze: () -> [FrozenTable]) -> (@Sendable () -> Result<SnapshotInfo, StorageError>)?
     /// Blocks until a running checkpoint is written.
     func waitForCheckpoint()
     /// Log size and last checkpoint time, for `kernel.info`.
@@ -58,7 +59,7 @@ final class MemoryJournal: Journal {
     var recordsSinceCheckpoint: Int { 0 }
     func checkpointDue(now: Timestamp) -> Bool { false }
     var isCheckpointing: Bool { false }
-    func checkpoint(_ freeze: () -> [FrozenTable]) -> (@Sendable () -> Result<SnapshotInfo, StoreError>)? { nil }
+    func checkpoint(_ freeze: () -> [FrozenTable]) -> (@Sendable () -> Result<SnapshotInfo, StorageError>)? { nil }
     func waitForCheckpoint() {}
     var durability: (walBytes: Int, lastSnapshotAt: Timestamp?) { (0, nil) }
     func close(sync: Bool) {}

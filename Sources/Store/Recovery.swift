@@ -1,4 +1,5 @@
 import JSON
+import Storage
 import JSONParsing
 
 /// Reading a data dir back: the newest snapshot, then every log record after it, with torn tails told
@@ -119,12 +120,12 @@ public struct DataDirScan {
     }
 
     /// The changes of one log record.
-    public static func changes(of log: LogRecord) throws(StoreError) -> [Change] {
+    public static func changes(of log: LogRecord) throws(StorageError) -> [Change] {
         let record = log.record
         switch log.format {
         case .text:
             guard case .array(let items)? = try? JSON.parse(Array(record.payload)) else {
-                throw StoreError.corrupt("record \(record.seq) is not a JSON array")
+                throw StorageError.corrupt("record \(record.seq) is not a JSON array")
             }
             var out: [Change] = []
             out.reserveCapacity(items.count)
@@ -143,8 +144,8 @@ public struct DataDirScan {
             }
             switch decoded {
             case .success(let changes) where !changes.isEmpty: return changes
-            case .success: throw StoreError.corrupt("record \(record.seq) has no changes")
-            case .failure(let error): throw StoreError.corrupt("record \(record.seq): \(error)")
+            case .success: throw StorageError.corrupt("record \(record.seq) has no changes")
+            case .failure(let error): throw StorageError.corrupt("record \(record.seq): \(error)")
             }
         }
     }

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import Chrono
+import Storage
 import Threads
 
 /// The result of a snapshot.
@@ -37,7 +38,7 @@ extension FileJournal {
 
     /// Starts a new segment, freezes the tables, and returns the work that writes the snapshot: it then
     /// covers exactly the records before the new segment.
-    func checkpoint(_ freeze: () -> [FrozenTable]) -> (@Sendable () -> Result<SnapshotInfo, StoreError>)? {
+    func checkpoint(_ freeze: () -> [FrozenTable]) -> (@Sendable () -> Result<SnapshotInfo, StorageError>)? {
         checkpointRunning.set(true)
         if let why = segments.rotate(nextSeq: lastSeq + 1) {
             log("cannot start a new log segment (\(why)); records go on into the current one")

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import Chrono
+import Storage
 import JSON
 import Synchronization
 import Threads
@@ -74,10 +75,14 @@ public struct FlushOutcome: Sendable {
 /// The in-memory store: typed tables per user, each request's changes applied all together and handed
 /// to the journal as one record, which is durable before the request is answered. Confined to the
 /// thread that serves requests.
-public final class Store: @unchecked Sendable {
+public final class Store: Storage, @unchecked Sendable {
     public let options: StoreOptions
     private var tables: [String: AnyTable] = [:]
     private var tableOrder: [String] = []
+    /// Registered tables by their handle's slot.
+    private var slots: [AnyTable] = []
+    /// The slot the next registered table gets.
+    @usableFromInline var nextSlot: Int { slots.count }
     private let log: @Sendable (String) -> Void
     private let clock: Clock
     private let journal: Journal
@@ -115,7 +120,7 @@ public final class Store: @unchecked Sendable {
 
     /// The user holding `key`, if anyone.
     public func holder(of key: UniqueKey) -> String? {
-        uniqueKeys.holder(of: key.stored)
+        uniqueKeys.holder(of: key.rowKey)
     }
 
     /// Whether the store writes no files.
@@ -130,9 +135,17 @@ public final class Store: @unchecked Sendable {
     @inlinable
     public func table<Row: StoredRow>(_ name: String, of type: Row.Type,
                                       orderedBy orderKey: (@Sendable (String, Row) -> String)? = nil) -> Table<Row> {
-        let t = Table<Row>(name: name, orderKey: orderKey)
+        let t = Table<Row>(name: name, slot: nextSlot, orderKey: orderKey)
         t.ops = TableOps(t)
         register(t)
+        return t
+    }
+
+    /// `Storage`'s view of `table(_:of:orderedBy:)`.
+    @inlinable
+    public func table<Row: StoredRow>(_ name: String, of type: Row.Type,
+                                      orderedBy orderKey: (@Sendable (String, Row) -> String)?) -> any StorageTable<Row> {
+        let t: Table<Row> = table(name, of: type, orderedBy: orderKey)
         return t
     }
 
@@ -143,6 +156,7 @@ public final class Store: @unchecked Sendable {
         precondition((1...100).contains(name.utf8.count), "table names are 1 to 100 bytes (snapshot records rely on it)")
         tables[name] = table
         tableOrder.append(name)
+        slots.append(table)
     }
 
     /// Every row of `user` in every table as (table, key, stored value): for exports and isolation checks.
@@ -157,8 +171,8 @@ public final class Store: @unchecked Sendable {
     /// Total rows in all tables.
     public var rowCount: Int { tables.values.reduce(0) { $0 + $1.rowCount } }
 
-    private func table(named name: String) throws(StoreError) -> AnyTable {
-        guard let table = tables[name] else { throw StoreError.corrupt("unknown table \(name)") }
+    private func table(named name: String) throws(StorageError) -> AnyTable {
+        guard let table = tables[name] else { throw StorageError.corrupt("unknown table \(name)") }
         return table
     }
 
@@ -171,8 +185,8 @@ public final class Store: @unchecked Sendable {
     }
 
     private func load(_ scan: DataDirScan) throws(StoreOpenError) {
-        do throws(StoreError) {
-            try scan.snapshot?.loadRows { (name) throws(StoreError) in try table(named: name) }
+        do throws(StorageError) {
+            try scan.snapshot?.loadRows { (name) throws(StorageError) in try table(named: name) }
             for record in scan.records { try replay(record) }
         } catch {
             throw .damaged(StoreDamage(file: scan.records.last?.segment ?? scan.snapshotName ?? "the data dir", offset: 0,
@@ -181,7 +195,7 @@ public final class Store: @unchecked Sendable {
     }
 
     /// Replays one change of a format 1 record.
-    private func replay(_ change: Change) throws(StoreError) {
+    private func replay(_ change: Change) throws(StorageError) {
         switch change {
         case .put(let name, let user, let key, let value):
             try table(named: name).put(user: user, key: key, stored: value)
@@ -193,12 +207,12 @@ public final class Store: @unchecked Sendable {
     }
 
     /// Replays a log record, decoding format 2 values straight into typed rows.
-    private func replay(_ log: LogRecord) throws(StoreError) {
+    private func replay(_ log: LogRecord) throws(StorageError) {
         guard log.format == .binary else {
             for change in try DataDirScan.changes(of: log) { try replay(change) }
             return
         }
-        let failure = log.record.payload.withUnsafeBytes { raw -> StoreError? in
+        let failure = log.record.payload.withUnsafeBytes { raw -> StorageError? in
             var r = BinaryReader(raw)
             do {
                 repeat {
@@ -211,7 +225,7 @@ public final class Store: @unchecked Sendable {
                         _ = removeUser(user)
                     }
                 } while !r.isAtEnd
-            } catch let error as StoreError {
+            } catch let error as StorageError {
                 return error
             } catch {
                 return .corrupt("record \(log.record.seq): \(error)")
@@ -225,11 +239,11 @@ public final class Store: @unchecked Sendable {
 
     /// Applies a transaction to memory and queues its log record; it becomes durable at the next
     /// `flush()`. All of its changes apply, or none.
-    public func commit(_ tx: Transaction) throws(StoreError) {
+    public func commit(_ tx: Transaction) throws(StorageError) {
         guard !tx.isEmpty else { return }
-        if let refuseWrites { throw StoreError.unavailable(refuseWrites) }
+        if let refuseWrites { throw StorageError.unavailable(refuseWrites) }
         for case .claim(let key, let user) in tx.entries {
-            if let holder = uniqueKeys.holder(of: key.stored), holder != user { throw StoreError.taken(key) }
+            if let holder = uniqueKeys.holder(of: key.rowKey), holder != user { throw StorageError.taken(key) }
         }
         for entry in tx.entries {
             let entryUndo = apply(entry)
@@ -250,16 +264,18 @@ public final class Store: @unchecked Sendable {
     /// Applies one change of a transaction; returns how to undo it.
     private func apply(_ entry: Transaction.Entry) -> Undo {
         switch entry {
-        case .put(let table, let user, let key, let row):
+        case .put(let handle, let user, let key, let row):
+            let table = slots[handle.slot]
             return .row(table: table, user: user, key: key, old: table.put(user: user, key: key, row: row))
-        case .delete(let table, let user, let key):
+        case .delete(let handle, let user, let key):
+            let table = slots[handle.slot]
             return .row(table: table, user: user, key: key, old: table.delete(user: user, key: key))
         case .deleteUser(let user):
             return removeUser(user)
         case .claim(let key, let user):
-            return .row(table: uniqueKeys, user: user, key: key.stored, old: uniqueKeys.put(user: user, key: key.stored, row: ClaimRow()))
+            return .row(table: uniqueKeys, user: user, key: key.rowKey, old: uniqueKeys.put(user: user, key: key.rowKey, row: ClaimRow()))
         case .release(let key, let user):
-            return .row(table: uniqueKeys, user: user, key: key.stored, old: uniqueKeys.delete(user: user, key: key.stored))
+            return .row(table: uniqueKeys, user: user, key: key.rowKey, old: uniqueKeys.delete(user: user, key: key.rowKey))
         }
     }
 
@@ -325,16 +341,16 @@ public final class Store: @unchecked Sendable {
     private func freeze() -> [FrozenTable] { tableOrder.map { tables[$0]!.freeze() } }
 
     /// Takes a snapshot now and returns once it is durable (queued writes are flushed first).
-    public func snapshot() throws(StoreError) -> SnapshotInfo {
-        guard !memoryOnly else { throw StoreError.unavailable("a memory-only kernel keeps no snapshots") }
-        if let refuseWrites { throw StoreError.unavailable(refuseWrites) }
+    public func snapshot() throws(StorageError) -> SnapshotInfo {
+        guard !memoryOnly else { throw StorageError.unavailable("a memory-only kernel keeps no snapshots") }
+        if let refuseWrites { throw StorageError.unavailable(refuseWrites) }
         if journal.hasQueued {
             let before = failedCommits.count
             writeQueued()
-            if failedCommits.count > before { throw StoreError.unavailable("the log could not be written") }
+            if failedCommits.count > before { throw StorageError.unavailable("the log could not be written") }
         }
         journal.waitForCheckpoint()
-        guard let job = journal.checkpoint(freeze) else { throw StoreError.unavailable("this journal keeps no snapshots") }
+        guard let job = journal.checkpoint(freeze) else { throw StorageError.unavailable("this journal keeps no snapshots") }
         return try job().get()
     }
 

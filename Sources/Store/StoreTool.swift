@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import JSON
+import Storage
 
 /// The offline commands behind `healthkernel store inspect|verify|export|repair`.
 public enum StoreTool {
@@ -45,7 +46,7 @@ public enum StoreTool {
         case .failure(let d):
             return (damagedExitStatus, ["damaged: \(d)"])
         case .success(let scan):
-            do throws(StoreError) {
+            do throws(StorageError) {
                 try scan.snapshot?.forEachRow { _, _, _, _ in }
             } catch {
                 return (damagedExitStatus, ["damaged: \(scan.snapshotName ?? ""): \(error)"])
@@ -75,7 +76,7 @@ public enum StoreTool {
         }
         if let snapshot = scan.snapshot, let name = scan.snapshotName {
             emit(["type": "snapshot", "file": .string(name), "seq": .int(Int64(snapshot.seq)), "createdAt": .string(snapshot.createdAt)])
-            do throws(StoreError) {
+            do throws(StorageError) {
                 try snapshot.forEachRow { table, user, key, value in
                     emit(["type": "row", "table": .string(table), "user": .string(user), "key": .string(key), "value": value])
                 }

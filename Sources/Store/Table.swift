@@ -1,34 +1,5 @@
 import JSON
-
-/// A row type a table stores. Its stored form is a JSON value: the log and snapshots keep it in the
-/// binary form, `store export` shows it as JSON.
-public protocol StoredRow: Sendable, Equatable {
-    /// Decodes a stored row; throws when the stored form is not a valid row (damage or a format bug).
-    init(stored: JSON) throws(StoreError)
-    /// The stored form.
-    var stored: JSON { get }
-    /// Appends the stored form in the binary form. The default goes through `stored`; rows written on
-    /// every request write it directly, and must write exactly the bytes the default would.
-    func writeStored(to out: inout [UInt8])
-    /// Reads the stored form from the binary form. The default goes through `init(stored:)`.
-    init(binaryStored reader: inout BinaryReader) throws(StoreError)
-}
-
-extension StoredRow {
-    public func writeStored(to out: inout [UInt8]) {
-        stored.writeBinary(to: &out)
-    }
-
-    public init(binaryStored reader: inout BinaryReader) throws(StoreError) {
-        let value: JSON
-        do {
-            value = try JSON.readBinary(&reader)
-        } catch {
-            throw StoreError.corrupt("\(Self.self): \(error)")
-        }
-        try self.init(stored: value)
-    }
-}
+import Storage
 
 /// One change a transaction makes: the effect, never the input, so replay gives the same state whatever the clock says.
 public enum Change: Sendable, Equatable {
@@ -110,17 +81,17 @@ public enum Change: Sendable, Equatable {
     }
 
     /// Reads the text log form (format 1).
-    public init(json: JSON) throws(StoreError) {
-        guard case .array(let a) = json, let op = a.first?.stringValue else { throw StoreError.corrupt("change is not an array") }
-        func str(_ i: Int) throws(StoreError) -> String {
-            guard i < a.count, let s = a[i].stringValue else { throw StoreError.corrupt("change field \(i) is not a string") }
+    public init(json: JSON) throws(StorageError) {
+        guard case .array(let a) = json, let op = a.first?.stringValue else { throw StorageError.corrupt("change is not an array") }
+        func str(_ i: Int) throws(StorageError) -> String {
+            guard i < a.count, let s = a[i].stringValue else { throw StorageError.corrupt("change field \(i) is not a string") }
             return s
         }
         switch (op, a.count) {
         case ("p", 5): self = .put(table: try str(1), user: try str(2), key: try str(3), value: a[4])
         case ("d", 4): self = .delete(table: try str(1), user: try str(2), key: try str(3))
         case ("u", 2): self = .deleteUser(user: try str(1))
-        default: throw StoreError.corrupt("unknown change \(op)")
+        default: throw StorageError.corrupt("unknown change \(op)")
         }
     }
 }
@@ -128,11 +99,11 @@ public enum Change: Sendable, Equatable {
 extension BinaryReader {
     /// A row key in a snapshot group of `table`; damage is reported as corrupt data of that table.
     @inlinable
-    mutating func rowKey(of table: String) throws(StoreError) -> String {
+    mutating func rowKey(of table: String) throws(StorageError) -> String {
         do {
             return try string()
         } catch {
-            throw StoreError.corrupt("\(table): \(error)")
+            throw StorageError.corrupt("\(table): \(error)")
         }
     }
 }
@@ -145,11 +116,11 @@ protocol AnyTable: AnyObject {
     /// Applies a put of a row a transaction made; returns the previous row (for undo).
     func put(user: String, key: String, row: any StoredRow) -> (any StoredRow)?
     /// Applies a put read from a format 1 record.
-    func put(user: String, key: String, stored: JSON) throws(StoreError)
+    func put(user: String, key: String, stored: JSON) throws(StorageError)
     /// Applies a put whose value is read from a format 2 record.
-    func putBinary(user: String, key: String, from reader: inout BinaryReader) throws(StoreError)
+    func putBinary(user: String, key: String, from reader: inout BinaryReader) throws(StorageError)
     /// Applies `count` rows of `user` read from a format 2 snapshot: key (string body), value, repeated.
-    func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader) throws(StoreError)
+    func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader) throws(StorageError)
     /// Applies a delete; returns the previous row.
     func delete(user: String, key: String) -> (any StoredRow)?
     /// Puts back a row that `put` or `delete` returned.
@@ -180,16 +151,16 @@ struct FrozenTable: Sendable {
 @usableFromInline
 struct TableOps {
     @usableFromInline let put: (String, String, any StoredRow) -> (any StoredRow)?
-    @usableFromInline let putBinary: (String, String, inout BinaryReader) throws(StoreError) -> Void
-    @usableFromInline let putBinaryGroup: (String, Int, inout BinaryReader) throws(StoreError) -> Void
+    @usableFromInline let putBinary: (String, String, inout BinaryReader) throws(StorageError) -> Void
+    @usableFromInline let putBinaryGroup: (String, Int, inout BinaryReader) throws(StorageError) -> Void
 
     @inlinable
     init<Row: StoredRow>(_ table: Table<Row>) {
         put = { [unowned table] user, key, row in table.set(user, key, row as! Row) }
-        putBinary = { [unowned table] (user, key, reader) throws(StoreError) in
+        putBinary = { [unowned table] (user, key, reader) throws(StorageError) in
             table.set(user, key, try Row(binaryStored: &reader))
         }
-        putBinaryGroup = { [unowned table] (user, count, reader) throws(StoreError) in
+        putBinaryGroup = { [unowned table] (user, count, reader) throws(StorageError) in
             try table.setGroup(user, count, &reader)
         }
     }
@@ -197,9 +168,7 @@ struct TableOps {
 
 /// A table of typed rows, partitioned by user and in key order within a partition: reads are direct,
 /// writes go through a `Transaction`.
-public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
-    /// The table's name in the log and snapshots (`domain.things`).
-    public let name: String
+public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @unchecked Sendable {
     @usableFromInline var rows: [String: Partition<Row>] = [:]
     @usableFromInline var storedCount = 0
     /// Set once by `Store.table`.
@@ -213,9 +182,9 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
     public var rowCount: Int { storedCount }
 
     @usableFromInline
-    init(name: String, orderKey: (@Sendable (String, Row) -> String)? = nil) {
-        self.name = name
+    init(name: String, slot: Int, orderKey: (@Sendable (String, Row) -> String)? = nil) {
         self.orderKey = orderKey
+        super.init(name: name, slot: slot)
     }
 
     /// Row `key` of `user`.
@@ -223,10 +192,6 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
         rows[user]?[key]
     }
 
-    /// Every row of `user`, in key order.
-    public func rows(of user: String) -> [(key: String, row: Row)] {
-        scan(user: user)
-    }
 
     /// Rows of `user` in key order, or reverse key order: keys from `from` through `to` (either end open),
     /// beyond `after` in the scan direction (where the previous page ended), at most `limit`.
@@ -264,23 +229,23 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
         return set(user, key, row as! Row)
     }
 
-    func put(user: String, key: String, stored: JSON) throws(StoreError) {
+    func put(user: String, key: String, stored: JSON) throws(StorageError) {
         set(user, key, try Row(stored: stored))
     }
 
-    func putBinary(user: String, key: String, from reader: inout BinaryReader) throws(StoreError) {
+    func putBinary(user: String, key: String, from reader: inout BinaryReader) throws(StorageError) {
         if let ops { return try ops.putBinary(user, key, &reader) }
         set(user, key, try Row(binaryStored: &reader))
     }
 
-    func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader) throws(StoreError) {
+    func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader) throws(StorageError) {
         if let ops { return try ops.putBinaryGroup(user, count, &reader) }
         try setGroup(user, count, &reader)
     }
 
     /// Puts `count` rows of `user` (key, value, repeated) with one outer lookup.
     @inlinable
-    func setGroup(_ user: String, _ count: Int, _ reader: inout BinaryReader) throws(StoreError) {
+    func setGroup(_ user: String, _ count: Int, _ reader: inout BinaryReader) throws(StorageError) {
         var mine = rows.removeValue(forKey: user) ?? Partition()
         mine.keys.reserveCapacity(mine.count + count)
         mine.rows.reserveCapacity(mine.count + count)
@@ -361,98 +326,23 @@ public final class Table<Row: StoredRow>: AnyTable, @unchecked Sendable {
     }
 }
 
-/// A request's changes, applied all together or not at all. It keeps the typed rows, so committing
-/// needs no decoding and the log record is written straight from them.
-public struct Transaction {
-    enum Entry {
-        case put(AnyTable, user: String, key: String, row: any StoredRow)
-        case delete(AnyTable, user: String, key: String)
-        case deleteUser(String)
-        /// A unique key taken by a user: a row of `store.unique` in the user's partition.
-        case claim(UniqueKey, user: String)
-        case release(UniqueKey, user: String)
 
-        /// The binary log form; the same bytes as `Change.writeBinary` of the equivalent change.
-        func writeBinary(to out: inout [UInt8]) {
-            switch self {
-            case .put(let table, let user, let key, let row):
-                Change.Head.put(table: table.name, user: user, key: key).write(to: &out)
-                row.writeStored(to: &out)
-            case .delete(let table, let user, let key):
-                Change.Head.delete(table: table.name, user: user, key: key).write(to: &out)
-            case .deleteUser(let user):
-                Change.Head.deleteUser(user: user).write(to: &out)
-            case .claim(let key, let user):
-                Change.Head.put(table: UniqueKeys.tableName, user: user, key: key.stored).write(to: &out)
-                ClaimRow().writeStored(to: &out)
-            case .release(let key, let user):
-                Change.Head.delete(table: UniqueKeys.tableName, user: user, key: key.stored).write(to: &out)
-            }
-        }
-
-        /// The change in its decoded form.
-        var change: Change {
-            switch self {
-            case .put(let table, let user, let key, let row): return .put(table: table.name, user: user, key: key, value: row.stored)
-            case .delete(let table, let user, let key): return .delete(table: table.name, user: user, key: key)
-            case .deleteUser(let user): return .deleteUser(user: user)
-            case .claim(let key, let user): return .put(table: UniqueKeys.tableName, user: user, key: key.stored, value: ClaimRow().stored)
-            case .release(let key, let user): return .delete(table: UniqueKeys.tableName, user: user, key: key.stored)
-            }
-        }
-    }
-
-    private(set) var entries: [Entry] = []
-
-    /// An empty transaction.
-    public init() {}
-
-    /// Sets a row.
-    public mutating func put<Row: StoredRow>(_ table: Table<Row>, user: String, key: String, _ row: Row) {
-        entries.append(.put(table, user: user, key: key, row: row))
-    }
-
-    /// Removes a row.
-    public mutating func delete<Row: StoredRow>(_ table: Table<Row>, user: String, key: String) {
-        entries.append(.delete(table, user: user, key: key))
-    }
-
-    /// Removes every row of a user in every table, and releases every unique key the user holds.
-    public mutating func deleteUser(_ user: String) {
-        entries.append(.deleteUser(user))
-    }
-
-    /// Takes `key` for `user`. The commit fails with `StoreError.taken` when another user holds it.
-    public mutating func claim(_ key: UniqueKey, for user: String) {
-        entries.append(.claim(key, user: user))
-    }
-
-    /// Gives up `key`, if `user` holds it.
-    public mutating func release(_ key: UniqueKey, of user: String) {
-        entries.append(.release(key, user: user))
-    }
-
-    /// Whether there is nothing to commit.
-    public var isEmpty: Bool { entries.isEmpty }
-
-    /// The changes, in order, as a log record holds them.
-    public var changes: [Change] { entries.map(\.change) }
-}
-
-/// Why the store could not do something.
-public enum StoreError: Error, Equatable, CustomStringConvertible {
-    /// Writing failed (disk full, I/O error): nothing was applied.
-    case unavailable(String)
-    /// Stored data does not decode.
-    case corrupt(String)
-    /// A claimed unique key is held by another user: nothing was applied.
-    case taken(UniqueKey)
-
-    public var description: String {
+extension Transaction.Entry {
+    /// The binary log form; the same bytes as `Change.writeBinary` of the equivalent change.
+    func writeBinary(to out: inout [UInt8]) {
         switch self {
-        case .unavailable(let m): return "storage unavailable: \(m)"
-        case .corrupt(let m): return "corrupt data: \(m)"
-        case .taken(let key): return "\(key.namespace) is held by another user"
+        case .put(let table, let user, let key, let row):
+            Change.Head.put(table: table.name, user: user, key: key).write(to: &out)
+            row.writeStored(to: &out)
+        case .delete(let table, let user, let key):
+            Change.Head.delete(table: table.name, user: user, key: key).write(to: &out)
+        case .deleteUser(let user):
+            Change.Head.deleteUser(user: user).write(to: &out)
+        case .claim(let key, let user):
+            Change.Head.put(table: UniqueKeys.tableName, user: user, key: key.rowKey).write(to: &out)
+            ClaimRow().writeStored(to: &out)
+        case .release(let key, let user):
+            Change.Head.delete(table: UniqueKeys.tableName, user: user, key: key.rowKey).write(to: &out)
         }
     }
 }

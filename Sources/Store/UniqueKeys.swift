@@ -1,31 +1,13 @@
 import JSON
-
-/// A value at most one user may hold at a time: an email, a provider identity, an App Store original
-/// transaction id, a notification id. A transaction claims or releases it; deleting a user releases
-/// every key the user holds.
-public struct UniqueKey: Hashable, Sendable, CustomStringConvertible {
-    /// What kind of value it is (`auth.email`); keys of different namespaces never clash.
-    public let namespace: String
-    public let value: String
-
-    public init(_ namespace: String, _ value: String) {
-        self.namespace = namespace
-        self.value = value
-    }
-
-    /// The row key it is kept under: namespace, a NUL, the value.
-    var stored: String { namespace + "\u{0}" + value }
-
-    public var description: String { "\(namespace) \(value)" }
-}
+import Storage
 
 /// The stored form of a claim: the claim itself is the row (table `store.unique`, the holder's partition,
 /// the key as row key), so logs and snapshots carry claims as ordinary rows and deleting a user removes
 /// them with the rest of the user's rows.
 struct ClaimRow: StoredRow {
     init() {}
-    init(stored: JSON) throws(StoreError) {
-        guard case .object = stored else { throw StoreError.corrupt("a unique key claim is not an object") }
+    init(stored: JSON) throws(StorageError) {
+        guard case .object = stored else { throw StorageError.corrupt("a unique key claim is not an object") }
     }
     var stored: JSON { .object(JSONObject()) }
 }
@@ -53,17 +35,17 @@ final class UniqueKeys: AnyTable {
 
     func put(user: String, key: String, row: any StoredRow) -> (any StoredRow)? { claim(user, key) }
 
-    func put(user: String, key: String, stored: JSON) throws(StoreError) {
+    func put(user: String, key: String, stored: JSON) throws(StorageError) {
         _ = try ClaimRow(stored: stored)
         _ = claim(user, key)
     }
 
-    func putBinary(user: String, key: String, from reader: inout BinaryReader) throws(StoreError) {
+    func putBinary(user: String, key: String, from reader: inout BinaryReader) throws(StorageError) {
         _ = try ClaimRow(binaryStored: &reader)
         _ = claim(user, key)
     }
 
-    func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader) throws(StoreError) {
+    func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader) throws(StorageError) {
         for _ in 0..<count { try putBinary(user: user, key: try reader.rowKey(of: name), from: &reader) }
     }
 

@@ -6,6 +6,7 @@ import JSONParsing
 import JSONRPC
 import Kernel
 import Logging
+import Storage
 import Store
 
 #if canImport(Glibc)
@@ -226,7 +227,7 @@ struct Token: ParsableCommand {
                 subject = id
             } else {
                 let kernel = options.start(config, logger: bootstrapLogging(level: config.logLevel))
-                guard let id = kernel.auth.userID(forEmail: user) else {
+                guard let id = try? kernel.auth.userID(forEmail: user) else {
                     fail("healthkernel token: no account with that email", status: ExitStatus.callFailed)
                 }
                 subject = id

@@ -7,6 +7,7 @@ import JSON
 import JSONRPC
 import JWTKit
 import Testing
+import Storage
 import TestSupport
 @testable import Auth
 @testable import Store
@@ -339,25 +340,6 @@ struct IDClaims: JWTPayload {
     }
 }
 
-/// The generated secret file appears whole or not at all, and a cut-short one never blocks a start.
-@Suite struct JWTSecretFileTests {
-    @Test func generatedOnceThenReadAndAShortFileIsReplaced() throws {
-        let dir = temporaryDirectory("secret")
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        let first = try JWTSecret.resolve(configured: nil, dataDir: dir)
-        #expect(first.count >= 32)
-        #expect(try JWTSecret.resolve(configured: nil, dataDir: dir) == first)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: dir) == [JWTSecret.fileName], "a temp file was left")
-        // What an older version left when the disk filled up while it wrote the secret.
-        let path = dir + "/" + JWTSecret.fileName
-        try Data().write(to: URL(fileURLWithPath: path))
-        let replaced = try JWTSecret.resolve(configured: nil, dataDir: dir)
-        #expect(replaced.count >= 32 && replaced != first)
-        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data(replaced))
-        #expect(try JWTSecret.resolve(configured: nil, dataDir: dir) == replaced)
-    }
-}
-
 /// Lookups of releases before 0.2 (rows in a shared `*` partition) move into unique keys at start-up.
 @Suite struct LegacyIndexTests {
     @Test func emailAndIdentityLookupsMoveToUniqueKeysAndDeletedUsersAreDropped() throws {
@@ -370,13 +352,13 @@ struct IDClaims: JWTPayload {
             tx.put(h.tables.legacyIndex, user: AuthService.legacyShared, key: key, IndexRow(userId: user))
         }
         try h.store.commit(tx)
-        h.service.upgradeLegacyIndex()
+        try h.service.upgradeLegacyIndex()
         #expect(h.store.holder(of: .email("kept@example.com")) == kept)
         #expect(h.store.holder(of: .identity("google", "g-123")) == kept)
         #expect(h.store.holder(of: .email("gone@example.com")) == nil)
-        #expect(h.tables.legacyIndex.rows(of: AuthService.legacyShared).isEmpty)
-        #expect(h.service.userID(forEmail: "Kept@Example.com") == kept)
-        h.service.upgradeLegacyIndex()  // a second start changes nothing
+        #expect(try h.tables.legacyIndex.rows(of: AuthService.legacyShared).isEmpty)
+        #expect(try h.service.userID(forEmail: "Kept@Example.com") == kept)
+        try h.service.upgradeLegacyIndex()  // a second start changes nothing
         #expect(h.store.holder(of: .email("kept@example.com")) == kept)
     }
 }

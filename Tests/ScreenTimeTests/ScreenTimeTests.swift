@@ -2,6 +2,7 @@ import Chrono
 import JSON
 import JSONRPC
 import Store
+import Storage
 import Testing
 import TestSupport
 @testable import ScreenTime
@@ -90,8 +91,8 @@ final class Harness {
             _ = try h.service.upload(testUser, date: day("2025-03-01"), verifiedMinutes: 100, raw: BinaryJSON(["n": 1]),
                                      now: now.adding(seconds: Int64(i)))
         }
-        #expect(h.service.tables.days.rows(of: testUser).count == 1)
-        let penalties = h.service.penalties(testUser, from: nil, to: nil)
+        #expect(try h.service.tables.days.rows(of: testUser).count == 1)
+        let penalties = try h.service.penalties(testUser, from: nil, to: nil)
         #expect(penalties["totalPoints"] == 35)
         #expect(penalties["entries"]?.arrayValue?.count == 1)
         // The penalty was applied once: later identical uploads kept its time.
@@ -113,8 +114,8 @@ final class Harness {
         for i in 0..<1005 {
             try h.service.logEvent(testUser, type: "intervalDidStart", activity: "a\(i)", event: nil, at: now, now: now)
         }
-        #expect(h.service.tables.events.rows(of: testUser).count == 1000)
-        let newest = h.service.events(testUser, limit: 1000)["events"]?.arrayValue ?? []
+        #expect(try h.service.tables.events.rows(of: testUser).count == 1000)
+        let newest = try h.service.events(testUser, limit: 1000)["events"]?.arrayValue ?? []
         #expect(newest.count == 1000)
         #expect(newest.first?["activity"] == "a1004")
         #expect(newest.last?["activity"] == "a5")
@@ -130,7 +131,7 @@ final class Harness {
         #expect(throws: RPCError.conflict("insufficient_balance", "Not enough unlocked minutes")) {
             _ = try h.service.spend(testUser, minutes: 1, now: now)
         }
-        let b = h.service.balance(testUser)
+        let b = try h.service.balance(testUser)
         #expect(b.xp == 0 && b.minutes == 0)
     }
 }
@@ -174,7 +175,7 @@ final class Harness {
     @Test func aRowWithoutItsRequiredFieldIsCorruptNotACrash() {
         var bytes: [UInt8] = []
         (["enabled": true] as JSON).writeBinary(to: &bytes)
-        #expect(throws: StoreError.self) {
+        #expect(throws: StorageError.self) {
             try bytes.withUnsafeBytes { raw in
                 var r = BinaryReader(raw)
                 _ = try ConnectionRow(binaryStored: &r)

@@ -2,6 +2,7 @@ import Chrono
 import JSON
 import JSONRPC
 import Store
+import Storage
 import Testing
 import TestSupport
 @testable import Sessions
@@ -57,15 +58,15 @@ final class Harness {
         _ = try h.record("2025-03-10T06:30:00Z", 600)  // 2025-03-09 23:30 PDT
         _ = try h.record("2025-03-11T06:30:00Z", 600)  // 2025-03-10 23:30 PDT
         let la = try #require(Zone("America/Los_Angeles"))
-        let stats = h.service.stats(testUser, zone: la, now: at("2025-03-11T18:00:00Z"))  // 2025-03-11 11:00 PDT
+        let stats = try h.service.stats(testUser, zone: la, now: at("2025-03-11T18:00:00Z"))  // 2025-03-11 11:00 PDT
         #expect(stats["currentStreakDays"] == 4)
         #expect(stats["longestStreakDays"] == 4)
         #expect(stats["totalSessions"] == 4 && stats["totalSeconds"] == 2400)
         #expect(stats["last7DaysSeconds"] == 2400)
         // In UTC the same sessions fall on 03-08, 03-09, 03-10, 03-11: still 4, today included.
-        #expect(h.service.stats(testUser, zone: .utc, now: at("2025-03-11T18:00:00Z"))["currentStreakDays"] == 4)
+        #expect(try h.service.stats(testUser, zone: .utc, now: at("2025-03-11T18:00:00Z"))["currentStreakDays"] == 4)
         // A week later the current streak is gone, the longest remains.
-        let later = h.service.stats(testUser, zone: la, now: at("2025-03-20T18:00:00Z"))
+        let later = try h.service.stats(testUser, zone: la, now: at("2025-03-20T18:00:00Z"))
         #expect(later["currentStreakDays"] == 0 && later["longestStreakDays"] == 4 && later["last7DaysSeconds"] == 0)
         #expect(later["last30DaysSeconds"] == 2400)
     }
@@ -74,7 +75,7 @@ final class Harness {
         let h = try Harness()
         var ids: [String] = []
         for i in 0..<10 { ids.append(try h.record("2025-03-\(10 + i)T08:00:00Z", 60)) }
-        let first = h.service.list(testUser, from: nil, to: nil, limit: 4, after: nil)
+        let first = try h.service.list(testUser, from: nil, to: nil, limit: 4, after: nil)
         let cursor = try #require(first["nextCursor"]?.stringValue)
         // New sessions arrive, newer and older than the page boundary.
         _ = try h.record("2025-03-25T08:00:00Z", 60)
@@ -82,7 +83,7 @@ final class Harness {
         var seen = first["sessions"]!.arrayValue!.map { $0["sessionId"]!.stringValue! }
         var position = h.service.decodeCursor(cursor)
         while let p = position {
-            let page = h.service.list(testUser, from: nil, to: nil, limit: 4, after: p)
+            let page = try h.service.list(testUser, from: nil, to: nil, limit: 4, after: p)
             seen += page["sessions"]!.arrayValue!.map { $0["sessionId"]!.stringValue! }
             position = page["nextCursor"]?.stringValue.flatMap(h.service.decodeCursor)
         }
@@ -111,12 +112,12 @@ final class Harness {
         let t0 = at("2025-03-01T08:00:00Z")
         _ = try h.service.start(testUser, clientSessionId: nil, now: t0)
         _ = try h.service.pause(testUser, now: t0.adding(seconds: 100))
-        #expect(h.service.active(testUser, now: t0.adding(seconds: 1000))["elapsedSeconds"] == 100)
+        #expect(try h.service.active(testUser, now: t0.adding(seconds: 1000))["elapsedSeconds"] == 100)
         _ = try h.service.resume(testUser, now: t0.adding(seconds: 1000))
-        #expect(h.service.active(testUser, now: t0.adding(seconds: 1050))["elapsedSeconds"] == 150)
+        #expect(try h.service.active(testUser, now: t0.adding(seconds: 1050))["elapsedSeconds"] == 150)
         let session = try h.service.stop(testUser, now: t0.adding(seconds: 1200))
         #expect(session["durationSeconds"] == 300)
         #expect(session["startTime"] == .string(t0.description))
-        #expect(h.service.active(testUser, now: t0) == .null)
+        #expect(try h.service.active(testUser, now: t0) == .null)
     }
 }

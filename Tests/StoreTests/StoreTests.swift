@@ -3,14 +3,15 @@ import Foundation
 import JSON
 import JSONParsing
 import Testing
+import Storage
 import TestSupport
 @testable import Store
 
 struct Note: StoredRow {
     let text: String
     init(_ text: String) { self.text = text }
-    init(stored: JSON) throws(StoreError) {
-        guard let t = stored["t"]?.stringValue else { throw StoreError.corrupt("no t") }
+    init(stored: JSON) throws(StorageError) {
+        guard let t = stored["t"]?.stringValue else { throw StorageError.corrupt("no t") }
         text = t
     }
     var stored: JSON { ["t": .string(text)] }
@@ -54,7 +55,7 @@ final class Harness {
     var contents: [String: String] {
         var out: [String: String] = [:]
         for user in ["u1", "u2"] {
-            for (k, v) in notes.rows(of: user) { out["\(user)/\(k)"] = v.text }
+            for (k, v) in notes.scan(user: user) { out["\(user)/\(k)"] = v.text }
         }
         return out
     }
@@ -451,7 +452,7 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         }
         _ = h.store.flush()
         let sorted = model.keys.sorted()
-        #expect(h.notes.rows(of: "u1").map(\.key) == sorted)
+        #expect(h.notes.scan(user: "u1").map(\.key) == sorted)
         #expect(h.notes.scan(user: "u1", reverse: true).map(\.key) == sorted.reversed())
         for k in sorted { #expect(h.notes.get(user: "u1", key: k)?.text == model[k]) }
         // Bounds, both directions, paging with `after`.
@@ -480,7 +481,7 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         _ = try h.store.snapshot()
         h.store.abandon()
         let again = try Harness(dir: h.dir)
-        #expect(again.notes.rows(of: "u1").map(\.key) == sorted)
+        #expect(again.notes.scan(user: "u1").map(\.key) == sorted)
         again.store.abandon()
     }
 }
@@ -502,7 +503,7 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         var steal = Transaction()
         steal.put(h.notes, user: "u2", key: "k", Note("v"))
         steal.claim(email, for: "u2")
-        #expect(throws: StoreError.taken(email)) { try h.store.commit(steal) }
+        #expect(throws: StorageError.taken(email)) { try h.store.commit(steal) }
         #expect(h.notes.get(user: "u2", key: "k") == nil)
         // A claim whose flush fails is undone.
         let big = UniqueKey("test.email", String(repeating: "b", count: 3_000))

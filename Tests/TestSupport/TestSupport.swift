@@ -1,6 +1,7 @@
 import Chrono
 import Foundation
 import Store
+import Storage
 
 /// What the test targets share, kept once: a stopped clock, the user domain tests act as, date
 /// shorthands, temp dirs and memory-only stores.

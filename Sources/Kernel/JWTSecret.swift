@@ -3,7 +3,9 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Auth
 import DomainSupport
+import Storage
 import Store
 
 /// Where the HS256 secret comes from: the configuration (file, `HEALTHKERNEL_JWT_SECRET`, `--jwt-secret`),

@@ -1,0 +1,49 @@
+import JSON
+
+/// A row type a table stores. Its stored form is a JSON value: the log and snapshots keep it in the
+/// binary form, `store export` shows it as JSON.
+public protocol StoredRow: Sendable, Equatable {
+    /// Decodes a stored row; throws when the stored form is not a valid row (damage or a format bug).
+    init(stored: JSON) throws(StorageError)
+    /// The stored form.
+    var stored: JSON { get }
+    /// Appends the stored form in the binary form. The default goes through `stored`; rows written on
+    /// every request write it directly, and must write exactly the bytes the default would.
+    func writeStored(to out: inout [UInt8])
+    /// Reads the stored form from the binary form. The default goes through `init(stored:)`.
+    init(binaryStored reader: inout BinaryReader) throws(StorageError)
+}
+
+extension StoredRow {
+    public func writeStored(to out: inout [UInt8]) {
+        stored.writeBinary(to: &out)
+    }
+
+    public init(binaryStored reader: inout BinaryReader) throws(StorageError) {
+        let value: JSON
+        do {
+            value = try JSON.readBinary(&reader)
+        } catch {
+            throw StorageError.corrupt("\(Self.self): \(error)")
+        }
+        try self.init(stored: value)
+    }
+}
+
+/// Why storage could not do something. Domains answer `unavailable` with -32050 and change nothing.
+public enum StorageError: Error, Equatable, CustomStringConvertible {
+    /// Writing failed (disk full, I/O error): nothing was applied.
+    case unavailable(String)
+    /// Stored data does not decode.
+    case corrupt(String)
+    /// A claimed unique key is held by another user: nothing was applied.
+    case taken(UniqueKey)
+
+    public var description: String {
+        switch self {
+        case .unavailable(let m): return "storage unavailable: \(m)"
+        case .corrupt(let m): return "corrupt data: \(m)"
+        case .taken(let key): return "\(key.namespace) is held by another user"
+        }
+    }
+}

@@ -1,0 +1,114 @@
+import JSON
+
+/// Storage as the domains see it: typed tables partitioned by user, with keys in order; global unique
+/// keys; and one unit of work per request, committed all together or not at all. Reads and commits can
+/// fail (a network-backed store will), and then nothing changed. The in-memory store (`Store`) is one
+/// implementation; PostgreSQL is to be the other.
+public protocol Storage: AnyObject {
+    /// Registers a table before the storage opens. With `orderedBy`, each user's rows are also kept in
+    /// the order of the key that function gives a row (derived, never stored), for `scanOrdered`.
+    func table<Row: StoredRow>(_ name: String, of type: Row.Type,
+                               orderedBy orderKey: (@Sendable (String, Row) -> String)?) -> any StorageTable<Row>
+    /// Applies a request's unit of work all together, or nothing of it; it is durable (as the fsync
+    /// policy says) before the request is answered.
+    func commit(_ tx: Transaction) throws(StorageError)
+    /// The user holding `key`, if anyone.
+    func holder(of key: UniqueKey) throws(StorageError) -> String?
+    /// Applies, before serving, a change that an upgrade of older stored data recomputes at every start
+    /// (it is not logged).
+    func upgrade(_ tx: Transaction)
+}
+
+extension Storage {
+    /// Registers a table kept in key order only.
+    @inlinable
+    public func table<Row: StoredRow>(_ name: String, of type: Row.Type) -> any StorageTable<Row> {
+        table(name, of: type, orderedBy: nil)
+    }
+}
+
+/// A table as a transaction names it: its name, and the slot the storage that made it keeps it in.
+open class TableHandle: @unchecked Sendable {
+    /// The table's name (`domain.things`).
+    public let name: String
+    /// Where the storage that registered the table finds it again.
+    public let slot: Int
+
+    public init(name: String, slot: Int) {
+        self.name = name
+        self.slot = slot
+    }
+}
+
+/// A table of typed rows: one partition per user, keys in order within it.
+public protocol StorageTable<Row>: TableHandle {
+    associatedtype Row: StoredRow
+
+    /// Row `key` of `user`.
+    func get(user: String, key: String) throws(StorageError) -> Row?
+    /// Rows of `user` in key order, or reverse key order: keys from `from` through `to` (either end open),
+    /// beyond `after` in the scan direction (where the previous page ended), at most `limit`.
+    func scan(user: String, from: String?, to: String?, after: String?, reverse: Bool, limit: Int)
+        throws(StorageError) -> [(key: String, row: Row)]
+    /// The same over the table's second order (see `Storage.table(_:of:orderedBy:)`).
+    func scanOrdered(user: String, from: String?, to: String?, after: String?, reverse: Bool, limit: Int)
+        throws(StorageError) -> [(key: String, row: Row)]
+    /// How many users have rows.
+    var userCount: Int { get }
+}
+
+extension StorageTable {
+    /// Every row of `user`, in key order.
+    @inlinable
+    public func rows(of user: String) throws(StorageError) -> [(key: String, row: Row)] {
+        try scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)
+    }
+}
+
+/// A request's unit of work: puts, deletes and unique-key claims, applied all together or not at all.
+/// It keeps the typed rows, so committing needs no decoding.
+public struct Transaction {
+    /// One change.
+    public enum Entry {
+        case put(TableHandle, user: String, key: String, row: any StoredRow)
+        case delete(TableHandle, user: String, key: String)
+        /// Every row of the user in every table, and every unique key the user holds.
+        case deleteUser(String)
+        case claim(UniqueKey, user: String)
+        case release(UniqueKey, user: String)
+    }
+
+    /// The changes, in order.
+    public private(set) var entries: [Entry] = []
+
+    /// An empty transaction.
+    public init() {}
+
+    /// Sets a row.
+    public mutating func put<Row: StoredRow>(_ table: any StorageTable<Row>, user: String, key: String, _ row: Row) {
+        entries.append(.put(table, user: user, key: key, row: row))
+    }
+
+    /// Removes a row.
+    public mutating func delete<Row: StoredRow>(_ table: any StorageTable<Row>, user: String, key: String) {
+        entries.append(.delete(table, user: user, key: key))
+    }
+
+    /// Removes every row of a user in every table, and releases every unique key the user holds.
+    public mutating func deleteUser(_ user: String) {
+        entries.append(.deleteUser(user))
+    }
+
+    /// Takes `key` for `user`. The commit fails with `StorageError.taken` when another user holds it.
+    public mutating func claim(_ key: UniqueKey, for user: String) {
+        entries.append(.claim(key, user: user))
+    }
+
+    /// Gives up `key`, if `user` holds it.
+    public mutating func release(_ key: UniqueKey, of user: String) {
+        entries.append(.release(key, user: user))
+    }
+
+    /// Whether there is nothing to commit.
+    public var isEmpty: Bool { entries.isEmpty }
+}
