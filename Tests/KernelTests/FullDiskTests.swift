@@ -27,7 +27,8 @@ struct Tmpfs {
 
     /// Writes a filler file of `kib` KiB (space that `free()` gives back).
     func fill(kib: Int) {
-        FileManager.default.createFile(atPath: dir + "/filler", contents: Data(count: kib * 1024))
+        #expect(FileManager.default.createFile(atPath: dir + "/filler", contents: Data(count: kib * 1024)),
+                "the filler did not fit: the disk would not fill as the test needs")
     }
 
     func free() { try? FileManager.default.removeItem(atPath: dir + "/filler") }
