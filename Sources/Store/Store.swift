@@ -87,14 +87,6 @@ public final class Store: Storage, @unchecked Sendable {
     private let clock: Clock
     private let journal: Journal
     private let uniqueKeys = UniqueKeys()
-    /// Every user's change feed (see `FeedRow`).
-    private var feedTable: Table<FeedRow>!
-    /// The entity of each table slot, for the tables whose rows are synced.
-    private var entities: [Entity?] = []
-    /// Feed entries of commits not yet flushed, with their commit ids; then those made durable, until
-    /// `takeCommittedChanges` hands them to the host.
-    private var unflushedChanges: [(commit: UInt64, user: String, entry: FeedEntry)] = []
-    private var committedChanges: [(user: String, entry: FeedEntry)] = []
     /// Whether the journal keeps records (else no undo is needed: nothing can fail to be written).
     private let keepsRecords: Bool
 
@@ -124,7 +116,6 @@ public final class Store: Storage, @unchecked Sendable {
         keepsRecords = journal.keepsRecords
         tables[uniqueKeys.name] = uniqueKeys
         tableOrder.append(uniqueKeys.name)
-        feedTable = table(FeedRow.tableName, of: FeedRow.self, orderedBy: { _, row in FeedRow.order(row.seq) })
     }
 
     /// The user holding `key`, if anyone.
@@ -143,77 +134,29 @@ public final class Store: Storage, @unchecked Sendable {
     /// rows in memory and never stored.
     @inlinable
     public func table<Row: StoredRow>(_ name: String, of type: Row.Type,
-                                      orderedBy orderKey: (@Sendable (String, Row) -> String)? = nil,
-                                      entity: Entity? = nil) -> Table<Row> {
+                                      orderedBy orderKey: (@Sendable (String, Row) -> String)? = nil) -> Table<Row> {
         let t = Table<Row>(name: name, slot: nextSlot, orderKey: orderKey)
         t.ops = TableOps(t)
-        register(t, entity: entity)
+        register(t)
         return t
     }
 
-    /// `Storage`'s view of `table(_:of:orderedBy:entity:)`.
+    /// `Storage`'s view of `table(_:of:orderedBy:)`.
     @inlinable
-    public func table<Row: StoredRow>(_ name: String, of type: Row.Type, orderedBy orderKey: (@Sendable (String, Row) -> String)?,
-                                      entity: Entity?) -> any StorageTable<Row> {
-        let t: Table<Row> = table(name, of: type, orderedBy: orderKey, entity: entity)
+    public func table<Row: StoredRow>(_ name: String, of type: Row.Type,
+                                      orderedBy orderKey: (@Sendable (String, Row) -> String)?) -> any StorageTable<Row> {
+        let t: Table<Row> = table(name, of: type, orderedBy: orderKey)
         return t
     }
 
     @usableFromInline
-    func register<Row: StoredRow>(_ table: Table<Row>, entity: Entity?) {
+    func register<Row: StoredRow>(_ table: Table<Row>) {
         let name = table.name
         precondition(tables[name] == nil, "table \(name) registered twice")
         precondition((1...100).contains(name.utf8.count), "table names are 1 to 100 bytes (snapshot records rely on it)")
         tables[name] = table
         tableOrder.append(name)
         slots.append(table)
-        entities.append(entity)
-    }
-
-    // MARK: The change feed
-
-    public func feed(user: String, after: UInt64?, limit: Int) -> [FeedEntry] {
-        feedTable.scanOrdered(user: user, after: after.map(FeedRow.order), limit: limit).compactMap { $0.row.entry(key: $0.key) }
-    }
-
-    public var feedHorizon: UInt64 { ((seq + 1) << FeedRow.positionBits) - 1 }
-
-    /// Changes made durable since the last call, in commit order, with their users: for host events.
-    public func takeCommittedChanges() -> [(user: String, entry: FeedEntry)] {
-        defer { committedChanges.removeAll(keepingCapacity: true) }
-        return committedChanges
-    }
-
-    /// The feed rows describing `tx`'s changes to synced tables, as entries to commit with it.
-    private func feedEntries(of tx: Transaction, recordSeq: UInt64, commit: UInt64) -> [Transaction.Entry] {
-        var out: [Transaction.Entry] = []
-        var putHere = Set<String>()
-        let at = clock.now().milliseconds
-        func add(_ user: String, _ entity: Entity, _ key: String, _ op: FeedEntry.Op) {
-            let position = (recordSeq << FeedRow.positionBits) | UInt64(out.count)
-            let id = entity.id(key)
-            out.append(.put(feedTable, user: user, key: FeedRow.key(entity: entity.name, id: id), row: FeedRow(seq: position, op: op, at: at)))
-            unflushedChanges.append((commit, user, FeedEntry(seq: position, entity: entity.name, id: id, op: op, at: at)))
-        }
-        for entry in tx.entries {
-            switch entry {
-            case .put(let handle, let user, let key, _):
-                guard let entity = entities[handle.slot] else { continue }
-                putHere.insert("\(handle.slot)\u{0}\(user)\u{0}\(key)")
-                add(user, entity, key, .upsert)
-            case .delete(let handle, let user, let key):
-                guard let entity = entities[handle.slot] else { continue }
-                // Only a record that existed (before, or put earlier in this unit of work) leaves a delete.
-                guard slots[handle.slot].contains(user: user, key: key)
-                        || putHere.contains("\(handle.slot)\u{0}\(user)\u{0}\(key)") else { continue }
-                add(user, entity, key, .delete)
-            case .deleteUser(let user):
-                unflushedChanges.removeAll { $0.user == user && $0.commit == commit }
-            case .claim, .release:
-                continue
-            }
-        }
-        return out
     }
 
     /// Every row of `user` in every table as (table, key, stored value): for exports and isolation checks.
@@ -302,29 +245,19 @@ public final class Store: Storage, @unchecked Sendable {
         for case .claim(let key, let user) in tx.entries {
             if let holder = uniqueKeys.holder(of: key.rowKey), holder != user { throw StorageError.taken(key) }
         }
-        let feed = feedEntries(of: tx, recordSeq: seq + 1, commit: lastCommitID + 1)
         for entry in tx.entries {
-            let entryUndo = apply(entry)
-            if keepsRecords { undo.append(entryUndo) }
-        }
-        for entry in feed {
             let entryUndo = apply(entry)
             if keepsRecords { undo.append(entryUndo) }
         }
         lastCommitID += 1
         seq += 1
-        guard keepsRecords else {
-            committedChanges += unflushedChanges.map { ($0.user, $0.entry) }
-            unflushedChanges.removeAll(keepingCapacity: true)
-            return
-        }
+        guard keepsRecords else { return }
         if !journal.hasQueued {
             firstQueuedCommit = lastCommitID
             seqBeforeQueued = seq - 1
         }
         journal.append(seq: seq) { payload in
             for entry in tx.entries { entry.writeBinary(to: &payload) }
-            for entry in feed { entry.writeBinary(to: &payload) }
         }
     }
 
@@ -393,10 +326,7 @@ public final class Store: Storage, @unchecked Sendable {
             rollBack()
             failedCommits.append(firstQueuedCommit...lastCommitID)
             seq = seqBeforeQueued
-        } else {
-            committedChanges += unflushedChanges.map { ($0.user, $0.entry) }
         }
-        unflushedChanges.removeAll(keepingCapacity: true)
         undo.removeAll(keepingCapacity: true)
     }
 

@@ -123,8 +123,6 @@ protocol AnyTable: AnyObject {
     func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader) throws(StorageError)
     /// Applies a delete; returns the previous row.
     func delete(user: String, key: String) -> (any StoredRow)?
-    /// Whether row `key` of `user` exists.
-    func contains(user: String, key: String) -> Bool
     /// Puts back a row that `put` or `delete` returned.
     func restore(user: String, key: String, _ row: any StoredRow)
     /// Removes a user's rows; returns them (for undo).
@@ -270,8 +268,6 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         reorder(user, key, old: old, new: row)
         return old
     }
-
-    func contains(user: String, key: String) -> Bool { rows[user]?[key] != nil }
 
     func delete(user: String, key: String) -> (any StoredRow)? {
         guard let old = rows[user]?.remove(key) else { return nil }

@@ -49,8 +49,6 @@ final class UniqueKeys: AnyTable {
         for _ in 0..<count { try putBinary(user: user, key: try reader.rowKey(of: name), from: &reader) }
     }
 
-    func contains(user: String, key: String) -> Bool { holders[key] == user }
-
     func delete(user: String, key: String) -> (any StoredRow)? {
         guard holders[key] == user else { return nil }
         holders[key] = nil
