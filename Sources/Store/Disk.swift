@@ -3,7 +3,6 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import Synchronization
 
 /// Makes chosen file operations of a data dir fail, so tests can check what every half-finished I/O
 /// leaves behind (a full disk at each step of a rotation or a snapshot) on any machine.
@@ -26,31 +25,24 @@ public final class FaultInjector: Sendable {
         case fsyncDirectory
     }
 
-    private let rule: Mutex<@Sendable (Operation, String) -> Int32?>
+    private let rule: @Sendable (Operation, String) -> Int32?
 
     /// An injector that asks `rule(operation, file name)` before every operation; a non-nil errno fails it.
     public init(_ rule: @escaping @Sendable (Operation, String) -> Int32?) {
-        self.rule = Mutex(rule)
-    }
-
-    /// Replaces the rule (a test frees the disk by returning nil from then on).
-    public func set(_ rule: @escaping @Sendable (Operation, String) -> Int32?) {
-        self.rule.withLock { $0 = rule }
+        self.rule = rule
     }
 
     func failure(_ operation: Operation, _ name: String) -> Int32? {
-        rule.withLock { $0 }(operation, name)
+        rule(operation, name)
     }
 }
 
 /// A failed file operation: the errno and a message that names the file relative to the data dir
 /// (messages reach hosts; the server's own paths are none of their business).
 struct DiskError: Error, CustomStringConvertible {
-    let code: Int32
     let description: String
 
     init(_ what: String, _ name: String, _ code: Int32) {
-        self.code = code
         description = "cannot \(what) \(name): \(FileIO.describe(code))"
     }
 }
