@@ -46,6 +46,11 @@ let package = Package(
             swiftSettings: optimized
         ),
         .target(
+            name: "Sync",
+            dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: optimized
+        ),
+        .target(
             name: "Auth",
             dependencies: [
                 "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "DomainSupport",
@@ -57,7 +62,7 @@ let package = Package(
         .target(
             name: "Kernel",
             dependencies: [
-                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "Store", "DomainSupport", "Auth", "ScreenTime", "Sessions",
+                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "Store", "DomainSupport", "Auth", "ScreenTime", "Sessions", "Sync",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: optimized
@@ -85,7 +90,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KernelTests",
-            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Storage", "Store", "healthkernel", "TestSupport"]
+            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Chrono", "Storage", "Store", "healthkernel", "TestSupport"]
         ),
     ]
 )

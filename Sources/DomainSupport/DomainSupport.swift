@@ -23,6 +23,10 @@ extension CallContext {
     }
 }
 
+/// Shows a synced entity of a user as its own read method returns it (for `sync.changes` with
+/// `includeData`); nil when the entity no longer exists.
+public typealias EntityRenderer = (_ user: String, _ id: String, _ now: Timestamp) throws(RPCError) -> JSON?
+
 /// What domains do with storage, with its failures answered as RPC errors (-32050: nothing changed).
 extension Storage {
     /// Commits a request's unit of work.

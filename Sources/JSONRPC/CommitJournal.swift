@@ -5,6 +5,60 @@ public protocol CommitJournal: AnyObject {
     var lastCommitID: UInt64 { get }
     /// Makes queued commits durable; reports commits that failed (and were undone) and whether syncing failed.
     func flushCommits() -> (failed: [ClosedRange<UInt64>], fatal: Bool)
+    /// Changes made durable since the last call, in commit order (for `events.changed`).
+    func takeChanges() -> [ChangeNotice]
+}
+
+/// A committed change, as an `events.changed` notification announces it.
+public struct ChangeNotice: Sendable {
+    public let userId: String
+    public let entity: String
+    public let id: String
+    public let op: String
+    public let seq: UInt64
+    /// RFC 3339.
+    public let at: String
+
+    public init(userId: String, entity: String, id: String, op: String, seq: UInt64, at: String) {
+        self.userId = userId
+        self.entity = entity
+        self.id = id
+        self.op = op
+        self.seq = seq
+        self.at = at
+    }
+
+    /// The notification line (without its newline).
+    func write(to out: inout [UInt8]) {
+        let params: JSON = ["userId": .string(userId), "entity": .string(entity), "id": .string(id), "op": .string(op),
+                            "seq": .int(Int64(seq)), "at": .string(at)]
+        let line: JSON = ["jsonrpc": "2.0", "method": "events.changed", "params": params]
+        line.write(to: &out)
+    }
+}
+
+/// Whether the host of a stream asked for change notifications (`events.subscribe`), and for which
+/// topics: entity names, or domain prefixes such as `health` or `screentime`.
+public final class EventSubscription: @unchecked Sendable {
+    /// nil: not subscribed; empty: every change.
+    public private(set) var topics: [String]?
+    /// Changes at or before this feed position were committed before the subscription.
+    private var after: UInt64 = 0
+
+    public init() {}
+
+    /// Subscribes to `topics` (empty: everything) for changes after feed position `after`.
+    public func subscribe(_ topics: [String], after: UInt64) {
+        self.topics = topics
+        self.after = after
+    }
+
+    public func unsubscribe() { topics = nil }
+
+    func wants(_ change: ChangeNotice) -> Bool {
+        guard let topics, change.seq > after else { return false }
+        return topics.isEmpty || topics.contains { change.entity == $0 || change.entity.hasPrefix($0 + ".") }
+    }
 }
 
 /// A write answered in the current batch, kept until its commit is durable.

@@ -25,6 +25,8 @@ public final class Dispatcher {
     private let onInternalError: (String) -> Void
     /// The store's commit log; nil for a kernel without writes.
     public var journal: CommitJournal?
+    /// The host's subscription to change notifications on this stream.
+    public var events = EventSubscription()
     /// Answers given since the journal was last flushed that depend on writes not yet durable.
     private var pendingWrites: [PendingWrite] = []
     /// Answers to replace with -32050 at the end of the batch: their writes failed to be logged.
@@ -175,6 +177,7 @@ public final class Dispatcher {
         settle()
         let fatal = syncFailed
         syncFailed = false
+        defer { announceChanges(&out) }
         defer { refusedWrites.removeAll(keepingCapacity: true) }
         guard !refusedWrites.isEmpty else { return fatal }
         let error = RPCError.storageUnavailable(fatal
@@ -192,6 +195,16 @@ public final class Dispatcher {
         rebuilt.append(contentsOf: out[cursor...])
         out = rebuilt
         return fatal
+    }
+
+    /// Appends an `events.changed` line for each change made durable in this batch that the host
+    /// subscribed to: after the batch's responses (never inside a batch's array), in commit order.
+    private func announceChanges(_ out: inout [UInt8]) {
+        guard let changes = journal?.takeChanges(), !changes.isEmpty, events.topics != nil else { return }
+        for change in changes where events.wants(change) {
+            change.write(to: &out)
+            out.append(UInt8(ascii: "\n"))
+        }
     }
 
     /// The response id (nil for a notification), and the method and params to call or why not.

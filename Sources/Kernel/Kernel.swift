@@ -5,6 +5,7 @@ import JSONRPC
 import Logging
 import ScreenTime
 import Sessions
+import Sync
 import Storage
 import Store
 #if canImport(Glibc)
@@ -51,9 +52,12 @@ public final class Kernel {
         self.auth = auth
         let screenTime = ScreenTimeService(config: config.screenTime, store: store, tables: tables.screenTime)
         let sessions = SessionsService(store: store, tables: tables.sessions, cursorSecret: auth.cursorSecret)
+        let sync = SyncService(store: store, renderers: screenTime.renderers.merging(sessions.renderers) { a, _ in a },
+                               cursorSecret: auth.cursorSecret)
+        let events = EventSubscription()
         registry = try MethodRegistry(
             Self.methods(config: config, store: store, tables: tables, auth: auth, screenTime: screenTime,
-                         sessions: sessions, stats: stats, startedAt: startedAt),
+                         sessions: sessions, sync: sync, events: events, stats: stats, startedAt: startedAt),
             info: [
                 "title": "healthkernel",
                 "version": .string(KernelVersion.version),
@@ -64,6 +68,7 @@ public final class Kernel {
             onInternalError: { [logger] message in logger.error("internal error: \(message)") }
         )
         dispatcher.journal = store
+        dispatcher.events = events
     }
 
     /// Every table, registered with the store before it recovers.
@@ -100,8 +105,8 @@ public final class Kernel {
 
     /// Every method the kernel serves: the one list. A duplicate name stops start-up.
     static func methods(config: KernelConfig, store: Store, tables: Tables, auth: AuthService,
-                        screenTime st: ScreenTimeService, sessions se: SessionsService, stats: RequestStats,
-                        startedAt: Timestamp) -> [RegisteredMethod] {
+                        screenTime st: ScreenTimeService, sessions se: SessionsService, sync: SyncService,
+                        events: EventSubscription, stats: RequestStats, startedAt: Timestamp) -> [RegisteredMethod] {
         var methods = [
             RegisteredMethod(RPCDiscover()),
             RegisteredMethod(KernelInfo(startedAt: startedAt, stats: stats, store: store, auth: auth)),
@@ -136,6 +141,9 @@ public final class Kernel {
             RegisteredMethod(SessionsList(se)),
             RegisteredMethod(SessionsDelete(se)),
             RegisteredMethod(SessionsStats(se)),
+            RegisteredMethod(SyncChanges(sync)),
+            RegisteredMethod(EventsSubscribe(events: events, store: store)),
+            RegisteredMethod(EventsUnsubscribe(events: events, store: store)),
         ]
         if config.enableTestMethods {
             methods += [

@@ -128,3 +128,61 @@ struct KernelSnapshot: RPCMethod {
         }
     }
 }
+
+/// `events.subscribe`: from the next batch on, an `events.changed` notification for every committed
+/// change (of the topics named), written after the responses of the batch that made it durable.
+struct EventsSubscribe: RPCMethod {
+    struct Params: RPCParams {
+        let topics: [String]?
+        init(from p: inout ObjectReader) throws(FieldError) {
+            topics = try p.optional("topics")
+            if let topics {
+                guard (1...50).contains(topics.count) else { throw .outOfRange(p.path("topics"), "must name 1 to 50 topics") }
+                for (i, topic) in topics.enumerated() where topic.isEmpty || topic.utf8.count > 100 {
+                    throw .outOfRange(p.path("topics") + "[\(i)]", "must be an entity name or a domain, 1 to 100 bytes")
+                }
+            }
+        }
+    }
+    static let name = "events.subscribe"
+    static let summary = "Asks for an events.changed notification line for every committed change (filtered by topics: entity names or domain prefixes), written once the change is durable, after the responses of its batch."
+    static let mutates = false
+    static let auth = AuthRequirement.service
+    static let paramsDoc = #"""
+    [{"name": "topics", "required": false, "schema": {"type": "array", "minItems": 1, "maxItems": 50,
+      "items": {"type": "string", "minLength": 1, "maxLength": 100}, "description": "entity names (screentime.day) or domains (screentime); omitted: every change"}}]
+    """#
+    static let resultSchema = #"""
+    {"type": "object", "additionalProperties": false, "required": ["subscribed", "seq"],
+     "properties": {"subscribed": {"const": true},
+       "seq": {"type": "integer", "minimum": 0, "description": "no change committed so far has a later feed position"}}}
+    """#
+
+    let events: EventSubscription
+    let store: Store
+
+    func call(_ p: Params, _ context: CallContext) throws(RPCError) -> JSON {
+        let horizon = store.feedHorizon
+        events.subscribe(p.topics ?? [], after: horizon)
+        store.collectsChanges = true
+        return ["subscribed": true, "seq": .int(Int64(horizon))]
+    }
+}
+
+/// `events.unsubscribe`: no more `events.changed` notifications on this stream.
+struct EventsUnsubscribe: RPCMethod {
+    static let name = "events.unsubscribe"
+    static let summary = "Stops the events.changed notifications of this stream."
+    static let mutates = false
+    static let auth = AuthRequirement.service
+    static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["subscribed"], "properties": {"subscribed": {"const": false}}}"#
+
+    let events: EventSubscription
+    let store: Store
+
+    func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> JSON {
+        events.unsubscribe()
+        store.collectsChanges = false
+        return ["subscribed": false]
+    }
+}

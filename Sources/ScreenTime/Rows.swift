@@ -1,3 +1,4 @@
+import Chrono
 import DomainSupport
 import JSON
 import Storage
@@ -235,14 +236,17 @@ public struct ScreenTimeTables: Sendable {
     /// storage and each table's row operations are compiled for their row type.
     @inlinable
     public init(_ store: some Storage) {
-        connection = store.table("screentime.connection", of: ConnectionRow.self)
-        days = store.table("screentime.days", of: DayRow.self)
-        penalties = store.table("screentime.penalties", of: PenaltyRow.self)
-        events = store.table("screentime.events", of: EventRow.self)
+        connection = store.table("screentime.connection", of: ConnectionRow.self, entity: Entity("screentime.connection"))
+        days = store.table("screentime.days", of: DayRow.self, entity: Entity("screentime.day"))
+        penalties = store.table("screentime.penalties", of: PenaltyRow.self, entity: Entity("screentime.penalty"))
+        // Event and unlock rows are keyed by zero-padded numbers; their ids are the event's seq and the
+        // window's start as the wire shows them.
+        events = store.table("screentime.events", of: EventRow.self, entity: Entity("screentime.event", id: { String(UInt64($0) ?? 0) }))
         counters = store.table("screentime.counters", of: CounterRow.self)
-        balance = store.table("rewards.balance", of: BalanceRow.self)
+        balance = store.table("rewards.balance", of: BalanceRow.self, entity: Entity("rewards.balance"))
         earned = store.table("rewards.earned", of: EarnRow.self)
-        unlocks = store.table("rewards.unlocks", of: UnlockRow.self)
+        unlocks = store.table("rewards.unlocks", of: UnlockRow.self,
+                              entity: Entity("rewards.unlock", id: { Timestamp(milliseconds: Int64($0) ?? 0).description }))
     }
 }
 

@@ -145,11 +145,45 @@ public final class ScreenTimeService: @unchecked Sendable {
 
     func penalties(_ user: String, from: CalendarDate?, to: CalendarDate?) throws(RPCError) -> JSON {
         let rows = try tables.penalties.rows(user: user, from: from?.description, to: to?.description)
-        let entries: [JSON] = rows.map {
-            ["date": .string($0.key), "points": .int($0.row.points), "deltaMinutes": .int($0.row.deltaMinutes),
-             "appliedAt": .timestamp($0.row.appliedAt)]
-        }
+        let entries: [JSON] = rows.map { Self.penaltyJSON($0.key, $0.row) }
         return ["totalPoints": .int(rows.reduce(0) { $0 + $1.row.points }), "entries": .array(entries)]
+    }
+
+    static func penaltyJSON(_ date: String, _ p: PenaltyRow) -> JSON {
+        ["date": .string(date), "points": .int(p.points), "deltaMinutes": .int(p.deltaMinutes), "appliedAt": .timestamp(p.appliedAt)]
+    }
+
+    static func eventJSON(_ e: EventRow) -> JSON {
+        ["type": .string(e.type), "activity": .string(e.activity), "event": .optional(e.event),
+         "at": .timestamp(e.at), "receivedAt": .timestamp(e.receivedAt)]
+    }
+
+    static func windowJSON(_ u: UnlockRow) -> JSON {
+        ["startsAt": .timestamp(u.startsAt), "endsAt": .timestamp(u.endsAt), "minutes": .int(u.minutes)]
+    }
+
+    /// How `sync.changes` shows this domain's synced entities: as their read methods do.
+    public var renderers: [String: EntityRenderer] {
+        let tables = self.tables
+        return [
+            "screentime.connection": { (user, _, _) throws(RPCError) in try self.connection(user).json },
+            "screentime.day": { (user, id, _) throws(RPCError) in
+                guard let date = CalendarDate(id), let day = try tables.days.row(user: user, key: id) else { return nil }
+                return self.record(date, day, includeRaw: true)
+            },
+            "screentime.penalty": { (user, id, _) throws(RPCError) in
+                try tables.penalties.row(user: user, key: id).map { Self.penaltyJSON(id, $0) }
+            },
+            "screentime.event": { (user, id, _) throws(RPCError) in
+                guard let seq = Int64(id) else { return nil }
+                return try tables.events.row(user: user, key: padded(seq)).map(Self.eventJSON)
+            },
+            "rewards.balance": { (user, _, _) throws(RPCError) in try self.balance(user).json },
+            "rewards.unlock": { (user, id, _) throws(RPCError) in
+                guard let at = Timestamp(rfc3339: id) else { return nil }
+                return try tables.unlocks.row(user: user, key: padded(at.milliseconds)).map(Self.windowJSON)
+            },
+        ]
     }
 
     static func verdictJSON(_ date: CalendarDate, _ v: Verdict) -> JSON {
@@ -181,10 +215,7 @@ public final class ScreenTimeService: @unchecked Sendable {
 
     func events(_ user: String, limit: Int) throws(RPCError) -> JSON {
         let rows = try tables.events.rows(user: user, reverse: true, limit: limit)
-        return ["events": .array(rows.map { e in
-            ["type": .string(e.row.type), "activity": .string(e.row.activity), "event": .optional(e.row.event),
-             "at": .timestamp(e.row.at), "receivedAt": .timestamp(e.row.receivedAt)]
-        })]
+        return ["events": .array(rows.map { Self.eventJSON($0.row) })]
     }
 
     // MARK: Rewards

@@ -134,6 +134,19 @@ public final class SessionsService: @unchecked Sendable {
         try store.apply(tx)
     }
 
+    /// How `sync.changes` shows this domain's synced entities: as their read methods do.
+    public var renderers: [String: EntityRenderer] {
+        let tables = self.tables
+        return [
+            "sessions.session": { (user, id, _) throws(RPCError) in
+                try tables.records.row(user: user, key: id).map { Self.sessionJSON(id, $0) }
+            },
+            "sessions.timer": { (user, _, now) throws(RPCError) in
+                try tables.timer.row(user: user, key: Self.timerKey).map { Self.timerJSON($0, now: now) }
+            },
+        ]
+    }
+
     // MARK: Listing
 
     /// The position after which a page continues: newest first by start time, then session id.

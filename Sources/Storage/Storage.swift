@@ -7,8 +7,11 @@ import JSON
 public protocol Storage: AnyObject {
     /// Registers a table before the storage opens. With `orderedBy`, each user's rows are also kept in
     /// the order of the key that function gives a row (derived, never stored), for `scanOrdered`.
-    func table<Row: StoredRow>(_ name: String, of type: Row.Type,
-                               orderedBy orderKey: (@Sendable (String, Row) -> String)?) -> any StorageTable<Row>
+    ///
+    /// With `entity`, the table's rows are synced entities: every committed change to one appears in its
+    /// user's change feed under that entity name (see `feed`).
+    func table<Row: StoredRow>(_ name: String, of type: Row.Type, orderedBy orderKey: (@Sendable (String, Row) -> String)?,
+                               entity: Entity?) -> any StorageTable<Row>
     /// Applies a request's unit of work all together, or nothing of it; it is durable (as the fsync
     /// policy says) before the request is answered.
     func commit(_ tx: Transaction) throws(StorageError)
@@ -17,13 +20,70 @@ public protocol Storage: AnyObject {
     /// Applies, before serving, a change that an upgrade of older stored data recomputes at every start
     /// (it is not logged).
     func upgrade(_ tx: Transaction)
+    /// `user`'s change feed after position `after` (from the start when nil), oldest first: at most
+    /// `limit` entries, of the entities named (every entity when nil). The feed holds the latest
+    /// committed change of each synced record, a delete included.
+    func feed(user: String, after: UInt64?, limit: Int, entities: Set<String>?) throws(StorageError) -> FeedPage
+    /// The last feed position committed so far: every later change has a greater one.
+    var feedHorizon: UInt64 { get }
 }
 
 extension Storage {
     /// Registers a table kept in key order only.
     @inlinable
-    public func table<Row: StoredRow>(_ name: String, of type: Row.Type) -> any StorageTable<Row> {
-        table(name, of: type, orderedBy: nil)
+    public func table<Row: StoredRow>(_ name: String, of type: Row.Type, entity: Entity? = nil) -> any StorageTable<Row> {
+        table(name, of: type, orderedBy: nil, entity: entity)
+    }
+
+    /// Registers a table with a second order (see `table(_:of:orderedBy:entity:)`).
+    @inlinable
+    public func table<Row: StoredRow>(_ name: String, of type: Row.Type, orderedBy orderKey: @escaping @Sendable (String, Row) -> String,
+                                      entity: Entity? = nil) -> any StorageTable<Row> {
+        table(name, of: type, orderedBy: .some(orderKey), entity: entity)
+    }
+}
+
+/// A table whose rows are synced entities: their public name (`screentime.day`) and how a row key
+/// becomes the entity's id on the wire.
+public struct Entity: Sendable {
+    public let name: String
+    public let id: @Sendable (String) -> String
+
+    public init(_ name: String, id: @escaping @Sendable (String) -> String = { $0 }) {
+        self.name = name
+        self.id = id
+    }
+}
+
+/// One entry of a user's change feed: the latest committed change of one entity.
+public struct FeedEntry: Sendable, Equatable {
+    public enum Op: String, Sendable { case upsert, delete }
+    /// Kernel-wide increasing position.
+    public let seq: UInt64
+    public let entity: String
+    public let id: String
+    public let op: Op
+    /// Commit time, milliseconds since 1970.
+    public let at: Int64
+
+    public init(seq: UInt64, entity: String, id: String, op: Op, at: Int64) {
+        self.seq = seq
+        self.entity = entity
+        self.id = id
+        self.op = op
+        self.at = at
+    }
+}
+
+/// A page of a change feed.
+public struct FeedPage: Sendable {
+    public var entries: [FeedEntry]
+    /// Whether more entries follow the last one.
+    public var hasMore: Bool
+
+    public init(entries: [FeedEntry], hasMore: Bool) {
+        self.entries = entries
+        self.hasMore = hasMore
     }
 }
 

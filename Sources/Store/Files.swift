@@ -4,11 +4,15 @@ import JSONParsing
 
 /// The files of a data dir: names, magic numbers and the snapshot format.
 public enum StoreFiles {
-    /// First bytes of every log segment written now: format name and version (2: binary payloads).
-    public static let walMagic = Array("HKWAL002".utf8)
+    /// First bytes of every log segment written now: format name and version (3: binary payloads with
+    /// commit times and feed stamps).
+    public static let walMagic = Array("HKWAL003".utf8)
     /// First bytes of every snapshot written now.
-    public static let snapshotMagic = Array("HKSNP002".utf8)
-    /// Version 1 files (JSON text payloads), still read so that older data dirs recover.
+    public static let snapshotMagic = Array("HKSNP003".utf8)
+    /// Older files, still read so that older data dirs recover: version 2 (binary payloads, no commit
+    /// times) and version 1 (JSON text payloads).
+    static let walMagicV2 = Array("HKWAL002".utf8)
+    static let snapshotMagicV2 = Array("HKSNP002".utf8)
     static let walMagicV1 = Array("HKWAL001".utf8)
     static let snapshotMagicV1 = Array("HKSNP001".utf8)
     /// A snapshot row record is closed once its payload passes this size.
@@ -18,7 +22,8 @@ public enum StoreFiles {
     static func format(of bytes: [UInt8], wal: Bool) -> PayloadFormat? {
         guard bytes.count >= 8 else { return nil }
         let magic = Array(bytes[0..<8])
-        if magic == (wal ? walMagic : snapshotMagic) { return .binary }
+        if magic == (wal ? walMagic : snapshotMagic) { return .stamped }
+        if magic == (wal ? walMagicV2 : snapshotMagicV2) { return .binary }
         if magic == (wal ? walMagicV1 : snapshotMagicV1) { return .text }
         return nil
     }
@@ -26,7 +31,7 @@ public enum StoreFiles {
     /// Whether `bytes` are the start of a magic number of either version (an empty file counts): what a
     /// segment holds when it has no records yet, or when writing its magic was cut short.
     static func isMagicPrefix(_ bytes: [UInt8], wal: Bool) -> Bool {
-        let magics = wal ? [walMagic, walMagicV1] : [snapshotMagic, snapshotMagicV1]
+        let magics = wal ? [walMagic, walMagicV2, walMagicV1] : [snapshotMagic, snapshotMagicV2, snapshotMagicV1]
         return magics.contains { bytes.count <= $0.count && Array($0.prefix(bytes.count)) == bytes }
     }
 
@@ -68,16 +73,17 @@ public enum StoreFiles {
         return l
     }
 
-    /// Serializes a snapshot of `tables` at `seq` into file bytes (format 2): a JSON header record, row
-    /// records of one table each (name, row count, then groups of one user's rows: user, count, then key
-    /// and binary value per row), a JSON footer.
+    /// Serializes a snapshot of `tables` at `seq` into file bytes (format 3): a JSON header record, row
+    /// records of one table each (name, whether entries are stamped, entry count, then groups of one
+    /// user's entries: user, count, then key and binary value per row; a stamped entry is key, kind,
+    /// value of a row, feed stamp), a JSON footer.
     /// The bytes are handed to `emit` in chunks of about 1 MiB, so a snapshot never sits whole in memory.
     static func encodeSnapshot(seq: UInt64, createdAt: String, tables: [FrozenTable], emit: ([UInt8]) -> Void) {
         var out = snapshotMagic
         var counts = JSONObject()
         for t in tables { counts[t.name] = .int(Int64(t.rowCount)) }
         let header: JSON = [
-            "format": "healthkernel-snapshot", "version": 2, "seq": .int(Int64(seq)),
+            "format": "healthkernel-snapshot", "version": .int(Int64(PayloadFormat.stamped.rawValue)), "seq": .int(Int64(seq)),
             "createdAt": .string(createdAt), "tables": .object(counts),
         ]
         RecordFraming.append(seq: seq, payload: header.bytes, to: &out)
@@ -89,6 +95,7 @@ public enum StoreFiles {
                 guard inRecord > 0 else { return }
                 RecordFraming.appendRecord(seq: seq, to: &out) { payload in
                     Binary.writeString(table.name, to: &payload)
+                    payload.append(table.stamped ? 1 : 0)
                     Binary.writeVarint(UInt64(inRecord), to: &payload)
                     payload.append(contentsOf: buffer)
                 }
@@ -128,31 +135,41 @@ public enum StoreFiles {
                 switch format {
                 case .text:
                     for row in try Self.textRows(payload, offset) { try body(row.0, row.1, row.2, row.3) }
-                case .binary:
-                    try Self.forEachGroup(payload, offset) { table, user, count, r in
+                case .binary, .stamped:
+                    try Self.forEachGroup(payload, offset, format) { table, user, count, r, stamps in
                         for _ in 0..<count {
                             let key = try r.string()
-                            try body(table, user, key, try JSON.readBinary(&r))
+                            if stamps.inline {
+                                guard try r.entryKind(of: table) == .row else {
+                                    _ = try r.stamp(of: table)
+                                    continue
+                                }
+                            }
+                            let value = try JSON.readBinary(&r)
+                            if stamps.inline { _ = try r.stamp(of: table) }
+                            try body(table, user, key, value)
                         }
                     }
                 }
             }
         }
 
-        /// Walks the groups of a format 2 row record, calling `group(table, user, count, &reader)`,
-        /// which must read exactly the group's rows (key and value each).
-        static func forEachGroup(_ payload: ArraySlice<UInt8>, _ offset: Int,
-                                 _ group: (String, String, Int, inout BinaryReader) throws -> Void) throws(StorageError) {
+        /// Walks the groups of a binary row record, calling `group(table, user, count, &reader, &stamps)`,
+        /// which must read exactly the group's entries.
+        static func forEachGroup(_ payload: ArraySlice<UInt8>, _ offset: Int, _ format: PayloadFormat, legacyAt: Int64 = 0,
+                                 _ group: (String, String, Int, inout BinaryReader, inout SnapshotStamps) throws -> Void) throws(StorageError) {
             let failure = payload.withUnsafeBytes { raw -> StorageError? in
                 var r = BinaryReader(raw)
                 do {
                     let table = try r.string()
+                    let stamped = format == .stamped ? try r.byte() == 1 : false
+                    var stamps = SnapshotStamps(inline: stamped, legacyAt: legacyAt)
                     var left = try r.count()
                     while left > 0 {
                         let user = try r.string()
                         let count = try r.count()
                         guard count >= 1, count <= left else { throw BinaryDecodeError(offset: r.offset, "bad group row count") }
-                        try group(table, user, count, &r)
+                        try group(table, user, count, &r, &stamps)
                         left -= count
                     }
                 } catch let error as StorageError {
@@ -165,18 +182,22 @@ public enum StoreFiles {
             if let failure { throw failure }
         }
 
-        /// Puts every row into its table (found by `table(name)`), decoding format 2 values straight
-        /// into typed rows.
-        func loadRows(_ table: (String) throws(StorageError) -> AnyTable) throws(StorageError) {
-            guard format == .binary else {
+        /// Puts every entry into its table (found by `table(name)`), decoding binary values straight
+        /// into typed rows. Synced rows of older snapshots, which have no feed stamps, are given
+        /// positions 1, 2, 3... and the time `legacyAt`.
+        func loadRows(legacyAt: Int64, _ table: (String) throws(StorageError) -> AnyTable) throws(StorageError) {
+            var legacy = SnapshotStamps(inline: false, legacyAt: legacyAt)
+            guard format != .text else {
                 try forEachRow { (name, user, key, value) throws(StorageError) in
-                    try table(name).put(user: user, key: key, stored: value)
+                    try table(name).put(user: user, key: key, stored: value, stamp: legacy.legacy())
                 }
                 return
             }
             for (offset, payload) in records {
-                try Self.forEachGroup(payload, offset) { name, user, count, r in
-                    try table(name).putBinaryGroup(user: user, count: count, from: &r)
+                try Self.forEachGroup(payload, offset, format) { name, user, count, r, stamps in
+                    stamps.nextLegacy = legacy.nextLegacy
+                    try table(name).putBinaryGroup(user: user, count: count, from: &r, stamps: &stamps)
+                    legacy.nextLegacy = stamps.nextLegacy
                 }
             }
         }
@@ -201,10 +222,11 @@ public enum StoreFiles {
             switch format {
             case .text:
                 return try textRows(payload, offset).count
-            case .binary:
+            case .binary, .stamped:
                 let count = payload.withUnsafeBytes { raw -> Int? in
                     var r = BinaryReader(raw)
                     _ = try? r.string()
+                    if format == .stamped { _ = try? r.byte() }
                     return try? r.count()
                 }
                 guard let count else { throw StorageError.corrupt("snapshot record at byte \(offset) has no row count") }
@@ -256,10 +278,12 @@ public enum StoreFiles {
     }
 }
 
-/// How a file's record payloads are written: format 1 as JSON text, format 2 in the binary form.
+/// How a file's record payloads are written: format 1 as JSON text, format 2 in the binary form,
+/// format 3 in the binary form with each log record's commit time and each synced row's feed stamp.
 public enum PayloadFormat: Int, Sendable {
     case text = 1
     case binary = 2
+    case stamped = 3
 }
 
 /// Damage found in a data dir: which file, at which byte, and what.

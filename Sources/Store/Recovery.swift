@@ -105,9 +105,9 @@ public struct DataDirScan {
             }
         }
         let next = StoreFiles.segmentName(firstSeq: scan.lastSeq + 1)
-        if let ready = empty.first(where: { $0.name == next && $0.format == .binary }) {
+        if let ready = empty.first(where: { $0.name == next && $0.format == .stamped }) {
             scan.appendSegment = ready.name
-        } else if let last = withRecords.last, lastFormat == .binary {
+        } else if let last = withRecords.last, lastFormat == .stamped {
             scan.appendSegment = last.name
         }
         for segment in withRecords where segment.name != scan.appendSegment {
@@ -131,11 +131,12 @@ public struct DataDirScan {
             out.reserveCapacity(items.count)
             for item in items { out.append(try Change(json: item)) }
             return out
-        case .binary:
+        case .binary, .stamped:
             let decoded = record.payload.withUnsafeBytes { raw -> Result<[Change], BinaryDecodeError> in
                 var r = BinaryReader(raw)
                 var out: [Change] = []
                 do throws(BinaryDecodeError) {
+                    if log.format == .stamped { _ = try r.varint() }  // the commit time
                     while !r.isAtEnd { out.append(try Change(binary: &r)) }
                 } catch {
                     return .failure(error)

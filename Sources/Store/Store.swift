@@ -103,9 +103,16 @@ public final class Store: Storage, @unchecked Sendable {
     private var refuseWrites: String?
 
     enum Undo {
-        case row(table: AnyTable, user: String, key: String, old: (any StoredRow)?)
+        case row(table: AnyTable, user: String, key: String, previous: Previous)
         case user(user: String, rows: [(AnyTable, Any)])
     }
+
+    /// Whether a host wants committed changes announced (`takeCommittedChanges`); off, nothing is kept.
+    public var collectsChanges = false
+    /// Changes of commits not yet flushed, with their commit ids; then those made durable, until
+    /// `takeCommittedChanges` hands them over.
+    private var unflushedChanges: [(commit: UInt64, user: String, change: FeedCandidate)] = []
+    private var committedChanges: [(user: String, change: FeedCandidate)] = []
 
     /// A store with `options`; register tables, then `open()`.
     public init(options: StoreOptions, clock: Clock, log: @escaping @Sendable (String) -> Void) {
@@ -132,20 +139,24 @@ public final class Store: Storage, @unchecked Sendable {
     /// With `orderedBy`, the table also keeps each user's rows in the order of the key that function gives
     /// a row (say its start time, then its key), for `Table.scanOrdered`. That order is derived from the
     /// rows in memory and never stored.
+    ///
+    /// With `entity`, the rows are synced entities: each keeps the feed stamp of its last change, and
+    /// a deleted one a tombstone, from which `feed` reads.
     @inlinable
     public func table<Row: StoredRow>(_ name: String, of type: Row.Type,
-                                      orderedBy orderKey: (@Sendable (String, Row) -> String)? = nil) -> Table<Row> {
-        let t = Table<Row>(name: name, slot: nextSlot, orderKey: orderKey)
+                                      orderedBy orderKey: (@Sendable (String, Row) -> String)? = nil,
+                                      entity: Entity? = nil) -> Table<Row> {
+        let t = Table<Row>(name: name, slot: nextSlot, orderKey: orderKey, entity: entity)
         t.ops = TableOps(t)
         register(t)
         return t
     }
 
-    /// `Storage`'s view of `table(_:of:orderedBy:)`.
+    /// `Storage`'s view of `table(_:of:orderedBy:entity:)`.
     @inlinable
-    public func table<Row: StoredRow>(_ name: String, of type: Row.Type,
-                                      orderedBy orderKey: (@Sendable (String, Row) -> String)?) -> any StorageTable<Row> {
-        let t: Table<Row> = table(name, of: type, orderedBy: orderKey)
+    public func table<Row: StoredRow>(_ name: String, of type: Row.Type, orderedBy orderKey: (@Sendable (String, Row) -> String)?,
+                                      entity: Entity?) -> any StorageTable<Row> {
+        let t: Table<Row> = table(name, of: type, orderedBy: orderKey, entity: entity)
         return t
     }
 
@@ -154,9 +165,44 @@ public final class Store: Storage, @unchecked Sendable {
         let name = table.name
         precondition(tables[name] == nil, "table \(name) registered twice")
         precondition((1...100).contains(name.utf8.count), "table names are 1 to 100 bytes (snapshot records rely on it)")
+        if let entity = table.entity {
+            precondition(!slots.contains { $0.entity?.name == entity.name }, "entity \(entity.name) registered twice")
+        }
         tables[name] = table
         tableOrder.append(name)
         slots.append(table)
+    }
+
+    // MARK: The change feed
+
+    public func feed(user: String, after: UInt64?, limit: Int, entities: Set<String>?) -> FeedPage {
+        var found: [FeedCandidate] = []
+        for table in slots {
+            guard let entity = table.entity, entities?.contains(entity.name) ?? true else { continue }
+            table.feed(user: user, after: after ?? 0, into: &found)
+        }
+        found.sort { $0.stamp.seq < $1.stamp.seq }
+        return FeedPage(entries: found.prefix(limit).map(entry), hasMore: found.count > limit)
+    }
+
+    public var feedHorizon: UInt64 { Stamp.position(record: seq, index: (1 << Stamp.positionBits) - 1) }
+
+    private func entry(_ c: FeedCandidate) -> FeedEntry {
+        let entity = slots[c.table].entity!
+        return FeedEntry(seq: c.stamp.seq, entity: entity.name, id: entity.id(c.key), op: c.deleted ? .delete : .upsert, at: c.stamp.at)
+    }
+
+    /// Changes made durable since the last call, in commit order, with their users (while
+    /// `collectsChanges`): for host events.
+    public func takeCommittedChanges() -> [(user: String, entry: FeedEntry)] {
+        defer { committedChanges.removeAll(keepingCapacity: true) }
+        return committedChanges.map { ($0.user, entry($0.change)) }
+    }
+
+    /// Notes a committed change to a synced row for `takeCommittedChanges`.
+    private func collect(_ slot: Int, _ user: String, _ key: String, _ stamp: Stamp, deleted: Bool) {
+        let change = FeedCandidate(stamp: stamp, table: slot, key: key, deleted: deleted)
+        if keepsRecords { unflushedChanges.append((lastCommitID + 1, user, change)) } else { committedChanges.append((user, change)) }
     }
 
     /// Every row of `user` in every table as (table, key, stored value): for exports and isolation checks.
@@ -180,14 +226,34 @@ public final class Store: Storage, @unchecked Sendable {
 
     /// Recovers every table from the journal (the newest snapshot, then the log after it) and readies it
     /// for appending. Memory-only stores just start empty.
+    ///
+    /// Files of older formats are rewritten in today's at once (a snapshot), so that the feed stamps
+    /// recovery gave their rows are kept from then on.
     public func open() throws(StoreOpenError) {
-        seq = try journal.open { (scan) throws(StoreOpenError) in try load(scan) }
+        var older = false
+        seq = try journal.open { (scan) throws(StoreOpenError) in
+            older = (scan.snapshot.map { $0.format != .stamped } ?? false) || scan.records.contains { $0.format != .stamped }
+            try load(scan)
+        }
+        guard older, seq > 0 else { return }
+        do {
+            _ = try snapshot()
+            log("data dir written by an older release: rewritten as a snapshot in today's format")
+        } catch {
+            log("could not rewrite the older data dir as a snapshot (\(error)); it is read again at the next start")
+        }
     }
 
     private func load(_ scan: DataDirScan) throws(StoreOpenError) {
         do throws(StorageError) {
-            try scan.snapshot?.loadRows { (name) throws(StorageError) in try table(named: name) }
-            for record in scan.records { try replay(record) }
+            // Rows and records from before the feed existed have no commit time: they take the snapshot's
+            // time, or this recovery's.
+            let now = clock.now()
+            if let snapshot = scan.snapshot {
+                let legacyAt = Timestamp(rfc3339: snapshot.createdAt) ?? now
+                try snapshot.loadRows(legacyAt: legacyAt.milliseconds) { (name) throws(StorageError) in try table(named: name) }
+            }
+            for record in scan.records { try replay(record, legacyAt: now.milliseconds) }
         } catch {
             throw .damaged(StoreDamage(file: scan.records.last?.segment ?? scan.snapshotName ?? "the data dir", offset: 0,
                                        detail: error.description))
@@ -195,32 +261,41 @@ public final class Store: Storage, @unchecked Sendable {
     }
 
     /// Replays one change of a format 1 record.
-    private func replay(_ change: Change) throws(StorageError) {
+    private func replay(_ change: Change, _ stamp: Stamp) throws(StorageError) {
         switch change {
         case .put(let name, let user, let key, let value):
-            try table(named: name).put(user: user, key: key, stored: value)
+            try table(named: name).put(user: user, key: key, stored: value, stamp: stamp)
         case .delete(let name, let user, let key):
-            _ = try table(named: name).delete(user: user, key: key)
+            _ = try table(named: name).delete(user: user, key: key, stamp: stamp)
         case .deleteUser(let user):
             _ = removeUser(user)
         }
     }
 
-    /// Replays a log record, decoding format 2 values straight into typed rows.
-    private func replay(_ log: LogRecord) throws(StorageError) {
-        guard log.format == .binary else {
-            for change in try DataDirScan.changes(of: log) { try replay(change) }
+    /// Replays a log record, decoding binary values straight into typed rows. Change `i` of record `n`
+    /// gets the feed stamp it got when it was committed: position `n << 20 | i`, the record's time
+    /// (records written before the feed existed carry no time: they get the time of this recovery).
+    private func replay(_ log: LogRecord, legacyAt: Int64) throws(StorageError) {
+        let record = log.record.seq
+        guard log.format != .text else {
+            for (i, change) in try DataDirScan.changes(of: log).enumerated() {
+                try replay(change, Stamp(seq: Stamp.position(record: record, index: i), at: legacyAt))
+            }
             return
         }
         let failure = log.record.payload.withUnsafeBytes { raw -> StorageError? in
             var r = BinaryReader(raw)
             do {
+                let at = log.format == .stamped ? Int64(bitPattern: try r.varint()) : legacyAt
+                var i = 0
                 repeat {
+                    let stamp = Stamp(seq: Stamp.position(record: record, index: i), at: at)
+                    i += 1
                     switch try Change.Head.read(&r) {
                     case .put(let name, let user, let key):
-                        try table(named: name).putBinary(user: user, key: key, from: &r)
+                        try table(named: name).putBinary(user: user, key: key, from: &r, stamp: stamp)
                     case .delete(let name, let user, let key):
-                        _ = try table(named: name).delete(user: user, key: key)
+                        _ = try table(named: name).delete(user: user, key: key, stamp: stamp)
                     case .deleteUser(let user):
                         _ = removeUser(user)
                     }
@@ -245,45 +320,57 @@ public final class Store: Storage, @unchecked Sendable {
         for case .claim(let key, let user) in tx.entries {
             if let holder = uniqueKeys.holder(of: key.rowKey), holder != user { throw StorageError.taken(key) }
         }
-        for entry in tx.entries {
-            let entryUndo = apply(entry)
+        // Change i of the record gets feed position `seq << 20 | i` (what replay derives again).
+        precondition(tx.entries.count < 1 << Stamp.positionBits, "a unit of work of over a million changes")
+        let record = seq + 1
+        let at = clock.now().milliseconds
+        for (i, entry) in tx.entries.enumerated() {
+            let entryUndo = apply(entry, Stamp(seq: Stamp.position(record: record, index: i), at: at))
             if keepsRecords { undo.append(entryUndo) }
         }
         lastCommitID += 1
-        seq += 1
+        seq = record
         guard keepsRecords else { return }
         if !journal.hasQueued {
             firstQueuedCommit = lastCommitID
             seqBeforeQueued = seq - 1
         }
         journal.append(seq: seq) { payload in
+            Binary.writeVarint(UInt64(bitPattern: at), to: &payload)
             for entry in tx.entries { entry.writeBinary(to: &payload) }
         }
     }
 
     /// Applies one change of a transaction; returns how to undo it.
-    private func apply(_ entry: Transaction.Entry) -> Undo {
+    private func apply(_ entry: Transaction.Entry, _ stamp: Stamp) -> Undo {
         switch entry {
         case .put(let handle, let user, let key, let row):
             let table = slots[handle.slot]
-            return .row(table: table, user: user, key: key, old: table.put(user: user, key: key, row: row))
+            let previous = table.put(user: user, key: key, row: row, stamp: stamp)
+            if collectsChanges, table.entity != nil { collect(handle.slot, user, key, stamp, deleted: false) }
+            return .row(table: table, user: user, key: key, previous: previous)
         case .delete(let handle, let user, let key):
             let table = slots[handle.slot]
-            return .row(table: table, user: user, key: key, old: table.delete(user: user, key: key))
+            let previous = table.delete(user: user, key: key, stamp: stamp)
+            if collectsChanges, table.entity != nil, previous.row != nil { collect(handle.slot, user, key, stamp, deleted: true) }
+            return .row(table: table, user: user, key: key, previous: previous)
         case .deleteUser(let user):
+            if collectsChanges { unflushedChanges.removeAll { $0.user == user && $0.commit == lastCommitID + 1 } }
             return removeUser(user)
         case .claim(let key, let user):
-            return .row(table: uniqueKeys, user: user, key: key.rowKey, old: uniqueKeys.put(user: user, key: key.rowKey, row: ClaimRow()))
+            return .row(table: uniqueKeys, user: user, key: key.rowKey,
+                        previous: uniqueKeys.put(user: user, key: key.rowKey, row: ClaimRow(), stamp: stamp))
         case .release(let key, let user):
-            return .row(table: uniqueKeys, user: user, key: key.rowKey, old: uniqueKeys.delete(user: user, key: key.rowKey))
+            return .row(table: uniqueKeys, user: user, key: key.rowKey, previous: uniqueKeys.delete(user: user, key: key.rowKey, stamp: stamp))
         }
     }
 
     /// Applies, right after `open()` and before serving, a change that recovery work recomputes at every
     /// start (an upgrade of what an older release stored). It is not logged: until a snapshot holds its
-    /// result, the next start replays the older records and makes the same change again.
+    /// result, the next start replays the older records and makes the same change again. It may not
+    /// touch synced tables (it has no feed position to give).
     public func upgrade(_ tx: Transaction) {
-        for entry in tx.entries { _ = apply(entry) }
+        for entry in tx.entries { _ = apply(entry, Stamp(seq: 0, at: 0)) }
     }
 
     private func removeUser(_ user: String) -> Undo {
@@ -298,8 +385,8 @@ public final class Store: Storage, @unchecked Sendable {
     private func rollBack() {
         while let last = undo.popLast() {
             switch last {
-            case .row(let table, let user, let key, let old):
-                if let old { table.restore(user: user, key: key, old) } else { _ = table.delete(user: user, key: key) }
+            case .row(let table, let user, let key, let previous):
+                table.restore(user: user, key: key, previous)
             case .user(let user, let rows):
                 for (table, stored) in rows { table.restoreUser(user, stored) }
             }
@@ -326,7 +413,10 @@ public final class Store: Storage, @unchecked Sendable {
             rollBack()
             failedCommits.append(firstQueuedCommit...lastCommitID)
             seq = seqBeforeQueued
+        } else if !unflushedChanges.isEmpty {
+            committedChanges += unflushedChanges.map { ($0.user, $0.change) }
         }
+        unflushedChanges.removeAll(keepingCapacity: true)
         undo.removeAll(keepingCapacity: true)
     }
 

@@ -108,23 +108,73 @@ extension BinaryReader {
     }
 }
 
+/// What a put or delete replaced, so that undo can put it back.
+@usableFromInline
+struct Previous {
+    @usableFromInline var row: (any StoredRow)?
+    /// The replaced row's stamp (synced tables).
+    @usableFromInline var stamp: Stamp?
+    /// The tombstone the change replaced or removed (synced tables).
+    @usableFromInline var tombstone: Stamp?
+
+    @inlinable
+    init(row: (any StoredRow)? = nil, stamp: Stamp? = nil, tombstone: Stamp? = nil) {
+        self.row = row
+        self.stamp = stamp
+        self.tombstone = tombstone
+    }
+}
+
+/// How the rows of a snapshot group get their feed stamps.
+@usableFromInline
+struct SnapshotStamps {
+    /// The record lists a kind and a stamp with every entry (format 3, a synced table).
+    @usableFromInline var inline: Bool
+    /// For a synced table's rows from an older snapshot, which has no stamps: the next position to give
+    /// (they take 1, 2, 3...: below every position of the records after the snapshot) and the time.
+    @usableFromInline var nextLegacy: UInt64 = 1
+    @usableFromInline var legacyAt: Int64 = 0
+
+    init(inline: Bool, legacyAt: Int64) {
+        self.inline = inline
+        self.legacyAt = legacyAt
+    }
+
+    @inlinable
+    mutating func legacy() -> Stamp {
+        defer { nextLegacy += 1 }
+        return Stamp(seq: nextLegacy, at: legacyAt)
+    }
+}
+
+/// A snapshot entry of a synced table is a row or a tombstone (a deleted row's last feed entry).
+@usableFromInline
+enum SnapshotEntryKind: UInt8 {
+    case tombstone = 0
+    case row = 1
+}
+
 /// What the store's tables have in common, with the row type erased: applying changes, undoing them,
-/// and freezing a consistent image for a snapshot.
+/// and freezing a consistent image for a snapshot. `stamp` is the feed position and time of the change;
+/// tables that are not synced ignore it.
 protocol AnyTable: AnyObject {
     var name: String { get }
     var rowCount: Int { get }
-    /// Applies a put of a row a transaction made; returns the previous row (for undo).
-    func put(user: String, key: String, row: any StoredRow) -> (any StoredRow)?
+    /// The synced entity the rows are, if any.
+    var entity: Entity? { get }
+    /// Applies a put of a row a transaction made.
+    func put(user: String, key: String, row: any StoredRow, stamp: Stamp) -> Previous
     /// Applies a put read from a format 1 record.
-    func put(user: String, key: String, stored: JSON) throws(StorageError)
-    /// Applies a put whose value is read from a format 2 record.
-    func putBinary(user: String, key: String, from reader: inout BinaryReader) throws(StorageError)
-    /// Applies `count` rows of `user` read from a format 2 snapshot: key (string body), value, repeated.
-    func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader) throws(StorageError)
-    /// Applies a delete; returns the previous row.
-    func delete(user: String, key: String) -> (any StoredRow)?
-    /// Puts back a row that `put` or `delete` returned.
-    func restore(user: String, key: String, _ row: any StoredRow)
+    func put(user: String, key: String, stored: JSON, stamp: Stamp) throws(StorageError)
+    /// Applies a put whose value is read from a format 2 or 3 record.
+    func putBinary(user: String, key: String, from reader: inout BinaryReader, stamp: Stamp) throws(StorageError)
+    /// Applies `count` entries of `user` read from a binary snapshot: key (string body), then the value
+    /// (and with inline stamps, a kind byte first and a stamp after), repeated.
+    func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader, stamps: inout SnapshotStamps) throws(StorageError)
+    /// Applies a delete (a synced table keeps a tombstone stamped `stamp`).
+    func delete(user: String, key: String, stamp: Stamp) -> Previous
+    /// Puts back what `put` or `delete` replaced.
+    func restore(user: String, key: String, _ previous: Previous)
     /// Removes a user's rows; returns them (for undo).
     func removeUser(_ user: String) -> Any
     /// Puts back what `removeUser` returned.
@@ -133,15 +183,33 @@ protocol AnyTable: AnyObject {
     func freeze() -> FrozenTable
     /// One user's rows as (key, stored value).
     func storedRows(of user: String) -> [(String, JSON)]
+    /// Appends `user`'s feed entries after position `after`: (stamp, row key, whether deleted).
+    func feed(user: String, after: UInt64, into out: inout [FeedCandidate])
 }
 
-/// A table's rows at one instant, as the snapshot writer reads them on its own thread.
+extension AnyTable {
+    var entity: Entity? { nil }
+    func feed(user: String, after: UInt64, into out: inout [FeedCandidate]) {}
+}
+
+/// A feed entry found in a table, before the page is chosen.
+struct FeedCandidate {
+    let stamp: Stamp
+    let table: Int
+    let key: String
+    let deleted: Bool
+}
+
+/// A table's entries at one instant, as the snapshot writer reads them on its own thread.
 struct FrozenTable: Sendable {
     let name: String
+    /// Entries: rows, and the tombstones of a synced table.
     let rowCount: Int
-    /// Appends every row to the buffer in groups of one user's rows: user (string body), row count,
-    /// then key (string body) and stored value (binary form) per row; calls `groupWritten` with the
-    /// buffer and the group's row count after each group.
+    /// Whether entries carry a kind and a stamp (a synced table).
+    let stamped: Bool
+    /// Appends every entry to the buffer in groups of one user's entries: user (string body), count,
+    /// then key (string body) and stored value (binary form) per row (stamped: key, kind, value of a
+    /// row, stamp); calls `groupWritten` with the buffer and the group's count after each group.
     let writeRows: @Sendable (inout [UInt8], (inout [UInt8], Int) -> Void) -> Void
 }
 
@@ -150,24 +218,25 @@ struct FrozenTable: Sendable {
 /// code that looks up type metadata at run time (which took a fifth of recovery).
 @usableFromInline
 struct TableOps {
-    @usableFromInline let put: (String, String, any StoredRow) -> (any StoredRow)?
-    @usableFromInline let putBinary: (String, String, inout BinaryReader) throws(StorageError) -> Void
-    @usableFromInline let putBinaryGroup: (String, Int, inout BinaryReader) throws(StorageError) -> Void
+    @usableFromInline let put: (String, String, any StoredRow, Stamp) -> Previous
+    @usableFromInline let putBinary: (String, String, inout BinaryReader, Stamp) throws(StorageError) -> Void
+    @usableFromInline let putBinaryGroup: (String, Int, inout BinaryReader, inout SnapshotStamps) throws(StorageError) -> Void
 
     @inlinable
     init<Row: StoredRow>(_ table: Table<Row>) {
-        put = { [unowned table] user, key, row in table.set(user, key, row as! Row) }
-        putBinary = { [unowned table] (user, key, reader) throws(StorageError) in
-            table.set(user, key, try Row(binaryStored: &reader))
+        put = { [unowned table] user, key, row, stamp in table.set(user, key, row as! Row, stamp) }
+        putBinary = { [unowned table] (user, key, reader, stamp) throws(StorageError) in
+            table.set(user, key, try Row(binaryStored: &reader), stamp)
         }
-        putBinaryGroup = { [unowned table] (user, count, reader) throws(StorageError) in
-            try table.setGroup(user, count, &reader)
+        putBinaryGroup = { [unowned table] (user, count, reader, stamps) throws(StorageError) in
+            try table.setGroup(user, count, &reader, &stamps)
         }
     }
 }
 
 /// A table of typed rows, partitioned by user and in key order within a partition: reads are direct,
-/// writes go through a `Transaction`.
+/// writes go through a `Transaction`. A synced table (one with an `entity`) also keeps each row's feed
+/// stamp, and a tombstone for each deleted row, so that its user's change feed can be read from it.
 public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @unchecked Sendable {
     @usableFromInline var rows: [String: Partition<Row>] = [:]
     @usableFromInline var storedCount = 0
@@ -177,13 +246,20 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     @usableFromInline let orderKey: (@Sendable (String, Row) -> String)?
     /// Per user, order key -> row key. Derived from the rows, never stored: rebuilt at recovery.
     @usableFromInline var ordered: [String: Partition<String>] = [:]
+    /// The synced entity the rows are, if any.
+    let entity: Entity?
+    @usableFromInline let synced: Bool
+    /// Per user, the stamps of deleted rows (synced tables): a delete's feed entry.
+    @usableFromInline var deleted: [String: Partition<Stamp>] = [:]
 
     /// Rows in the table.
     public var rowCount: Int { storedCount }
 
     @usableFromInline
-    init(name: String, slot: Int, orderKey: (@Sendable (String, Row) -> String)? = nil) {
+    init(name: String, slot: Int, orderKey: (@Sendable (String, Row) -> String)? = nil, entity: Entity? = nil) {
         self.orderKey = orderKey
+        self.entity = entity
+        synced = entity != nil
         super.init(name: name, slot: slot)
     }
 
@@ -191,7 +267,6 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     public func get(user: String, key: String) -> Row? {
         rows[user]?[key]
     }
-
 
     /// Rows of `user` in key order, or reverse key order: keys from `from` through `to` (either end open),
     /// beyond `after` in the scan direction (where the previous page ended), at most `limit`.
@@ -224,86 +299,161 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     /// How many users have rows.
     public var userCount: Int { rows.count }
 
-    func put(user: String, key: String, row: any StoredRow) -> (any StoredRow)? {
-        if let ops { return ops.put(user, key, row) }
-        return set(user, key, row as! Row)
+    func put(user: String, key: String, row: any StoredRow, stamp: Stamp) -> Previous {
+        if let ops { return ops.put(user, key, row, stamp) }
+        return set(user, key, row as! Row, stamp)
     }
 
-    func put(user: String, key: String, stored: JSON) throws(StorageError) {
-        set(user, key, try Row(stored: stored))
+    func put(user: String, key: String, stored: JSON, stamp: Stamp) throws(StorageError) {
+        set(user, key, try Row(stored: stored), stamp)
     }
 
-    func putBinary(user: String, key: String, from reader: inout BinaryReader) throws(StorageError) {
-        if let ops { return try ops.putBinary(user, key, &reader) }
-        set(user, key, try Row(binaryStored: &reader))
+    func putBinary(user: String, key: String, from reader: inout BinaryReader, stamp: Stamp) throws(StorageError) {
+        if let ops { return try ops.putBinary(user, key, &reader, stamp) }
+        set(user, key, try Row(binaryStored: &reader), stamp)
     }
 
-    func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader) throws(StorageError) {
-        if let ops { return try ops.putBinaryGroup(user, count, &reader) }
-        try setGroup(user, count, &reader)
+    func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader, stamps: inout SnapshotStamps) throws(StorageError) {
+        if let ops { return try ops.putBinaryGroup(user, count, &reader, &stamps) }
+        try setGroup(user, count, &reader, &stamps)
     }
 
-    /// Puts `count` rows of `user` (key, value, repeated) with one outer lookup.
+    /// Puts `count` entries of `user` (key, value, repeated; see `putBinaryGroup`) with one outer lookup.
     @inlinable
-    func setGroup(_ user: String, _ count: Int, _ reader: inout BinaryReader) throws(StorageError) {
+    func setGroup(_ user: String, _ count: Int, _ reader: inout BinaryReader, _ stamps: inout SnapshotStamps) throws(StorageError) {
         var mine = rows.removeValue(forKey: user) ?? Partition()
         mine.keys.reserveCapacity(mine.count + count)
         mine.rows.reserveCapacity(mine.count + count)
         for _ in 0..<count {
             let key = try reader.rowKey(of: name)
-            // Snapshots list a partition's rows in key order, so this appends.
-            let row = try Row(binaryStored: &reader)
-            let old = mine.set(key, row)
+            // Snapshots list a partition's entries in key order, so these append. A table that stopped
+            // being synced drops the stamps it finds; one that became synced gives its rows new ones.
+            let stamp: Stamp?
+            let row: Row
+            if stamps.inline {
+                let kind = try reader.entryKind(of: name)
+                guard kind == .row else {
+                    let stamp = try reader.stamp(of: name)
+                    if synced { deleted[user, default: Partition()].set(key, stamp) }
+                    continue
+                }
+                row = try Row(binaryStored: &reader)
+                stamp = try reader.stamp(of: name)
+            } else {
+                row = try Row(binaryStored: &reader)
+                stamp = nil
+            }
+            let old = synced ? mine.setStamped(key, row, stamp ?? stamps.legacy())?.0 : mine.set(key, row)
             if old == nil { storedCount += 1 }
             reorder(user, key, old: old, new: row)
         }
-        rows[user] = mine
+        if !mine.isEmpty { rows[user] = mine }
     }
 
+    /// Sets a row (stamped, in a synced table, which also drops the key's tombstone).
     @inlinable
     @discardableResult
-    func set(_ user: String, _ key: String, _ row: Row) -> Row? {
-        let old = rows[user, default: Partition()].set(key, row)
+    func set(_ user: String, _ key: String, _ row: Row, _ stamp: Stamp) -> Previous {
+        guard synced else {
+            let old = rows[user, default: Partition()].set(key, row)
+            if old == nil { storedCount += 1 }
+            reorder(user, key, old: old, new: row)
+            return Previous(row: old)
+        }
+        let old = rows[user, default: Partition()].setStamped(key, row, stamp)
         if old == nil { storedCount += 1 }
-        reorder(user, key, old: old, new: row)
-        return old
+        reorder(user, key, old: old?.0, new: row)
+        var tombstone: Stamp?
+        if !deleted.isEmpty { tombstone = dropTombstone(user, key) }
+        return Previous(row: old?.0, stamp: old?.1, tombstone: tombstone)
     }
 
-    func delete(user: String, key: String) -> (any StoredRow)? {
+    @usableFromInline
+    func dropTombstone(_ user: String, _ key: String) -> Stamp? {
+        guard let stamp = deleted[user]?.remove(key)?.row else { return nil }
+        if deleted[user]?.isEmpty == true { deleted[user] = nil }
+        return stamp
+    }
+
+    /// Removes a row, without leaving a tombstone.
+    private func unset(_ user: String, _ key: String) -> (row: Row, stamp: Stamp?)? {
         guard let old = rows[user]?.remove(key) else { return nil }
         storedCount -= 1
         if rows[user]?.isEmpty == true { rows[user] = nil }
-        reorder(user, key, old: old, new: nil)
+        reorder(user, key, old: old.row, new: nil)
         return old
     }
 
-    func restore(user: String, key: String, _ row: any StoredRow) {
-        guard let row = row as? Row else { return }
-        set(user, key, row)
+    func delete(user: String, key: String, stamp: Stamp) -> Previous {
+        guard let old = unset(user, key) else { return Previous() }
+        if synced { deleted[user, default: Partition()].set(key, stamp) }
+        return Previous(row: old.row, stamp: old.stamp)
+    }
+
+    func restore(user: String, key: String, _ previous: Previous) {
+        if let row = previous.row as? Row {
+            if synced, let stamp = previous.stamp {
+                let old = rows[user, default: Partition()].setStamped(key, row, stamp)
+                if old == nil { storedCount += 1 }
+                reorder(user, key, old: old?.0, new: row)
+            } else {
+                set(user, key, row, Stamp(seq: 0, at: 0))
+            }
+        } else {
+            _ = unset(user, key)
+        }
+        guard synced else { return }
+        _ = dropTombstone(user, key)
+        if let tombstone = previous.tombstone { deleted[user, default: Partition()].set(key, tombstone) }
+    }
+
+    /// What `removeUser` takes away: the rows, their second order and their tombstones.
+    private struct Removed {
+        let rows: Partition<Row>?
+        let ordered: Partition<String>?
+        let deleted: Partition<Stamp>?
     }
 
     func removeUser(_ user: String) -> Any {
-        guard let mine = rows.removeValue(forKey: user) else { return (Partition<Row>(), Partition<String>?.none) }
-        storedCount -= mine.count
-        return (mine, ordered.removeValue(forKey: user))
+        let removed = Removed(rows: rows.removeValue(forKey: user), ordered: ordered.removeValue(forKey: user),
+                              deleted: deleted.removeValue(forKey: user))
+        storedCount -= removed.rows?.count ?? 0
+        return removed
     }
 
     func restoreUser(_ user: String, _ removed: Any) {
-        guard let (mine, index) = removed as? (Partition<Row>, Partition<String>?), !mine.isEmpty else { return }
-        rows[user] = mine
-        ordered[user] = index
-        storedCount += mine.count
+        guard let removed = removed as? Removed else { return }
+        rows[user] = removed.rows
+        ordered[user] = removed.ordered
+        deleted[user] = removed.deleted
+        storedCount += removed.rows?.count ?? 0
     }
 
     func storedRows(of user: String) -> [(String, JSON)] {
         scan(user: user).map { ($0.key, $0.row.stored) }
     }
 
+    func feed(user: String, after: UInt64, into out: inout [FeedCandidate]) {
+        if let mine = rows[user] {
+            for i in mine.stamps.indices where mine.stamps[i].seq > after {
+                out.append(FeedCandidate(stamp: mine.stamps[i], table: slot, key: mine.keys[i], deleted: false))
+            }
+        }
+        if let gone = deleted[user] {
+            for i in gone.rows.indices where gone.rows[i].seq > after {
+                out.append(FeedCandidate(stamp: gone.rows[i], table: slot, key: gone.keys[i], deleted: true))
+            }
+        }
+    }
+
     func freeze() -> FrozenTable {
         let image = rows
-        return FrozenTable(name: name, rowCount: rowCount) { out, groupWritten in
+        let tombstones = deleted
+        let synced = self.synced
+        let count = storedCount + tombstones.values.reduce(0) { $0 + $1.count }
+        return FrozenTable(name: name, rowCount: count, stamped: synced) { out, groupWritten in
             var group: [UInt8] = []
-            for (user, mine) in image {
+            func write(_ user: String, _ keys: [String], _ entry: (Int, inout [UInt8]) -> Void) {
                 var count = 0
                 func emit() {
                     guard count > 0 else { return }
@@ -314,15 +464,62 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
                     groupWritten(&out, count)
                     count = 0
                 }
-                for i in mine.keys.indices {
-                    Binary.writeString(mine.keys[i], to: &group)
-                    mine.rows[i].writeStored(to: &group)
+                for i in keys.indices {
+                    Binary.writeString(keys[i], to: &group)
+                    entry(i, &group)
                     count += 1
                     if group.count >= StoreFiles.snapshotRecordBytes { emit() }
                 }
                 emit()
             }
+            for (user, mine) in image {
+                guard synced else {
+                    write(user, mine.keys) { i, group in mine.rows[i].writeStored(to: &group) }
+                    continue
+                }
+                write(user, mine.keys) { i, group in
+                    group.append(SnapshotEntryKind.row.rawValue)
+                    mine.rows[i].writeStored(to: &group)
+                    mine.stamps[i].write(to: &group)
+                }
+            }
+            for (user, gone) in tombstones {
+                write(user, gone.keys) { i, group in
+                    group.append(SnapshotEntryKind.tombstone.rawValue)
+                    gone.rows[i].write(to: &group)
+                }
+            }
         }
+    }
+}
+
+extension Stamp {
+    /// The binary form: position, then time (varints).
+    func write(to out: inout [UInt8]) {
+        Binary.writeVarint(seq, to: &out)
+        Binary.writeVarint(UInt64(bitPattern: at), to: &out)
+    }
+}
+
+extension BinaryReader {
+    @inlinable
+    mutating func stamp(of table: String) throws(StorageError) -> Stamp {
+        do {
+            return Stamp(seq: try varint(), at: Int64(bitPattern: try varint()))
+        } catch {
+            throw StorageError.corrupt("\(table): \(error)")
+        }
+    }
+
+    @inlinable
+    mutating func entryKind(of table: String) throws(StorageError) -> SnapshotEntryKind {
+        let offset = self.offset
+        do {
+            if let kind = SnapshotEntryKind(rawValue: try byte()) { return kind }
+        } catch {
+            throw StorageError.corrupt("\(table): \(error)")
+        }
+        throw StorageError.corrupt("\(table): unknown entry kind at byte \(offset)")
     }
 }
 

@@ -33,31 +33,37 @@ final class UniqueKeys: AnyTable {
         return previous == user ? ClaimRow() : nil
     }
 
-    func put(user: String, key: String, row: any StoredRow) -> (any StoredRow)? { claim(user, key) }
+    func put(user: String, key: String, row: any StoredRow, stamp: Stamp) -> Previous { Previous(row: claim(user, key)) }
 
-    func put(user: String, key: String, stored: JSON) throws(StorageError) {
+    func put(user: String, key: String, stored: JSON, stamp: Stamp) throws(StorageError) {
         _ = try ClaimRow(stored: stored)
         _ = claim(user, key)
     }
 
-    func putBinary(user: String, key: String, from reader: inout BinaryReader) throws(StorageError) {
+    func putBinary(user: String, key: String, from reader: inout BinaryReader, stamp: Stamp) throws(StorageError) {
         _ = try ClaimRow(binaryStored: &reader)
         _ = claim(user, key)
     }
 
-    func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader) throws(StorageError) {
-        for _ in 0..<count { try putBinary(user: user, key: try reader.rowKey(of: name), from: &reader) }
+    func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader, stamps: inout SnapshotStamps) throws(StorageError) {
+        for _ in 0..<count {
+            let key = try reader.rowKey(of: name)
+            _ = try ClaimRow(binaryStored: &reader)
+            _ = claim(user, key)
+        }
     }
 
-    func delete(user: String, key: String) -> (any StoredRow)? {
-        guard holders[key] == user else { return nil }
+    func delete(user: String, key: String, stamp: Stamp) -> Previous {
+        guard holders[key] == user else { return Previous() }
         holders[key] = nil
         held[user]?.remove(key)
         if held[user]?.isEmpty == true { held[user] = nil }
-        return ClaimRow()
+        return Previous(row: ClaimRow())
     }
 
-    func restore(user: String, key: String, _ row: any StoredRow) { _ = claim(user, key) }
+    func restore(user: String, key: String, _ previous: Previous) {
+        if previous.row != nil { _ = claim(user, key) } else { _ = delete(user: user, key: key, stamp: Stamp(seq: 0, at: 0)) }
+    }
 
     func removeUser(_ user: String) -> Any {
         let keys = held.removeValue(forKey: user) ?? []
@@ -75,7 +81,7 @@ final class UniqueKeys: AnyTable {
 
     func freeze() -> FrozenTable {
         let image = held
-        return FrozenTable(name: name, rowCount: rowCount) { out, groupWritten in
+        return FrozenTable(name: name, rowCount: rowCount, stamped: false) { out, groupWritten in
             for (user, keys) in image where !keys.isEmpty {
                 Binary.writeString(user, to: &out)
                 Binary.writeVarint(UInt64(keys.count), to: &out)

@@ -24,6 +24,12 @@ import TestSupport
         #expect(connection?["enabled"] == true && connection?["timezone"] == "Europe/Berlin")
         #expect(connection?["selection"] == ["apps": ["a", "b"]])
         #expect(connection?["lastSyncAt"]?.stringValue != nil)
+        // Its synced records enter the change feed, in the order they were written.
+        let feed = d.call("sync.changes", ["limit": 1000])["result"]?["changes"]?.arrayValue ?? []
+        let days = feed.filter { $0["entity"] == "screentime.day" }
+        #expect(days.map { $0["id"] } == ["2025-03-01", "2025-03-02"])
+        #expect(Set(feed.compactMap { $0["entity"]?.stringValue }) == ["screentime.connection", "screentime.day", "screentime.penalty",
+                                                                        "screentime.event", "rewards.balance", "sessions.session", "sessions.timer"])
         let first = d.call("screentime.day", ["date": "2025-03-01"])["result"]
         #expect(first?["claimedMinutes"] == 60 && first?["verifiedMinutes"] == 80 && first?["status"] == "mismatch")
         #expect(first?["penaltyPoints"] == 15 && first?["deltaMinutes"] == 20)
@@ -53,6 +59,9 @@ import TestSupport
         // The clean stop wrote a snapshot in today's layout (lookups as unique keys); it serves the same.
         var last = Driver(k: try LiveKernel(args), token: ScreenTimeBinaryTests.userToken)
         #expect(last.call("auth.signIn", ["email": "fixture@example.com", "password": "fixture password 1"])["result"] != nil)
+        // The feed entries of the older records kept their positions and times across the restarts.
+        let lastFeed = last.call("sync.changes", ["limit": 1000])["result"]?["changes"]?.arrayValue ?? []
+        #expect(lastFeed.filter { $0["entity"] == "screentime.day" } == days)
         #expect(last.call("auth.signUp", ["email": "fixture@example.com", "password": "another password"])["error"]?["data"]?["reason"] == "email_taken")
         last.k.closeInput()
         #expect(last.k.finish() == 0)

@@ -378,7 +378,7 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         try Data(wal).write(to: URL(fileURLWithPath: dir + "/" + StoreFiles.segmentName(firstSeq: 3)))
     }
 
-    @Test func aVersion1DataDirRecoversAndNewRecordsGoToABinarySegment() throws {
+    @Test func aVersion1DataDirRecoversAndIsRewrittenInTodaysFormat() throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("hk-v1-\(UUID().uuidString)").path
         try Self.writeVersion1(dir)
         let h = try Harness(dir: dir)
@@ -387,10 +387,12 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         try h.write("c", "four")
         #expect(h.store.flush().failedCommits.isEmpty)
         h.store.abandon()
+        // The older files were rewritten as a snapshot in today's format at start-up.
+        #expect(StoreFiles.list(dir).snapshots.map(\.seq) == [3])
         let segments = StoreFiles.list(dir).segments.map(\.name)
-        #expect(segments == [StoreFiles.segmentName(firstSeq: 3), StoreFiles.segmentName(firstSeq: 4)])
-        let newest = try #require(FileIO.readAll(dir + "/" + segments[1]))
-        #expect(StoreFiles.format(of: newest, wal: true) == .binary)
+        #expect(segments == [StoreFiles.segmentName(firstSeq: 4)])
+        let newest = try #require(FileIO.readAll(dir + "/" + segments[0]))
+        #expect(StoreFiles.format(of: newest, wal: true) == .stamped)
         let again = try Harness(dir: dir)
         #expect(again.contents == ["u1/a": "one", "u2/a": "two", "u1/b": "three", "u1/c": "four", "u2/c": "four"])
         again.store.shutdown()
@@ -398,7 +400,7 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         #expect(final.contents.count == 5)
         let snapshot = try #require(StoreFiles.list(dir).snapshots.last)
         let bytes = try #require(FileIO.readAll(dir + "/" + snapshot.name))
-        #expect(StoreFiles.format(of: bytes, wal: false) == .binary)
+        #expect(StoreFiles.format(of: bytes, wal: false) == .stamped)
         final.store.abandon()
     }
 

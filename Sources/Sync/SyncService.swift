@@ -1,0 +1,86 @@
+import Chrono
+import Crypto
+import DomainSupport
+import JSON
+import JSONRPC
+import Storage
+
+/// The per-user change feed as clients read it (`sync.changes`): every committed change to one of the
+/// user's synced records, the latest per record, in feed order, from a cursor. Confined to the serving
+/// thread.
+public final class SyncService: @unchecked Sendable {
+    let store: any Storage
+    /// How each entity is shown with `includeData`, by entity name: the record as its read method gives it.
+    let renderers: [String: EntityRenderer]
+    private let cursorKey: SymmetricKey
+
+    /// A service over `store`'s feed; `cursorSecret` signs cursors so a foreign or altered one is refused.
+    public init(store: any Storage, renderers: [String: EntityRenderer], cursorSecret: [UInt8]) {
+        self.store = store
+        self.renderers = renderers
+        cursorKey = SymmetricKey(data: SHA256.hash(data: Array("healthkernel sync cursor".utf8) + cursorSecret))
+    }
+
+    /// The entity names a feed can hold.
+    public var entityNames: Set<String> { Set(renderers.keys) }
+
+    // MARK: Cursors
+
+    /// A cursor: the feed position, and a tag binding it to the user (a cursor of another user, or one
+    /// changed by hand, does not verify).
+    func encodeCursor(user: String, position: UInt64) -> String {
+        let payload = Array(String(position).utf8)
+        return Base64URL.encode(payload + [0x7C] + tag(user, payload))
+    }
+
+    func decodeCursor(user: String, _ text: String) -> UInt64? {
+        guard text.utf8.count <= 128, let bytes = Base64URL.decode(Array(text.utf8)), bytes.count > 17,
+              bytes[bytes.count - 17] == 0x7C else { return nil }
+        let payload = Array(bytes[..<(bytes.count - 17)])
+        guard tag(user, payload).elementsEqual(bytes.suffix(16)) else { return nil }
+        return UInt64(String(decoding: payload, as: UTF8.self))
+    }
+
+    private func tag(_ user: String, _ payload: [UInt8]) -> [UInt8] {
+        Array(HMAC<SHA256>.authenticationCode(for: Array(user.utf8) + [0] + payload, using: cursorKey).prefix(16))
+    }
+
+    // MARK: Reading the feed
+
+    func changes(_ user: String, since: String?, limit: Int, entities: Set<String>?, includeData: Bool,
+                 now: Timestamp) throws(RPCError) -> JSON {
+        var position: UInt64? = nil
+        if let since {
+            guard let p = decodeCursor(user: user, since) else {
+                throw RPCError.invalidParams("params.since", reason: "invalid_params", "params.since is not a cursor of this feed")
+            }
+            guard p <= store.feedHorizon else {
+                throw RPCError.invalidParams("params.since", reason: "out_of_range", "params.since is ahead of this feed")
+            }
+            position = p
+        }
+        let page: FeedPage
+        do {
+            page = try store.feed(user: user, after: position, limit: limit, entities: entities)
+        } catch {
+            throw RPCError.from(error)
+        }
+        var out: [JSON] = []
+        out.reserveCapacity(page.entries.count)
+        for entry in page.entries { out.append(try json(user, entry, includeData: includeData, now: now)) }
+        // Past the last entry, the cursor moves to the feed's horizon: every later change lies beyond it,
+        // whatever the entities asked for, so a filtered feed does not rescan what it skipped.
+        let next = page.hasMore ? page.entries.last?.seq ?? position ?? 0 : store.feedHorizon
+        return ["changes": .array(out), "cursor": .string(encodeCursor(user: user, position: next)),
+                "hasMore": .bool(page.hasMore)]
+    }
+
+    private func json(_ user: String, _ entry: FeedEntry, includeData: Bool, now: Timestamp) throws(RPCError) -> JSON {
+        var o = JSONObject([("seq", .int(Int64(entry.seq))), ("entity", .string(entry.entity)), ("id", .string(entry.id)),
+                            ("op", .string(entry.op.rawValue)), ("at", .timestamp(entry.at))])
+        if includeData && entry.op == .upsert {
+            o["data"] = try renderers[entry.entity]?(user, entry.id, now) ?? .null
+        }
+        return .object(o)
+    }
+}

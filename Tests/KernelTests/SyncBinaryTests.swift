@@ -1,0 +1,81 @@
+import Foundation
+import JSON
+import Testing
+import TestSupport
+
+/// The change feed and host events through the real binary, across a kill -9 and a restart.
+@Suite struct SyncBinaryTests {
+    static let user = ScreenTimeBinaryTests.userToken
+
+    func line(_ id: Int, _ method: String, _ params: JSON) -> String {
+        JSON.object(JSONObject([("jsonrpc", "2.0"), ("id", .int(Int64(id))), ("method", .string(method)), ("params", params)])).serialized
+    }
+
+    /// Sends `lines` in one write; returns the responses by id and the notifications in the order read.
+    func exchange(_ k: LiveKernel, _ lines: [String], notifications expected: Int) -> ([Int64: JSON], [JSON]) {
+        k.send(lines)
+        var responses: [Int64: JSON] = [:], notices: [JSON] = []
+        while responses.count < lines.count || notices.count < expected {
+            guard let text = k.readRawLine(timeoutSeconds: 10), let value = try? JSON.parse(text) else { break }
+            if let id = value["id"]?.intValue { responses[id] = value } else { notices.append(value) }
+        }
+        return (responses, notices)
+    }
+
+    func claims(_ dates: [String], from id: Int) -> [String] {
+        dates.enumerated().map { i, date in
+            line(id + i, "screentime.claim", ["auth": .string(Self.user), "date": .string(date), "minutes": .int(Int64(10 + i))])
+        }
+    }
+
+    @Test func hostGetsEachChangeOnceInOrderAndTheFeedResumesAcrossARestart() throws {
+        let dir = temporaryDirectory("sync")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let args = ["serve", "--data-dir", dir, "--jwt-secret", testSecret, "--log-level", "error"]
+        let subscribe = line(1, "events.subscribe", ["auth": .string(testServiceToken)])
+
+        var k = try LiveKernel(args)
+        var (r, _) = exchange(k, [subscribe], notifications: 0)
+        #expect(r[1]?["result"]?["subscribed"] == true)
+        let first = ["2025-03-01", "2025-03-02", "2025-03-03"]
+        var notices: [JSON]
+        (r, notices) = exchange(k, claims(first, from: 10) + [line(20, "rewards.earn", ["auth": .string(Self.user), "xp": 5, "reason": "r", "key": "k"])],
+                                notifications: 4)
+        #expect(r.count == 4 && r.values.allSatisfy { $0["result"] != nil })
+        #expect(notices.map { $0["params"]?["id"] } == ["2025-03-01", "2025-03-02", "2025-03-03", "balance"])
+        #expect(notices.allSatisfy { $0["method"] == "events.changed" && $0["params"]?["userId"] == "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa" })
+        let seqs = notices.compactMap { $0["params"]?["seq"]?.intValue }
+        #expect(seqs == seqs.sorted() && Set(seqs).count == 4, "notifications out of order or repeated: \(seqs)")
+        (r, _) = exchange(k, [line(30, "sync.changes", ["auth": .string(Self.user)])], notifications: 0)
+        let feed = r[30]?["result"]?["changes"]?.arrayValue ?? []
+        #expect(feed.map { $0["id"] } == ["2025-03-01", "2025-03-02", "2025-03-03", "balance"])
+        #expect(feed.compactMap { $0["seq"]?.intValue } == seqs, "the feed and the notifications disagree")
+        let cursor = try #require(r[30]?["result"]?["cursor"]?.stringValue)
+        k.kill9()
+        _ = k.finish()
+
+        // After a crash: new changes only, each once, after everything before; the stored cursor resumes.
+        k = try LiveKernel(args)
+        (r, _) = exchange(k, [subscribe], notifications: 0)
+        #expect(r[1]?["result"]?["seq"]?.intValue ?? 0 >= seqs.last ?? 0)
+        (r, notices) = exchange(k, claims(["2025-03-04", "2025-03-01"], from: 40), notifications: 2)
+        #expect(notices.map { $0["params"]?["id"] } == ["2025-03-04", "2025-03-01"])
+        let later = notices.compactMap { $0["params"]?["seq"]?.intValue }
+        #expect(later.allSatisfy { $0 > seqs.last ?? 0 } && later == later.sorted())
+        (r, _) = exchange(k, [line(50, "sync.changes", ["auth": .string(Self.user), "since": .string(cursor)])], notifications: 0)
+        #expect(r[50]?["result"]?["changes"]?.arrayValue?.map { $0["id"] } == ["2025-03-04", "2025-03-01"])
+        let next = try #require(r[50]?["result"]?["cursor"]?.stringValue)
+        (r, _) = exchange(k, [line(51, "sync.changes", ["auth": .string(Self.user), "since": .string(next)])], notifications: 0)
+        #expect(r[51]?["result"]?["changes"] == [])
+        // Deleting the user removes the feed with the user; no event is written for it.
+        (r, notices) = exchange(k, [line(60, "auth.deleteUser", ["auth": .string(Self.user)])], notifications: 0)
+        #expect(r[60]?["result"]?["deleted"] == true && notices.isEmpty)
+        (r, _) = exchange(k, [line(61, "sync.changes", ["auth": .string(Self.user)])], notifications: 0)
+        #expect(r[61]?["result"]?["changes"] == [])
+        // A cursor of the deleted feed is still refused only when it is ahead of the kernel or forged.
+        (r, _) = exchange(k, [line(62, "sync.changes", ["auth": .string(Self.user), "since": .string(cursor + "x")])], notifications: 0)
+        #expect(r[62]?["error"]?["data"]?["field"] == "params.since")
+        k.closeInput()
+        #expect(k.finish() == 0)
+    }
+}

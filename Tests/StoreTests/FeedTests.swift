@@ -1,0 +1,177 @@
+import Chrono
+import Foundation
+import Testing
+import Storage
+import TestSupport
+@testable import Store
+
+/// A clock that moves on a millisecond each time it is read.
+final class TickingClock: Clock, @unchecked Sendable {
+    private let lock = NSLock()
+    private var ms: Int64 = 1_700_000_000_000
+    func now() -> Timestamp { lock.withLock { ms += 1; return Timestamp(milliseconds: ms) } }
+}
+
+/// The change feed as the store keeps it: stamps beside synced rows, tombstones for deleted ones.
+@Suite struct FeedTests {
+    /// A store with a synced table `notes` (entity `note`, id "n-" + key) and a table that is not synced.
+    final class FeedHarness {
+        let dir: String
+        let store: Store
+        let notes: Table<Note>
+        let other: Table<Note>
+
+        init(dir: String? = nil, failBeyond: Int? = nil) throws {
+            self.dir = dir ?? FileManager.default.temporaryDirectory.appendingPathComponent("hk-feed-\(UUID().uuidString)").path
+            var options = StoreOptions(dataDir: self.dir)
+            options.fsync = .never
+            options.failAppendsBeyondBytes = failBeyond
+            store = Store(options: options, clock: TickingClock(), log: { _ in })
+            notes = store.table("notes", of: Note.self, entity: Entity("note", id: { "n-" + $0 }))
+            other = store.table("other", of: Note.self)
+            try store.open()
+        }
+
+        func feed(_ user: String, after: UInt64? = nil, limit: Int = 1000) -> FeedPage {
+            store.feed(user: user, after: after, limit: limit, entities: nil)
+        }
+
+        /// The whole feed of `user`, read in pages of `size`.
+        func paged(_ user: String, size: Int) -> [FeedEntry] {
+            var out: [FeedEntry] = [], after: UInt64? = nil
+            while true {
+                let page = feed(user, after: after, limit: size)
+                out += page.entries
+                after = page.entries.last?.seq ?? after
+                if !page.hasMore { return out }
+            }
+        }
+    }
+
+    /// What the feed must show: per user, per key, the latest change in commit order.
+    struct Model {
+        var latest: [String: [String: (order: Int, op: FeedEntry.Op)]] = [:]
+        var rows: [String: Set<String>] = [:]
+        var order = 0
+
+        mutating func put(_ user: String, _ key: String) {
+            order += 1
+            latest[user, default: [:]][key] = (order, .upsert)
+            rows[user, default: []].insert(key)
+        }
+
+        mutating func delete(_ user: String, _ key: String) {
+            guard rows[user]?.remove(key) != nil else { return }  // deleting nothing changes nothing
+            order += 1
+            latest[user, default: [:]][key] = (order, .delete)
+        }
+
+        mutating func deleteUser(_ user: String) {
+            latest[user] = nil
+            rows[user] = nil
+        }
+
+        func expected(_ user: String) -> [String] {
+            (latest[user] ?? [:]).sorted { $0.value.order < $1.value.order }.map { "n-\($0.key) \($0.value.op.rawValue)" }
+        }
+    }
+
+    @Test func randomChangesMatchAModelAndSurviveReplayAndSnapshots() throws {
+        let h = try FeedHarness()
+        var model = Model()
+        var rng = SystemRandomNumberGenerator()
+        let users = ["u1", "u2", "u3"]
+        for round in 0..<400 {
+            var tx = Transaction()
+            var next = model
+            for _ in 0..<Int.random(in: 1...4, using: &rng) {
+                let user = users.randomElement(using: &rng)!
+                let key = "k\(Int.random(in: 0..<12, using: &rng))"
+                switch Int.random(in: 0..<20, using: &rng) {
+                case 0..<11:
+                    tx.put(h.notes, user: user, key: key, Note("\(round)"))
+                    next.put(user, key)
+                case 11..<17:
+                    tx.delete(h.notes, user: user, key: key)
+                    next.delete(user, key)
+                case 17, 18:
+                    tx.put(h.other, user: user, key: key, Note("x"))  // not synced: no feed entry
+                default:
+                    tx.deleteUser(user)
+                    next.deleteUser(user)
+                }
+            }
+            try h.store.commit(tx)
+            model = next
+            if round % 37 == 0 { _ = h.store.flush() }
+        }
+        _ = h.store.flush()
+        var before: [String: [FeedEntry]] = [:]
+        for user in users {
+            let entries = h.feed(user).entries
+            #expect(entries.map { "\($0.id) \($0.op.rawValue)" } == model.expected(user))
+            #expect(entries.map(\.seq) == entries.map(\.seq).sorted() && Set(entries.map(\.seq)).count == entries.count)
+            #expect(entries.allSatisfy { $0.entity == "note" && $0.seq <= h.store.feedHorizon })
+            #expect(h.paged(user, size: 3) == entries, "pages of 3 differ from one read")
+            before[user] = entries
+        }
+        h.store.abandon()
+        // Replayed from the log: the same positions and times.
+        let replayed = try FeedHarness(dir: h.dir)
+        for user in users { #expect(replayed.feed(user).entries == before[user]) }
+        _ = try replayed.store.snapshot()
+        replayed.store.abandon()
+        // Loaded from a snapshot: the same again, and new changes come after everything before.
+        let loaded = try FeedHarness(dir: h.dir)
+        for user in users { #expect(loaded.feed(user).entries == before[user]) }
+        let horizon = loaded.store.feedHorizon
+        var tx = Transaction()
+        tx.put(loaded.notes, user: "u1", key: "new", Note("n"))
+        try loaded.store.commit(tx)
+        let after = loaded.feed("u1", after: horizon).entries
+        #expect(after.map(\.id) == ["n-new"] && after[0].seq > horizon)
+        loaded.store.abandon()
+    }
+
+    @Test func aFailedWriteLeavesTheFeedAsItWas() throws {
+        let h = try FeedHarness(failBeyond: 400)
+        var tx = Transaction()
+        tx.put(h.notes, user: "u1", key: "a", Note("1"))
+        tx.put(h.notes, user: "u1", key: "b", Note("1"))
+        try h.store.commit(tx)
+        tx = Transaction()
+        tx.delete(h.notes, user: "u1", key: "b")
+        try h.store.commit(tx)
+        #expect(h.store.flush().failedCommits.isEmpty)
+        let before = h.feed("u1").entries
+        #expect(before.map { "\($0.id) \($0.op.rawValue)" } == ["n-a upsert", "n-b delete"])
+        // One failed group: the tombstone is replaced, a row changed and deleted, the user deleted.
+        tx = Transaction()
+        tx.put(h.notes, user: "u1", key: "b", Note(String(repeating: "x", count: 500)))
+        tx.delete(h.notes, user: "u1", key: "a")
+        try h.store.commit(tx)
+        tx = Transaction()
+        tx.deleteUser("u1")
+        try h.store.commit(tx)
+        #expect(h.feed("u1").entries.isEmpty)
+        #expect(h.store.flush().failedCommits.count == 1)
+        #expect(h.feed("u1").entries == before)
+        h.store.abandon()
+    }
+
+    @Test func entitiesFilterAndDeleteUserRemovesTheFeed() throws {
+        let h = try FeedHarness()
+        var tx = Transaction()
+        tx.put(h.notes, user: "u1", key: "a", Note("1"))
+        tx.put(h.notes, user: "u2", key: "a", Note("1"))
+        try h.store.commit(tx)
+        #expect(h.store.feed(user: "u1", after: nil, limit: 10, entities: ["elsewhere"]).entries.isEmpty)
+        #expect(h.store.feed(user: "u1", after: nil, limit: 10, entities: ["note"]).entries.count == 1)
+        tx = Transaction()
+        tx.deleteUser("u1")
+        try h.store.commit(tx)
+        #expect(h.feed("u1").entries.isEmpty)
+        #expect(h.feed("u2").entries.count == 1)
+        h.store.abandon()
+    }
+}
