@@ -1,7 +1,7 @@
 import Auth
 import JSON
 import JSONParsing
-import ScreenTime
+import DomainSupport
 import Store
 
 /// Everything the kernel is configured with, after file, environment and flags were merged in that order.
@@ -24,8 +24,8 @@ public struct KernelConfig: Sendable, Equatable {
     public var enableTestMethods = false
     /// Accounts, tokens and identity providers.
     public var auth = AuthConfig()
-    /// Screen Time tolerance, penalty rate and the rewards exchange rate.
-    public var screenTime = ScreenTimeConfig()
+    /// Each domain's own configuration (say Screen Time's tolerance, penalty and exchange rates).
+    public var domains = DomainConfigs()
     /// Test hook: log appends fail with ENOSPC past this many bytes (for machines without a tiny tmpfs).
     public var failLogAppendsBeyondBytes: Int?
 
@@ -98,13 +98,11 @@ extension KernelConfig {
                 var auth = try top.object("auth")
                 self.auth = try AuthConfig.read(&auth, resolve: { Self.resolve($0, relativeTo: path) })
             }
-            if top.has("screentime") {
-                var section = try top.object("screentime")
-                try screenTime.readScreenTime(&section)
-            }
-            if top.has("rewards") {
-                var section = try top.object("rewards")
-                try screenTime.readRewards(&section)
+            for domain in Kernel.domains {
+                for name in domain.sections where top.has(name) {
+                    var section = try top.object(name)
+                    try domain.readSection(name, &section, &domains)
+                }
             }
             if top.has("store") {
                 var store = try top.object("store")

@@ -3,9 +3,7 @@ import Chrono
 import JSON
 import JSONRPC
 import Logging
-import ScreenTime
-import Sessions
-import Sync
+import DomainSupport
 import Storage
 import Store
 #if canImport(Glibc)
@@ -38,8 +36,10 @@ public final class Kernel {
         options.snapshotEveryRecords = config.snapshotEveryRecords
         options.snapshotEverySeconds = config.snapshotEverySeconds
         options.failAppendsBeyondBytes = config.failLogAppendsBeyondBytes
-        store = Store(options: options, clock: clock, log: { [logger] in logger.warning("\($0)") })
+        let store = Store(options: options, clock: clock, log: { [logger] in logger.warning("\($0)") })
+        self.store = store
         let tables = Tables(store)
+        let builders = Self.domains.map { $0.register(store) }
         try store.open()
         let auth: AuthService
         do {
@@ -50,14 +50,12 @@ public final class Kernel {
         }
         try auth.upgradeLegacyIndex()
         self.auth = auth
-        let screenTime = ScreenTimeService(config: config.screenTime, store: store, tables: tables.screenTime)
-        let sessions = SessionsService(store: store, tables: tables.sessions, cursorSecret: auth.cursorSecret)
-        let sync = SyncService(store: store, renderers: screenTime.renderers.merging(sessions.renderers) { a, _ in a },
-                               cursorSecret: auth.cursorSecret)
+        let context = DomainContext(store: store, cursorSecret: auth.cursorSecret, entities: EntityRenderers())
         let events = EventSubscription()
         registry = try MethodRegistry(
-            Self.methods(config: config, store: store, tables: tables, auth: auth, screenTime: screenTime,
-                         sessions: sessions, sync: sync, events: events, stats: stats, startedAt: startedAt),
+            Self.methods(config: config, store: store, tables: tables, auth: auth, events: events, stats: stats, startedAt: startedAt)
+                + builders.flatMap { $0(config.domains, context) }
+                + Self.testMethods(config: config, store: store, tables: tables),
             info: [
                 "title": "healthkernel",
                 "version": .string(KernelVersion.version),
@@ -71,16 +69,13 @@ public final class Kernel {
         dispatcher.events = events
     }
 
-    /// Every table, registered with the store before it recovers.
+    /// The tables of the kernel's own layers (the domains register theirs), registered with the store
+    /// before it recovers.
     struct Tables {
         let auth: AuthTables
-        let screenTime: ScreenTimeTables
-        let sessions: SessionTables
         let test: Table<TestValue>
         init(_ store: Store) {
             auth = AuthTables(store)
-            screenTime = ScreenTimeTables(store)
-            sessions = SessionTables(store)
             test = store.table("test.values", of: TestValue.self)
         }
     }
@@ -103,11 +98,11 @@ public final class Kernel {
                                store: store, tables: tables)
     }
 
-    /// Every method the kernel serves: the one list. A duplicate name stops start-up.
+    /// The methods of the kernel's own layers, before the domains' (`domains`). A duplicate name stops
+    /// start-up.
     static func methods(config: KernelConfig, store: Store, tables: Tables, auth: AuthService,
-                        screenTime st: ScreenTimeService, sessions se: SessionsService, sync: SyncService,
                         events: EventSubscription, stats: RequestStats, startedAt: Timestamp) -> [RegisteredMethod] {
-        var methods = [
+        [
             RegisteredMethod(RPCDiscover()),
             RegisteredMethod(KernelInfo(startedAt: startedAt, stats: stats, store: store, auth: auth)),
             RegisteredMethod(KernelSnapshot(store: store)),
@@ -118,40 +113,15 @@ public final class Kernel {
             RegisteredMethod(AuthExchange(auth)),
             RegisteredMethod(AuthUser(auth)),
             RegisteredMethod(AuthDeleteUser(auth)),
-            RegisteredMethod(ScreenTimeGetConnection(st)),
-            RegisteredMethod(ScreenTimeUpdateConnection(st)),
-            RegisteredMethod(ScreenTimeClaim(st)),
-            RegisteredMethod(ScreenTimeUpload(st)),
-            RegisteredMethod(ScreenTimeDay(st)),
-            RegisteredMethod(ScreenTimeHistory(st)),
-            RegisteredMethod(ScreenTimePenalties(st)),
-            RegisteredMethod(ScreenTimeLogEvent(st)),
-            RegisteredMethod(ScreenTimeEvents(st)),
-            RegisteredMethod(RewardsEarn(st)),
-            RegisteredMethod(RewardsRedeem(st)),
-            RegisteredMethod(RewardsSpend(st)),
-            RegisteredMethod(RewardsBalance(st)),
-            RegisteredMethod(SessionsRecord(se)),
-            RegisteredMethod(SessionsStart(se)),
-            RegisteredMethod(SessionsPause(se)),
-            RegisteredMethod(SessionsResume(se)),
-            RegisteredMethod(SessionsStop(se)),
-            RegisteredMethod(SessionsActive(se)),
-            RegisteredMethod(SessionsGet(se)),
-            RegisteredMethod(SessionsList(se)),
-            RegisteredMethod(SessionsDelete(se)),
-            RegisteredMethod(SessionsStats(se)),
-            RegisteredMethod(SyncChanges(sync)),
             RegisteredMethod(EventsSubscribe(events: events, store: store)),
             RegisteredMethod(EventsUnsubscribe(events: events, store: store)),
         ]
-        if config.enableTestMethods {
-            methods += [
-                RegisteredMethod(TestWrite(store: store, table: tables.test)),
-                RegisteredMethod(TestDump(table: tables.test)),
-            ]
-        }
-        return methods
+    }
+
+    /// `test.*`, when the configuration asks for them.
+    static func testMethods(config: KernelConfig, store: Store, tables: Tables) -> [RegisteredMethod] {
+        guard config.enableTestMethods else { return [] }
+        return [RegisteredMethod(TestWrite(store: store, table: tables.test)), RegisteredMethod(TestDump(table: tables.test))]
     }
 
     /// A new connection (framing state plus output buffer) over this kernel.

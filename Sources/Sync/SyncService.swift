@@ -11,18 +11,18 @@ import Storage
 public final class SyncService: @unchecked Sendable {
     let store: any Storage
     /// How each entity is shown with `includeData`, by entity name: the record as its read method gives it.
-    let renderers: [String: EntityRenderer]
+    let renderers: EntityRenderers
     private let cursorKey: SymmetricKey
 
     /// A service over `store`'s feed; `cursorSecret` signs cursors so a foreign or altered one is refused.
-    public init(store: any Storage, renderers: [String: EntityRenderer], cursorSecret: [UInt8]) {
+    public init(store: any Storage, renderers: EntityRenderers, cursorSecret: [UInt8]) {
         self.store = store
         self.renderers = renderers
         cursorKey = SymmetricKey(data: SHA256.hash(data: Array("healthkernel sync cursor".utf8) + cursorSecret))
     }
 
     /// The entity names a feed can hold.
-    public var entityNames: Set<String> { Set(renderers.keys) }
+    public var entityNames: Set<String> { Set(renderers.byName.keys) }
 
     // MARK: Cursors
 
@@ -79,7 +79,7 @@ public final class SyncService: @unchecked Sendable {
         var o = JSONObject([("seq", .int(Int64(entry.seq))), ("entity", .string(entry.entity)), ("id", .string(entry.id)),
                             ("op", .string(entry.op.rawValue)), ("at", .timestamp(entry.at))])
         if includeData && entry.op == .upsert {
-            o["data"] = try renderers[entry.entity]?(user, entry.id, now) ?? .null
+            o["data"] = try renderers.byName[entry.entity]?(user, entry.id, now) ?? .null
         }
         return .object(o)
     }

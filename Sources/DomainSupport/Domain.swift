@@ -1,0 +1,69 @@
+import Chrono
+import JSON
+import JSONRPC
+import Storage
+
+/// A domain as the kernel composes it: its configuration sections, its tables, and, once storage has
+/// recovered, its methods and the entities it shows in the change feed. Adding a domain takes its own
+/// folder, a target in `Package.swift` and one line in the kernel's list of domains.
+public protocol Domain: SendableMetatype {
+    /// What the domain is configured with (its sections of the config file).
+    associatedtype Config: DomainConfig
+    /// Its tables.
+    associatedtype Tables
+
+    /// Registers the tables with `store`, before it recovers. Inlinable in the domain, so that each
+    /// table's row operations are compiled for their row type.
+    static func tables(_ store: some Storage) -> Tables
+
+    /// Builds the domain over recovered storage.
+    init(config: Config, tables: Tables, context: DomainContext)
+
+    /// Its methods, in the order the OpenRPC document lists them.
+    var methods: [RegisteredMethod] { get }
+}
+
+/// A domain's configuration: read from its own sections of the config file, defaults otherwise.
+public protocol DomainConfig: Sendable, Equatable {
+    /// The defaults.
+    init()
+    /// The top-level sections of the config file it reads (say `screentime` and `rewards`).
+    static var sections: [String] { get }
+    /// Reads section `name`; unknown keys and bad values are errors naming the key.
+    mutating func read(section name: String, _ reader: inout ObjectReader) throws(FieldError)
+}
+
+/// The configuration of a domain that has none.
+public struct NoConfig: DomainConfig {
+    public init() {}
+    public static var sections: [String] { [] }
+    public mutating func read(section name: String, _ reader: inout ObjectReader) throws(FieldError) {}
+}
+
+/// What the kernel hands every domain it builds.
+public struct DomainContext {
+    /// The storage the domain's tables were registered with.
+    public let store: any Storage
+    /// A secret of this kernel for signing opaque cursors, so that a cursor made by hand does not verify.
+    public let cursorSecret: [UInt8]
+    /// Where domains say how `sync.changes` shows their synced entities.
+    public let entities: EntityRenderers
+
+    public init(store: any Storage, cursorSecret: [UInt8], entities: EntityRenderers) {
+        self.store = store
+        self.cursorSecret = cursorSecret
+        self.entities = entities
+    }
+}
+
+/// How each synced entity is shown with `includeData`, by entity name; filled in as domains are built.
+public final class EntityRenderers: @unchecked Sendable {
+    public private(set) var byName: [String: EntityRenderer] = [:]
+
+    public init() {}
+
+    /// Adds `renderers`; an entity shown twice is a programming error.
+    public func add(_ renderers: [String: EntityRenderer]) {
+        byName.merge(renderers) { _, _ in preconditionFailure("an entity is rendered by two domains") }
+    }
+}

@@ -1,0 +1,28 @@
+import DomainSupport
+import JSONRPC
+import Storage
+
+/// Meditation sessions and the server-side timer, as the kernel composes it.
+public struct SessionsDomain: Domain {
+    public let methods: [RegisteredMethod]
+
+    @inlinable
+    public static func tables(_ store: some Storage) -> SessionTables { SessionTables(store) }
+
+    public init(config: NoConfig, tables: SessionTables, context: DomainContext) {
+        let se = SessionsService(store: context.store, tables: tables, cursorSecret: context.cursorSecret)
+        context.entities.add(se.renderers)
+        methods = [
+            RegisteredMethod(SessionsRecord(se)),
+            RegisteredMethod(SessionsStart(se)),
+            RegisteredMethod(SessionsPause(se)),
+            RegisteredMethod(SessionsResume(se)),
+            RegisteredMethod(SessionsStop(se)),
+            RegisteredMethod(SessionsActive(se)),
+            RegisteredMethod(SessionsGet(se)),
+            RegisteredMethod(SessionsList(se)),
+            RegisteredMethod(SessionsDelete(se)),
+            RegisteredMethod(SessionsStats(se)),
+        ]
+    }
+}
