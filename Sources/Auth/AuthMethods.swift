@@ -21,24 +21,25 @@ enum AuthSchemas {
        "refreshToken": {"type": "string"},
        "user": \#(user)}}
     """#
-    static let credentials = #"""
-    [{"name": "email", "required": true, "schema": {"type": "string", "maxLength": 254}},
-     {"name": "password", "required": true, "schema": {"type": "string", "minLength": 8, "maxLength": 256}}]
-    """#
 }
 
 /// Email and password params, normalised and checked.
 public struct Credentials: RPCParams {
+    public static let declaration = ParamList(
+        required("email", String.self).schema(["maxLength": 254, "format": "email"]).checked { (raw, path) throws(FieldError) in
+            guard AuthService.normalizeEmail(raw) != nil else {
+                throw FieldError(field: path, reason: "invalid_params", message: "\(path) is not an email address")
+            }
+        },
+        required("password", String.self).schema(["minLength": 8, "maxLength": 256]).checked { (password, path) throws(FieldError) in
+            guard Passwords.acceptable(password) else { throw .outOfRange(path, "must be 8 to 256 characters") }
+        })
+    /// Trimmed and lowercased.
     let email: String
     let password: String
-    public init(from p: inout ObjectReader) throws(FieldError) {
-        let raw: String = try p.required("email")
-        guard let email = AuthService.normalizeEmail(raw) else {
-            throw FieldError(field: p.path("email"), reason: "invalid_params", message: "\(p.path("email")) is not an email address")
-        }
-        self.email = email
-        password = try p.required("password")
-        guard Passwords.acceptable(password) else { throw .outOfRange(p.path("password"), "must be 8 to 256 characters") }
+    public init(_ v: (String, String)) {
+        email = AuthService.normalizeEmail(v.0) ?? v.0
+        password = v.1
     }
 }
 
@@ -48,7 +49,6 @@ public struct AuthSignUp: RPCMethod {
     public static let summary = "Creates an account with email and password and signs it in."
     public static let mutates = true
     public static let auth = AuthRequirement.none
-    public static let paramsDoc = AuthSchemas.credentials
     public static let resultSchema = AuthSchemas.session
     public static let errors = [ErrorDoc(-32009, "email_taken")]
     let service: AuthService
@@ -64,7 +64,6 @@ public struct AuthSignIn: RPCMethod {
     public static let summary = "Signs in with email and password; 5 failures per email in 15 minutes are throttled."
     public static let mutates = true
     public static let auth = AuthRequirement.none
-    public static let paramsDoc = AuthSchemas.credentials
     public static let resultSchema = AuthSchemas.session
     public static let errors = [ErrorDoc(-32001, "invalid_credentials"), ErrorDoc(-32029, "too_many_attempts")]
     let service: AuthService
@@ -77,17 +76,17 @@ public struct AuthSignIn: RPCMethod {
 /// `auth.refresh`.
 public struct AuthRefresh: RPCMethod {
     public struct Params: RPCParams {
+        public static let declaration = ParamList(
+            required("refreshToken", String.self).schema(["maxLength": 512]).checked { (token, path) throws(FieldError) in
+                guard token.utf8.count <= 512 else { throw .outOfRange(path, "is too long") }
+            })
         let refreshToken: String
-        public init(from p: inout ObjectReader) throws(FieldError) {
-            refreshToken = try p.required("refreshToken")
-            guard refreshToken.utf8.count <= 512 else { throw .outOfRange(p.path("refreshToken"), "is too long") }
-        }
+        public init(_ token: String) { refreshToken = token }
     }
     public static let name = "auth.refresh"
     public static let summary = "Exchanges a refresh token for a new session; the old token is spent, and reusing a spent one revokes the session."
     public static let mutates = true
     public static let auth = AuthRequirement.none
-    public static let paramsDoc = #"[{"name": "refreshToken", "required": true, "schema": {"type": "string"}}]"#
     public static let resultSchema = AuthSchemas.session
     public static let errors = [ErrorDoc(-32001, "invalid_token, expired_token")]
     let service: AuthService
@@ -100,18 +99,14 @@ public struct AuthRefresh: RPCMethod {
 /// `auth.signOut`.
 public struct AuthSignOut: RPCMethod {
     public struct Params: RPCParams {
+        public static let declaration = ParamList(optional("scope", oneOf: ["current", "all"], default: "current"))
         let all: Bool
-        public init(from p: inout ObjectReader) throws(FieldError) {
-            let scope: String = try p.optional("scope") ?? "current"
-            guard scope == "current" || scope == "all" else { throw .outOfRange(p.path("scope"), "must be current or all") }
-            all = scope == "all"
-        }
+        public init(_ scope: String) { all = scope == "all" }
     }
     public static let name = "auth.signOut"
     public static let summary = "Ends the token's session, or every session of the user with scope all."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = #"[{"name": "scope", "required": false, "schema": {"enum": ["current", "all"]}}]"#
     public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["revoked"], "properties": {"revoked": {"type": "integer", "minimum": 0}}}"#
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
@@ -125,19 +120,15 @@ public struct AuthExchange: RPCMethod {
     public struct Params: RPCParams {
         let provider: String
         let idToken: String
-        public init(from p: inout ObjectReader) throws(FieldError) {
-            provider = try p.required("provider")
-            idToken = try p.required("idToken")
-        }
+        public static let declaration = ParamList(
+            required("provider", String.self).described("a provider named in the auth configuration"),
+            required("idToken", String.self).described("the provider's OpenID Connect id token (a JWS)"))
+        public init(_ v: (String, String)) { (provider, idToken) = v }
     }
     public static let name = "auth.exchange"
     public static let summary = "Signs in with an OpenID Connect id token from a configured provider (google, auth0, apple, ...)."
     public static let mutates = true
     public static let auth = AuthRequirement.none
-    public static let paramsDoc = #"""
-    [{"name": "provider", "required": true, "schema": {"type": "string"}},
-     {"name": "idToken", "required": true, "schema": {"type": "string"}}]
-    """#
     public static let resultSchema = AuthSchemas.session
     public static let errors = [ErrorDoc(-32010, "invalid_signature, malformed_jws")]
     let service: AuthService

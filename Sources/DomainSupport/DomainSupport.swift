@@ -115,23 +115,50 @@ extension Zone: FieldDecodable {
     }
 }
 
-extension ObjectReader {
-    /// A required string of 1 to `maxBytes` UTF-8 bytes.
-    public mutating func text(_ key: String, maxBytes: Int) throws(FieldError) -> String {
-        let s: String = try required(key)
-        try Self.checkLength(s, maxBytes, path(key))
-        return s
+extension CalendarDate: ParamType {
+    public static var schema: JSON { ["type": "string", "format": "date", "description": "YYYY-MM-DD, an existing day"] }
+}
+
+extension Timestamp: ParamType {
+    public static var schema: JSON { ["type": "string", "format": "date-time", "description": "RFC 3339 with an offset"] }
+}
+
+extension Zone: ParamType {
+    public static var schema: JSON { ["type": "string", "description": "IANA time zone name"] }
+}
+
+/// A UUID param, in canonical lowercase form whatever case it was sent in.
+public struct CanonicalUUID: ParamType, Sendable {
+    public let text: String
+
+    public static func decode(_ value: JSON, at path: String) throws(FieldError) -> CanonicalUUID {
+        guard case .string(let raw) = value, let id = Identifiers.canonicalUUID(raw) else {
+            throw FieldError(field: path, reason: "invalid_params", message: "\(path) must be a UUID")
+        }
+        return CanonicalUUID(text: id)
     }
 
-    /// An optional string of 1 to `maxBytes` UTF-8 bytes.
-    public mutating func optionalText(_ key: String, maxBytes: Int) throws(FieldError) -> String? {
-        guard let s: String = try optional(key) else { return nil }
-        try Self.checkLength(s, maxBytes, path(key))
-        return s
+    public static var schema: JSON { ["type": "string", "format": "uuid"] }
+}
+
+/// A param that is an RFC 3339 timestamp or a `YYYY-MM-DD` date (a whole UTC day).
+public enum DayOrInstant: ParamType, Sendable {
+    case day(CalendarDate)
+    case instant(Timestamp)
+
+    public static func decode(_ value: JSON, at path: String) throws(FieldError) -> DayOrInstant {
+        if case .string(let text) = value, text.utf8.count == 10 { return .day(try CalendarDate.decode(value, at: path)) }
+        return .instant(try Timestamp.decode(value, at: path))
     }
 
-    private static func checkLength(_ s: String, _ maxBytes: Int, _ field: String) throws(FieldError) {
-        guard !s.isEmpty, s.utf8.count <= maxBytes else { throw .outOfRange(field, "must be 1 to \(maxBytes) bytes") }
+    public static var schema: JSON { ["type": "string"] }
+
+    /// The instant: a day's start, or with `endOfDay` the start of the next day.
+    public func instant(endOfDay: Bool) -> Timestamp {
+        switch self {
+        case .instant(let t): return t
+        case .day(let date): return Timestamp(seconds: Int64(date.daysSinceEpoch + (endOfDay ? 1 : 0)) * 86_400)
+        }
     }
 }
 

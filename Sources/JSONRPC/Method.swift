@@ -57,15 +57,20 @@ public struct CallContext: Sendable {
     }
 }
 
-/// A method's params, read from the params object by name with precise field paths.
+/// A method's params: one declaration (`ParamList`) that reads every member with precise field paths
+/// and describes it in the OpenRPC document, and the params built from the values it read.
 public protocol RPCParams: Sendable {
-    /// Reads the params; unknown members are rejected afterwards by the dispatcher.
-    init(from params: inout ObjectReader) throws(FieldError)
+    associatedtype Declaration: ParamDecoding
+    /// The members, in order. Members not declared are rejected (`unknown_field`).
+    static var declaration: Declaration { get }
+    /// The params from the declared members' values; checks that involve several members go here.
+    init(_ values: Declaration.Values) throws(FieldError)
 }
 
 /// The params of a method that takes none.
 public struct NoParams: RPCParams {
-    public init(from params: inout ObjectReader) throws(FieldError) {}
+    public static let declaration = ParamList()
+    public init(_ values: ()) {}
 }
 
 /// A value with a JSON wire form.
@@ -92,8 +97,6 @@ public protocol RPCMethod: Sendable {
     static var mutates: Bool { get }
     /// Who may call it.
     static var auth: AuthRequirement { get }
-    /// OpenRPC content descriptors of the params as a JSON array text (`auth` is added from `auth`).
-    static var paramsDoc: String { get }
     /// JSON Schema of the result, as JSON text.
     static var resultSchema: String { get }
     /// Errors specific to this method (generic ones are added from the other properties).
@@ -104,6 +107,5 @@ public protocol RPCMethod: Sendable {
 }
 
 extension RPCMethod {
-    public static var paramsDoc: String { "[]" }
     public static var errors: [ErrorDoc] { [] }
 }

@@ -7,7 +7,8 @@ public struct RegisteredMethod: Sendable {
     public let summary: String
     public let mutates: Bool
     public let auth: AuthRequirement
-    public let paramsDoc: String
+    /// OpenRPC content descriptors of the declared params (`auth` is added from `auth`).
+    public let params: [JSON]
     public let resultSchema: String
     public let errors: [ErrorDoc]
     let invoke: @Sendable (inout ObjectReader, CallContext) throws(RPCError) -> JSON
@@ -18,14 +19,15 @@ public struct RegisteredMethod: Sendable {
         summary = M.summary
         mutates = M.mutates
         auth = M.auth
-        paramsDoc = M.paramsDoc
+        params = M.Params.declaration.descriptors
         resultSchema = M.resultSchema
         errors = M.errors
         invoke = { (reader: inout ObjectReader, context: CallContext) throws(RPCError) -> JSON in
             let params: M.Params
             do throws(FieldError) {
-                params = try M.Params(from: &reader)
+                let values = try M.Params.declaration.decode(&reader)
                 try reader.finish()
+                params = try M.Params(values)
             } catch {
                 throw RPCError.invalidParams(error)
             }
@@ -79,10 +81,7 @@ public final class MethodRegistry: Sendable {
                     "schema": ["type": "string"],
                 ])
             }
-            guard case .array(let declared) = try JSON.parse(m.paramsDoc) else {
-                throw RegistryError(description: "\(m.name): paramsDoc is not a JSON array")
-            }
-            params += declared
+            params += m.params
             var errors: [ErrorDoc] = []
             if m.auth != .none { errors.append(ErrorDoc(-32001, "Unauthorized")) }
             if m.auth == .service { errors.append(ErrorDoc(-32003, "Forbidden: service_role required")) }

@@ -133,25 +133,16 @@ struct KernelSnapshot: RPCMethod {
 /// change (of the topics named), written after the responses of the batch that made it durable.
 struct EventsSubscribe: RPCMethod {
     struct Params: RPCParams {
+        static let declaration = ParamList(
+            optional("topics", strings: 1...50, maxBytes: 100)
+                .described("entity names (screentime.day) or domains (screentime); omitted: every change"))
         let topics: [String]?
-        init(from p: inout ObjectReader) throws(FieldError) {
-            topics = try p.optional("topics")
-            if let topics {
-                guard (1...50).contains(topics.count) else { throw .outOfRange(p.path("topics"), "must name 1 to 50 topics") }
-                for (i, topic) in topics.enumerated() where topic.isEmpty || topic.utf8.count > 100 {
-                    throw .outOfRange(p.path("topics") + "[\(i)]", "must be an entity name or a domain, 1 to 100 bytes")
-                }
-            }
-        }
+        init(_ topics: [String]?) { self.topics = topics }
     }
     static let name = "events.subscribe"
     static let summary = "Asks for an events.changed notification line for every committed change (filtered by topics: entity names or domain prefixes), written once the change is durable, after the responses of its batch."
     static let mutates = false
     static let auth = AuthRequirement.service
-    static let paramsDoc = #"""
-    [{"name": "topics", "required": false, "schema": {"type": "array", "minItems": 1, "maxItems": 50,
-      "items": {"type": "string", "minLength": 1, "maxLength": 100}, "description": "entity names (screentime.day) or domains (screentime); omitted: every change"}}]
-    """#
     static let resultSchema = #"""
     {"type": "object", "additionalProperties": false, "required": ["subscribed", "seq"],
      "properties": {"subscribed": {"const": true},

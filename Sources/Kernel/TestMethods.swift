@@ -22,14 +22,16 @@ let testUser = "00000000-0000-4000-8000-000000000000"
 /// `b/<key>` in one transaction, so a crash test can check that no request is ever half-applied.
 struct TestWrite: RPCMethod {
     struct Params: RPCParams {
+        static let declaration = ParamList(
+            required("key", String.self).schema(["maxLength": 200]).checked { (key, path) throws(FieldError) in
+                guard key.utf8.count <= 200 else { throw .outOfRange(path, "must be at most 200 bytes") }
+            },
+            required("value", String.self).schema(["maxLength": 65536]).checked { (value, path) throws(FieldError) in
+                guard value.utf8.count <= 65536 else { throw .outOfRange(path, "must be at most 64 KiB") }
+            })
         let key: String
         let value: String
-        init(from p: inout ObjectReader) throws(FieldError) {
-            key = try p.required("key")
-            value = try p.required("value")
-            guard key.utf8.count <= 200 else { throw .outOfRange(p.path("key"), "must be at most 200 bytes") }
-            guard value.utf8.count <= 65536 else { throw .outOfRange(p.path("value"), "must be at most 64 KiB") }
-        }
+        init(_ v: (String, String)) { (key, value) = v }
     }
     static let name = "test.write"
     static let summary = "Test only: writes a value twice in one transaction."

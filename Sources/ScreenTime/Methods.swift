@@ -36,8 +36,6 @@ enum Schemas {
     {"type": "object", "additionalProperties": false, "required": ["xp", "minutes"],
      "properties": {"xp": {"type": "integer", "minimum": 0}, "minutes": {"type": "integer", "minimum": 0}}}
     """#
-    static let date = #"{"type": "string", "format": "date", "description": "YYYY-MM-DD, an existing day"}"#
-    static let minutes = #"{"type": "integer", "minimum": 0, "maximum": 1440}"#
 }
 
 /// Limits on what clients may store.
@@ -69,30 +67,25 @@ public struct ScreenTimeGetConnection: RPCMethod {
 /// `screentime.updateConnection`.
 public struct ScreenTimeUpdateConnection: RPCMethod {
     public struct Params: RPCParams {
+        public static let declaration = ParamList(
+            optional("enabled", Bool.self),
+            optional("timezone", Zone.self),
+            nullable("selection", JSONObject.self).described("opaque picker tokens, at most 64 KiB").checked { (value, path) throws(FieldError) in
+                if case .some(let o?) = value { try checkSize(.object(o), Limits.selectionBytes, path) }
+            })
         let enabled: Bool?
         let timezone: Zone?
+        /// nil: unchanged; `.null`: cleared.
         let selection: JSON?
-        public init(from p: inout ObjectReader) throws(FieldError) {
-            enabled = try p.optional("enabled")
-            timezone = try p.optional("timezone")
-            switch try p.nullable("selection", as: JSONObject.self) {
-            case nil: selection = nil
-            case .some(nil): selection = .null
-            case .some(let o?):
-                try checkSize(.object(o), Limits.selectionBytes, p.path("selection"))
-                selection = .object(o)
-            }
+        public init(_ v: (Bool?, Zone?, JSONObject??)) {
+            (enabled, timezone) = (v.0, v.1)
+            selection = v.2.map { $0.map(JSON.object) ?? .null }
         }
     }
     public static let name = "screentime.updateConnection"
     public static let summary = "Changes the connection; only the fields given change."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = #"""
-    [{"name": "enabled", "required": false, "schema": {"type": "boolean"}},
-     {"name": "timezone", "required": false, "schema": {"type": "string", "description": "IANA time zone name"}},
-     {"name": "selection", "required": false, "schema": {"type": ["object", "null"], "description": "opaque picker tokens, at most 64 KiB"}}]
-    """#
     public static let resultSchema = Schemas.connection
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
@@ -104,18 +97,15 @@ public struct ScreenTimeUpdateConnection: RPCMethod {
 /// `screentime.claim`.
 public struct ScreenTimeClaim: RPCMethod {
     public struct Params: RPCParams {
+        public static let declaration = ParamList(required("date", CalendarDate.self), required("minutes", in: 0...1440))
         let date: CalendarDate
         let minutes: Int64
-        public init(from p: inout ObjectReader) throws(FieldError) {
-            date = try p.required("date")
-            minutes = try p.required("minutes", in: 0...1440)
-        }
+        public init(_ v: (CalendarDate, Int64)) { (date, minutes) = v }
     }
     public static let name = "screentime.claim"
     public static let summary = "Records the minutes the user says they used the phone on a day, and gives the day's verdict."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = #"[{"name": "date", "required": true, "schema": "# + Schemas.date + #"}, {"name": "minutes", "required": true, "schema": "# + Schemas.minutes + "}]"
     public static let resultSchema = Schemas.verdict
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
@@ -130,23 +120,21 @@ public struct ScreenTimeUpload: RPCMethod {
         let date: CalendarDate
         let verifiedMinutes: Int64
         let raw: BinaryJSON
-        public init(from p: inout ObjectReader) throws(FieldError) {
-            date = try p.required("date")
-            verifiedMinutes = try p.required("verifiedMinutes", in: 0...1440)
-            let value: JSON = try p.optional("raw") ?? .null
-            try checkSize(value, Limits.rawBytes, p.path("raw"))
-            raw = BinaryJSON(value)
+        public static let declaration = ParamList(
+            required("date", CalendarDate.self),
+            required("verifiedMinutes", in: 0...1440),
+            optional("raw", JSON.self).described("any JSON up to 256 KiB, stored and returned as sent").checked { (value, path) throws(FieldError) in
+                if let value { try checkSize(value, Limits.rawBytes, path) }
+            })
+        public init(_ v: (CalendarDate, Int64, JSON?)) {
+            (date, verifiedMinutes) = (v.0, v.1)
+            raw = BinaryJSON(v.2 ?? .null)
         }
     }
     public static let name = "screentime.upload"
     public static let summary = "The iOS companion's verified minutes for a day; upserts the day, recomputes its penalty, sets lastSyncAt."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = #"""
-    [{"name": "date", "required": true, "schema": {"type": "string", "format": "date"}},
-     {"name": "verifiedMinutes", "required": true, "schema": {"type": "integer", "minimum": 0, "maximum": 1440}},
-     {"name": "raw", "required": false, "schema": {"description": "any JSON up to 256 KiB, stored and returned as sent"}}]
-    """#
     public static let resultSchema = Schemas.verdict
     public static let errors = [ErrorDoc(-32003, "connection_disabled")]
     let service: ScreenTimeService
@@ -159,14 +147,14 @@ public struct ScreenTimeUpload: RPCMethod {
 /// `screentime.day`.
 public struct ScreenTimeDay: RPCMethod {
     public struct Params: RPCParams {
+        public static let declaration = ParamList(required("date", CalendarDate.self))
         let date: CalendarDate
-        public init(from p: inout ObjectReader) throws(FieldError) { date = try p.required("date") }
+        public init(_ date: CalendarDate) { self.date = date }
     }
     public static let name = "screentime.day"
     public static let summary = "One day's claim, upload, verdict and raw upload."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = #"[{"name": "date", "required": true, "schema": "# + Schemas.date + "}]"
     public static let resultSchema = Schemas.record
     public static let errors = [ErrorDoc(-32004, "not_found: no data for that day")]
     let service: ScreenTimeService
@@ -182,13 +170,15 @@ public struct ScreenTimeHistory: RPCMethod {
         let from: CalendarDate
         let to: CalendarDate
         let includeRaw: Bool
-        public init(from p: inout ObjectReader) throws(FieldError) {
-            from = try p.required("from")
-            to = try p.required("to")
-            includeRaw = try p.optional("includeRaw") ?? false
-            guard from <= to else { throw .outOfRange(p.path("to"), "must not be before params.from") }
+        public static let declaration = ParamList(
+            required("from", CalendarDate.self),
+            required("to", CalendarDate.self).described("not before from, and at most 366 days from it counting both"),
+            optional("includeRaw", Bool.self))
+        public init(_ v: (CalendarDate, CalendarDate, Bool?)) throws(FieldError) {
+            (from, to, includeRaw) = (v.0, v.1, v.2 ?? false)
+            guard from <= to else { throw .outOfRange("params.to", "must not be before params.from") }
             guard to.daysSinceEpoch - from.daysSinceEpoch < 366 else {
-                throw .outOfRange(p.path("to"), "must be at most 366 days after params.from, counting both")
+                throw .outOfRange("params.to", "must be at most 366 days after params.from, counting both")
             }
         }
     }
@@ -196,7 +186,6 @@ public struct ScreenTimeHistory: RPCMethod {
     public static let summary = "Day records from `from` to `to` (at most 366 days), oldest first, only days with data."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = #"[{"name": "from", "required": true, "schema": "# + Schemas.date + #"}, {"name": "to", "required": true, "schema": "# + Schemas.date + #"}, {"name": "includeRaw", "required": false, "schema": {"type": "boolean"}}]"#
     public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["days"], "properties": {"days": {"type": "array", "items": "# + Schemas.record + "}}}"
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
@@ -210,17 +199,16 @@ public struct ScreenTimePenalties: RPCMethod {
     public struct Params: RPCParams {
         let from: CalendarDate?
         let to: CalendarDate?
-        public init(from p: inout ObjectReader) throws(FieldError) {
-            from = try p.optional("from")
-            to = try p.optional("to")
-            if let from, let to, to < from { throw .outOfRange(p.path("to"), "must not be before params.from") }
+        public static let declaration = ParamList(optional("from", CalendarDate.self), optional("to", CalendarDate.self))
+        public init(_ v: (CalendarDate?, CalendarDate?)) throws(FieldError) {
+            (from, to) = v
+            if let from, let to, to < from { throw .outOfRange("params.to", "must not be before params.from") }
         }
     }
     public static let name = "screentime.penalties"
     public static let summary = "Penalty entries (one per day at most) and their total, oldest first."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = #"[{"name": "from", "required": false, "schema": "# + Schemas.date + #"}, {"name": "to", "required": false, "schema": "# + Schemas.date + "}]"
     public static let resultSchema = #"""
     {"type": "object", "additionalProperties": false, "required": ["totalPoints", "entries"],
      "properties": {
@@ -239,32 +227,22 @@ public struct ScreenTimePenalties: RPCMethod {
 
 /// `screentime.logEvent`.
 public struct ScreenTimeLogEvent: RPCMethod {
-    static let types: Set<String> = ["intervalDidStart", "intervalDidEnd", "eventDidReachThreshold", "eventWillReachThresholdWarning"]
     public struct Params: RPCParams {
+        public static let declaration = ParamList(
+            required("type", oneOf: ["eventDidReachThreshold", "eventWillReachThresholdWarning", "intervalDidEnd", "intervalDidStart"]),
+            required("activity", maxBytes: Limits.textBytes),
+            optional("event", maxBytes: Limits.textBytes),
+            required("at", Timestamp.self))
         let type: String
         let activity: String
         let event: String?
         let at: Timestamp
-        public init(from p: inout ObjectReader) throws(FieldError) {
-            type = try p.required("type")
-            guard ScreenTimeLogEvent.types.contains(type) else {
-                throw .outOfRange(p.path("type"), "must be one of \(ScreenTimeLogEvent.types.sorted().joined(separator: ", "))")
-            }
-            activity = try p.text("activity", maxBytes: Limits.textBytes)
-            event = try p.optionalText("event", maxBytes: Limits.textBytes)
-            at = try p.required("at")
-        }
+        public init(_ v: (String, String, String?, Timestamp)) { (type, activity, event, at) = v }
     }
     public static let name = "screentime.logEvent"
     public static let summary = "Records a DeviceActivity monitor event; the newest 1000 per user are kept."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = #"""
-    [{"name": "type", "required": true, "schema": {"enum": ["intervalDidStart", "intervalDidEnd", "eventDidReachThreshold", "eventWillReachThresholdWarning"]}},
-     {"name": "activity", "required": true, "schema": {"type": "string", "minLength": 1, "maxLength": 200}},
-     {"name": "event", "required": false, "schema": {"type": "string", "minLength": 1, "maxLength": 200}},
-     {"name": "at", "required": true, "schema": {"type": "string", "format": "date-time"}}]
-    """#
     public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["logged"], "properties": {"logged": {"const": true}}}"#
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
@@ -277,16 +255,14 @@ public struct ScreenTimeLogEvent: RPCMethod {
 /// `screentime.events`.
 public struct ScreenTimeEvents: RPCMethod {
     public struct Params: RPCParams {
+        public static let declaration = ParamList(optional("limit", in: 1...ScreenTimeService.eventsKept, default: 50))
         let limit: Int
-        public init(from p: inout ObjectReader) throws(FieldError) {
-            limit = Int(try p.optional("limit", in: 1...ScreenTimeService.eventsKept) ?? 50)
-        }
+        public init(_ limit: Int64) { self.limit = Int(limit) }
     }
     public static let name = "screentime.events"
     public static let summary = "Monitor events, newest first (limit 1 to 1000, default 50)."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = #"[{"name": "limit", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 1000}}]"#
     public static let resultSchema = #"""
     {"type": "object", "additionalProperties": false, "required": ["events"],
      "properties": {"events": {"type": "array", "items": {"type": "object", "additionalProperties": false,
@@ -307,21 +283,16 @@ public struct RewardsEarn: RPCMethod {
         let xp: Int64
         let reason: String
         let key: String
-        public init(from p: inout ObjectReader) throws(FieldError) {
-            xp = try p.required("xp", in: 1...1_000_000)
-            reason = try p.text("reason", maxBytes: Limits.textBytes)
-            key = try p.text("key", maxBytes: Limits.textBytes)
-        }
+        public static let declaration = ParamList(
+            required("xp", in: 1...1_000_000),
+            required("reason", maxBytes: Limits.textBytes),
+            required("key", maxBytes: Limits.textBytes).described("idempotency key: the same key again credits nothing"))
+        public init(_ v: (Int64, String, String)) { (xp, reason, key) = v }
     }
     public static let name = "rewards.earn"
     public static let summary = "Credits XP once per idempotency key; the same key again credits nothing."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = #"""
-    [{"name": "xp", "required": true, "schema": {"type": "integer", "minimum": 1, "maximum": 1000000}},
-     {"name": "reason", "required": true, "schema": {"type": "string", "minLength": 1, "maxLength": 200}},
-     {"name": "key", "required": true, "schema": {"type": "string", "minLength": 1, "maxLength": 200}}]
-    """#
     public static let resultSchema = Schemas.balance
     public static let errors = [ErrorDoc(-32009, "idempotency_key_reused")]
     let service: ScreenTimeService
@@ -334,14 +305,15 @@ public struct RewardsEarn: RPCMethod {
 /// `rewards.redeem`.
 public struct RewardsRedeem: RPCMethod {
     public struct Params: RPCParams {
+        public static let declaration = ParamList(
+            required("xp", in: 1...ScreenTimeService.maxXP).described("a positive multiple of the XP-per-minute rate"))
         let xp: Int64
-        public init(from p: inout ObjectReader) throws(FieldError) { xp = try p.required("xp", in: 1...ScreenTimeService.maxXP) }
+        public init(_ xp: Int64) { self.xp = xp }
     }
     public static let name = "rewards.redeem"
     public static let summary = "Turns XP into unlock minutes (10 XP per minute by default)."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = #"[{"name": "xp", "required": true, "schema": {"type": "integer", "minimum": 1, "description": "a positive multiple of the XP-per-minute rate"}}]"#
     public static let resultSchema = Schemas.balance
     public static let errors = [ErrorDoc(-32009, "insufficient_balance")]
     let service: ScreenTimeService
@@ -354,14 +326,14 @@ public struct RewardsRedeem: RPCMethod {
 /// `rewards.spend`.
 public struct RewardsSpend: RPCMethod {
     public struct Params: RPCParams {
+        public static let declaration = ParamList(required("minutes", in: 1...1440))
         let minutes: Int64
-        public init(from p: inout ObjectReader) throws(FieldError) { minutes = try p.required("minutes", in: 1...1440) }
+        public init(_ minutes: Int64) { self.minutes = minutes }
     }
     public static let name = "rewards.spend"
     public static let summary = "Spends unlock minutes on a window of unlocked screen time, starting now or when the current window ends."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = #"[{"name": "minutes", "required": true, "schema": {"type": "integer", "minimum": 1, "maximum": 1440}}]"#
     public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["startsAt", "endsAt", "balance"], "properties": {"startsAt": {"type": "string", "format": "date-time"}, "endsAt": {"type": "string", "format": "date-time"}, "balance": "# + Schemas.balance + "}}"
     public static let errors = [ErrorDoc(-32009, "insufficient_balance")]
     let service: ScreenTimeService

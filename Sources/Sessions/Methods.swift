@@ -24,26 +24,17 @@ enum Schemas {
        "startedAt": {"type": "string", "format": "date-time"},
        "elapsedSeconds": {"type": "integer", "minimum": 0}}}
     """#
-    static let clientSessionId = #"{"name": "clientSessionId", "required": false, "schema": {"type": "string", "minLength": 1, "maxLength": 200}}"#
-    static let sessionId = #"[{"name": "sessionId", "required": true, "schema": {"type": "string", "format": "uuid"}}]"#
 }
 
 /// Params that name one session by its id.
 public struct SessionIDParams: RPCParams {
+    public static let declaration = ParamList(required("sessionId", CanonicalUUID.self))
     let sessionId: String
-    public init(from p: inout ObjectReader) throws(FieldError) {
-        let raw: String = try p.required("sessionId")
-        guard let id = Identifiers.canonicalUUID(raw) else {
-            throw FieldError(field: p.path("sessionId"), reason: "invalid_params", message: "\(p.path("sessionId")) must be a UUID")
-        }
-        sessionId = id
-    }
+    public init(_ id: CanonicalUUID) { sessionId = id.text }
 }
 
 /// An optional client idempotency id.
-func clientSessionID(_ p: inout ObjectReader) throws(FieldError) -> String? {
-    try p.optionalText("clientSessionId", maxBytes: 200)
-}
+let clientSessionID = optional("clientSessionId", maxBytes: 200).described("idempotency key: the same id again answers the same session")
 
 /// `sessions.record`.
 public struct SessionsRecord: RPCMethod {
@@ -52,22 +43,17 @@ public struct SessionsRecord: RPCMethod {
         let durationSeconds: Int64
         let endTime: Timestamp?
         let clientSessionId: String?
-        public init(from p: inout ObjectReader) throws(FieldError) {
-            startTime = try p.required("startTime")
-            durationSeconds = try p.required("durationSeconds", in: 1...SessionRules.maxDuration)
-            endTime = try p.optional("endTime")
-            clientSessionId = try clientSessionID(&p)
-        }
+        public static let declaration = ParamList(
+            required("startTime", Timestamp.self).described("RFC 3339 with offset; at most 5 minutes in the future"),
+            required("durationSeconds", in: 1...SessionRules.maxDuration),
+            optional("endTime", Timestamp.self).described("default startTime + durationSeconds; never earlier"),
+            clientSessionID)
+        public init(_ v: (Timestamp, Int64, Timestamp?, String?)) { (startTime, durationSeconds, endTime, clientSessionId) = v }
     }
     public static let name = "sessions.record"
     public static let summary = "Records a finished session; idempotent by clientSessionId."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = #"""
-    [{"name": "startTime", "required": true, "schema": {"type": "string", "format": "date-time", "description": "RFC 3339 with offset; at most 5 minutes in the future"}},
-     {"name": "durationSeconds", "required": true, "schema": {"type": "integer", "minimum": 1, "maximum": 86400}},
-     {"name": "endTime", "required": false, "schema": {"type": "string", "format": "date-time", "description": "default startTime + durationSeconds; never earlier"}},
-    """# + Schemas.clientSessionId + "]"
     public static let resultSchema = Schemas.session
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
@@ -80,14 +66,14 @@ public struct SessionsRecord: RPCMethod {
 /// `sessions.start`.
 public struct SessionsStart: RPCMethod {
     public struct Params: RPCParams {
+        public static let declaration = ParamList(clientSessionID)
         let clientSessionId: String?
-        public init(from p: inout ObjectReader) throws(FieldError) { clientSessionId = try clientSessionID(&p) }
+        public init(_ id: String?) { clientSessionId = id }
     }
     public static let name = "sessions.start"
     public static let summary = "Starts the user's server-side timer (one per user)."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = "[" + Schemas.clientSessionId + "]"
     public static let resultSchema = Schemas.timer
     public static let errors = [ErrorDoc(-32009, "session_active, idempotency_key_reused")]
     let service: SessionsService
@@ -154,7 +140,6 @@ public struct SessionsGet: RPCMethod {
     public static let summary = "One of the user's sessions."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = Schemas.sessionId
     public static let resultSchema = Schemas.session
     public static let errors = [ErrorDoc(-32004, "not_found (also for another user's session)")]
     let service: SessionsService
@@ -171,34 +156,22 @@ public struct SessionsList: RPCMethod {
         let to: Timestamp?
         let limit: Int
         let cursor: String?
-        public init(from p: inout ObjectReader) throws(FieldError) {
-            from = try Self.bound(&p, "from", endOfDay: false)
-            to = try Self.bound(&p, "to", endOfDay: true)
-            limit = Int(try p.optional("limit", in: 1...500) ?? 50)
-            cursor = try p.optional("cursor")
-            if let from, let to, to < from { throw .outOfRange(p.path("to"), "must not be before params.from") }
-        }
-
-        /// A timestamp, or a `YYYY-MM-DD` date meaning that UTC day (its start for `from`, the end for `to`).
-        static func bound(_ p: inout ObjectReader, _ key: String, endOfDay: Bool) throws(FieldError) -> Timestamp? {
-            guard let value = p.value(key) else { return nil }
-            if case .string(let text) = value, text.utf8.count == 10 {
-                let date = try CalendarDate.decode(value, at: p.path(key))
-                return Timestamp(seconds: Int64(date.daysSinceEpoch + (endOfDay ? 1 : 0)) * 86_400)
-            }
-            return try Timestamp.decode(value, at: p.path(key))
+        public static let declaration = ParamList(
+            optional("from", DayOrInstant.self).described("RFC 3339 timestamp, or YYYY-MM-DD (from the start of that UTC day)"),
+            optional("to", DayOrInstant.self).described("RFC 3339 timestamp (exclusive), or YYYY-MM-DD (to the end of that UTC day)"),
+            optional("limit", in: 1...500, default: 50),
+            optional("cursor", String.self).described("the nextCursor of the previous page"))
+        public init(_ v: (DayOrInstant?, DayOrInstant?, Int64, String?)) throws(FieldError) {
+            from = v.0?.instant(endOfDay: false)
+            to = v.1?.instant(endOfDay: true)
+            (limit, cursor) = (Int(v.2), v.3)
+            if let from, let to, to < from { throw .outOfRange("params.to", "must not be before params.from") }
         }
     }
     public static let name = "sessions.list"
     public static let summary = "Sessions newest first, optionally those starting from `from` up to `to` (timestamps, or UTC dates counting the whole day); paged with limit and cursor."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = #"""
-    [{"name": "from", "required": false, "schema": {"type": "string", "description": "RFC 3339 timestamp, or YYYY-MM-DD (from the start of that UTC day)"}},
-     {"name": "to", "required": false, "schema": {"type": "string", "description": "RFC 3339 timestamp (exclusive), or YYYY-MM-DD (to the end of that UTC day)"}},
-     {"name": "limit", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
-     {"name": "cursor", "required": false, "schema": {"type": "string"}}]
-    """#
     public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["sessions", "nextCursor"], "properties": {"sessions": {"type": "array", "items": "# + Schemas.session + #"}, "nextCursor": {"type": ["string", "null"]}}}"#
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
@@ -220,7 +193,6 @@ public struct SessionsDelete: RPCMethod {
     public static let summary = "Deletes one of the user's sessions."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = Schemas.sessionId
     public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["deleted"], "properties": {"deleted": {"const": true}}}"#
     public static let errors = [ErrorDoc(-32004, "not_found")]
     let service: SessionsService
@@ -234,14 +206,14 @@ public struct SessionsDelete: RPCMethod {
 /// `sessions.stats`.
 public struct SessionsStats: RPCMethod {
     public struct Params: RPCParams {
+        public static let declaration = ParamList(optional("timezone", Zone.self).described("IANA time zone name for local days; default UTC"))
         let zone: Zone
-        public init(from p: inout ObjectReader) throws(FieldError) { zone = try p.optional("timezone") ?? Zone.utc }
+        public init(_ zone: Zone?) { self.zone = zone ?? Zone.utc }
     }
     public static let name = "sessions.stats"
     public static let summary = "Totals, streaks of consecutive local days (in timezone, default UTC), last 7 and 30 local days."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = #"[{"name": "timezone", "required": false, "schema": {"type": "string", "description": "IANA time zone name"}}]"#
     public static let resultSchema = #"""
     {"type": "object", "additionalProperties": false,
      "required": ["totalSessions", "totalSeconds", "currentStreakDays", "longestStreakDays", "last7DaysSeconds", "last30DaysSeconds"],

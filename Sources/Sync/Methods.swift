@@ -5,32 +5,27 @@ import JSONRPC
 /// `sync.changes`.
 public struct SyncChanges: RPCMethod {
     public struct Params: RPCParams {
+        public static let declaration = ParamList(
+            optional("since", String.self).schema(["maxLength": 128]).described("the cursor of an earlier answer; omitted: from the beginning")
+                .checked { (since, path) throws(FieldError) in
+                    if let since, since.utf8.count > 128 { throw .outOfRange(path, "is not a cursor of this feed") }
+                },
+            optional("limit", in: 1...1000, default: 100),
+            optional("entities", strings: 1...50, maxBytes: 100).described("entity names to include; omitted: every entity"),
+            optional("includeData", Bool.self).described("every upsert carries the record as its read method returns it"))
         let since: String?
         let limit: Int
         let entities: [String]?
         let includeData: Bool
 
-        public init(from p: inout ObjectReader) throws(FieldError) {
-            since = try p.optional("since")
-            if let since, since.utf8.count > 128 { throw .outOfRange(p.path("since"), "is not a cursor of this feed") }
-            limit = Int(try p.optional("limit", in: 1...1000) ?? 100)
-            entities = try p.optional("entities")
-            if let entities, !(1...50).contains(entities.count) {
-                throw .outOfRange(p.path("entities"), "must name 1 to 50 entities")
-            }
-            includeData = try p.optional("includeData") ?? false
+        public init(_ v: (String?, Int64, [String]?, Bool?)) {
+            (since, limit, entities, includeData) = (v.0, Int(v.1), v.2, v.3 ?? false)
         }
     }
     public static let name = "sync.changes"
     public static let summary = "The caller's change feed after a cursor: the latest committed change of each synced record, oldest first, each once; store `cursor` and call again for what changed since."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let paramsDoc = #"""
-    [{"name": "since", "required": false, "schema": {"type": "string", "description": "the cursor of an earlier answer; omitted: from the beginning"}},
-     {"name": "limit", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
-     {"name": "entities", "required": false, "schema": {"type": "array", "minItems": 1, "maxItems": 50, "items": {"type": "string"}}},
-     {"name": "includeData", "required": false, "schema": {"type": "boolean", "description": "every upsert carries the record as its read method returns it"}}]
-    """#
     public static let resultSchema = #"""
     {"type": "object", "additionalProperties": false, "required": ["changes", "cursor", "hasMore"],
      "properties": {

@@ -8,12 +8,10 @@ import TestSupport
 /// `math.subtract`, the JSON-RPC specification's example method, with named params.
 struct Subtract: RPCMethod {
     struct Params: RPCParams {
+        static let declaration = ParamList(required("minuend", Int64.self), required("subtrahend", in: -1000...1000))
         let minuend: Int64
         let subtrahend: Int64
-        init(from p: inout ObjectReader) throws(FieldError) {
-            minuend = try p.required("minuend")
-            subtrahend = try p.required("subtrahend", in: -1000...1000)
-        }
+        init(_ v: (Int64, Int64)) { (minuend, subtrahend) = v }
     }
     static let name = "math.subtract"
     static let summary = "minuend - subtrahend"

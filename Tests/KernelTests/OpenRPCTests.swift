@@ -30,11 +30,7 @@ import Testing
         for method in kernel.registry.methods {
             let schema = try JSON.parse(method.resultSchema)
             #expect(unsupportedKeywords(schema).isEmpty, "\(method.name): \(unsupportedKeywords(schema))")
-            guard case .array(let params) = try JSON.parse(method.paramsDoc) else {
-                Issue.record("\(method.name): paramsDoc is not an array")
-                continue
-            }
-            for p in params {
+            for p in method.params {
                 #expect(p["name"]?.stringValue != nil && p["schema"] != nil, "\(method.name): \(p)")
                 if let s = p["schema"] { #expect(unsupportedKeywords(s).isEmpty, "\(method.name)") }
             }

@@ -9,7 +9,7 @@ enum SchemaValidator {
     static let known: Set<String> = [
         "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minimum", "maximum",
         "minLength", "maxLength", "minItems", "maxItems", "anyOf", "oneOf", "format", "description", "title",
-        "examples", "pattern",
+        "examples", "pattern", "default",
     ]
 
     /// The problems with `value` under `schema` (empty when valid).
