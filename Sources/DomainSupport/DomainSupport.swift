@@ -69,17 +69,6 @@ extension StorageTable {
             throw RPCError.from(error)
         }
     }
-
-    /// Rows of `user` in the table's second order, as `scanOrdered` gives them.
-    @inlinable
-    public func rowsOrdered(user: String, from: String? = nil, to: String? = nil, after: String? = nil,
-                            reverse: Bool = false, limit: Int = .max) throws(RPCError) -> [(key: String, row: Row)] {
-        do {
-            return try scanOrdered(user: user, from: from, to: to, after: after, reverse: reverse, limit: limit)
-        } catch {
-            throw RPCError.from(error)
-        }
-    }
 }
 
 extension CalendarDate: FieldDecodable {
@@ -190,6 +179,9 @@ extension JSON {
     public static func timestamp(_ ms: Int64?) -> JSON {
         ms.map { .string(Timestamp(milliseconds: $0).description) } ?? .null
     }
+
+    /// A timestamp as its wire form (RFC 3339 UTC).
+    public static func timestamp(_ t: Timestamp) -> JSON { .string(t.description) }
 
     /// An integer or null.
     public static func optionalInt(_ v: Int64?) -> JSON { v.map(JSON.int) ?? .null }

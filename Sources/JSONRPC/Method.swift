@@ -83,6 +83,11 @@ extension JSON: JSONEncodable {
     public var json: JSON { self }
 }
 
+extension Optional: JSONEncodable where Wrapped: JSONEncodable {
+    /// null for nil.
+    public var json: JSON { map(\.json) ?? .null }
+}
+
 /// One JSON-RPC method: its wire name, params and result types, whether it writes, the auth it needs,
 /// its OpenRPC description and its handler. Each is registered once in the composition root.
 public protocol RPCMethod: Sendable {

@@ -1,3 +1,4 @@
+import Chrono
 import DomainSupport
 import JSON
 import JSONRPC
@@ -12,7 +13,24 @@ public struct ScreenTimeDomain: Domain {
 
     public init(config: ScreenTimeConfig, tables: ScreenTimeTables, context: DomainContext) {
         let st = ScreenTimeService(config: config, store: context.store, tables: tables)
-        context.entities.add(st.renderers)
+        // Each synced entity as its own read method shows it.
+        context.entities.add([
+            "screentime.connection": { (user, _, _) throws(RPCError) in try answer { () throws(ScreenTimeError) in try st.connection(user) } },
+            "screentime.day": { (user, id, _) throws(RPCError) in
+                guard let date = CalendarDate(id) else { return nil }
+                return try answer { () throws(ScreenTimeError) in try st.record(user, date: date) }
+            },
+            "screentime.penalty": { (user, id, _) throws(RPCError) in try answer { () throws(ScreenTimeError) in try st.penalty(user, date: id) } },
+            "screentime.event": { (user, id, _) throws(RPCError) in
+                guard let seq = Int64(id) else { return nil }
+                return try answer { () throws(ScreenTimeError) in try st.event(user, seq: seq) }
+            },
+            "rewards.balance": { (user, _, _) throws(RPCError) in try answer { () throws(ScreenTimeError) in try st.balance(user) } },
+            "rewards.unlock": { (user, id, _) throws(RPCError) in
+                guard let at = Timestamp(rfc3339: id) else { return nil }
+                return try answer { () throws(ScreenTimeError) in try st.unlock(user, startsAt: at) }
+            },
+        ])
         methods = [
             RegisteredMethod(ScreenTimeGetConnection(st)),
             RegisteredMethod(ScreenTimeUpdateConnection(st)),

@@ -38,6 +38,97 @@ enum Schemas {
     """#
 }
 
+// MARK: The wire form of what the service answers
+
+extension ScreenTimeError {
+    var rpc: RPCError {
+        switch self {
+        case .futureDate(let today):
+            return .invalidParams("params.date", reason: "future_date", "params.date is later than today (\(today)) in the connection's time zone")
+        case .connectionDisabled:
+            return .forbidden("connection_disabled", "Uploads are refused while the Screen Time connection is disabled")
+        case .noData(let date): return .notFound("No Screen Time data for \(date)")
+        case .keyReused: return .conflict("idempotency_key_reused", "This key was already used with a different xp")
+        case .balanceLimit:
+            return .invalidParams("params.xp", reason: "out_of_range", "params.xp would take the balance past \(ScreenTimeService.maxXP)")
+        case .notAMultiple(let rate):
+            return .invalidParams("params.xp", reason: "out_of_range", "params.xp must be a positive multiple of \(rate)")
+        case .notEnoughXP: return .conflict("insufficient_balance", "Not enough XP")
+        case .notEnoughMinutes: return .conflict("insufficient_balance", "Not enough unlocked minutes")
+        case .storage(let error): return .from(error)
+        }
+    }
+}
+
+/// Runs a service call and answers its result, or its refusal, on the wire.
+func answer<T: JSONEncodable>(_ body: () throws(ScreenTimeError) -> T) throws(RPCError) -> JSON {
+    do { return try body().json } catch { throw error.rpc }
+}
+
+extension ConnectionRow: JSONEncodable {
+    public var json: JSON {
+        ["enabled": .bool(enabled), "timezone": .string(timezone), "lastSyncAt": .timestamp(lastSyncAt), "selection": selection.json]
+    }
+}
+
+extension BalanceRow: JSONEncodable {
+    /// `{xp, minutes}`.
+    public var json: JSON { ["xp": .int(xp), "minutes": .int(minutes)] }
+}
+
+extension DayVerdict: JSONEncodable {
+    var json: JSON {
+        ["date": .string(date.description), "status": .string(verdict.status.rawValue),
+         "deltaMinutes": .optionalInt(verdict.deltaMinutes), "penaltyPoints": .int(verdict.penaltyPoints)]
+    }
+}
+
+extension DayRecord: JSONEncodable {
+    var json: JSON { json(includeRaw: true) }
+
+    func json(includeRaw: Bool) -> JSON {
+        guard case .object(var o) = DayVerdict(date: date, verdict: verdict).json else { return .null }
+        o["claimedMinutes"] = .optionalInt(day.claimedMinutes)
+        o["verifiedMinutes"] = .optionalInt(day.verifiedMinutes)
+        o["claimedAt"] = .timestamp(day.claimedAt)
+        o["uploadedAt"] = .timestamp(day.uploadedAt)
+        if includeRaw { o["raw"] = day.raw.json }
+        return .object(o)
+    }
+}
+
+extension Penalty: JSONEncodable {
+    var json: JSON {
+        ["date": .string(date), "points": .int(row.points), "deltaMinutes": .int(row.deltaMinutes), "appliedAt": .timestamp(row.appliedAt)]
+    }
+}
+
+/// `screentime.penalties`' answer: the entries and their total.
+struct PenaltyList: JSONEncodable {
+    let entries: [Penalty]
+    var json: JSON { ["totalPoints": .int(entries.reduce(0) { $0 + $1.row.points }), "entries": .array(entries.map(\.json))] }
+}
+
+extension EventRow: JSONEncodable {
+    public var json: JSON {
+        ["type": .string(type), "activity": .string(activity), "event": .optional(event), "at": .timestamp(at), "receivedAt": .timestamp(receivedAt)]
+    }
+}
+
+/// `screentime.events`' answer.
+struct EventList: JSONEncodable {
+    let events: [EventRow]
+    var json: JSON { ["events": .array(events.map(\.json))] }
+}
+
+extension UnlockRow: JSONEncodable {
+    public var json: JSON { ["startsAt": .timestamp(startsAt), "endsAt": .timestamp(endsAt), "minutes": .int(minutes)] }
+}
+
+extension Unlock: JSONEncodable {
+    var json: JSON { ["startsAt": .timestamp(window.startsAt), "endsAt": .timestamp(window.endsAt), "balance": balance.json] }
+}
+
 /// Limits on what clients may store.
 enum Limits {
     static let selectionBytes = 64 * 1024
@@ -60,7 +151,8 @@ public struct ScreenTimeGetConnection: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.connection(try c.userID()).json
+        let user = try c.userID()
+        return try answer { () throws(ScreenTimeError) in try service.connection(user) }
     }
 }
 
@@ -90,7 +182,8 @@ public struct ScreenTimeUpdateConnection: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.updateConnection(try c.userID(), enabled: p.enabled, timezone: p.timezone, selection: p.selection)
+        let user = try c.userID()
+        return try answer { () throws(ScreenTimeError) in try service.updateConnection(user, enabled: p.enabled, timezone: p.timezone, selection: p.selection) }
     }
 }
 
@@ -110,7 +203,8 @@ public struct ScreenTimeClaim: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.claim(try c.userID(), date: p.date, minutes: p.minutes, now: c.now)
+        let user = try c.userID()
+        return try answer { () throws(ScreenTimeError) in try service.claim(user, date: p.date, minutes: p.minutes, now: c.now) }
     }
 }
 
@@ -140,7 +234,8 @@ public struct ScreenTimeUpload: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.upload(try c.userID(), date: p.date, verifiedMinutes: p.verifiedMinutes, raw: p.raw, now: c.now)
+        let user = try c.userID()
+        return try answer { () throws(ScreenTimeError) in try service.upload(user, date: p.date, verifiedMinutes: p.verifiedMinutes, raw: p.raw, now: c.now) }
     }
 }
 
@@ -160,7 +255,8 @@ public struct ScreenTimeDay: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.day(try c.userID(), date: p.date)
+        let user = try c.userID()
+        return try answer { () throws(ScreenTimeError) in try service.day(user, date: p.date) }
     }
 }
 
@@ -190,7 +286,10 @@ public struct ScreenTimeHistory: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.history(try c.userID(), from: p.from, to: p.to, includeRaw: p.includeRaw)
+        let user = try c.userID()
+        return try answer { () throws(ScreenTimeError) -> JSON in
+            ["days": .array(try service.history(user, from: p.from, to: p.to).map { $0.json(includeRaw: p.includeRaw) })]
+        }
     }
 }
 
@@ -221,7 +320,8 @@ public struct ScreenTimePenalties: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.penalties(try c.userID(), from: p.from, to: p.to)
+        let user = try c.userID()
+        return try answer { () throws(ScreenTimeError) in PenaltyList(entries: try service.penalties(user, from: p.from, to: p.to)) }
     }
 }
 
@@ -247,8 +347,11 @@ public struct ScreenTimeLogEvent: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.logEvent(try c.userID(), type: p.type, activity: p.activity, event: p.event, at: p.at, now: c.now)
-        return ["logged": true]
+        let user = try c.userID()
+        return try answer { () throws(ScreenTimeError) -> JSON in
+            try service.logEvent(user, type: p.type, activity: p.activity, event: p.event, at: p.at, now: c.now)
+            return ["logged": true]
+        }
     }
 }
 
@@ -273,7 +376,8 @@ public struct ScreenTimeEvents: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.events(try c.userID(), limit: p.limit)
+        let user = try c.userID()
+        return try answer { () throws(ScreenTimeError) in EventList(events: try service.events(user, limit: p.limit)) }
     }
 }
 
@@ -298,7 +402,8 @@ public struct RewardsEarn: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.earn(try c.userID(), xp: p.xp, reason: p.reason, key: p.key, now: c.now)
+        let user = try c.userID()
+        return try answer { () throws(ScreenTimeError) in try service.earn(user, xp: p.xp, reason: p.reason, key: p.key, now: c.now) }
     }
 }
 
@@ -319,7 +424,8 @@ public struct RewardsRedeem: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.redeem(try c.userID(), xp: p.xp)
+        let user = try c.userID()
+        return try answer { () throws(ScreenTimeError) in try service.redeem(user, xp: p.xp) }
     }
 }
 
@@ -339,7 +445,8 @@ public struct RewardsSpend: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.spend(try c.userID(), minutes: p.minutes, now: c.now)
+        let user = try c.userID()
+        return try answer { () throws(ScreenTimeError) in try service.spend(user, minutes: p.minutes, now: c.now) }
     }
 }
 
@@ -353,6 +460,7 @@ public struct RewardsBalance: RPCMethod {
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.balance(try c.userID()).json
+        let user = try c.userID()
+        return try answer { () throws(ScreenTimeError) in try service.balance(user) }
     }
 }

@@ -51,10 +51,6 @@ public struct ConnectionRow: StoredRow {
         }
         guard sawTimezone else { throw StorageError.corrupt("connection: missing timezone") }
     }
-    /// The wire form.
-    var json: JSON {
-        ["enabled": .bool(enabled), "timezone": .string(timezone), "lastSyncAt": .timestamp(lastSyncAt), "selection": selection.json]
-    }
 }
 
 /// One day's claim and upload (`screentime.days`, key `YYYY-MM-DD`).
@@ -179,8 +175,6 @@ public struct BalanceRow: StoredRow {
         unlockedUntil = f.optionalInt("unlockedUntil")
     }
     public var stored: JSON { ["xp": .int(xp), "minutes": .int(minutes), "unlockedUntil": .optionalInt(unlockedUntil)] }
-    /// The wire form: `{xp, minutes}`.
-    var json: JSON { ["xp": .int(xp), "minutes": .int(minutes)] }
 }
 
 /// An XP credit, kept by its idempotency key (`rewards.earned`).

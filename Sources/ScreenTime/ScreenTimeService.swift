@@ -1,7 +1,6 @@
 import Chrono
 import DomainSupport
 import JSON
-import JSONRPC
 import Storage
 
 /// The `screentime` and `rewards` configuration sections.
@@ -44,25 +43,34 @@ public final class ScreenTimeService: @unchecked Sendable {
         self.tables = tables
     }
 
-    // MARK: Connection
-
-    func connection(_ user: String) throws(RPCError) -> ConnectionRow {
-        try tables.connection.row(user: user, key: Self.connectionKey) ?? ConnectionRow()
+    /// Storage reads and commits, their failures answered as this domain's.
+    private func storage<T>(_ body: @autoclosure () throws(StorageError) -> T) throws(ScreenTimeError) -> T {
+        do { return try body() } catch { throw .storage(error) }
     }
 
-    func updateConnection(_ user: String, enabled: Bool?, timezone: Zone?, selection: JSON?) throws(RPCError) -> JSON {
-        var row = try connection(user)
-        let before = row
+    private func commit(_ tx: Transaction) throws(ScreenTimeError) {
+        try storage(try store.commit(tx))
+    }
+
+    // MARK: Connection
+
+    func connection(_ user: String) throws(ScreenTimeError) -> ConnectionRow {
+        try storage(try tables.connection.get(user: user, key: Self.connectionKey)) ?? ConnectionRow()
+    }
+
+    /// Changes the fields given (`selection` `.null` clears it).
+    func updateConnection(_ user: String, enabled: Bool?, timezone: Zone?, selection: JSON?) throws(ScreenTimeError) -> ConnectionRow {
+        let stored = try storage(try tables.connection.get(user: user, key: Self.connectionKey))
+        var row = stored ?? ConnectionRow()
         if let enabled { row.enabled = enabled }
         if let timezone { row.timezone = timezone.identifier }
         if let selection { row.selection = BinaryJSON(selection) }
-        let stored = try tables.connection.row(user: user, key: Self.connectionKey)
-        if row != before || stored == nil {
+        if row != stored {
             var tx = Transaction()
             tx.put(tables.connection, user: user, key: Self.connectionKey, row)
-            try store.apply(tx)
+            try commit(tx)
         }
-        return row.json
+        return row
     }
 
     /// Today in the connection's time zone.
@@ -70,12 +78,9 @@ public final class ScreenTimeService: @unchecked Sendable {
         (Zone.named(connection.timezone) ?? Zone.utc).localDate(at: now)
     }
 
-    func checkNotFuture(_ date: CalendarDate, _ connection: ConnectionRow, now: Timestamp) throws(RPCError) {
+    func checkNotFuture(_ date: CalendarDate, _ connection: ConnectionRow, now: Timestamp) throws(ScreenTimeError) {
         let today = today(connection, now: now)
-        guard date <= today else {
-            throw RPCError.invalidParams("params.date", reason: "future_date",
-                                         "params.date is later than today (\(today)) in the connection's time zone")
-        }
+        guard date <= today else { throw .futureDate(today: today) }
     }
 
     // MARK: Days
@@ -86,11 +91,11 @@ public final class ScreenTimeService: @unchecked Sendable {
     }
 
     /// Stores `day` and recomputes its one penalty entry (added, changed, kept or removed).
-    private func save(_ user: String, _ date: CalendarDate, _ day: DayRow, _ tx: inout Transaction, now: Timestamp) throws(RPCError) -> Verdict {
+    private func save(_ user: String, _ date: CalendarDate, _ day: DayRow, _ tx: inout Transaction, now: Timestamp) throws(ScreenTimeError) -> Verdict {
         let key = date.description
         tx.put(tables.days, user: user, key: key, day)
         let v = verdict(day)
-        let existing = try tables.penalties.row(user: user, key: key)
+        let existing = try storage(try tables.penalties.get(user: user, key: key))
         if v.penaltyPoints > 0, let delta = v.deltaMinutes {
             if existing?.points != v.penaltyPoints || existing?.deltaMinutes != delta {
                 tx.put(tables.penalties, user: user, key: key,
@@ -102,24 +107,26 @@ public final class ScreenTimeService: @unchecked Sendable {
         return v
     }
 
-    func claim(_ user: String, date: CalendarDate, minutes: Int64, now: Timestamp) throws(RPCError) -> JSON {
+    private func storedDay(_ user: String, _ date: CalendarDate) throws(ScreenTimeError) -> DayRow? {
+        try storage(try tables.days.get(user: user, key: date.description))
+    }
+
+    func claim(_ user: String, date: CalendarDate, minutes: Int64, now: Timestamp) throws(ScreenTimeError) -> DayVerdict {
         try checkNotFuture(date, connection(user), now: now)
-        var day = try tables.days.row(user: user, key: date.description) ?? DayRow()
+        var day = try storedDay(user, date) ?? DayRow()
         day.claimedMinutes = minutes
         day.claimedAt = now.milliseconds
         var tx = Transaction()
         let v = try save(user, date, day, &tx, now: now)
-        try store.apply(tx)
-        return Self.verdictJSON(date, v)
+        try commit(tx)
+        return DayVerdict(date: date, verdict: v)
     }
 
-    func upload(_ user: String, date: CalendarDate, verifiedMinutes: Int64, raw: BinaryJSON, now: Timestamp) throws(RPCError) -> JSON {
+    func upload(_ user: String, date: CalendarDate, verifiedMinutes: Int64, raw: BinaryJSON, now: Timestamp) throws(ScreenTimeError) -> DayVerdict {
         var conn = try connection(user)
-        guard conn.enabled else {
-            throw RPCError.forbidden("connection_disabled", "Uploads are refused while the Screen Time connection is disabled")
-        }
+        guard conn.enabled else { throw .connectionDisabled }
         try checkNotFuture(date, conn, now: now)
-        var day = try tables.days.row(user: user, key: date.description) ?? DayRow()
+        var day = try storedDay(user, date) ?? DayRow()
         day.verifiedMinutes = verifiedMinutes
         day.uploadedAt = now.milliseconds
         day.raw = raw
@@ -127,152 +134,158 @@ public final class ScreenTimeService: @unchecked Sendable {
         let v = try save(user, date, day, &tx, now: now)
         conn.lastSyncAt = now.milliseconds
         tx.put(tables.connection, user: user, key: Self.connectionKey, conn)
-        try store.apply(tx)
-        return Self.verdictJSON(date, v)
+        try commit(tx)
+        return DayVerdict(date: date, verdict: v)
     }
 
-    func day(_ user: String, date: CalendarDate) throws(RPCError) -> JSON {
-        guard let day = try tables.days.row(user: user, key: date.description) else {
-            throw RPCError.notFound("No Screen Time data for \(date)")
-        }
-        return record(date, day, includeRaw: true)
+    /// Day `date`, if it has data.
+    func record(_ user: String, date: CalendarDate) throws(ScreenTimeError) -> DayRecord? {
+        try storedDay(user, date).map { DayRecord(date: date, day: $0, verdict: verdict($0)) }
     }
 
-    func history(_ user: String, from: CalendarDate, to: CalendarDate, includeRaw: Bool) throws(RPCError) -> JSON {
-        let days = try tables.days.rows(user: user, from: from.description, to: to.description)
-        return ["days": .array(days.map { record(CalendarDate($0.key)!, $0.row, includeRaw: includeRaw) })]
+    func day(_ user: String, date: CalendarDate) throws(ScreenTimeError) -> DayRecord {
+        guard let record = try record(user, date: date) else { throw .noData(date) }
+        return record
     }
 
-    func penalties(_ user: String, from: CalendarDate?, to: CalendarDate?) throws(RPCError) -> JSON {
-        let rows = try tables.penalties.rows(user: user, from: from?.description, to: to?.description)
-        let entries: [JSON] = rows.map { Self.penaltyJSON($0.key, $0.row) }
-        return ["totalPoints": .int(rows.reduce(0) { $0 + $1.row.points }), "entries": .array(entries)]
+    func history(_ user: String, from: CalendarDate, to: CalendarDate) throws(ScreenTimeError) -> [DayRecord] {
+        let days = try storage(try tables.days.scan(user: user, from: from.description, to: to.description, after: nil, reverse: false, limit: .max))
+        return days.map { DayRecord(date: CalendarDate($0.key)!, day: $0.row, verdict: verdict($0.row)) }
     }
 
-    static func penaltyJSON(_ date: String, _ p: PenaltyRow) -> JSON {
-        ["date": .string(date), "points": .int(p.points), "deltaMinutes": .int(p.deltaMinutes), "appliedAt": .timestamp(p.appliedAt)]
+    func penalties(_ user: String, from: CalendarDate?, to: CalendarDate?) throws(ScreenTimeError) -> [Penalty] {
+        try storage(try tables.penalties.scan(user: user, from: from?.description, to: to?.description, after: nil, reverse: false, limit: .max)).map { Penalty(date: $0.key, row: $0.row) }
     }
 
-    static func eventJSON(_ e: EventRow) -> JSON {
-        ["type": .string(e.type), "activity": .string(e.activity), "event": .optional(e.event),
-         "at": .timestamp(e.at), "receivedAt": .timestamp(e.receivedAt)]
-    }
-
-    static func windowJSON(_ u: UnlockRow) -> JSON {
-        ["startsAt": .timestamp(u.startsAt), "endsAt": .timestamp(u.endsAt), "minutes": .int(u.minutes)]
-    }
-
-    /// How `sync.changes` shows this domain's synced entities: as their read methods do.
-    public var renderers: [String: EntityRenderer] {
-        let tables = self.tables
-        return [
-            "screentime.connection": { (user, _, _) throws(RPCError) in try self.connection(user).json },
-            "screentime.day": { (user, id, _) throws(RPCError) in
-                guard let date = CalendarDate(id), let day = try tables.days.row(user: user, key: id) else { return nil }
-                return self.record(date, day, includeRaw: true)
-            },
-            "screentime.penalty": { (user, id, _) throws(RPCError) in
-                try tables.penalties.row(user: user, key: id).map { Self.penaltyJSON(id, $0) }
-            },
-            "screentime.event": { (user, id, _) throws(RPCError) in
-                guard let seq = Int64(id) else { return nil }
-                return try tables.events.row(user: user, key: padded(seq)).map(Self.eventJSON)
-            },
-            "rewards.balance": { (user, _, _) throws(RPCError) in try self.balance(user).json },
-            "rewards.unlock": { (user, id, _) throws(RPCError) in
-                guard let at = Timestamp(rfc3339: id) else { return nil }
-                return try tables.unlocks.row(user: user, key: padded(at.milliseconds)).map(Self.windowJSON)
-            },
-        ]
-    }
-
-    static func verdictJSON(_ date: CalendarDate, _ v: Verdict) -> JSON {
-        ["date": .string(date.description), "status": .string(v.status.rawValue),
-         "deltaMinutes": .optionalInt(v.deltaMinutes), "penaltyPoints": .int(v.penaltyPoints)]
-    }
-
-    func record(_ date: CalendarDate, _ day: DayRow, includeRaw: Bool) -> JSON {
-        guard case .object(var o) = Self.verdictJSON(date, verdict(day)) else { return .null }
-        o["claimedMinutes"] = .optionalInt(day.claimedMinutes)
-        o["verifiedMinutes"] = .optionalInt(day.verifiedMinutes)
-        o["claimedAt"] = .timestamp(day.claimedAt)
-        o["uploadedAt"] = .timestamp(day.uploadedAt)
-        if includeRaw { o["raw"] = day.raw.json }
-        return .object(o)
+    /// The penalty of day `date`, if any.
+    func penalty(_ user: String, date: String) throws(ScreenTimeError) -> Penalty? {
+        try storage(try tables.penalties.get(user: user, key: date)).map { Penalty(date: date, row: $0) }
     }
 
     // MARK: Events
 
-    func logEvent(_ user: String, type: String, activity: String, event: String?, at: Timestamp, now: Timestamp) throws(RPCError) {
-        let seq = (try tables.counters.row(user: user, key: Self.eventCounterKey)?.value ?? 0) + 1
+    func logEvent(_ user: String, type: String, activity: String, event: String?, at: Timestamp, now: Timestamp) throws(ScreenTimeError) {
+        let seq = (try storage(try tables.counters.get(user: user, key: Self.eventCounterKey))?.value ?? 0) + 1
         var tx = Transaction()
         tx.put(tables.counters, user: user, key: Self.eventCounterKey, CounterRow(value: seq))
         tx.put(tables.events, user: user, key: padded(seq),
                EventRow(type: type, activity: activity, event: event, at: at.milliseconds, receivedAt: now.milliseconds))
         if seq > Self.eventsKept { tx.delete(tables.events, user: user, key: padded(seq - Self.eventsKept)) }
-        try store.apply(tx)
+        try commit(tx)
     }
 
-    func events(_ user: String, limit: Int) throws(RPCError) -> JSON {
-        let rows = try tables.events.rows(user: user, reverse: true, limit: limit)
-        return ["events": .array(rows.map { Self.eventJSON($0.row) })]
+    /// The newest events first.
+    func events(_ user: String, limit: Int) throws(ScreenTimeError) -> [EventRow] {
+        try storage(try tables.events.scan(user: user, from: nil, to: nil, after: nil, reverse: true, limit: limit)).map(\.row)
+    }
+
+    /// Event number `seq`, if still kept.
+    func event(_ user: String, seq: Int64) throws(ScreenTimeError) -> EventRow? {
+        try storage(try tables.events.get(user: user, key: padded(seq)))
     }
 
     // MARK: Rewards
 
-    func balance(_ user: String) throws(RPCError) -> BalanceRow {
-        try tables.balance.row(user: user, key: Self.balanceKey) ?? BalanceRow()
+    func balance(_ user: String) throws(ScreenTimeError) -> BalanceRow {
+        try storage(try tables.balance.get(user: user, key: Self.balanceKey)) ?? BalanceRow()
     }
 
-    func earn(_ user: String, xp: Int64, reason: String, key: String, now: Timestamp) throws(RPCError) -> JSON {
+    func earn(_ user: String, xp: Int64, reason: String, key: String, now: Timestamp) throws(ScreenTimeError) -> BalanceRow {
         var b = try balance(user)
-        if let earlier = try tables.earned.row(user: user, key: key) {
-            guard earlier.xp == xp else {
-                throw RPCError.conflict("idempotency_key_reused", "This key was already used with a different xp")
-            }
-            return b.json  // credited once already
+        if let earlier = try storage(try tables.earned.get(user: user, key: key)) {
+            guard earlier.xp == xp else { throw .keyReused }
+            return b  // credited once already
         }
         let (sum, overflow) = b.xp.addingReportingOverflow(xp)
-        guard !overflow, sum <= Self.maxXP else {
-            throw RPCError.invalidParams("params.xp", reason: "out_of_range", "params.xp would take the balance past \(Self.maxXP)")
-        }
+        guard !overflow, sum <= Self.maxXP else { throw .balanceLimit }
         b.xp = sum
         var tx = Transaction()
         tx.put(tables.earned, user: user, key: key, EarnRow(xp: xp, reason: reason, at: now.milliseconds))
         tx.put(tables.balance, user: user, key: Self.balanceKey, b)
-        try store.apply(tx)
-        return b.json
+        try commit(tx)
+        return b
     }
 
     /// Largest balance in XP (a bound that keeps every sum far from overflow).
     static let maxXP: Int64 = 1_000_000_000_000
 
-    func redeem(_ user: String, xp: Int64) throws(RPCError) -> JSON {
+    func redeem(_ user: String, xp: Int64) throws(ScreenTimeError) -> BalanceRow {
         guard let minutes = Rules.minutes(forXP: xp, xpPerMinute: config.xpPerMinute) else {
-            throw RPCError.invalidParams("params.xp", reason: "out_of_range",
-                                         "params.xp must be a positive multiple of \(config.xpPerMinute)")
+            throw .notAMultiple(xpPerMinute: config.xpPerMinute)
         }
         var b = try balance(user)
-        guard b.xp >= xp else { throw RPCError.conflict("insufficient_balance", "Not enough XP") }
+        guard b.xp >= xp else { throw .notEnoughXP }
         b.xp -= xp
         b.minutes += minutes
         var tx = Transaction()
         tx.put(tables.balance, user: user, key: Self.balanceKey, b)
-        try store.apply(tx)
-        return b.json
+        try commit(tx)
+        return b
     }
 
-    func spend(_ user: String, minutes: Int64, now: Timestamp) throws(RPCError) -> JSON {
+    func spend(_ user: String, minutes: Int64, now: Timestamp) throws(ScreenTimeError) -> Unlock {
         var b = try balance(user)
-        guard b.minutes >= minutes else { throw RPCError.conflict("insufficient_balance", "Not enough unlocked minutes") }
+        guard b.minutes >= minutes else { throw .notEnoughMinutes }
         let window = Rules.unlockWindow(minutes: minutes, nowMs: now.milliseconds, unlockedUntilMs: b.unlockedUntil)
         b.minutes -= minutes
         b.unlockedUntil = window.endsAt
+        let unlock = UnlockRow(startsAt: window.startsAt, endsAt: window.endsAt, minutes: minutes)
         var tx = Transaction()
         tx.put(tables.balance, user: user, key: Self.balanceKey, b)
-        tx.put(tables.unlocks, user: user, key: padded(window.startsAt),
-               UnlockRow(startsAt: window.startsAt, endsAt: window.endsAt, minutes: minutes))
-        try store.apply(tx)
-        return ["startsAt": .timestamp(window.startsAt), "endsAt": .timestamp(window.endsAt), "balance": b.json]
+        tx.put(tables.unlocks, user: user, key: padded(window.startsAt), unlock)
+        try commit(tx)
+        return Unlock(window: unlock, balance: b)
     }
+
+    /// The unlock window starting at `startsAt`, if any.
+    func unlock(_ user: String, startsAt: Timestamp) throws(ScreenTimeError) -> UnlockRow? {
+        try storage(try tables.unlocks.get(user: user, key: padded(startsAt.milliseconds)))
+    }
+}
+
+// MARK: What the service answers
+
+/// Why the service refuses a request; the method layer says it on the wire.
+enum ScreenTimeError: Error, Equatable {
+    /// The date is after today in the connection's time zone.
+    case futureDate(today: CalendarDate)
+    /// Uploads are refused while the connection is disabled.
+    case connectionDisabled
+    /// No claim or upload for that day.
+    case noData(CalendarDate)
+    /// An idempotency key already used with a different amount.
+    case keyReused
+    /// The credit would take the balance past `ScreenTimeService.maxXP`.
+    case balanceLimit
+    /// XP to redeem must be a positive multiple of the rate.
+    case notAMultiple(xpPerMinute: Int64)
+    case notEnoughXP
+    case notEnoughMinutes
+    /// Storage failed; nothing changed.
+    case storage(StorageError)
+}
+
+/// A day's verdict.
+struct DayVerdict: Sendable {
+    let date: CalendarDate
+    let verdict: Verdict
+}
+
+/// A day's claim, upload and verdict.
+struct DayRecord: Sendable {
+    let date: CalendarDate
+    let day: DayRow
+    let verdict: Verdict
+}
+
+/// One day's penalty.
+struct Penalty: Sendable {
+    let date: String
+    let row: PenaltyRow
+}
+
+/// A window of unlocked screen time bought with minutes, and the balance after.
+struct Unlock: Sendable {
+    let window: UnlockRow
+    let balance: BalanceRow
 }

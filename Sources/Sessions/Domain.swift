@@ -1,4 +1,5 @@
 import DomainSupport
+import JSON
 import JSONRPC
 import Storage
 
@@ -11,7 +12,14 @@ public struct SessionsDomain: Domain {
 
     public init(config: NoConfig, tables: SessionTables, context: DomainContext) {
         let se = SessionsService(store: context.store, tables: tables, cursorSecret: context.cursorSecret)
-        context.entities.add(se.renderers)
+        context.entities.add([
+            "sessions.session": { (user, id, _) throws(RPCError) in
+                try answer { () throws(SessionsError) in try se.session(user, id) }
+            },
+            "sessions.timer": { (user, _, now) throws(RPCError) in
+                try answer { () throws(SessionsError) in try se.active(user, now: now) }
+            },
+        ])
         methods = [
             RegisteredMethod(SessionsRecord(se)),
             RegisteredMethod(SessionsStart(se)),

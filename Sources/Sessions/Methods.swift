@@ -26,6 +26,55 @@ enum Schemas {
     """#
 }
 
+// MARK: The wire form of what the service answers
+
+extension SessionsError {
+    var rpc: RPCError {
+        switch self {
+        case .startInTheFuture:
+            return .invalidParams("params.startTime", reason: "future_date", "params.startTime is more than 5 minutes in the future")
+        case .endBeforeDuration:
+            return .invalidParams("params.endTime", reason: "out_of_range", "params.endTime is earlier than startTime + durationSeconds")
+        case .sessionActive: return .conflict("session_active", "A session timer is already running or paused")
+        case .clientSessionIdUsed: return .conflict("idempotency_key_reused", "This clientSessionId already belongs to a recorded session")
+        case .noActiveSession: return .conflict("no_active_session", "No session timer is running or paused")
+        case .notFound: return .notFound("No such session")
+        case .storage(let error): return .from(error)
+        }
+    }
+}
+
+/// Runs a service call and answers its result, or its refusal, on the wire.
+func answer<T: JSONEncodable>(_ body: () throws(SessionsError) -> T) throws(RPCError) -> JSON {
+    do { return try body().json } catch { throw error.rpc }
+}
+
+extension Session: JSONEncodable {
+    var json: JSON {
+        ["sessionId": .string(id), "startTime": .timestamp(startTime), "durationSeconds": .int(durationSeconds),
+         "endTime": .timestamp(endTime), "createdAt": .timestamp(createdAt), "clientSessionId": .optional(clientSessionId)]
+    }
+}
+
+extension SessionTimer: JSONEncodable {
+    var json: JSON {
+        ["sessionId": .string(sessionId), "state": .string(running ? "running" : "paused"), "startedAt": .timestamp(startedAt),
+         "elapsedSeconds": .int(elapsedSeconds)]
+    }
+}
+
+extension SessionPage: JSONEncodable {
+    var json: JSON { ["sessions": .array(sessions.map(\.json)), "nextCursor": .optional(nextCursor)] }
+}
+
+extension SessionStats: JSONEncodable {
+    var json: JSON {
+        ["totalSessions": .int(Int64(totalSessions)), "totalSeconds": .int(totalSeconds), "currentStreakDays": .int(Int64(currentStreakDays)),
+         "longestStreakDays": .int(Int64(longestStreakDays)), "last7DaysSeconds": .int(last7DaysSeconds),
+         "last30DaysSeconds": .int(last30DaysSeconds)]
+    }
+}
+
 /// Params that name one session by its id.
 public struct SessionIDParams: RPCParams {
     public static let declaration = ParamList(required("sessionId", CanonicalUUID.self))
@@ -58,8 +107,10 @@ public struct SessionsRecord: RPCMethod {
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.record(try c.userID(), start: p.startTime, duration: p.durationSeconds, end: p.endTime,
-                           clientSessionId: p.clientSessionId, now: c.now)
+        let user = try c.userID()
+        return try answer { () throws(SessionsError) in
+            try service.record(user, start: p.startTime, duration: p.durationSeconds, end: p.endTime, clientSessionId: p.clientSessionId, now: c.now)
+        }
     }
 }
 
@@ -79,7 +130,8 @@ public struct SessionsStart: RPCMethod {
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.start(try c.userID(), clientSessionId: p.clientSessionId, now: c.now)
+        let user = try c.userID()
+        return try answer { () throws(SessionsError) in try service.start(user, clientSessionId: p.clientSessionId, now: c.now) }
     }
 }
 
@@ -93,7 +145,10 @@ public struct SessionsPause: RPCMethod {
     public static let errors = [ErrorDoc(-32009, "no_active_session")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { try service.pause(try c.userID(), now: c.now) }
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
+        let user = try c.userID()
+        return try answer { () throws(SessionsError) in try service.pause(user, now: c.now) }
+    }
 }
 
 /// `sessions.resume`.
@@ -106,7 +161,10 @@ public struct SessionsResume: RPCMethod {
     public static let errors = [ErrorDoc(-32009, "no_active_session")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { try service.resume(try c.userID(), now: c.now) }
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
+        let user = try c.userID()
+        return try answer { () throws(SessionsError) in try service.resume(user, now: c.now) }
+    }
 }
 
 /// `sessions.stop`.
@@ -119,7 +177,10 @@ public struct SessionsStop: RPCMethod {
     public static let errors = [ErrorDoc(-32009, "no_active_session")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { try service.stop(try c.userID(), now: c.now) }
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
+        let user = try c.userID()
+        return try answer { () throws(SessionsError) in try service.stop(user, now: c.now) }
+    }
 }
 
 /// `sessions.active`.
@@ -131,7 +192,10 @@ public struct SessionsActive: RPCMethod {
     public static let resultSchema = #"{"anyOf": [{"type": "null"}, "# + Schemas.timer + "]}"
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON { try service.active(try c.userID(), now: c.now) }
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
+        let user = try c.userID()
+        return try answer { () throws(SessionsError) in try service.active(user, now: c.now) }
+    }
 }
 
 /// `sessions.get`.
@@ -145,7 +209,8 @@ public struct SessionsGet: RPCMethod {
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: SessionIDParams, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.get(try c.userID(), sessionId: p.sessionId)
+        let user = try c.userID()
+        return try answer { () throws(SessionsError) in try service.get(user, sessionId: p.sessionId) }
     }
 }
 
@@ -183,7 +248,8 @@ public struct SessionsList: RPCMethod {
             }
             after = position
         }
-        return try service.list(try c.userID(), from: p.from, to: p.to, limit: p.limit, after: after)
+        let user = try c.userID()
+        return try answer { () throws(SessionsError) in try service.list(user, from: p.from, to: p.to, limit: p.limit, after: after) }
     }
 }
 
@@ -198,8 +264,11 @@ public struct SessionsDelete: RPCMethod {
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: SessionIDParams, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.delete(try c.userID(), sessionId: p.sessionId)
-        return ["deleted": true]
+        let user = try c.userID()
+        return try answer { () throws(SessionsError) -> JSON in
+            try service.delete(user, sessionId: p.sessionId)
+            return ["deleted": true]
+        }
     }
 }
 
@@ -225,6 +294,7 @@ public struct SessionsStats: RPCMethod {
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.stats(try c.userID(), zone: p.zone, now: c.now)
+        let user = try c.userID()
+        return try answer { () throws(SessionsError) in try service.stats(user, zone: p.zone, now: c.now) }
     }
 }

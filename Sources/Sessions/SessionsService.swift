@@ -1,8 +1,6 @@
 import Chrono
 import Crypto
 import DomainSupport
-import JSON
-import JSONRPC
 import Storage
 
 /// Meditation sessions and the server-side timer. Confined to the serving thread.
@@ -19,91 +17,84 @@ public final class SessionsService: @unchecked Sendable {
         self.cursorKey = SymmetricKey(data: SHA256.hash(data: Array("healthkernel sessions cursor".utf8) + cursorSecret))
     }
 
-    static func sessionJSON(_ id: String, _ s: MeditationRow) -> JSON {
-        ["sessionId": .string(id), "startTime": .timestamp(s.startTime), "durationSeconds": .int(s.durationSeconds),
-         "endTime": .timestamp(s.endTime), "createdAt": .timestamp(s.createdAt), "clientSessionId": .optional(s.clientSessionId)]
-    }
-
-    static func timerJSON(_ t: TimerRow, now: Timestamp) -> JSON {
-        let elapsed = SessionRules.elapsedMs(accumulatedMs: t.accumulatedMs, runningSinceMs: t.runningSince, nowMs: now.milliseconds)
-        return ["sessionId": .string(t.sessionId), "state": .string(t.runningSince == nil ? "paused" : "running"),
-                "startedAt": .timestamp(t.startedAt), "elapsedSeconds": .int(elapsed / 1000)]
+    /// Storage reads and commits, their failures answered as this domain's.
+    private func storage<T>(_ body: @autoclosure () throws(StorageError) -> T) throws(SessionsError) -> T {
+        do { return try body() } catch { throw .storage(error) }
     }
 
     /// The session a client id already made, if any.
-    private func existing(_ user: String, clientSessionId: String?) throws(RPCError) -> (String, MeditationRow)? {
-        guard let cid = clientSessionId, let link = try tables.clientIds.row(user: user, key: cid),
-              let row = try tables.records.row(user: user, key: link.sessionId) else { return nil }
-        return (link.sessionId, row)
+    private func existing(_ user: String, clientSessionId: String?) throws(SessionsError) -> Session? {
+        guard let cid = clientSessionId, let link = try storage(try tables.clientIds.get(user: user, key: cid)) else { return nil }
+        return try session(user, link.sessionId)
+    }
+
+    /// Session `id` of `user`, if it exists.
+    func session(_ user: String, _ id: String) throws(SessionsError) -> Session? {
+        try storage(try tables.records.get(user: user, key: id)).map { Session(id: id, row: $0) }
+    }
+
+    /// The running or paused timer, if any.
+    func timer(_ user: String) throws(SessionsError) -> TimerRow? {
+        try storage(try tables.timer.get(user: user, key: Self.timerKey))
     }
 
     func record(_ user: String, start: Timestamp, duration: Int64, end: Timestamp?, clientSessionId: String?,
-                now: Timestamp) throws(RPCError) -> JSON {
-        if let (id, row) = try existing(user, clientSessionId: clientSessionId) { return Self.sessionJSON(id, row) }
-        guard start.milliseconds <= now.milliseconds + SessionRules.futureAllowanceMs else {
-            throw RPCError.invalidParams("params.startTime", reason: "future_date",
-                                         "params.startTime is more than 5 minutes in the future")
-        }
+                now: Timestamp) throws(SessionsError) -> Session {
+        if let done = try existing(user, clientSessionId: clientSessionId) { return done }
+        guard start.milliseconds <= now.milliseconds + SessionRules.futureAllowanceMs else { throw .startInTheFuture }
         let minimumEnd = start.milliseconds + duration * 1000
-        if let end, end.milliseconds < minimumEnd {
-            throw RPCError.invalidParams("params.endTime", reason: "out_of_range",
-                                         "params.endTime is earlier than startTime + durationSeconds")
-        }
+        if let end, end.milliseconds < minimumEnd { throw .endBeforeDuration }
         let row = MeditationRow(startTime: start.milliseconds, durationSeconds: duration, endTime: end?.milliseconds ?? minimumEnd,
                              createdAt: now.milliseconds, clientSessionId: clientSessionId)
         let id = Identifiers.uuid()
         var tx = Transaction()
         tx.put(tables.records, user: user, key: id, row)
         if let cid = clientSessionId { tx.put(tables.clientIds, user: user, key: cid, ClientIDRow(sessionId: id)) }
-        try store.apply(tx)
-        return Self.sessionJSON(id, row)
+        try storage(try store.commit(tx))
+        return Session(id: id, row: row)
     }
 
-    func start(_ user: String, clientSessionId: String?, now: Timestamp) throws(RPCError) -> JSON {
-        if let active = try tables.timer.row(user: user, key: Self.timerKey) {
-            if let cid = clientSessionId, active.clientSessionId == cid { return Self.timerJSON(active, now: now) }
-            throw RPCError.conflict("session_active", "A session timer is already running or paused")
+    func start(_ user: String, clientSessionId: String?, now: Timestamp) throws(SessionsError) -> SessionTimer {
+        if let active = try timer(user) {
+            if let cid = clientSessionId, active.clientSessionId == cid { return SessionTimer(active, now: now) }
+            throw .sessionActive
         }
-        if try existing(user, clientSessionId: clientSessionId) != nil {
-            throw RPCError.conflict("idempotency_key_reused", "This clientSessionId already belongs to a recorded session")
-        }
+        if try existing(user, clientSessionId: clientSessionId) != nil { throw .clientSessionIdUsed }
         let timer = TimerRow(sessionId: Identifiers.uuid(), clientSessionId: clientSessionId, startedAt: now.milliseconds,
                              accumulatedMs: 0, runningSince: now.milliseconds)
-        var tx = Transaction()
-        tx.put(tables.timer, user: user, key: Self.timerKey, timer)
-        try store.apply(tx)
-        return Self.timerJSON(timer, now: now)
+        try save(user, timer)
+        return SessionTimer(timer, now: now)
     }
 
-    private func activeTimer(_ user: String) throws(RPCError) -> TimerRow {
-        guard let t = try tables.timer.row(user: user, key: Self.timerKey) else {
-            throw RPCError.conflict("no_active_session", "No session timer is running or paused")
-        }
+    private func activeTimer(_ user: String) throws(SessionsError) -> TimerRow {
+        guard let t = try timer(user) else { throw .noActiveSession }
         return t
     }
 
-    func pause(_ user: String, now: Timestamp) throws(RPCError) -> JSON {
+    private func save(_ user: String, _ timer: TimerRow) throws(SessionsError) {
+        var tx = Transaction()
+        tx.put(tables.timer, user: user, key: Self.timerKey, timer)
+        try storage(try store.commit(tx))
+    }
+
+    func pause(_ user: String, now: Timestamp) throws(SessionsError) -> SessionTimer {
         var t = try activeTimer(user)
-        guard let since = t.runningSince else { return Self.timerJSON(t, now: now) }  // already paused
+        guard let since = t.runningSince else { return SessionTimer(t, now: now) }  // already paused
         t.accumulatedMs += max(0, now.milliseconds - since)
         t.runningSince = nil
-        var tx = Transaction()
-        tx.put(tables.timer, user: user, key: Self.timerKey, t)
-        try store.apply(tx)
-        return Self.timerJSON(t, now: now)
+        try save(user, t)
+        return SessionTimer(t, now: now)
     }
 
-    func resume(_ user: String, now: Timestamp) throws(RPCError) -> JSON {
+    func resume(_ user: String, now: Timestamp) throws(SessionsError) -> SessionTimer {
         var t = try activeTimer(user)
-        guard t.runningSince == nil else { return Self.timerJSON(t, now: now) }  // already running
+        guard t.runningSince == nil else { return SessionTimer(t, now: now) }  // already running
         t.runningSince = now.milliseconds
-        var tx = Transaction()
-        tx.put(tables.timer, user: user, key: Self.timerKey, t)
-        try store.apply(tx)
-        return Self.timerJSON(t, now: now)
+        try save(user, t)
+        return SessionTimer(t, now: now)
     }
 
-    func stop(_ user: String, now: Timestamp) throws(RPCError) -> JSON {
+    func stop(_ user: String, now: Timestamp) throws(SessionsError) -> Session {
         let t = try activeTimer(user)
         let elapsed = SessionRules.elapsedMs(accumulatedMs: t.accumulatedMs, runningSinceMs: t.runningSince, nowMs: now.milliseconds)
         let row = MeditationRow(startTime: t.startedAt, durationSeconds: SessionRules.recordedDuration(elapsedMs: elapsed),
@@ -113,38 +104,25 @@ public final class SessionsService: @unchecked Sendable {
         tx.delete(tables.timer, user: user, key: Self.timerKey)
         tx.put(tables.records, user: user, key: t.sessionId, row)
         if let cid = t.clientSessionId { tx.put(tables.clientIds, user: user, key: cid, ClientIDRow(sessionId: t.sessionId)) }
-        try store.apply(tx)
-        return Self.sessionJSON(t.sessionId, row)
+        try storage(try store.commit(tx))
+        return Session(id: t.sessionId, row: row)
     }
 
-    func active(_ user: String, now: Timestamp) throws(RPCError) -> JSON {
-        try tables.timer.row(user: user, key: Self.timerKey).map { Self.timerJSON($0, now: now) } ?? .null
+    func active(_ user: String, now: Timestamp) throws(SessionsError) -> SessionTimer? {
+        try timer(user).map { SessionTimer($0, now: now) }
     }
 
-    func get(_ user: String, sessionId: String) throws(RPCError) -> JSON {
-        guard let row = try tables.records.row(user: user, key: sessionId) else { throw RPCError.notFound("No such session") }
-        return Self.sessionJSON(sessionId, row)
+    func get(_ user: String, sessionId: String) throws(SessionsError) -> Session {
+        guard let found = try session(user, sessionId) else { throw .notFound }
+        return found
     }
 
-    func delete(_ user: String, sessionId: String) throws(RPCError) {
-        guard let row = try tables.records.row(user: user, key: sessionId) else { throw RPCError.notFound("No such session") }
+    func delete(_ user: String, sessionId: String) throws(SessionsError) {
+        let found = try get(user, sessionId: sessionId)
         var tx = Transaction()
         tx.delete(tables.records, user: user, key: sessionId)
-        if let cid = row.clientSessionId { tx.delete(tables.clientIds, user: user, key: cid) }
-        try store.apply(tx)
-    }
-
-    /// How `sync.changes` shows this domain's synced entities: as their read methods do.
-    public var renderers: [String: EntityRenderer] {
-        let tables = self.tables
-        return [
-            "sessions.session": { (user, id, _) throws(RPCError) in
-                try tables.records.row(user: user, key: id).map { Self.sessionJSON(id, $0) }
-            },
-            "sessions.timer": { (user, _, now) throws(RPCError) in
-                try tables.timer.row(user: user, key: Self.timerKey).map { Self.timerJSON($0, now: now) }
-            },
-        ]
+        if let cid = found.clientSessionId { tx.delete(tables.clientIds, user: user, key: cid) }
+        try storage(try store.commit(tx))
     }
 
     // MARK: Listing
@@ -171,35 +149,106 @@ public final class SessionsService: @unchecked Sendable {
         return Position(startTime: t, sessionId: String(text[text.index(after: colon)...]))
     }
 
-    func list(_ user: String, from: Timestamp?, to: Timestamp?, limit: Int, after: Position?) throws(RPCError) -> JSON {
+    func list(_ user: String, from: Timestamp?, to: Timestamp?, limit: Int, after: Position?) throws(SessionsError) -> SessionPage {
         // Newest first: a reverse scan of the start-time order, from `to` (exclusive: every session at that
         // time sorts after its bare bound) down to `from`, one more than the page to know if more follow.
-        let candidates = try tables.records.rowsOrdered(user: user, from: from.map { SessionRules.listOrder(startTime: $0.milliseconds) },
+        let candidates = try storage(try tables.records.scanOrdered(
+            user: user, from: from.map { SessionRules.listOrder(startTime: $0.milliseconds) },
             to: to.map { SessionRules.listOrder(startTime: $0.milliseconds) },
             after: after.map { SessionRules.listOrder(startTime: $0.startTime, sessionId: $0.sessionId) },
-            reverse: true, limit: limit + 1)
-        let page = candidates.prefix(limit)
-        let next = candidates.count > limit ? page.last.map { encodeCursor(Position(startTime: $0.row.startTime, sessionId: $0.key)) } : nil
-        return ["sessions": .array(page.map { Self.sessionJSON($0.key, $0.row) }), "nextCursor": .optional(next)]
+            reverse: true, limit: limit + 1))
+        let page = candidates.prefix(limit).map { Session(id: $0.key, row: $0.row) }
+        let next = candidates.count > limit ? page.last.map { encodeCursor(Position(startTime: $0.startTime.milliseconds, sessionId: $0.id)) } : nil
+        return SessionPage(sessions: page, nextCursor: next)
     }
 
     // MARK: Stats
 
-    func stats(_ user: String, zone: Zone, now: Timestamp) throws(RPCError) -> JSON {
-        let rows = try tables.records.rows(user: user).map(\.row)
+    func stats(_ user: String, zone: Zone, now: Timestamp) throws(SessionsError) -> SessionStats {
+        let rows = try storage(try tables.records.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).map(\.row)
         let today = zone.localDate(at: now)
         var days = Set<CalendarDate>()
-        var total: Int64 = 0, last7: Int64 = 0, last30: Int64 = 0
+        var stats = SessionStats()
         for s in rows {
             let day = zone.localDate(at: Timestamp(milliseconds: s.startTime))
             days.insert(day)
-            total += s.durationSeconds
+            stats.totalSeconds += s.durationSeconds
             let age = today.daysSinceEpoch - day.daysSinceEpoch
-            if age >= 0 && age < 7 { last7 += s.durationSeconds }
-            if age >= 0 && age < 30 { last30 += s.durationSeconds }
+            if age >= 0 && age < 7 { stats.last7DaysSeconds += s.durationSeconds }
+            if age >= 0 && age < 30 { stats.last30DaysSeconds += s.durationSeconds }
         }
-        let (current, longest) = SessionRules.streaks(days: days, today: today)
-        return ["totalSessions": .int(Int64(rows.count)), "totalSeconds": .int(total), "currentStreakDays": .int(Int64(current)),
-                "longestStreakDays": .int(Int64(longest)), "last7DaysSeconds": .int(last7), "last30DaysSeconds": .int(last30)]
+        stats.totalSessions = rows.count
+        (stats.currentStreakDays, stats.longestStreakDays) = SessionRules.streaks(days: days, today: today)
+        return stats
     }
+}
+
+// MARK: What the service answers
+
+/// Why the service refuses a request; the method layer says it on the wire.
+enum SessionsError: Error, Equatable {
+    /// `startTime` is more than 5 minutes ahead of the server's clock.
+    case startInTheFuture
+    /// `endTime` is earlier than `startTime + durationSeconds`.
+    case endBeforeDuration
+    /// A timer is already running or paused.
+    case sessionActive
+    /// The client id already names a recorded session.
+    case clientSessionIdUsed
+    /// No timer is running or paused.
+    case noActiveSession
+    /// No such session of this user.
+    case notFound
+    /// Storage failed; nothing changed.
+    case storage(StorageError)
+}
+
+/// A recorded meditation session.
+struct Session: Equatable, Sendable {
+    let id: String
+    let startTime: Timestamp
+    let durationSeconds: Int64
+    let endTime: Timestamp
+    let createdAt: Timestamp
+    let clientSessionId: String?
+
+    init(id: String, row: MeditationRow) {
+        self.id = id
+        startTime = Timestamp(milliseconds: row.startTime)
+        durationSeconds = row.durationSeconds
+        endTime = Timestamp(milliseconds: row.endTime)
+        createdAt = Timestamp(milliseconds: row.createdAt)
+        clientSessionId = row.clientSessionId
+    }
+}
+
+/// The server-side timer as of an instant.
+struct SessionTimer: Equatable, Sendable {
+    let sessionId: String
+    let running: Bool
+    let startedAt: Timestamp
+    let elapsedSeconds: Int64
+
+    init(_ t: TimerRow, now: Timestamp) {
+        sessionId = t.sessionId
+        running = t.runningSince != nil
+        startedAt = Timestamp(milliseconds: t.startedAt)
+        elapsedSeconds = SessionRules.elapsedMs(accumulatedMs: t.accumulatedMs, runningSinceMs: t.runningSince, nowMs: now.milliseconds) / 1000
+    }
+}
+
+/// A page of sessions, newest first, and where the next one starts.
+struct SessionPage: Sendable {
+    let sessions: [Session]
+    let nextCursor: String?
+}
+
+/// Totals and streaks over every session of a user.
+struct SessionStats: Equatable, Sendable {
+    var totalSessions = 0
+    var totalSeconds: Int64 = 0
+    var currentStreakDays = 0
+    var longestStreakDays = 0
+    var last7DaysSeconds: Int64 = 0
+    var last30DaysSeconds: Int64 = 0
 }

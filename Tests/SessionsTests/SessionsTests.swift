@@ -17,7 +17,7 @@ final class Harness {
         service = SessionsService(store: store, tables: tables, cursorSecret: Array("cursor test secret".utf8))
     }
     func record(_ start: String, _ seconds: Int64, now: Timestamp = at("2025-12-01T00:00:00Z")) throws -> String {
-        try service.record(testUser, start: at(start), duration: seconds, end: nil, clientSessionId: nil, now: now)["sessionId"]!.stringValue!
+        try service.record(testUser, start: at(start), duration: seconds, end: nil, clientSessionId: nil, now: now).id
     }
 }
 
@@ -59,16 +59,16 @@ final class Harness {
         _ = try h.record("2025-03-11T06:30:00Z", 600)  // 2025-03-10 23:30 PDT
         let la = try #require(Zone("America/Los_Angeles"))
         let stats = try h.service.stats(testUser, zone: la, now: at("2025-03-11T18:00:00Z"))  // 2025-03-11 11:00 PDT
-        #expect(stats["currentStreakDays"] == 4)
-        #expect(stats["longestStreakDays"] == 4)
-        #expect(stats["totalSessions"] == 4 && stats["totalSeconds"] == 2400)
-        #expect(stats["last7DaysSeconds"] == 2400)
+        #expect(stats.currentStreakDays == 4)
+        #expect(stats.longestStreakDays == 4)
+        #expect(stats.totalSessions == 4 && stats.totalSeconds == 2400)
+        #expect(stats.last7DaysSeconds == 2400)
         // In UTC the same sessions fall on 03-08, 03-09, 03-10, 03-11: still 4, today included.
-        #expect(try h.service.stats(testUser, zone: .utc, now: at("2025-03-11T18:00:00Z"))["currentStreakDays"] == 4)
+        #expect(try h.service.stats(testUser, zone: .utc, now: at("2025-03-11T18:00:00Z")).currentStreakDays == 4)
         // A week later the current streak is gone, the longest remains.
         let later = try h.service.stats(testUser, zone: la, now: at("2025-03-20T18:00:00Z"))
-        #expect(later["currentStreakDays"] == 0 && later["longestStreakDays"] == 4 && later["last7DaysSeconds"] == 0)
-        #expect(later["last30DaysSeconds"] == 2400)
+        #expect(later.currentStreakDays == 0 && later.longestStreakDays == 4 && later.last7DaysSeconds == 0)
+        #expect(later.last30DaysSeconds == 2400)
     }
 
     @Test func pagesStayStableWhileSessionsAreAdded() throws {
@@ -76,16 +76,16 @@ final class Harness {
         var ids: [String] = []
         for i in 0..<10 { ids.append(try h.record("2025-03-\(10 + i)T08:00:00Z", 60)) }
         let first = try h.service.list(testUser, from: nil, to: nil, limit: 4, after: nil)
-        let cursor = try #require(first["nextCursor"]?.stringValue)
+        let cursor = try #require(first.nextCursor)
         // New sessions arrive, newer and older than the page boundary.
         _ = try h.record("2025-03-25T08:00:00Z", 60)
         _ = try h.record("2025-03-01T08:00:00Z", 60)
-        var seen = first["sessions"]!.arrayValue!.map { $0["sessionId"]!.stringValue! }
+        var seen = first.sessions.map(\.id)
         var position = h.service.decodeCursor(cursor)
         while let p = position {
             let page = try h.service.list(testUser, from: nil, to: nil, limit: 4, after: p)
-            seen += page["sessions"]!.arrayValue!.map { $0["sessionId"]!.stringValue! }
-            position = page["nextCursor"]?.stringValue.flatMap(h.service.decodeCursor)
+            seen += page.sessions.map(\.id)
+            position = page.nextCursor.flatMap(h.service.decodeCursor)
         }
         // Every original session exactly once, newest first; the newer insert is not repeated.
         let originals = seen.filter(ids.contains)
@@ -96,7 +96,7 @@ final class Harness {
     @Test func tamperedCursorsAreRefused() throws {
         let h = try Harness()
         for i in 0..<3 { _ = try h.record("2025-03-1\(i)T08:00:00Z", 60) }
-        let cursor = try #require(h.service.list(testUser, from: nil, to: nil, limit: 1, after: nil)["nextCursor"]?.stringValue)
+        let cursor = try #require(h.service.list(testUser, from: nil, to: nil, limit: 1, after: nil).nextCursor)
         #expect(h.service.decodeCursor(cursor) != nil)
         var bytes = Array(cursor.utf8)
         bytes[2] = bytes[2] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
@@ -112,12 +112,12 @@ final class Harness {
         let t0 = at("2025-03-01T08:00:00Z")
         _ = try h.service.start(testUser, clientSessionId: nil, now: t0)
         _ = try h.service.pause(testUser, now: t0.adding(seconds: 100))
-        #expect(try h.service.active(testUser, now: t0.adding(seconds: 1000))["elapsedSeconds"] == 100)
+        #expect(try h.service.active(testUser, now: t0.adding(seconds: 1000))?.elapsedSeconds == 100)
         _ = try h.service.resume(testUser, now: t0.adding(seconds: 1000))
-        #expect(try h.service.active(testUser, now: t0.adding(seconds: 1050))["elapsedSeconds"] == 150)
+        #expect(try h.service.active(testUser, now: t0.adding(seconds: 1050))?.elapsedSeconds == 150)
         let session = try h.service.stop(testUser, now: t0.adding(seconds: 1200))
-        #expect(session["durationSeconds"] == 300)
-        #expect(session["startTime"] == .string(t0.description))
-        #expect(try h.service.active(testUser, now: t0) == .null)
+        #expect(session.durationSeconds == 300)
+        #expect(session.startTime == t0)
+        #expect(try h.service.active(testUser, now: t0) == nil)
     }
 }
