@@ -1,3 +1,4 @@
+import Chrono
 import JSON
 import JSONRPC
 
@@ -21,6 +22,45 @@ enum AuthSchemas {
        "refreshToken": {"type": "string"},
        "user": \#(user)}}
     """#
+}
+
+// MARK: The wire form of what the service answers
+
+extension AuthError {
+    var rpc: RPCError {
+        switch self {
+        case .emailTaken: return .conflict("email_taken", "An account with this email already exists")
+        case .tooManyAttempts: return .rateLimited("Too many failed sign-ins for this email; try again later")
+        case .invalidCredentials: return .unauthorized("invalid_credentials", "Invalid login credentials")
+        case .invalidRefreshToken: return .unauthorized("invalid_token", "The refresh token is not valid")
+        case .refreshTokenReused: return .unauthorized("invalid_token", "The refresh token was already used; the session is revoked")
+        case .refreshTokenExpired: return .unauthorized("expired_token", "The refresh token has expired")
+        case .noSuchUser: return .notFound("No such user")
+        case .unknownProvider: return .invalidParams("params.provider", reason: "out_of_range", "params.provider is not a configured provider")
+        case .idTokenRejected(let malformed, let detail):
+            return .verificationFailed(malformed ? "malformed_jws" : "invalid_signature", "The id token does not verify: \(detail)")
+        case .storage(let error): return .from(error)
+        }
+    }
+}
+
+/// A service call whose refusal is answered on the wire.
+func answerRPC<T>(_ body: @autoclosure () throws(AuthError) -> T) throws(RPCError) -> T {
+    do { return try body() } catch { throw error.rpc }
+}
+
+extension UserRow: JSONEncodable {
+    public var json: JSON {
+        ["id": .string(id), "email": .optional(email), "createdAt": .string(Timestamp(milliseconds: createdAt).description),
+         "identities": .array(identities.map(JSON.string))]
+    }
+}
+
+extension SignedIn: JSONEncodable {
+    var json: JSON {
+        ["accessToken": .string(accessToken), "tokenType": "bearer", "expiresIn": .int(Int64(expiresIn)),
+         "refreshToken": .string(refreshToken), "user": user.json]
+    }
 }
 
 /// Email and password params, normalised and checked.
@@ -54,7 +94,7 @@ public struct AuthSignUp: RPCMethod {
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     public func call(_ p: Credentials, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.signUp(email: p.email, password: p.password, now: c.now)
+        try answerRPC(try service.signUp(email: p.email, password: p.password, now: c.now)).json
     }
 }
 
@@ -69,7 +109,7 @@ public struct AuthSignIn: RPCMethod {
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     public func call(_ p: Credentials, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.signIn(email: p.email, password: p.password, now: c.now)
+        try answerRPC(try service.signIn(email: p.email, password: p.password, now: c.now)).json
     }
 }
 
@@ -92,7 +132,7 @@ public struct AuthRefresh: RPCMethod {
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.refresh(p.refreshToken, now: c.now)
+        try answerRPC(try service.refresh(p.refreshToken, now: c.now)).json
     }
 }
 
@@ -111,7 +151,8 @@ public struct AuthSignOut: RPCMethod {
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        ["revoked": .int(Int64(try service.signOut(try c.requireIdentity(), all: p.all)))]
+        let identity = try c.requireIdentity()
+        return ["revoked": .int(Int64(try answerRPC(try service.signOut(identity, all: p.all))))]
     }
 }
 
@@ -134,7 +175,7 @@ public struct AuthExchange: RPCMethod {
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.exchange(provider: p.provider, idToken: p.idToken, now: c.now)
+        try answerRPC(try service.exchange(provider: p.provider, idToken: p.idToken, now: c.now)).json
     }
 }
 
@@ -148,7 +189,8 @@ public struct AuthUser: RPCMethod {
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.user(try c.requireIdentity())
+        let identity = try c.requireIdentity()
+        return try answerRPC(try service.user(identity)).json
     }
 }
 
@@ -162,7 +204,8 @@ public struct AuthDeleteUser: RPCMethod {
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
-        try service.deleteUser(try c.requireIdentity())
+        let identity = try c.requireIdentity()
+        try answerRPC(try service.deleteUser(identity))
         return ["deleted": true]
     }
 }

@@ -96,7 +96,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
             throw RPCError.unauthorized("expired_token", "The token has expired")
         }
         if let sid = verified.sessionId, let user = verified.userId {
-            guard let session = try tables.sessions.row(user: user, key: sid), !session.revoked else {
+            guard let session = try answerRPC(try storage(try tables.sessions.get(user: user, key: sid))), !session.revoked else {
                 throw RPCError.unauthorized("invalid_token", "The session has ended")
             }
         }
@@ -109,8 +109,8 @@ public final class AuthService: Authenticator, @unchecked Sendable {
             guard verified.role == "authenticated", let user = verified.userId else {
                 throw RPCError.forbidden("user_token_required", "This method needs a user's token")
             }
-            if verified.sessionId == nil, try tables.users.row(user: user, key: Self.profileKey) == nil {
-                try provision(user, now: now)
+            if verified.sessionId == nil, try answerRPC(try account(user)) == nil {
+                try answerRPC(try provision(user, now: now))
             }
         case .none:
             break
@@ -158,7 +158,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     }
 
     /// Creates the account of a user known only from a trusted token (a Supabase project's user).
-    private func provision(_ user: String, now: Timestamp) throws(RPCError) {
+    private func provision(_ user: String, now: Timestamp) throws(AuthError) {
         var tx = Transaction()
         tx.put(tables.users, user: user, key: Self.profileKey,
                UserRow(id: user, email: nil, createdAt: now.milliseconds, identities: ["external"], passwordHash: nil))
@@ -168,23 +168,20 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     // MARK: Sessions
 
     /// Starts a session for `user`: a session row, a refresh token and an access token.
-    func startSession(_ user: UserRow, _ tx: inout Transaction, now: Timestamp) -> JSON {
+    func startSession(_ user: UserRow, _ tx: inout Transaction, now: Timestamp) -> SignedIn {
         let sid = Identifiers.uuid()
         tx.put(tables.sessions, user: user.id, key: sid, SignInRow(createdAt: now.milliseconds, revoked: false))
         return tokens(for: user, sessionId: sid, &tx, now: now)
     }
 
     /// A new refresh token and access token within session `sid`.
-    private func tokens(for user: UserRow, sessionId sid: String, _ tx: inout Transaction, now: Timestamp) -> JSON {
+    private func tokens(for user: UserRow, sessionId sid: String, _ tx: inout Transaction, now: Timestamp) -> SignedIn {
         let refreshToken = user.id + "." + Base64URL.encode(Identifiers.randomBytes(32))
         tx.put(tables.refresh, user: user.id, key: Self.digest(refreshToken),
                RefreshRow(sessionId: sid, expiresAt: now.seconds + Int64(config.refreshTokenTtlSeconds), spent: false))
         let access = mint(sub: user.id, role: "authenticated", sessionId: sid, email: user.email,
                           ttl: config.accessTokenTtlSeconds, now: now)
-        return [
-            "accessToken": .string(access), "tokenType": "bearer", "expiresIn": .int(Int64(config.accessTokenTtlSeconds)),
-            "refreshToken": .string(refreshToken), "user": Self.userJSON(user),
-        ]
+        return SignedIn(accessToken: access, expiresIn: config.accessTokenTtlSeconds, refreshToken: refreshToken, user: user)
     }
 
     /// Signs an access token with the kernel's secret.
@@ -211,14 +208,23 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         SHA256.hash(data: Array(token.utf8)).map { b in (b < 16 ? "0" : "") + String(b, radix: 16) }.joined()
     }
 
-    /// The wire form of an account.
-    static func userJSON(_ u: UserRow) -> JSON {
-        ["id": .string(u.id), "email": .optional(u.email), "createdAt": .string(Timestamp(milliseconds: u.createdAt).description),
-         "identities": .array(u.identities.map(JSON.string))]
+    /// Storage reads and commits, their failures answered as this service's.
+    func storage<T>(_ body: @autoclosure () throws(StorageError) -> T) throws(AuthError) -> T {
+        do { return try body() } catch { throw .storage(error) }
     }
 
-    func commit(_ tx: Transaction) throws(RPCError) {
-        try store.apply(tx)
+    func commit(_ tx: Transaction) throws(AuthError) {
+        try storage(try store.commit(tx))
+    }
+
+    /// The account `id`, if it exists.
+    func account(_ id: String) throws(AuthError) -> UserRow? {
+        try storage(try tables.users.get(user: id, key: Self.profileKey))
+    }
+
+    /// The holder of `key`, if anyone.
+    private func owner(of key: UniqueKey) throws(AuthError) -> String? {
+        try storage(try store.holder(of: key))
     }
 
     // MARK: Accounts
@@ -234,10 +240,8 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         return email
     }
 
-    func signUp(email: String, password: String, now: Timestamp) throws(RPCError) -> JSON {
-        guard try store.owner(of: .email(email)) == nil else {
-            throw RPCError.conflict("email_taken", "An account with this email already exists")
-        }
+    func signUp(email: String, password: String, now: Timestamp) throws(AuthError) -> SignedIn {
+        guard try owner(of: .email(email)) == nil else { throw .emailTaken }
         let user = UserRow(id: Identifiers.uuid(), email: email, createdAt: now.milliseconds, identities: ["password"],
                            passwordHash: Passwords.hash(password))
         var tx = Transaction()
@@ -248,17 +252,15 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         return session
     }
 
-    func signIn(email: String, password: String, now: Timestamp) throws(RPCError) -> JSON {
+    func signIn(email: String, password: String, now: Timestamp) throws(AuthError) -> SignedIn {
         let recent = (failures[email] ?? []).filter { now.milliseconds - $0 < Self.failureWindowMs }
         failures[email] = recent.isEmpty ? nil : recent
-        guard recent.count < Self.maxFailures else {
-            throw RPCError.rateLimited("Too many failed sign-ins for this email; try again later")
-        }
-        let user = try store.owner(of: .email(email)).map { (id) throws(RPCError) in try tables.users.row(user: id, key: Self.profileKey) } ?? nil
+        guard recent.count < Self.maxFailures else { throw .tooManyAttempts }
+        let user = try owner(of: .email(email)).map { (id) throws(AuthError) in try account(id) } ?? nil
         let ok = Passwords.verify(password, against: user?.passwordHash ?? Passwords.decoy)
         guard ok, let user, user.passwordHash != nil else {
             failures[email, default: []].append(now.milliseconds)
-            throw RPCError.unauthorized("invalid_credentials", "Invalid login credentials")
+            throw .invalidCredentials
         }
         failures[email] = nil
         var tx = Transaction()
@@ -267,21 +269,22 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         return session
     }
 
-    func refresh(_ token: String, now: Timestamp) throws(RPCError) -> JSON {
-        let invalid = RPCError.unauthorized("invalid_token", "The refresh token is not valid")
+    func refresh(_ token: String, now: Timestamp) throws(AuthError) -> SignedIn {
         guard let dot = token.firstIndex(of: "."), let userId = Identifiers.canonicalUUID(String(token[..<dot])),
-              let row = try tables.refresh.row(user: userId, key: Self.digest(token)),
-              let user = try tables.users.row(user: userId, key: Self.profileKey),
-              var session = try tables.sessions.row(user: userId, key: row.sessionId), !session.revoked else { throw invalid }
+              let row = try storage(try tables.refresh.get(user: userId, key: Self.digest(token))),
+              let user = try account(userId),
+              var session = try storage(try tables.sessions.get(user: userId, key: row.sessionId)), !session.revoked else {
+            throw .invalidRefreshToken
+        }
         var tx = Transaction()
         if row.spent {
             // A spent token presented again has leaked: end the whole session (GoTrue's reuse detection).
             session.revoked = true
             tx.put(tables.sessions, user: userId, key: row.sessionId, session)
             try commit(tx)
-            throw RPCError.unauthorized("invalid_token", "The refresh token was already used; the session is revoked")
+            throw .refreshTokenReused
         }
-        guard now.seconds <= row.expiresAt else { throw RPCError.unauthorized("expired_token", "The refresh token has expired") }
+        guard now.seconds <= row.expiresAt else { throw .refreshTokenExpired }
         var spent = row
         spent.spent = true
         tx.put(tables.refresh, user: userId, key: Self.digest(token), spent)
@@ -290,11 +293,12 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         return result
     }
 
-    func signOut(_ identity: Identity, all: Bool) throws(RPCError) -> Int {
+    func signOut(_ identity: Identity, all: Bool) throws(AuthError) -> Int {
         guard let userId = identity.userId else { return 0 }
         var tx = Transaction()
         var revoked = 0
-        for (sid, var session) in try tables.sessions.rows(user: userId) where !session.revoked && (all || sid == identity.sessionId) {
+        let sessions = try storage(try tables.sessions.rows(of: userId))
+        for (sid, var session) in sessions where !session.revoked && (all || sid == identity.sessionId) {
             session.revoked = true
             tx.put(tables.sessions, user: userId, key: sid, session)
             revoked += 1
@@ -303,17 +307,13 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         return revoked
     }
 
-    func user(_ identity: Identity) throws(RPCError) -> JSON {
-        guard let id = identity.userId, let user = try tables.users.row(user: id, key: Self.profileKey) else {
-            throw RPCError.notFound("No such user")
-        }
-        return Self.userJSON(user)
+    func user(_ identity: Identity) throws(AuthError) -> UserRow {
+        guard let id = identity.userId, let user = try account(id) else { throw .noSuchUser }
+        return user
     }
 
-    func deleteUser(_ identity: Identity) throws(RPCError) {
-        guard let id = identity.userId, try tables.users.row(user: id, key: Self.profileKey) != nil else {
-            throw RPCError.notFound("No such user")
-        }
+    func deleteUser(_ identity: Identity) throws(AuthError) {
+        guard let id = identity.userId, try account(id) != nil else { throw .noSuchUser }
         var tx = Transaction()
         tx.deleteUser(id)  // every row in the user's partition, in every domain's tables, and its unique keys
         try commit(tx)
@@ -323,24 +323,22 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     // MARK: Identity providers
 
     /// Verifies an OpenID Connect id token from `provider`, then finds or creates the linked account.
-    func exchange(provider name: String, idToken: String, now: Timestamp) throws(RPCError) -> JSON {
+    func exchange(provider name: String, idToken: String, now: Timestamp) throws(AuthError) -> SignedIn {
         guard let provider = config.providers.first(where: { $0.name == name }), let keys = providerKeys[name] else {
-            throw RPCError.invalidParams("params.provider", reason: "out_of_range", "params.provider is not a configured provider")
+            throw .unknownProvider
         }
         let claims: (sub: String, email: String?)
         do {
             claims = try Self.verifyIDToken(idToken, provider: provider, keys: keys, now: now)
         } catch {
-            let reason = error.reason == "malformed_jws" ? "malformed_jws" : "invalid_signature"
-            throw RPCError.verificationFailed(reason, "The id token does not verify: \(error.message)")
+            throw .idTokenRejected(malformed: error.reason == "malformed_jws", detail: error.message)
         }
         let identity = UniqueKey.identity(name, claims.sub)
         var tx = Transaction()
         var user: UserRow
-        if let linked = try store.owner(of: identity), let existing = try tables.users.row(user: linked, key: Self.profileKey) {
+        if let linked = try owner(of: identity), let existing = try account(linked) {
             user = existing
-        } else if let email = claims.email, let byEmail = try store.owner(of: .email(email)),
-                  var existing = try tables.users.row(user: byEmail, key: Self.profileKey) {
+        } else if let email = claims.email, let byEmail = try owner(of: .email(email)), var existing = try account(byEmail) {
             // A verified email that matches an account links the provider to it.
             if !existing.identities.contains(name) { existing.identities.append(name) }
             tx.put(tables.users, user: existing.id, key: Self.profileKey, existing)
@@ -392,19 +390,20 @@ public final class AuthService: Authenticator, @unchecked Sendable {
 
 extension AuthService {
     /// The id of the account with `email`, if any.
-    public func userID(forEmail raw: String) throws(RPCError) -> String? {
+    public func userID(forEmail raw: String) throws(AuthError) -> String? {
         guard let email = Self.normalizeEmail(raw) else { return nil }
-        return try store.owner(of: .email(email))
+        return try owner(of: .email(email))
     }
 
     /// Moves the email and identity lookups of a data dir written before 0.2 (rows of `auth.index` in a
     /// shared `*` partition) into unique keys held by their users; lookups of users that no longer exist
     /// are dropped. Runs at every start; does nothing once a snapshot holds the moved keys.
-    public func upgradeLegacyIndex() throws(RPCError) {
+    public func upgradeLegacyIndex() throws(AuthError) {
         var tx = Transaction()
-        for (key, row) in try tables.legacyIndex.rows(user: Self.legacyShared) {
+        let rows = try storage(try tables.legacyIndex.rows(of: Self.legacyShared))
+        for (key, row) in rows {
             tx.delete(tables.legacyIndex, user: Self.legacyShared, key: key)
-            guard try tables.users.row(user: row.userId, key: Self.profileKey) != nil else { continue }
+            guard try account(row.userId) != nil else { continue }
             if key.hasPrefix("email:") {
                 tx.claim(.email(String(key.dropFirst(6))), for: row.userId)
             } else if key.hasPrefix("identity:") {
@@ -439,4 +438,34 @@ public struct TokenMinter {
     public func mint(sub: String?, role: String, now: Timestamp) -> String {
         AuthService.claims(sub: sub, role: role, sessionId: nil, email: nil, ttl: ttl, now: now, key: key)
     }
+}
+
+// MARK: What the service answers
+
+/// Why the service refuses a request; the method layer says it on the wire.
+public enum AuthError: Error, Equatable {
+    case emailTaken
+    /// Too many failed sign-ins for this email lately.
+    case tooManyAttempts
+    case invalidCredentials
+    case invalidRefreshToken
+    /// A spent refresh token came back: its session is now revoked.
+    case refreshTokenReused
+    case refreshTokenExpired
+    case noSuchUser
+    /// Not a provider of the configuration.
+    case unknownProvider
+    /// The provider's id token does not verify.
+    case idTokenRejected(malformed: Bool, detail: String)
+    /// Storage failed; nothing changed.
+    case storage(StorageError)
+}
+
+/// A signed-in session: its tokens and its account.
+struct SignedIn: Sendable {
+    let accessToken: String
+    /// Seconds the access token lives.
+    let expiresIn: Int
+    let refreshToken: String
+    let user: UserRow
 }

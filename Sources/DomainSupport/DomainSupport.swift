@@ -27,50 +27,6 @@ extension CallContext {
 /// `includeData`); nil when the entity no longer exists.
 public typealias EntityRenderer = (_ user: String, _ id: String, _ now: Timestamp) throws(RPCError) -> JSON?
 
-/// What domains do with storage, with its failures answered as RPC errors (-32050: nothing changed).
-extension Storage {
-    /// Commits a request's unit of work.
-    public func apply(_ tx: Transaction) throws(RPCError) {
-        do {
-            try commit(tx)
-        } catch {
-            throw RPCError.from(error)
-        }
-    }
-
-    /// The user holding `key`, if anyone.
-    public func owner(of key: UniqueKey) throws(RPCError) -> String? {
-        do {
-            return try holder(of: key)
-        } catch {
-            throw RPCError.from(error)
-        }
-    }
-}
-
-extension StorageTable {
-    /// Row `key` of `user`.
-    @inlinable
-    public func row(user: String, key: String) throws(RPCError) -> Row? {
-        do {
-            return try get(user: user, key: key)
-        } catch {
-            throw RPCError.from(error)
-        }
-    }
-
-    /// Rows of `user` in key order (or reverse), as `scan` gives them.
-    @inlinable
-    public func rows(user: String, from: String? = nil, to: String? = nil, after: String? = nil, reverse: Bool = false,
-                     limit: Int = .max) throws(RPCError) -> [(key: String, row: Row)] {
-        do {
-            return try scan(user: user, from: from, to: to, after: after, reverse: reverse, limit: limit)
-        } catch {
-            throw RPCError.from(error)
-        }
-    }
-}
-
 extension CalendarDate: FieldDecodable {
     /// A `YYYY-MM-DD` string naming a day that exists; else `invalid_date`.
     public static func decode(_ value: JSON, at path: String) throws(FieldError) -> CalendarDate {

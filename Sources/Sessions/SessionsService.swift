@@ -165,7 +165,7 @@ public final class SessionsService: @unchecked Sendable {
     // MARK: Stats
 
     func stats(_ user: String, zone: Zone, now: Timestamp) throws(SessionsError) -> SessionStats {
-        let rows = try storage(try tables.records.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).map(\.row)
+        let rows = try storage(try tables.records.rows(of: user)).map(\.row)
         let today = zone.localDate(at: now)
         var days = Set<CalendarDate>()
         var stats = SessionStats()

@@ -191,15 +191,15 @@ struct IDClaims: JWTPayload {
         let h = try AuthHarness()
         _ = try h.service.signUp(email: "ann@example.com", password: "right password", now: t0)
         for i in 0..<5 {
-            #expect(throws: RPCError.unauthorized("invalid_credentials", "Invalid login credentials")) {
+            #expect(throws: AuthError.invalidCredentials) {
                 _ = try h.service.signIn(email: "ann@example.com", password: "wrong \(i)", now: t0)
             }
         }
-        #expect(throws: RPCError.rateLimited("Too many failed sign-ins for this email; try again later")) {
+        #expect(throws: AuthError.tooManyAttempts) {
             _ = try h.service.signIn(email: "ann@example.com", password: "right password", now: t0.adding(seconds: 60))
         }
         // Other emails are not affected, and the window passes.
-        #expect(throws: RPCError.unauthorized("invalid_credentials", "Invalid login credentials")) {
+        #expect(throws: AuthError.invalidCredentials) {
             _ = try h.service.signIn(email: "bob@example.com", password: "whatever1", now: t0)
         }
         _ = try h.service.signIn(email: "ann@example.com", password: "right password", now: t0.adding(seconds: 15 * 60 + 1))
@@ -227,12 +227,12 @@ struct IDClaims: JWTPayload {
     @Test func expiredRefreshTokenIsRefused() throws {
         let h = try AuthHarness({ $0.refreshTokenTtlSeconds = 3600 })
         let session = try h.service.signUp(email: "ann@example.com", password: "right password", now: t0)
-        let refresh = try #require(session["refreshToken"]?.stringValue)
-        #expect(throws: RPCError.unauthorized("expired_token", "The refresh token has expired")) {
+        let refresh = session.refreshToken
+        #expect(throws: AuthError.refreshTokenExpired) {
             _ = try h.service.refresh(refresh, now: t0.adding(seconds: 3601))
         }
-        #expect(throws: RPCError.self) { _ = try h.service.refresh(refresh + "x", now: t0) }
-        #expect(throws: RPCError.self) { _ = try h.service.refresh("not-a-token", now: t0) }
+        #expect(throws: AuthError.invalidRefreshToken) { _ = try h.service.refresh(refresh + "x", now: t0) }
+        #expect(throws: AuthError.invalidRefreshToken) { _ = try h.service.refresh("not-a-token", now: t0) }
     }
 }
 
@@ -271,7 +271,7 @@ struct IDClaims: JWTPayload {
             _ = try h.service.exchange(provider: provider, idToken: token, now: t0)
             return nil
         } catch {
-            return "\(error.code) \(error.reason)"
+            return "\(error.rpc.code) \(error.rpc.reason)"
         }
     }
 
@@ -279,9 +279,9 @@ struct IDClaims: JWTPayload {
         let h = try harness()
         let first = try h.service.exchange(provider: "google", idToken: try await sign(googleClaims()), now: t0)
         let again = try h.service.exchange(provider: "google", idToken: try await sign(googleClaims()), now: t0)
-        #expect(first["user"]?["id"] == again["user"]?["id"])
-        #expect(first["user"]?["identities"] == ["google"])
-        #expect(first["user"]?["email"] == "ann@example.com")
+        #expect(first.user.id == again.user.id)
+        #expect(first.user.identities == ["google"])
+        #expect(first.user.email == "ann@example.com")
         #expect(h.service.userCount == 1)
     }
 
@@ -289,12 +289,12 @@ struct IDClaims: JWTPayload {
         let h = try harness()
         let signedUp = try h.service.signUp(email: "ann@example.com", password: "right password", now: t0)
         let linked = try h.service.exchange(provider: "google", idToken: try await sign(googleClaims()), now: t0)
-        #expect(linked["user"]?["id"] == signedUp["user"]?["id"])
-        #expect(linked["user"]?["identities"] == ["password", "google"])
+        #expect(linked.user.id == signedUp.user.id)
+        #expect(linked.user.identities == ["password", "google"])
         // An unverified email creates a separate account instead.
         let other = try h.service.exchange(provider: "google", idToken: try await sign(googleClaims(sub: "g-999", verified: false)), now: t0)
-        #expect(other["user"]?["id"] != signedUp["user"]?["id"])
-        #expect(other["user"]?["email"] == .null)
+        #expect(other.user.id != signedUp.user.id)
+        #expect(other.user.email == nil)
     }
 
     @Test func tokensThatDoNotVerifyAreRefused() async throws {
