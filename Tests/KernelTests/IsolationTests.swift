@@ -26,6 +26,7 @@ import Testing
         "sessions.list": ["limit": 10],
         "sessions.delete": ["sessionId": "OWN_SESSION"],
         "sessions.stats": ["timezone": "Europe/Berlin"],
+        "sync.changes": ["limit": 1000, "includeData": true],
     ]
     /// A method's sample params, with "OWNER" replaced by a marker of the user who sends them.
     static func params(_ method: String, owner: String, session: String) -> JSONObject {
