@@ -23,6 +23,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.0"),
         .package(url: "https://github.com/apple/swift-crypto", "4.1.0"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
     ],
     targets: [
         .systemLibrary(
@@ -48,6 +50,16 @@ let package = Package(
         .target(
             name: "Sync",
             dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: optimized
+        ),
+        .target(
+            name: "Subscriptions",
+            dependencies: [
+                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "DomainSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ],
             swiftSettings: optimized
         ),
         .target(
@@ -87,6 +99,15 @@ let package = Package(
             name: "AuthTests",
             dependencies: ["Auth", "Storage", "Store", "JSON", "JSONRPC", "Chrono", "DomainSupport", "TestSupport",
                            .product(name: "JWTKit", package: "jwt-kit")]
+        ),
+        .testTarget(
+            name: "SubscriptionsTests",
+            dependencies: [
+                "Subscriptions", "JSON", "JSONParsing", "Chrono", "DomainSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
         ),
         .testTarget(
             name: "KernelTests",
