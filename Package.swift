@@ -40,16 +40,20 @@ let package = Package(
         .target(name: "CCRC32C"),
         .target(name: "Storage", dependencies: ["JSON"], swiftSettings: optimized),
         .target(name: "Store", dependencies: ["JSON", "JSONParsing", "Chrono", "Threads", "CCRC32C", "Storage"], swiftSettings: optimized),
-        .target(name: "DomainSupport", dependencies: ["JSON", "JSONRPC", "Chrono", "Storage"], swiftSettings: optimized),
+        .target(
+            name: "DomainSupport",
+            dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: optimized
+        ),
         .target(name: "ScreenTime", dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport"], swiftSettings: optimized),
         .target(
             name: "Sessions",
-            dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport"],
             swiftSettings: optimized
         ),
         .target(
             name: "Sync",
-            dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport"],
             swiftSettings: optimized
         ),
         .target(

@@ -1,5 +1,4 @@
 import Chrono
-import Crypto
 import DomainSupport
 import Storage
 
@@ -8,13 +7,13 @@ public final class SessionsService: @unchecked Sendable {
     static let timerKey = "active"
     let store: any Storage
     let tables: SessionTables
-    private let cursorKey: SymmetricKey
+    private let cursors: CursorSeal
 
     /// A service over `tables`; `cursorSecret` signs list cursors so a tampered one is refused.
     public init(store: any Storage, tables: SessionTables, cursorSecret: [UInt8]) {
         self.store = store
         self.tables = tables
-        self.cursorKey = SymmetricKey(data: SHA256.hash(data: Array("healthkernel sessions cursor".utf8) + cursorSecret))
+        cursors = CursorSeal(purpose: "sessions", secret: cursorSecret)
     }
 
     /// Storage reads and commits, their failures answered as this domain's.
@@ -134,18 +133,11 @@ public final class SessionsService: @unchecked Sendable {
     }
 
     func encodeCursor(_ p: Position) -> String {
-        let payload = Array("\(p.startTime):\(p.sessionId)".utf8)
-        let tag = HMAC<SHA256>.authenticationCode(for: payload, using: cursorKey).prefix(16)
-        return Base64URL.encode(payload + [0x7C] + tag)
+        cursors.seal("\(p.startTime):\(p.sessionId)")
     }
 
-    func decodeCursor(_ text: String) -> Position? {
-        guard text.utf8.count <= 512, let bytes = Base64URL.decode(Array(text.utf8)), bytes.count > 17,
-              bytes[bytes.count - 17] == 0x7C else { return nil }
-        let payload = Array(bytes[..<(bytes.count - 17)])
-        guard HMAC<SHA256>.authenticationCode(for: payload, using: cursorKey).prefix(16).elementsEqual(bytes.suffix(16)) else { return nil }
-        let text = String(decoding: payload, as: UTF8.self)
-        guard let colon = text.firstIndex(of: ":"), let t = Int64(text[..<colon]) else { return nil }
+    func decodeCursor(_ cursor: String) -> Position? {
+        guard let text = cursors.open(cursor), let colon = text.firstIndex(of: ":"), let t = Int64(text[..<colon]) else { return nil }
         return Position(startTime: t, sessionId: String(text[text.index(after: colon)...]))
     }
 

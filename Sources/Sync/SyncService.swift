@@ -1,5 +1,4 @@
 import Chrono
-import Crypto
 import DomainSupport
 import JSON
 import JSONRPC
@@ -12,13 +11,13 @@ public final class SyncService: @unchecked Sendable {
     let store: any Storage
     /// How each entity is shown with `includeData`, by entity name: the record as its read method gives it.
     let renderers: EntityRenderers
-    private let cursorKey: SymmetricKey
+    private let cursors: CursorSeal
 
     /// A service over `store`'s feed; `cursorSecret` signs cursors so a foreign or altered one is refused.
     public init(store: any Storage, renderers: EntityRenderers, cursorSecret: [UInt8]) {
         self.store = store
         self.renderers = renderers
-        cursorKey = SymmetricKey(data: SHA256.hash(data: Array("healthkernel sync cursor".utf8) + cursorSecret))
+        cursors = CursorSeal(purpose: "sync", secret: cursorSecret)
     }
 
     /// The entity names a feed can hold.
@@ -29,20 +28,11 @@ public final class SyncService: @unchecked Sendable {
     /// A cursor: the feed position, and a tag binding it to the user (a cursor of another user, or one
     /// changed by hand, does not verify).
     func encodeCursor(user: String, position: UInt64) -> String {
-        let payload = Array(String(position).utf8)
-        return Base64URL.encode(payload + [0x7C] + tag(user, payload))
+        cursors.seal(String(position), user: user)
     }
 
     func decodeCursor(user: String, _ text: String) -> UInt64? {
-        guard text.utf8.count <= 128, let bytes = Base64URL.decode(Array(text.utf8)), bytes.count > 17,
-              bytes[bytes.count - 17] == 0x7C else { return nil }
-        let payload = Array(bytes[..<(bytes.count - 17)])
-        guard tag(user, payload).elementsEqual(bytes.suffix(16)) else { return nil }
-        return UInt64(String(decoding: payload, as: UTF8.self))
-    }
-
-    private func tag(_ user: String, _ payload: [UInt8]) -> [UInt8] {
-        Array(HMAC<SHA256>.authenticationCode(for: Array(user.utf8) + [0] + payload, using: cursorKey).prefix(16))
+        cursors.open(text, user: user, maxBytes: 128).flatMap { UInt64($0) }
     }
 
     // MARK: Reading the feed
