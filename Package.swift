@@ -4,7 +4,7 @@ import PackageDescription
 // Layers, imports pointing one way:
 // JSON (the value type, its binary form and serializer; pure Swift) -> JSONParsing (text to values with jansson,
 // the only module that touches it, through CJansson) -> (Chrono, Threads, JSONRPC, Store <- CCRC32C) -> DomainSupport
-// -> domains (Auth, ScreenTime, Sessions), which see storage only through Storage (the interface; Store is the
+// -> domains (Auth, ScreenTime, Sessions, Subscriptions, Sync), which see storage only through Storage (the interface; Store is the
 // in-memory implementation with its journal, which only the composition root knows)
 //   -> Kernel (composition root: configuration and the one list of methods) -> healthkernel (executable).
 // jwt-kit is a test dependency only: the tests use it as an independent JWT implementation.
@@ -78,7 +78,7 @@ let package = Package(
         .target(
             name: "Kernel",
             dependencies: [
-                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "Store", "DomainSupport", "Auth", "ScreenTime", "Sessions", "Sync",
+                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "Store", "DomainSupport", "Auth", "ScreenTime", "Sessions", "Subscriptions", "Sync",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: optimized
@@ -92,7 +92,15 @@ let package = Package(
             ],
             swiftSettings: optimized
         ),
-        .target(name: "TestSupport", dependencies: ["Chrono", "Storage", "Store"], path: "Tests/TestSupport"),
+        .target(
+            name: "TestSupport",
+            dependencies: [
+                "Chrono", "JSON", "Storage", "Store",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ],
+            path: "Tests/TestSupport"),
         .testTarget(name: "JSONTests", dependencies: ["JSON", "JSONParsing"]),
         .testTarget(name: "ThreadsTests", dependencies: ["Threads"]),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
@@ -107,7 +115,7 @@ let package = Package(
         .testTarget(
             name: "SubscriptionsTests",
             dependencies: [
-                "Subscriptions", "JSON", "JSONParsing", "Chrono", "DomainSupport",
+                "Subscriptions", "JSON", "JSONParsing", "Chrono", "DomainSupport", "Storage", "Store", "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -115,7 +123,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KernelTests",
-            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Chrono", "Storage", "Store", "healthkernel", "TestSupport"]
+            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Chrono", "Storage", "Store", "Subscriptions", "healthkernel", "TestSupport"]
         ),
     ]
 )

@@ -29,15 +29,38 @@ public protocol DomainConfig: Sendable, Equatable {
     init()
     /// The top-level sections of the config file it reads (say `screentime` and `rewards`).
     static var sections: [String] { get }
-    /// Reads section `name`; unknown keys and bad values are errors naming the key.
-    mutating func read(section name: String, _ reader: inout ObjectReader) throws(FieldError)
+    /// Reads section `name`; unknown keys and bad values are errors naming the key. Files the section
+    /// names are read through `files`.
+    mutating func read(section name: String, _ reader: inout ObjectReader, files: ConfigFiles) throws(FieldError)
+}
+
+/// The files a config file names: paths relative to the config file's folder, read at start-up so that
+/// a missing or bad file stops the kernel with a message naming its key.
+public struct ConfigFiles {
+    /// The config file's path.
+    let configPath: String
+    let readFile: (String) -> [UInt8]?
+
+    public init(configPath: String, readFile: @escaping (String) -> [UInt8]?) {
+        self.configPath = configPath
+        self.readFile = readFile
+    }
+
+    /// `path` as the kernel opens it: absolute, or relative to the config file's folder.
+    public func resolve(_ path: String) -> String {
+        guard !path.hasPrefix("/"), let slash = configPath.lastIndex(of: "/") else { return path }
+        return String(configPath[...slash]) + path
+    }
+
+    /// The bytes of the file at `path` (resolved), or nil if it cannot be read.
+    public func read(_ path: String) -> [UInt8]? { readFile(resolve(path)) }
 }
 
 /// The configuration of a domain that has none.
 public struct NoConfig: DomainConfig {
     public init() {}
     public static var sections: [String] { [] }
-    public mutating func read(section name: String, _ reader: inout ObjectReader) throws(FieldError) {}
+    public mutating func read(section name: String, _ reader: inout ObjectReader, files: ConfigFiles) throws(FieldError) {}
 }
 
 /// What the kernel hands every domain it builds.

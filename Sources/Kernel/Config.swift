@@ -61,11 +61,11 @@ extension KernelConfig {
     /// Builds the configuration: the JSON file (`--config`, else `HEALTHKERNEL_CONFIG`), then the
     /// `HEALTHKERNEL_*` environment variables, then flags. `readFile` returns a file's bytes or nil.
     public static func load(overrides: ConfigOverrides, environment: [String: String],
-                            readFile: (String) -> [UInt8]?) throws(ConfigError) -> KernelConfig {
+                            readFile: @escaping (String) -> [UInt8]?) throws(ConfigError) -> KernelConfig {
         var config = KernelConfig()
         if let path = overrides.configFile ?? environment["HEALTHKERNEL_CONFIG"] {
             guard let bytes = readFile(path) else { throw ConfigError("cannot read config file \(path)") }
-            try config.apply(fileBytes: bytes, path: path)
+            try config.apply(fileBytes: bytes, path: path, readFile: readFile)
         }
         try config.apply(environment: environment)
         try config.apply(overrides: overrides)
@@ -73,7 +73,7 @@ extension KernelConfig {
     }
 
     /// Applies a config file's contents; unknown keys and wrong types are errors naming the key.
-    mutating func apply(fileBytes: [UInt8], path: String) throws(ConfigError) {
+    mutating func apply(fileBytes: [UInt8], path: String, readFile: @escaping (String) -> [UInt8]?) throws(ConfigError) {
         let root: JSON
         do {
             root = try JSON.parse(fileBytes)
@@ -83,6 +83,7 @@ extension KernelConfig {
         guard case .object(let object) = root else { throw ConfigError("config file \(path) must hold a JSON object") }
         do throws(FieldError) {
             var top = ObjectReader(object, path: "config")
+            let files = ConfigFiles(configPath: path, readFile: readFile)
             if top.has("kernel") {
                 var kernel = try top.object("kernel")
                 if let v = try kernel.optional("maxLineBytes", in: 1...Int64(Int32.max)) { maxLineBytes = Int(v) }
@@ -96,17 +97,17 @@ extension KernelConfig {
             }
             if top.has("auth") {
                 var auth = try top.object("auth")
-                self.auth = try AuthConfig.read(&auth, resolve: { Self.resolve($0, relativeTo: path) })
+                self.auth = try AuthConfig.read(&auth, resolve: { files.resolve($0) })
             }
             for domain in Kernel.domains {
                 for name in domain.sections where top.has(name) {
                     var section = try top.object(name)
-                    try domain.readSection(name, &section, &domains)
+                    try domain.readSection(name, &section, files, &domains)
                 }
             }
             if top.has("store") {
                 var store = try top.object("store")
-                if let v: String = try store.optional("dataDir") { dataDir = Self.resolve(v, relativeTo: path) }
+                if let v: String = try store.optional("dataDir") { dataDir = files.resolve(v) }
                 if let v: Bool = try store.optional("memoryOnly") { memoryOnly = v }
                 if let v: String = try store.optional("fsync") {
                     guard let mode = FsyncMode(rawValue: v) else {
@@ -176,11 +177,5 @@ extension KernelConfig {
             throw ConfigError("\(source) must be one of \(Self.logLevels.joined(separator: ", "))")
         }
         logLevel = v
-    }
-
-    /// Paths in a config file are relative to the file's folder.
-    static func resolve(_ path: String, relativeTo file: String) -> String {
-        guard !path.hasPrefix("/"), let slash = file.lastIndex(of: "/") else { return path }
-        return String(file[...slash]) + path
     }
 }

@@ -4,6 +4,7 @@ import JSONRPC
 import ScreenTime
 import Sessions
 import Store
+import Subscriptions
 import Sync
 
 extension Kernel {
@@ -11,6 +12,7 @@ extension Kernel {
     static let domains: [DomainEntry] = [
         .of(ScreenTimeDomain.self),
         .of(SessionsDomain.self),
+        .of(SubscriptionsDomain.self),
         .of(SyncDomain.self),
     ]
 }
@@ -21,7 +23,7 @@ struct DomainEntry: Sendable {
     /// The config file sections it reads.
     let sections: [String]
     /// Reads one of its sections into the configuration.
-    let readSection: @Sendable (String, inout ObjectReader, inout DomainConfigs) throws(FieldError) -> Void
+    let readSection: @Sendable (String, inout ObjectReader, ConfigFiles, inout DomainConfigs) throws(FieldError) -> Void
     /// Registers its tables; returns what builds it once the store has recovered.
     let register: @Sendable (Store) -> (DomainConfigs, DomainContext) -> [RegisteredMethod]
 
@@ -30,9 +32,9 @@ struct DomainEntry: Sendable {
     static func of<D: Domain>(_ domain: D.Type) -> DomainEntry {
         DomainEntry(
             sections: D.Config.sections,
-            readSection: { (name, reader, configs) throws(FieldError) in
+            readSection: { (name, reader, files, configs) throws(FieldError) in
                 var config = configs[D.Config.self]
-                try config.read(section: name, &reader)
+                try config.read(section: name, &reader, files: files)
                 configs[D.Config.self] = config
             },
             register: { store in

@@ -52,7 +52,7 @@ public struct ScreenTimeDomain: Domain {
 extension ScreenTimeConfig: DomainConfig {
     public static var sections: [String] { ["screentime", "rewards"] }
 
-    public mutating func read(section name: String, _ reader: inout ObjectReader) throws(FieldError) {
+    public mutating func read(section name: String, _ reader: inout ObjectReader, files: ConfigFiles) throws(FieldError) {
         if name == "rewards" { try readRewards(&reader) } else { try readScreenTime(&reader) }
     }
 }

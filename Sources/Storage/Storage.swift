@@ -113,6 +113,10 @@ public protocol StorageTable<Row>: TableHandle {
     /// The same over the table's second order (see `Storage.table(_:of:orderedBy:)`).
     func scanOrdered(user: String, from: String?, to: String?, after: String?, reverse: Bool, limit: Int)
         throws(StorageError) -> [(key: String, row: Row)]
+    /// Rows of every user in the table's second order, order keys up to `through`: the first `limit` of
+    /// them, and how many such rows there are in all. For work that spans users, such as the daily
+    /// re-check of every App Store membership, least recently checked first.
+    func scanAllOrdered(through: String, limit: Int) throws(StorageError) -> (rows: [(user: String, key: String, row: Row)], total: Int)
     /// How many users have rows.
     var userCount: Int { get }
 }

@@ -317,8 +317,17 @@ public final class Store: Storage, @unchecked Sendable {
     public func commit(_ tx: Transaction) throws(StorageError) {
         guard !tx.isEmpty else { return }
         if let refuseWrites { throw StorageError.unavailable(refuseWrites) }
-        for case .claim(let key, let user) in tx.entries {
-            if let holder = uniqueKeys.holder(of: key.rowKey), holder != user { throw StorageError.taken(key) }
+        // A key the unit of work releases first may be claimed by another user in it (a hand-over).
+        var released: Set<String> = []
+        for entry in tx.entries {
+            switch entry {
+            case .release(let key, let user) where uniqueKeys.holder(of: key.rowKey) == user:
+                released.insert(key.rowKey)
+            case .claim(let key, let user):
+                if let holder = uniqueKeys.holder(of: key.rowKey), holder != user, !released.contains(key.rowKey) { throw StorageError.taken(key) }
+            default:
+                break
+            }
         }
         // Change i of the record gets feed position `seq << 20 | i` (what replay derives again).
         precondition(tx.entries.count < 1 << Stamp.positionBits, "a unit of work of over a million changes")

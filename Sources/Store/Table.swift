@@ -287,6 +287,22 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         }
     }
 
+    /// Rows of every user in the second order, order keys up to `through`: the first `limit`, and how
+    /// many there are. A scan of every user's index (the in-memory store keeps no cross-user index): fine
+    /// for a daily job, not for a request path.
+    public func scanAllOrdered(through: String, limit: Int) -> (rows: [(user: String, key: String, row: Row)], total: Int) {
+        var total = 0
+        var candidates: [(order: String, user: String, key: String)] = []
+        for (user, index) in ordered {
+            let end = index.upperBound(through)
+            total += end
+            for i in 0..<min(end, limit) { candidates.append((index.keys[i], user, index.rows[i])) }
+        }
+        candidates.sort { ($0.order, $0.user) < ($1.order, $1.user) }
+        let rows = candidates.prefix(limit).compactMap { c in self.rows[c.user]?[c.key].map { (c.user, c.key, $0) } }
+        return (rows, total)
+    }
+
     /// Keeps the second order in step with a row that changed from `old` to `new`.
     @inlinable
     func reorder(_ user: String, _ key: String, old: Row?, new: Row?) {

@@ -27,11 +27,14 @@ import Testing
         "sessions.delete": ["sessionId": "OWN_SESSION"],
         "sessions.stats": ["timezone": "Europe/Berlin"],
         "sync.changes": ["limit": 1000, "includeData": true],
+        "subscriptions.verify": ["provider": "apple", "productId": "premium.yearly", "receipt": "RECEIPT_OWNER"],
     ]
+
     /// A method's sample params, with "OWNER" replaced by a marker of the user who sends them.
-    static func params(_ method: String, owner: String, session: String) -> JSONObject {
-        let text = (sampleParams[method] ?? [:]).serialized.replacingOccurrences(of: "OWNER", with: owner)
-            .replacingOccurrences(of: "OWN_SESSION", with: session)
+    /// `receipts` holds each owner's own App Store purchase (bought for that user: appAccountToken).
+    static func params(_ method: String, owner: String, session: String, receipts: [String: String]) -> JSONObject {
+        let text = (sampleParams[method] ?? [:]).serialized.replacingOccurrences(of: "RECEIPT_OWNER", with: receipts[owner] ?? "")
+            .replacingOccurrences(of: "OWNER", with: owner).replacingOccurrences(of: "OWN_SESSION", with: session)
         return (try? JSON.parse(text))?.objectValue ?? JSONObject()
     }
 
@@ -39,7 +42,7 @@ import Testing
     static let runLast: Set<String> = ["auth.signOut", "auth.deleteUser"]
 
     @Test func userAcannotReachUserB() throws {
-        let kernel = try makeKernel()
+        let kernel = try makeKernel(AppStoreSetup.configure)
         var connection = kernel.connection()
         var nextID = 0
         func call(_ method: String, _ params: JSON) -> JSON {
@@ -55,13 +58,16 @@ import Testing
         #expect(a?["accessToken"] != nil)
         let tokenB = try #require(b?["accessToken"]?.stringValue)
         let idB = try #require(b?["user"]?["id"]?.stringValue)
+        let idA = try #require(a?["user"]?["id"]?.stringValue)
+        let receipts = ["A-marker": AppStoreSetup.receipt(original: "A-purchase", token: idA),
+                         "B-marker": AppStoreSetup.receipt(original: "B-purchase", token: idB)]
         let userMethods = kernel.registry.methods.filter { $0.auth == .user }
         #expect(userMethods.count >= 3)
         let ordered = userMethods.filter { !Self.runLast.contains($0.name) } + userMethods.filter { Self.runLast.contains($0.name) }
         // B first uses every method, so that B has data in every table for A to (fail to) reach.
         var sessionB = ""
         for method in ordered where !Self.runLast.contains(method.name) && method.name != "sessions.delete" {
-            var params = Self.params(method.name, owner: "B-marker", session: sessionB)
+            var params = Self.params(method.name, owner: "B-marker", session: sessionB, receipts: receipts)
             params["auth"] = .string(tokenB)
             let response = call(method.name, .object(params))
             #expect(response["result"] != nil, "\(method.name) failed for B")
@@ -74,8 +80,14 @@ import Testing
             // A fresh session each time, since some methods end the previous one.
             let signIn = call("auth.signIn", ["email": "a@example.com", "password": "password-a"])
             let tokenA = try #require(signIn["result"]?["accessToken"]?.stringValue)
-            var params = Self.params(method.name, owner: "A-marker", session: sessionA)
+            var params = Self.params(method.name, owner: "A-marker", session: sessionA, receipts: receipts)
             params["auth"] = .string(tokenA)
+            if method.name == "subscriptions.verify" {
+                // B's purchase, with A's token, belongs to another account.
+                var theirs = params
+                theirs["receipt"] = .string(receipts["B-marker"]!)
+                #expect(call(method.name, .object(theirs))["error"]?["code"] == -32009, "A took B's purchase")
+            }
             if params["sessionId"] != nil {
                 // B's session id, with A's token, is not found: A is never told it exists.
                 var theirs = params

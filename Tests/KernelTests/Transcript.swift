@@ -37,9 +37,10 @@ struct Transcript: CustomStringConvertible {
     }
 
     /// Runs the transcript: `exchange(line, n)` sends one line and returns the next `n` response lines.
+    /// `given` are variables set before the first line (data the test makes, such as signed receipts).
     /// Returns the differences (empty when it matches) and every (request, response) pair seen.
-    func run(_ exchange: (String, Int) -> [String]) -> (problems: [String], pairs: [(JSON, JSON)]) {
-        var variables: [String: String] = [:]
+    func run(given: [String: String] = [:], _ exchange: (String, Int) -> [String]) -> (problems: [String], pairs: [(JSON, JSON)]) {
+        var variables = given
         var problems: [String] = []
         var pairs: [(JSON, JSON)] = []
         for (index, step) in steps.enumerated() {

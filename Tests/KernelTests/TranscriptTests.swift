@@ -12,9 +12,9 @@ import Testing
 
     @Test(arguments: Transcript.all())
     func inProcess(_ transcript: Transcript) throws {
-        let kernel = try makeKernel()
+        let kernel = try makeKernel(AppStoreSetup.configure)
         var connection = kernel.connection()
-        let (problems, pairs) = transcript.run { line, _ in
+        let (problems, pairs) = transcript.run(given: AppStoreSetup.transcriptVariables()) { line, _ in
             connection.receive(Array((line + "\n").utf8))
             _ = connection.endBatch()
             defer { connection.output.removeAll() }
@@ -28,8 +28,9 @@ import Testing
 
     @Test(arguments: Transcript.all())
     func againstTheBinary(_ transcript: Transcript) throws {
-        let k = try LiveKernel(["serve", "--memory-only", "--log-level", "error", "--jwt-secret", testSecret])
-        let (problems, _) = transcript.run { line, count in
+        let k = try LiveKernel(["serve", "--memory-only", "--log-level", "error", "--jwt-secret", testSecret,
+                                "--config", try AppStoreSetup.configFile()])
+        let (problems, _) = transcript.run(given: AppStoreSetup.transcriptVariables()) { line, count in
             k.send([line])
             return (0..<count).compactMap { _ in k.readRawLine(timeoutSeconds: 10) }
         }

@@ -536,6 +536,26 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         #expect(fourth.store.holder(of: email) == "u2")
         fourth.store.abandon()
     }
+
+    /// A unit of work may release a key and hand it to another user (a purchase's kept notifications
+    /// moving to its owner); a claim of a key it did not release still fails whole.
+    @Test func handOverInOneUnitOfWork() throws {
+        let h = try Harness()
+        let key = UniqueKey("test.notification", "n1")
+        var tx = Transaction()
+        tx.claim(key, for: "pending")
+        try h.store.commit(tx)
+        var steal = Transaction()
+        steal.release(key, of: "someone-else")
+        steal.claim(key, for: "u1")
+        #expect(throws: StorageError.taken(key)) { try h.store.commit(steal) }
+        var handOver = Transaction()
+        handOver.release(key, of: "pending")
+        handOver.claim(key, for: "u1")
+        try h.store.commit(handOver)
+        #expect(h.store.holder(of: key) == "u1")
+        h.store.abandon()
+    }
 }
 
 /// A table's second order follows every change, undo and restart included.
@@ -596,5 +616,24 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         try third.store.commit(delete)
         #expect(third.order().isEmpty)
         third.store.abandon()
+    }
+
+    @Test func acrossUsersInOrderWithATotal() throws {
+        let h = try OrderedHarness()
+        try h.put("u1", "a", "3")
+        try h.put("u2", "b", "1")
+        try h.put("u3", "c", "2")
+        try h.put("u3", "d", "7")
+        func keys(_ through: String, _ limit: Int) -> ([String], Int) {
+            let (rows, total) = h.notes.scanAllOrdered(through: through, limit: limit)
+            return (rows.map { "\($0.user)/\($0.key)" }, total)
+        }
+        #expect(keys("5", 10) == (["u2/b", "u3/c", "u1/a"], 3))
+        #expect(keys("5", 2) == (["u2/b", "u3/c"], 3))
+        #expect(keys("~", 1) == (["u2/b"], 4))
+        #expect(keys("0", 5) == ([], 0))
+        try h.put("u2", "b", "8")  // moved to the end
+        #expect(keys("~", 5).0 == ["u3/c", "u1/a", "u3/d", "u2/b"])
+        h.store.abandon()
     }
 }

@@ -1,0 +1,117 @@
+import JSON
+
+/// What a verified StoreKit 2 transaction (`JWSTransactionDecodedPayload`) says, as far as a membership
+/// cares. Apple's dates are milliseconds since 1970 (Xcode writes fractions; they are truncated).
+public struct AppleTransaction: Equatable, Sendable {
+    public var transactionId: String
+    public var originalTransactionId: String
+    public var productId: String
+    public var bundleId: String
+    public var environment: String
+    /// `Auto-Renewable Subscription`, `Non-Renewing Subscription`, `Non-Consumable` or `Consumable`.
+    public var type: String?
+    public var purchaseDate: Int64
+    public var expiresDate: Int64?
+    public var revocationDate: Int64?
+    public var signedDate: Int64
+    public var appAccountToken: String?
+
+    /// The facts of `payload`, or nil naming the first missing or mistyped field.
+    public static func read(_ payload: JSONObject) -> Result<AppleTransaction, PayloadError> {
+        do throws(PayloadError) {
+            let p = PayloadReader(payload, "transaction")
+            return .success(AppleTransaction(
+                transactionId: try p.id("transactionId"), originalTransactionId: try p.id("originalTransactionId"),
+                productId: try p.string("productId"), bundleId: try p.string("bundleId"), environment: try p.string("environment"),
+                type: p.optionalString("type"), purchaseDate: try p.date("purchaseDate"), expiresDate: p.optionalDate("expiresDate"),
+                revocationDate: p.optionalDate("revocationDate"), signedDate: try p.date("signedDate"),
+                appAccountToken: p.optionalString("appAccountToken")))
+        } catch {
+            return .failure(error)
+        }
+    }
+}
+
+/// What verified renewal info (`JWSRenewalInfoDecodedPayload`) says.
+public struct AppleRenewal: Equatable, Sendable {
+    public var originalTransactionId: String
+    public var environment: String?
+    /// 1: the subscription renews automatically; 0: it ends with the period.
+    public var autoRenewStatus: Int64?
+    public var gracePeriodExpiresDate: Int64?
+    public var signedDate: Int64
+
+    public static func read(_ payload: JSONObject) -> Result<AppleRenewal, PayloadError> {
+        do throws(PayloadError) {
+            let p = PayloadReader(payload, "renewal info")
+            return .success(AppleRenewal(
+                originalTransactionId: try p.id("originalTransactionId"), environment: p.optionalString("environment"),
+                autoRenewStatus: p.optionalDate("autoRenewStatus"), gracePeriodExpiresDate: p.optionalDate("gracePeriodExpiresDate"),
+                signedDate: try p.date("signedDate")))
+        } catch {
+            return .failure(error)
+        }
+    }
+}
+
+/// A verified payload that lacks a field the kernel needs.
+public struct PayloadError: Error, Equatable, Sendable {
+    public let message: String
+}
+
+/// Reads fields of a decoded Apple payload.
+struct PayloadReader {
+    let object: JSONObject
+    let what: String
+
+    init(_ object: JSONObject, _ what: String) {
+        self.object = object
+        self.what = what
+    }
+
+    func string(_ key: String) throws(PayloadError) -> String {
+        guard let s = object[key]?.stringValue, !s.isEmpty else { throw PayloadError(message: "the \(what) has no \(key)") }
+        return s
+    }
+
+    func optionalString(_ key: String) -> String? { object[key]?.stringValue }
+
+    /// Ids are strings in Apple's payloads; old ones were numbers.
+    func id(_ key: String) throws(PayloadError) -> String {
+        if let i = object[key]?.intValue { return String(i) }
+        return try string(key)
+    }
+
+    func date(_ key: String) throws(PayloadError) -> Int64 {
+        guard let d = optionalDate(key) else { throw PayloadError(message: "the \(what) has no \(key) in milliseconds") }
+        return d
+    }
+
+    func optionalDate(_ key: String) -> Int64? {
+        switch object[key] {
+        case .int(let i)?: return i
+        case .double(let d)? where d.isFinite && abs(d) < 9e15: return Int64(d)
+        default: return nil
+        }
+    }
+}
+
+/// A verified App Store Server Notification V2, with its signed transaction and renewal info verified too.
+public struct AppleNotification: Equatable, Sendable {
+    public var notificationUUID: String
+    public var type: String
+    public var subtype: String?
+    public var signedDate: Int64?
+    /// `data.status`: Apple's subscription status 1-5, when the notification carries it.
+    public var status: Int64?
+    public var transaction: AppleTransaction?
+    /// The transaction's JWS, kept as the membership's receipt when it is applied.
+    public var transactionJWS: String?
+    public var renewal: AppleRenewal?
+
+    /// The instant that orders this notification against the state already applied: the signed date of
+    /// its transaction (else its renewal info, else itself).
+    public var order: Int64? { transaction?.signedDate ?? renewal?.signedDate ?? signedDate }
+
+    public var originalTransactionId: String? { transaction?.originalTransactionId ?? renewal?.originalTransactionId }
+}

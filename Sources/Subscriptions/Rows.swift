@@ -1,0 +1,167 @@
+import DomainSupport
+import JSON
+import Storage
+
+/// A purchase's membership (`subscriptions.memberships`, key: its `originalTransactionId`): the state
+/// last applied from a verified transaction or notification, and the receipt it came from.
+public struct MembershipRow: StoredRow {
+    /// `active`, `grace_period`, `billing_retry` or `inactive`, as of the last write (the clock may have
+    /// moved it on since: see `MembershipRules.current`).
+    public var status: String
+    /// Why it is inactive: `expired` or `revoked`.
+    public var error: String?
+    public var productId: String
+    public var transactionId: String
+    public var environment: String
+    public var purchaseDate: Int64
+    /// The end of the current period; nil for a purchase that never ends (non-consumable).
+    public var expiresDate: Int64?
+    /// The end of the billing grace period, from renewal info.
+    public var gracePeriodEnd: Int64?
+    /// Whether the subscription renews, from renewal info.
+    public var autoRenew: Bool?
+    /// The signed date of the newest signed data applied: older data never rolls the state back.
+    public var signedDate: Int64
+    /// The latest verified transaction JWS.
+    public var receipt: String
+    public var updatedAt: Int64
+
+    public init(status: String, error: String?, productId: String, transactionId: String, environment: String, purchaseDate: Int64,
+                expiresDate: Int64?, gracePeriodEnd: Int64?, autoRenew: Bool?, signedDate: Int64, receipt: String, updatedAt: Int64) {
+        self.status = status
+        self.error = error
+        self.productId = productId
+        self.transactionId = transactionId
+        self.environment = environment
+        self.purchaseDate = purchaseDate
+        self.expiresDate = expiresDate
+        self.gracePeriodEnd = gracePeriodEnd
+        self.autoRenew = autoRenew
+        self.signedDate = signedDate
+        self.receipt = receipt
+        self.updatedAt = updatedAt
+    }
+
+    public init(stored: JSON) throws(StorageError) {
+        let f = try StoredFields(stored, "membership")
+        status = try f.string("status")
+        error = f.optionalString("error")
+        productId = try f.string("productId")
+        transactionId = try f.string("transactionId")
+        environment = try f.string("environment")
+        purchaseDate = try f.int("purchaseDate")
+        expiresDate = f.optionalInt("expiresDate")
+        gracePeriodEnd = f.optionalInt("gracePeriodEnd")
+        if case .bool(let b)? = stored["autoRenew"] { autoRenew = b } else { autoRenew = nil }
+        signedDate = try f.int("signedDate")
+        receipt = try f.string("receipt")
+        updatedAt = try f.int("updatedAt")
+    }
+
+    public var stored: JSON {
+        ["status": .string(status), "error": .optional(error), "productId": .string(productId), "transactionId": .string(transactionId),
+         "environment": .string(environment), "purchaseDate": .int(purchaseDate), "expiresDate": .optionalInt(expiresDate),
+         "gracePeriodEnd": .optionalInt(gracePeriodEnd), "autoRenew": autoRenew.map(JSON.bool) ?? .null, "signedDate": .int(signedDate),
+         "receipt": .string(receipt), "updatedAt": .int(updatedAt)]
+    }
+}
+
+/// When `subscriptions.refresh` last checked a membership (`subscriptions.checks`, key: its
+/// `originalTransactionId`). Apart from the membership so that a daily check writes a few bytes, not the receipt.
+public struct CheckRow: StoredRow {
+    public var checkedAt: Int64
+    /// The membership's `expiresDate` at that check, so the next one can tell a renewal.
+    public var expiresDate: Int64?
+
+    public init(checkedAt: Int64, expiresDate: Int64?) {
+        self.checkedAt = checkedAt
+        self.expiresDate = expiresDate
+    }
+    public init(stored: JSON) throws(StorageError) {
+        let f = try StoredFields(stored, "check")
+        checkedAt = try f.int("checkedAt")
+        expiresDate = f.optionalInt("expiresDate")
+    }
+    public var stored: JSON { ["checkedAt": .int(checkedAt), "expiresDate": .optionalInt(expiresDate)] }
+}
+
+/// A notification received (`subscriptions.notifications`, key: its `notificationUUID`). In the owner's
+/// partition it is the record of what was done with it; in a purchase's pending partition (no user owns
+/// the purchase yet) it also keeps the verified facts, to apply once a user verifies the purchase.
+public struct NotificationRow: StoredRow {
+    public var type: String
+    public var subtype: String?
+    public var originalTransactionId: String
+    public var signedDate: Int64?
+    public var receivedAt: Int64
+    /// Whether it changed the membership (false: older than the state, or a type that changes nothing).
+    public var applied: Bool
+    /// Pending only: `data.status`, and the verified transaction and renewal payloads.
+    public var status: Int64?
+    public var transaction: JSONObject?
+    public var transactionJWS: String?
+    public var renewal: JSONObject?
+
+    public init(type: String, subtype: String?, originalTransactionId: String, signedDate: Int64?, receivedAt: Int64, applied: Bool,
+                status: Int64? = nil, transaction: JSONObject? = nil, transactionJWS: String? = nil, renewal: JSONObject? = nil) {
+        self.type = type
+        self.subtype = subtype
+        self.originalTransactionId = originalTransactionId
+        self.signedDate = signedDate
+        self.receivedAt = receivedAt
+        self.applied = applied
+        self.status = status
+        self.transaction = transaction
+        self.transactionJWS = transactionJWS
+        self.renewal = renewal
+    }
+
+    public init(stored: JSON) throws(StorageError) {
+        let f = try StoredFields(stored, "notification")
+        type = try f.string("type")
+        subtype = f.optionalString("subtype")
+        originalTransactionId = try f.string("originalTransactionId")
+        signedDate = f.optionalInt("signedDate")
+        receivedAt = try f.int("receivedAt")
+        applied = f.bool("applied")
+        status = f.optionalInt("status")
+        transaction = stored["transaction"]?.objectValue
+        transactionJWS = f.optionalString("transactionJWS")
+        renewal = stored["renewal"]?.objectValue
+    }
+
+    public var stored: JSON {
+        var o = JSONObject([("type", .string(type)), ("subtype", .optional(subtype)), ("originalTransactionId", .string(originalTransactionId)),
+                            ("signedDate", .optionalInt(signedDate)), ("receivedAt", .int(receivedAt)), ("applied", .bool(applied))])
+        if let status { o["status"] = .int(status) }
+        if let transaction { o["transaction"] = .object(transaction) }
+        if let transactionJWS { o["transactionJWS"] = .string(transactionJWS) }
+        if let renewal { o["renewal"] = .object(renewal) }
+        return .object(o)
+    }
+}
+
+/// The subscriptions tables, registered with the store before it recovers.
+public struct SubscriptionTables: Sendable {
+    public let memberships: any StorageTable<MembershipRow>
+    public let checks: any StorageTable<CheckRow>
+    public let notifications: any StorageTable<NotificationRow>
+
+    @inlinable
+    public init(_ store: some Storage) {
+        memberships = store.table("subscriptions.memberships", of: MembershipRow.self, entity: Entity("subscriptions.membership"))
+        checks = store.table("subscriptions.checks", of: CheckRow.self,
+                             orderedBy: { key, row in MembershipRules.checkOrder(checkedAt: row.checkedAt, key: key) })
+        notifications = store.table("subscriptions.notifications", of: NotificationRow.self)
+    }
+}
+
+/// The unique keys of App Store purchases: one owner per purchase, each notification applied once.
+enum SubscriptionKeys {
+    static func purchase(_ originalTransactionId: String) -> UniqueKey { UniqueKey("subscriptions.originalTransactionId", originalTransactionId) }
+    static func notification(_ uuid: String) -> UniqueKey { UniqueKey("subscriptions.notificationUUID", uuid) }
+    /// The partition that keeps notifications of a purchase no user owns yet. Never a user id (those are
+    /// UUIDs), so no user's data and no `auth.deleteUser` reaches it.
+    static func pending(_ originalTransactionId: String) -> String { "appstore:" + originalTransactionId }
+    static let pendingPrefix = "appstore:"
+}

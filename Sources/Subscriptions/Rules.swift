@@ -1,0 +1,184 @@
+/// The rules of App Store memberships, as pure functions over rows and verified facts.
+public enum MembershipRules {
+    /// Apple's billing retry period: after it, a subscription in billing retry has expired.
+    public static let billingRetryMs: Int64 = 60 * 86_400_000
+    /// A membership is due for `subscriptions.refresh` once its last check is older than this.
+    public static let checkIntervalMs: Int64 = 3_600_000
+
+    /// Whether a status gives access.
+    public static func grantsAccess(_ status: String) -> Bool { status == "active" || status == "grace_period" }
+
+    /// The row's status and error at `now`: the stored state moved on by the clock. An active
+    /// subscription past its period is in its grace period until that ends, else expired; a grace period
+    /// that ended leaves billing retry (one whose end Apple did not say lasts as long as billing retry);
+    /// billing retry ends 60 days after the period did.
+    public static func current(_ row: MembershipRow, now: Int64) -> (status: String, error: String?) {
+        let grace = row.gracePeriodEnd.map { now < $0 } ?? (row.status == "grace_period")
+        switch row.status {
+        case "active":
+            guard let end = row.expiresDate, now >= end else { return ("active", nil) }
+            return grace ? ("grace_period", nil) : ("inactive", "expired")
+        case "grace_period":
+            let lapsed = retry(row, now: now)
+            return grace && lapsed.status != "inactive" ? ("grace_period", nil) : lapsed
+        case "billing_retry":
+            return retry(row, now: now)
+        default:
+            return ("inactive", row.error ?? "expired")
+        }
+    }
+
+    private static func retry(_ row: MembershipRow, now: Int64) -> (status: String, error: String?) {
+        if let end = row.expiresDate, now >= end + billingRetryMs { return ("inactive", "expired") }
+        return ("billing_retry", nil)
+    }
+
+    /// `row` with its stored status brought up to `now`.
+    public static func settled(_ row: MembershipRow, now: Int64) -> MembershipRow {
+        var row = row
+        (row.status, row.error) = current(row, now: now)
+        return row
+    }
+
+    /// The membership a verified transaction makes, or makes of `existing`. Data signed before the state
+    /// already applied changes nothing; a later transaction of the purchase (a renewal, an upgrade)
+    /// replaces the period; the same transaction signed again keeps what notifications said of it
+    /// (grace period, billing retry) unless it is now revoked.
+    public static func verified(_ tx: AppleTransaction, receipt: String, existing: MembershipRow?, now: Int64) -> MembershipRow {
+        if let existing, tx.signedDate < existing.signedDate { return existing }
+        var row = existing ?? MembershipRow(
+            status: "active", error: nil, productId: tx.productId, transactionId: tx.transactionId, environment: tx.environment,
+            purchaseDate: tx.purchaseDate, expiresDate: tx.expiresDate, gracePeriodEnd: nil, autoRenew: nil, signedDate: tx.signedDate,
+            receipt: receipt, updatedAt: now)
+        let newPeriod = existing != nil && tx.transactionId != row.transactionId && tx.purchaseDate >= row.purchaseDate
+        take(tx, receipt: receipt, into: &row)
+        if tx.revocationDate != nil {
+            (row.status, row.error) = ("inactive", "revoked")
+        } else if newPeriod || existing == nil || row.error == "revoked" && tx.transactionId == row.transactionId {
+            (row.status, row.error) = ("active", nil)
+        }
+        row.signedDate = max(row.signedDate, tx.signedDate)
+        return stamped(settled(row, now: now), existing, now: now)
+    }
+
+    /// `row` marked as changed at `now`, or `existing` itself when nothing changed.
+    static func stamped(_ row: MembershipRow, _ existing: MembershipRow?, now: Int64) -> MembershipRow {
+        guard let existing else { return row }
+        var same = row
+        same.updatedAt = existing.updatedAt
+        if same == existing { return existing }
+        var changed = row
+        changed.updatedAt = now
+        return changed
+    }
+
+    /// Takes the transaction's period and product when it is the purchase's latest transaction; an older
+    /// one (a refund of an earlier period) leaves them.
+    static func take(_ tx: AppleTransaction, receipt: String, into row: inout MembershipRow) {
+        guard tx.purchaseDate >= row.purchaseDate || tx.transactionId == row.transactionId else { return }
+        // The same transaction signed at the same instant is the same receipt (ECDSA signs differently each time).
+        if tx.transactionId == row.transactionId && tx.signedDate <= row.signedDate { return }
+        row.transactionId = tx.transactionId
+        row.productId = tx.productId
+        row.environment = tx.environment
+        row.purchaseDate = tx.purchaseDate
+        row.expiresDate = tx.expiresDate
+        row.receipt = receipt
+    }
+
+    /// Notification types that change a membership; others are recorded and acknowledged.
+    public static let appliedTypes: Set<String> = [
+        "SUBSCRIBED", "DID_RENEW", "DID_CHANGE_RENEWAL_STATUS", "DID_CHANGE_RENEWAL_PREF", "DID_FAIL_TO_RENEW", "GRACE_PERIOD_EXPIRED",
+        "EXPIRED", "REFUND", "REFUND_REVERSED", "REVOKE", "RENEWAL_EXTENDED", "OFFER_REDEEMED",
+    ]
+
+    /// Apple's subscription status (`data.status`) as a membership status.
+    static func status(apple: Int64) -> (status: String, error: String?)? {
+        switch apple {
+        case 1: return ("active", nil)
+        case 2: return ("inactive", "expired")
+        case 3: return ("billing_retry", nil)
+        case 4: return ("grace_period", nil)
+        case 5: return ("inactive", "revoked")
+        default: return nil
+        }
+    }
+
+    /// The membership after notification `n`, or nil when it does not apply: a type that changes no
+    /// membership, data older than the state already applied, or no membership yet and no transaction
+    /// to make one. When Apple says the subscription's status (`data.status`), that decides it.
+    public static func notified(_ n: AppleNotification, existing: MembershipRow?, now: Int64) -> MembershipRow? {
+        guard appliedTypes.contains(n.type), let order = n.order else { return nil }
+        if let existing, order < existing.signedDate { return nil }
+        var row: MembershipRow
+        if let existing {
+            row = existing
+            if let tx = n.transaction, let receipt = n.transactionJWS { take(tx, receipt: receipt, into: &row) }
+        } else {
+            guard let tx = n.transaction, let receipt = n.transactionJWS else { return nil }
+            row = MembershipRow(
+                status: "active", error: nil, productId: tx.productId, transactionId: tx.transactionId, environment: tx.environment,
+                purchaseDate: tx.purchaseDate, expiresDate: tx.expiresDate, gracePeriodEnd: nil, autoRenew: nil, signedDate: order,
+                receipt: receipt, updatedAt: now)
+        }
+        if let renewal = n.renewal {
+            if let s = renewal.autoRenewStatus { row.autoRenew = s == 1 }
+            row.gracePeriodEnd = renewal.gracePeriodExpiresDate
+        }
+        let current = n.transaction.map { $0.transactionId == row.transactionId } ?? true
+        switch n.type {
+        case "SUBSCRIBED", "DID_RENEW", "OFFER_REDEEMED", "RENEWAL_EXTENDED", "DID_CHANGE_RENEWAL_PREF", "REFUND_REVERSED":
+            (row.status, row.error) = ("active", nil)
+            if n.type == "DID_RENEW" { row.gracePeriodEnd = nil }
+        case "DID_FAIL_TO_RENEW":
+            (row.status, row.error) = n.subtype == "GRACE_PERIOD" ? ("grace_period", nil) : ("billing_retry", nil)
+        case "GRACE_PERIOD_EXPIRED":
+            (row.status, row.error) = ("billing_retry", nil)
+        case "EXPIRED":
+            (row.status, row.error) = ("inactive", "expired")
+        case "REFUND", "REVOKE":
+            // A refund of an earlier period's transaction leaves the current period alone.
+            if current { (row.status, row.error) = ("inactive", "revoked") }
+        default:
+            break  // DID_CHANGE_RENEWAL_STATUS: only whether it renews
+        }
+        if let apple = n.status, let said = status(apple: apple) { (row.status, row.error) = said }
+        row.signedDate = max(row.signedDate, order)
+        return stamped(settled(row, now: now), existing, now: now)
+    }
+
+    /// Which of a user's memberships `subscriptions.status` shows: one that gives access, the latest
+    /// period first (a purchase that never ends is the latest); else the most recently signed.
+    public static func shown(_ rows: [(key: String, row: MembershipRow)], now: Int64) -> (key: String, row: MembershipRow)? {
+        let settled = rows.map { (key: $0.key, row: Self.settled($0.row, now: now)) }
+        let access = settled.filter { grantsAccess($0.row.status) }
+        if !access.isEmpty { return access.max { ($0.row.expiresDate ?? .max, $0.key) < ($1.row.expiresDate ?? .max, $1.key) } }
+        return settled.max { ($0.row.signedDate, $0.key) < ($1.row.signedDate, $1.key) }
+    }
+
+    /// What one check by `subscriptions.refresh` found.
+    public enum Check: Equatable { case expired, renewed, unchanged }
+
+    /// Checks `row` at `now` against its last check: a status the clock moved (access lost) is
+    /// `expired`; a later period than at the last check (a renewal applied since) is `renewed`. Returns
+    /// the row as checked (itself when unchanged) and the new check.
+    public static func check(_ row: MembershipRow, last: CheckRow?, now: Int64) -> (MembershipRow, CheckRow, Check) {
+        let next = stamped(settled(row, now: now), row, now: now)
+        let outcome: Check
+        if next.status != row.status || next.error != row.error {
+            outcome = .expired
+        } else if let end = row.expiresDate, end > (last?.expiresDate ?? .min) {
+            outcome = .renewed
+        } else {
+            outcome = .unchanged
+        }
+        return (next, CheckRow(checkedAt: now, expiresDate: row.expiresDate), outcome)
+    }
+
+    /// The refresh order of a membership: least recently checked first, then by key. Fixed-width, so
+    /// that string order is time order.
+    public static func checkOrder(checkedAt: Int64, key: String) -> String {
+        let digits = String(max(checkedAt, 0))
+        return String(repeating: "0", count: max(0, 15 - digits.count)) + digits + "|" + key
+    }
+}

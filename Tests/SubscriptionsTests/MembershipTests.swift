@@ -1,0 +1,284 @@
+import Chrono
+import JSON
+import Storage
+import Store
+import Testing
+import TestSupport
+@testable import Subscriptions
+
+/// 2026-11-01T00:00:00Z and day lengths, in milliseconds.
+let nov1: Int64 = 1_793_491_200_000
+let dayMs: Int64 = 86_400_000
+let otherUser = "bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb"
+
+/// A subscriptions service on a memory-only store, trusting a fresh test CA.
+struct Fixture {
+    let ca = AppStoreTestCA()
+    let store: Store
+    let service: SubscriptionsService
+
+    init(environments: [String] = ["Production", "Sandbox"], appAppleId: Int64? = nil, bundleId: String? = AppStorePayloads.bundleId) throws {
+        var config = AppStoreConfig()
+        config.bundleId = bundleId
+        config.environments = environments
+        config.appAppleId = appAppleId
+        config.rootsPEM = [ca.rootPEM]
+        let (store, tables) = try memoryStore { SubscriptionTables($0) }
+        self.store = store
+        service = SubscriptionsService(config: config, store: store, tables: tables)
+    }
+
+    /// A monthly transaction `n` of purchase `original`, bought `purchase` and signed `signed`.
+    func receipt(_ n: Int = 1, original: String = "1000", purchase: Int64 = nov1, months: Int64 = 1, signed: Int64? = nil,
+                 environment: String = "Sandbox", product: String = "premium.monthly", revoked: Int64? = nil,
+                 token: String? = nil, type: String = "Auto-Renewable Subscription") -> String {
+        ca.sign(AppStorePayloads.transaction(
+            id: "\(original)-\(n)", original: original, product: product, purchase: purchase,
+            expires: type == "Auto-Renewable Subscription" ? purchase + months * 30 * dayMs : nil,
+            signed: signed ?? purchase, environment: environment, revoked: revoked, appAccountToken: token, type: type))
+    }
+
+    func verify(_ receipt: String, user: String = testUser, product: String = "premium.monthly", at now: Int64 = nov1 + dayMs)
+        throws(SubscriptionsError) -> Membership {
+        try service.verify(user, productId: product, receipt: receipt, now: Timestamp(milliseconds: now))
+    }
+
+    func status(_ user: String = testUser, at now: Int64) throws -> Membership {
+        try service.status(user, now: Timestamp(milliseconds: now))
+    }
+
+    /// A notification about purchase `original` carrying `transaction` (signed) and optional renewal info.
+    func notification(_ uuid: String, _ type: String, subtype: String? = nil, transaction: String?, renewal: JSON? = nil,
+                      signed: Int64, status: Int64? = nil) -> String {
+        ca.sign(AppStorePayloads.notification(uuid: uuid, type: type, subtype: subtype, signed: signed, transaction: transaction,
+                                              renewal: renewal.map { ca.sign($0) }, status: status))
+    }
+
+    func notify(_ payload: String, at now: Int64) throws(SubscriptionsError) -> NotifyReport {
+        try service.notify(payload, now: Timestamp(milliseconds: now))
+    }
+}
+
+func reason(_ body: () throws(SubscriptionsError) -> Membership) -> String {
+    do {
+        _ = try body()
+        return "accept"
+    } catch {
+        switch error {
+        case .verification(let reason, _): return reason
+        case .ownedByOtherUser: return "transaction_owned_by_other_user"
+        case .storage(let e): return "storage: \(e)"
+        }
+    }
+}
+
+@Suite struct MembershipTests {
+    @Test func aVerifiedReceiptMakesAnActiveMembership() throws {
+        let f = try Fixture()
+        #expect(try f.status(at: nov1) == .none)
+        let m = try f.verify(f.receipt())
+        #expect(m == Membership(status: "active", productId: "premium.monthly", currentPeriodEnd: nov1 + 30 * dayMs, transactionId: "1000-1",
+                                originalTransactionId: "1000", environment: "Sandbox", error: nil))
+        #expect(try f.status(at: nov1 + dayMs) == m)
+        // The clock alone ends it: reads never grant access past the period.
+        #expect(try f.status(at: nov1 + 31 * dayMs).status == "inactive")
+        #expect(try f.status(at: nov1 + 31 * dayMs).error == "expired")
+        // The same receipt again changes nothing and answers the same.
+        let before = f.store.feedHorizon
+        #expect(try f.verify(f.receipt()) == m)
+        #expect(f.store.feedHorizon == before)
+    }
+
+    @Test func theReceiptMustBeThisAppsProductInAnAllowedEnvironment() throws {
+        let f = try Fixture(environments: ["Production"])
+        #expect(reason { () throws(SubscriptionsError) in try f.verify(f.receipt()) } == "environment_mismatch")
+        #expect(reason { () throws(SubscriptionsError) in try f.verify(f.receipt(environment: "Production"), product: "premium.yearly") } == "product_mismatch")
+        let foreign = f.ca.sign(AppStorePayloads.transaction(id: "1", original: "1", purchase: nov1, expires: nov1 + 30 * dayMs, signed: nov1,
+                                                             environment: "Production", bundleId: "com.example.other"))
+        #expect(reason { () throws(SubscriptionsError) in try f.verify(foreign) } == "bundle_mismatch")
+        #expect(reason { () throws(SubscriptionsError) in try f.verify(f.receipt(environment: "Production", type: "Consumable")) } == "product_mismatch")
+        #expect(reason { () throws(SubscriptionsError) in try f.verify(AppStoreTestCA().sign(["x": 1])) } == "untrusted_chain")
+        #expect(reason { () throws(SubscriptionsError) in try f.verify(f.ca.sign(["signedDate": .int(nov1)])) } == "malformed_jws")
+        // Nothing was stored by any of these.
+        #expect(try f.status(at: nov1) == .none)
+        #expect(f.store.feedHorizon == 0 || (try f.store.feed(user: testUser, after: nil, limit: 10, entities: nil).entries.isEmpty))
+        // Without a configured bundle id nothing verifies.
+        let unconfigured = try Fixture(bundleId: nil)
+        #expect(reason { () throws(SubscriptionsError) in try unconfigured.verify(unconfigured.receipt()) } == "bundle_mismatch")
+        // A non-consumable is a membership that never ends.
+        let lifetime = try f.verify(f.receipt(original: "2000", environment: "Production", product: "lifetime", type: "Non-Consumable"), product: "lifetime")
+        #expect(lifetime.status == "active" && lifetime.currentPeriodEnd == nil)
+        #expect(try f.status(at: nov1 + 3650 * dayMs).productId == "lifetime")
+    }
+
+    @Test func onePurchaseUnlocksOneAccount() throws {
+        let f = try Fixture()
+        _ = try f.verify(f.receipt())
+        #expect(reason { () throws(SubscriptionsError) in try f.verify(f.receipt(), user: otherUser) } == "transaction_owned_by_other_user")
+        #expect(try f.status(otherUser, at: nov1) == .none)
+        // An appAccountToken names the account the app bought it for.
+        #expect(reason { () throws(SubscriptionsError) in try f.verify(f.receipt(original: "3000", token: otherUser)) } == "transaction_owned_by_other_user")
+        #expect(try f.verify(f.receipt(original: "3000", token: testUser.uppercased())).status == "active")
+        // Deleting the owner releases the purchase.
+        var t = Transaction()
+        t.deleteUser(testUser)
+        try f.store.commit(t)
+        #expect(try f.verify(f.receipt(), user: otherUser).status == "active")
+    }
+
+    @Test func olderDataNeverRollsBack() throws {
+        let f = try Fixture()
+        let renewal = f.receipt(2, purchase: nov1 + 30 * dayMs, signed: nov1 + 30 * dayMs)
+        _ = try f.verify(renewal, at: nov1 + 31 * dayMs)
+        // The first period's receipt, signed earlier, arrives late: the second period stays.
+        let late = try f.verify(f.receipt(), at: nov1 + 32 * dayMs)
+        #expect(late.transactionId == "1000-2" && late.status == "active")
+        // A revoked, later-signed copy of the current transaction ends it.
+        let revoked = try f.verify(f.receipt(2, purchase: nov1 + 30 * dayMs, signed: nov1 + 33 * dayMs, revoked: nov1 + 33 * dayMs),
+                                   at: nov1 + 33 * dayMs)
+        #expect(revoked.status == "inactive" && revoked.error == "revoked")
+    }
+
+    @Test func notificationsMoveTheMembership() throws {
+        let f = try Fixture()
+        _ = try f.verify(f.receipt())
+        let end1 = nov1 + 30 * dayMs
+        func apply(_ uuid: String, _ type: String, subtype: String? = nil, tx: String?, renewal: JSON? = nil, signed: Int64,
+                   status: Int64? = nil) throws -> NotifyReport {
+            try f.notify(f.notification(uuid, type, subtype: subtype, transaction: tx, renewal: renewal, signed: signed, status: status), at: signed)
+        }
+        // Billing fails at the end of the period: grace period, then billing retry, then recovery.
+        let grace = try apply("n1", "DID_FAIL_TO_RENEW", subtype: "GRACE_PERIOD", tx: f.receipt(signed: end1),
+                              renewal: AppStorePayloads.renewal(original: "1000", grace: end1 + 16 * dayMs, signed: end1), signed: end1)
+        #expect(grace == NotifyReport(notificationType: "DID_FAIL_TO_RENEW", subtype: "GRACE_PERIOD", originalTransactionId: "1000",
+                                      userId: testUser, status: "grace_period", duplicate: false))
+        #expect(try f.status(at: end1 + dayMs).status == "grace_period")
+        // The clock ends the grace period even without a notification.
+        #expect(try f.status(at: end1 + 17 * dayMs).status == "billing_retry")
+        #expect(try apply("n2", "GRACE_PERIOD_EXPIRED", tx: f.receipt(signed: end1 + 16 * dayMs), signed: end1 + 16 * dayMs).status == "billing_retry")
+        let renewed = try apply("n3", "DID_RENEW", subtype: "BILLING_RECOVERY",
+                                tx: f.receipt(2, purchase: end1 + 20 * dayMs, signed: end1 + 20 * dayMs), signed: end1 + 20 * dayMs)
+        #expect(renewed.status == "active")
+        #expect(try f.status(at: end1 + 21 * dayMs).transactionId == "1000-2")
+        // The same notification again: acknowledged, nothing applied.
+        let before = f.store.feedHorizon
+        let again = try apply("n3", "DID_RENEW", subtype: "BILLING_RECOVERY",
+                              tx: f.receipt(2, purchase: end1 + 20 * dayMs, signed: end1 + 20 * dayMs), signed: end1 + 20 * dayMs)
+        #expect(again.duplicate && again.userId == testUser && again.status == "active")
+        #expect(f.store.feedHorizon == before)
+        // An EXPIRED signed before the renewal arrives late: recorded, not applied.
+        let stale = try apply("n4", "EXPIRED", subtype: "BILLING_RETRY", tx: f.receipt(signed: end1 + 19 * dayMs), signed: end1 + 19 * dayMs)
+        #expect(stale.status == "active" && !stale.duplicate)
+        // A refund of the current transaction revokes; its reversal restores.
+        let t2 = f.receipt(2, purchase: end1 + 20 * dayMs, signed: end1 + 22 * dayMs, revoked: end1 + 22 * dayMs)
+        #expect(try apply("n5", "REFUND", tx: t2, signed: end1 + 22 * dayMs).status == "inactive")
+        #expect(try f.status(at: end1 + 22 * dayMs).error == "revoked")
+        #expect(try apply("n6", "REFUND_REVERSED", tx: f.receipt(2, purchase: end1 + 20 * dayMs, signed: end1 + 23 * dayMs),
+                          signed: end1 + 23 * dayMs).status == "active")
+        // Renewal status and preference changes keep access; EXPIRED ends it.
+        #expect(try apply("n7", "DID_CHANGE_RENEWAL_STATUS", subtype: "AUTO_RENEW_DISABLED",
+                          tx: f.receipt(2, purchase: end1 + 20 * dayMs, signed: end1 + 24 * dayMs),
+                          renewal: AppStorePayloads.renewal(original: "1000", autoRenew: 0, signed: end1 + 24 * dayMs),
+                          signed: end1 + 24 * dayMs).status == "active")
+        #expect(try apply("n8", "EXPIRED", subtype: "VOLUNTARY", tx: f.receipt(2, purchase: end1 + 20 * dayMs, signed: end1 + 50 * dayMs),
+                          signed: end1 + 50 * dayMs).status == "inactive")
+        #expect(try f.status(at: end1 + 50 * dayMs).error == "expired")
+        // Apple's own status, when the notification carries one, decides.
+        #expect(try apply("n9", "SUBSCRIBED", subtype: "RESUBSCRIBE", tx: f.receipt(3, purchase: end1 + 60 * dayMs, signed: end1 + 60 * dayMs),
+                          signed: end1 + 60 * dayMs, status: 4).status == "grace_period")
+        #expect(try apply("n10", "REVOKE", tx: f.receipt(3, purchase: end1 + 60 * dayMs, signed: end1 + 61 * dayMs),
+                          signed: end1 + 61 * dayMs, status: 5).status == "inactive")
+        // TEST is acknowledged and changes nothing.
+        let test = try f.notify(f.ca.sign(["notificationType": "TEST", "notificationUUID": "t1", "signedDate": .int(end1),
+                                           "data": ["bundleId": .string(AppStorePayloads.bundleId), "environment": "Sandbox"]]), at: end1)
+        #expect(test == NotifyReport(notificationType: "TEST", subtype: nil, originalTransactionId: nil, userId: nil, status: nil, duplicate: false))
+    }
+
+    @Test func notificationsForAPurchaseNoOneOwnsWaitForItsOwner() throws {
+        let f = try Fixture()
+        let end1 = nov1 + 30 * dayMs
+        let early = try f.notify(f.notification("p1", "DID_RENEW", transaction: f.receipt(2, purchase: end1, signed: end1), signed: end1),
+                                 at: end1)
+        #expect(early.userId == nil && early.status == nil && !early.duplicate)
+        #expect(try f.notify(f.notification("p1", "DID_RENEW", transaction: f.receipt(2, purchase: end1, signed: end1), signed: end1),
+                             at: end1).duplicate)
+        // The app sends the first period's receipt: the renewal kept meanwhile applies.
+        let m = try f.verify(f.receipt(), at: end1 + dayMs)
+        #expect(m.transactionId == "1000-2" && m.status == "active" && m.currentPeriodEnd == end1 + 30 * dayMs)
+        // The kept notification now belongs to the owner: a redelivery is a duplicate for them.
+        let redelivered = try f.notify(f.notification("p1", "DID_RENEW", transaction: f.receipt(2, purchase: end1, signed: end1), signed: end1),
+                                       at: end1 + dayMs)
+        #expect(redelivered.duplicate && redelivered.userId == testUser)
+    }
+
+    @Test func notificationsAreCheckedLikeReceipts() throws {
+        let f = try Fixture(environments: ["Production"], appAppleId: 1234)
+        let tx = f.receipt(environment: "Production")
+        func outcome(_ payload: JSON) -> String {
+            do {
+                _ = try f.notify(f.ca.sign(payload), at: nov1)
+                return "accept"
+            } catch {
+                if case .verification(let r, _) = error { return r }
+                return "\(error)"
+            }
+        }
+        #expect(outcome(AppStorePayloads.notification(uuid: "a", type: "SUBSCRIBED", signed: nov1, transaction: tx, environment: "Production",
+                                                      appAppleId: 1234)) == "accept")
+        #expect(outcome(AppStorePayloads.notification(uuid: "b", type: "SUBSCRIBED", signed: nov1, transaction: tx, environment: "Production",
+                                                      appAppleId: 1235)) == "bundle_mismatch")
+        #expect(outcome(AppStorePayloads.notification(uuid: "c", type: "SUBSCRIBED", signed: nov1, transaction: tx,
+                                                      environment: "Sandbox")) == "environment_mismatch")
+        #expect(outcome(AppStorePayloads.notification(uuid: "d", type: "SUBSCRIBED", signed: nov1, transaction: tx, environment: "Production",
+                                                      bundleId: "com.other", appAppleId: 1234)) == "bundle_mismatch")
+        // The signed transaction inside must verify and be this app's too.
+        let foreign = AppStoreTestCA().sign(AppStorePayloads.transaction(id: "1", original: "1", purchase: nov1, expires: nil, signed: nov1))
+        #expect(outcome(AppStorePayloads.notification(uuid: "e", type: "SUBSCRIBED", signed: nov1, transaction: foreign, environment: "Production",
+                                                      appAppleId: 1234)) == "untrusted_chain")
+        #expect(outcome(AppStorePayloads.notification(uuid: "f", type: "SUBSCRIBED", signed: nov1, transaction: f.receipt(), environment: "Production",
+                                                      appAppleId: 1234)) == "environment_mismatch")
+        #expect(outcome(["notificationType": "SUBSCRIBED", "signedDate": .int(nov1)]) == "malformed_jws")
+    }
+
+    @Test func refreshChecksTheLeastRecentlyCheckedByTheClock() throws {
+        let f = try Fixture()
+        // Three purchases of three users, ending on days 30, 40 and 50.
+        let users = [testUser, otherUser, "cccccccc-cccc-4ccc-8ccc-cccccccccccc"]
+        for (i, user) in users.enumerated() {
+            _ = try f.verify(f.receipt(original: "\(i)", purchase: nov1 + Int64(i) * 10 * dayMs), user: user, at: nov1 + Int64(i) * 10 * dayMs)
+        }
+        func refresh(_ limit: Int, at day: Int64) throws -> RefreshReport {
+            try f.service.refresh(limit: limit, now: Timestamp(milliseconds: nov1 + day * dayMs))
+        }
+        // Day 35: the first has ended. Two at a time, least recently checked first.
+        var r = try refresh(2, at: 35)
+        #expect(r == RefreshReport(checked: 2, expired: 1, renewed: 0, unchanged: 1, failed: 0, remaining: 1, mode: "clock"))
+        r = try refresh(2, at: 35)
+        #expect(r.checked == 1 && r.remaining == 0 && r.unchanged == 1)
+        // Checked within the hour: nothing is due.
+        #expect(try refresh(2, at: 35).checked == 0)
+        // A renewal applied between checks counts as renewed; the third has ended by day 60.
+        _ = try f.notify(f.notification("r1", "DID_RENEW", transaction: f.receipt(2, original: "1", purchase: nov1 + 40 * dayMs, signed: nov1 + 40 * dayMs),
+                                        signed: nov1 + 40 * dayMs), at: nov1 + 40 * dayMs)
+        r = try refresh(10, at: 60)
+        #expect(r == RefreshReport(checked: 3, expired: 1, renewed: 1, unchanged: 1, failed: 0, remaining: 0, mode: "clock"))
+        #expect(try f.status(users[2], at: nov1 + 60 * dayMs).error == "expired")
+    }
+
+    @Test func clockRules() {
+        let row = MembershipRow(status: "active", error: nil, productId: "p", transactionId: "t", environment: "Sandbox", purchaseDate: 0,
+                                expiresDate: 100, gracePeriodEnd: nil, autoRenew: true, signedDate: 0, receipt: "", updatedAt: 0)
+        #expect(MembershipRules.current(row, now: 99) == ("active", nil))
+        #expect(MembershipRules.current(row, now: 100) == ("inactive", "expired"))
+        var grace = row
+        grace.gracePeriodEnd = 200
+        #expect(MembershipRules.current(grace, now: 150) == ("grace_period", nil))
+        grace.status = "grace_period"
+        #expect(MembershipRules.current(grace, now: 200) == ("billing_retry", nil))
+        #expect(MembershipRules.current(grace, now: 100 + MembershipRules.billingRetryMs) == ("inactive", "expired"))
+        var revoked = row
+        (revoked.status, revoked.error) = ("inactive", "revoked")
+        #expect(MembershipRules.current(revoked, now: 0) == ("inactive", "revoked"))
+        #expect(MembershipRules.checkOrder(checkedAt: 5, key: "k") == "000000000000005|k")
+    }
+}
