@@ -282,3 +282,74 @@ func reason(_ body: () throws(SubscriptionsError) -> Membership) -> String {
         #expect(MembershipRules.checkOrder(checkedAt: 5, key: "k") == "000000000000005|k")
     }
 }
+
+/// Apple-signed receipts and notifications (shared/testdata/appstore) through the service, trusting only
+/// the bundled Apple Root CA - G3: each gives the answer the vectors' README states.
+@Suite struct RealVectorTests {
+    static func service(bundleId: String, environments: [String] = ["Production", "Sandbox"], appAppleId: Int64? = nil) throws -> SubscriptionsService {
+        var config = AppStoreConfig()
+        config.bundleId = bundleId
+        config.environments = environments
+        config.appAppleId = appAppleId
+        let (store, tables) = try memoryStore { SubscriptionTables($0) }
+        return SubscriptionsService(config: config, store: store, tables: tables)
+    }
+
+    static func entry(_ id: String) throws -> JSON {
+        let entries = try AppStoreVectors.json("real-signed-jws.json")["entries"]?.arrayValue ?? []
+        return try #require(entries.first { $0["id"] == .string(id) })
+    }
+
+    static func outcome<T>(_ body: () throws(SubscriptionsError) -> T) -> String {
+        do {
+            _ = try body()
+            return "accept"
+        } catch {
+            if case .verification(let r, _) = error { return r }
+            return "\(error)"
+        }
+    }
+
+    @Test func aRealTransactionVerifiesAtItsSignedDateForItsApp() throws {
+        let jws = try #require(try Self.entry("gopay-transaction-sandbox-2022")["jws"]?.stringValue)
+        let product = "Com.VoiceRecording.Telephone.103"
+        let owner = "207262da-1ac8-4e0a-a399-5aa62a82800f"  // its appAccountToken
+        let now = Timestamp(milliseconds: 1_795_392_000_000)
+        let s = try Self.service(bundleId: "Com.VoiceRecording.Telephone")
+        let m = try s.verify(owner, productId: product, receipt: jws, now: now)
+        // Verified at its 2022 signedDate; its period ended in 2022.
+        #expect(m.status == "inactive" && m.error == "expired" && m.originalTransactionId == "2000000184445477")
+        #expect(Self.outcome { () throws(SubscriptionsError) in try s.verify(testUser, productId: product, receipt: jws, now: now) }
+                == "\(SubscriptionsError.ownedByOtherUser)")
+        let lower = try Self.service(bundleId: "com.voicerecording.telephone")
+        #expect(Self.outcome { () throws(SubscriptionsError) in try lower.verify(owner, productId: product, receipt: jws, now: now) } == "bundle_mismatch")
+        let production = try Self.service(bundleId: "Com.VoiceRecording.Telephone", environments: ["Production"])
+        #expect(Self.outcome { () throws(SubscriptionsError) in try production.verify(owner, productId: product, receipt: jws, now: now) }
+                == "environment_mismatch")
+    }
+
+    @Test func realNotificationsAndTheirIdentity() throws {
+        let now = Timestamp(milliseconds: 1_795_392_000_000)
+        let consumption = try #require(try Self.entry("gopay-consumption-request-production-2023")["jws"]?.stringValue)
+        let right = try Self.service(bundleId: "com.jrjj.keysns", appAppleId: 1_601_830_814)
+        let r = try right.notify(consumption, now: now)
+        // A consumable's consumption request changes no membership: acknowledged, not kept.
+        #expect(r.notificationType == "CONSUMPTION_REQUEST" && r.userId == nil && !r.duplicate)
+        let wrongId = try Self.service(bundleId: "com.jrjj.keysns", appAppleId: 1_601_830_815)
+        #expect(Self.outcome { () throws(SubscriptionsError) in try wrongId.notify(consumption, now: now) } == "bundle_mismatch")
+        let sandboxOnly = try Self.service(bundleId: "com.jrjj.keysns", environments: ["Sandbox"])
+        #expect(Self.outcome { () throws(SubscriptionsError) in try sandboxOnly.notify(consumption, now: now) } == "environment_mismatch")
+
+        // A real REFUND arrives before the app verified the purchase: kept, then applied. Apple says the
+        // subscription is still active (data.status 1), but the period this kernel knows ended in 2025.
+        let refund = try Self.entry("session-refund-sandbox-2025")
+        let s = try Self.service(bundleId: "com.loki-project.loki-messenger")
+        let kept = try s.notify(try #require(refund["jws"]?.stringValue), now: now)
+        #expect(kept.notificationType == "REFUND" && kept.userId == nil && kept.originalTransactionId == "2000001024993299")
+        let payload = try SignedDataVerifier.object(try #require(refund["jws"]?.stringValue).split(separator: ".")[1], "payload")
+        let transaction = try #require(payload["data"]?["signedTransactionInfo"]?.stringValue)
+        let m = try s.verify(testUser, productId: "com.getsession.org.pro_sub", receipt: transaction, now: now)
+        #expect(m.transactionId == "2000001032604840" && m.status == "inactive" && m.error == "expired")
+        #expect(try s.notify(try #require(refund["jws"]?.stringValue), now: now).duplicate)
+    }
+}
