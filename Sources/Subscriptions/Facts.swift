@@ -16,7 +16,7 @@ public struct AppleTransaction: Equatable, Sendable {
     public var signedDate: Int64
     public var appAccountToken: String?
 
-    /// The facts of `payload`, or nil naming the first missing or mistyped field.
+    /// The facts of `payload`, or the first field it lacks.
     public static func read(_ payload: JSONObject) -> Result<AppleTransaction, PayloadError> {
         do throws(PayloadError) {
             let p = PayloadReader(payload, "transaction")

@@ -25,23 +25,9 @@ public struct MembershipRow: StoredRow {
     /// The latest verified transaction JWS.
     public var receipt: String
     public var updatedAt: Int64
+}
 
-    public init(status: String, error: String?, productId: String, transactionId: String, environment: String, purchaseDate: Int64,
-                expiresDate: Int64?, gracePeriodEnd: Int64?, autoRenew: Bool?, signedDate: Int64, receipt: String, updatedAt: Int64) {
-        self.status = status
-        self.error = error
-        self.productId = productId
-        self.transactionId = transactionId
-        self.environment = environment
-        self.purchaseDate = purchaseDate
-        self.expiresDate = expiresDate
-        self.gracePeriodEnd = gracePeriodEnd
-        self.autoRenew = autoRenew
-        self.signedDate = signedDate
-        self.receipt = receipt
-        self.updatedAt = updatedAt
-    }
-
+extension MembershipRow {
     public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "membership")
         status = try f.string("status")
@@ -72,11 +58,9 @@ public struct CheckRow: StoredRow {
     public var checkedAt: Int64
     /// The membership's `expiresDate` at that check, so the next one can tell a renewal.
     public var expiresDate: Int64?
+}
 
-    public init(checkedAt: Int64, expiresDate: Int64?) {
-        self.checkedAt = checkedAt
-        self.expiresDate = expiresDate
-    }
+extension CheckRow {
     public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "check")
         checkedAt = try f.int("checkedAt")
@@ -97,25 +81,13 @@ public struct NotificationRow: StoredRow {
     /// Whether it changed the membership (false: older than the state, or a type that changes nothing).
     public var applied: Bool
     /// Pending only: `data.status`, and the verified transaction and renewal payloads.
-    public var status: Int64?
-    public var transaction: JSONObject?
-    public var transactionJWS: String?
-    public var renewal: JSONObject?
+    public var status: Int64? = nil
+    public var transaction: JSONObject? = nil
+    public var transactionJWS: String? = nil
+    public var renewal: JSONObject? = nil
+}
 
-    public init(type: String, subtype: String?, originalTransactionId: String, signedDate: Int64?, receivedAt: Int64, applied: Bool,
-                status: Int64? = nil, transaction: JSONObject? = nil, transactionJWS: String? = nil, renewal: JSONObject? = nil) {
-        self.type = type
-        self.subtype = subtype
-        self.originalTransactionId = originalTransactionId
-        self.signedDate = signedDate
-        self.receivedAt = receivedAt
-        self.applied = applied
-        self.status = status
-        self.transaction = transaction
-        self.transactionJWS = transactionJWS
-        self.renewal = renewal
-    }
-
+extension NotificationRow {
     public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "notification")
         type = try f.string("type")
