@@ -1,9 +1,11 @@
 import Chrono
+import Foundation
 import JSON
 import Storage
 import Store
 import Testing
 import TestSupport
+import X509
 @testable import Subscriptions
 
 /// 2026-11-01T00:00:00Z and day lengths, in milliseconds.
@@ -109,6 +111,37 @@ func reason(_ body: () throws(SubscriptionsError) -> Membership) -> String {
         let lifetime = try f.verify(f.receipt(original: "2000", environment: "Production", product: "lifetime", type: "Non-Consumable"), product: "lifetime")
         #expect(lifetime.status == "active" && lifetime.currentPeriodEnd == nil)
         #expect(try f.status(at: nov1 + 3650 * dayMs).productId == "lifetime")
+    }
+
+    /// The test CA's broken variants, through `subscriptions.verify`: each is refused and stores nothing.
+    @Test func chainsTheVerifierRefuses() throws {
+        let f = try Fixture()
+        let tx = AppStorePayloads.transaction(id: "1", original: "1", purchase: nov1, expires: nov1 + 30 * dayMs, signed: nov1)
+        func outcome(_ jws: String) -> String { reason { () throws(SubscriptionsError) in try f.verify(jws) } }
+        let (unmarkedLeaf, unmarkedKey) = f.ca.otherLeaf(marker: false)
+        let leafOnly = { (c: X509.Certificate) in [AppStoreTestCA.x5c(c), AppStoreTestCA.x5c(f.ca.intermediate), AppStoreTestCA.x5c(f.ca.root)] }
+        #expect(outcome(f.ca.sign(tx, x5c: leafOnly(unmarkedLeaf), key: unmarkedKey)) == "untrusted_chain")
+        let (unmarkedChain, key) = f.ca.unmarkedIntermediateChain()
+        #expect(outcome(f.ca.sign(tx, x5c: unmarkedChain, key: key)) == "untrusted_chain")
+        // Valid only after, or only before, the transaction's signedDate (2026-11-01).
+        let (late, lateKey) = f.ca.otherLeaf(from: Date(timeIntervalSince1970: 1_798_761_600), to: AppStoreTestCA.end)
+        #expect(outcome(f.ca.sign(tx, x5c: leafOnly(late), key: lateKey)) == "untrusted_chain")
+        let (early, earlyKey) = f.ca.otherLeaf(from: AppStoreTestCA.start, to: Date(timeIntervalSince1970: 1_767_225_600))
+        #expect(outcome(f.ca.sign(tx, x5c: leafOnly(early), key: earlyKey)) == "untrusted_chain")
+        // ...while a transaction signed in the early leaf's lifetime still verifies after it expired.
+        let old = AppStorePayloads.transaction(id: "2", original: "2", purchase: 1_760_000_000_000, expires: nil, signed: 1_760_000_000_000,
+                                               type: "Non-Consumable")
+        #expect(reason { () throws(SubscriptionsError) in
+            try f.verify(f.ca.sign(old, x5c: leafOnly(early), key: earlyKey))
+        } == "accept")
+        // Two and four certificates; signed by another key than the leaf's; alg none.
+        #expect(outcome(f.ca.sign(tx, x5c: Array(f.ca.chain.prefix(2)))) == "untrusted_chain")
+        #expect(outcome(f.ca.sign(tx, x5c: f.ca.chain + [f.ca.chain[2]])) == "untrusted_chain")
+        #expect(outcome(f.ca.sign(tx, key: f.ca.intermediateKey)) == "invalid_signature")
+        #expect(outcome(f.ca.sign(tx, alg: "none")) == "invalid_signature")
+        // Only the one that verified was stored.
+        #expect(try f.status(at: nov1).originalTransactionId == "2")
+        #expect(try f.service.membership(testUser, originalTransactionId: "1", now: Timestamp(milliseconds: nov1)) == nil)
     }
 
     @Test func onePurchaseUnlocksOneAccount() throws {
