@@ -46,6 +46,8 @@ public enum SignedDataFailure: Error, Equatable, CustomStringConvertible {
 public struct SignedDataVerifier: Sendable {
     /// The trusted roots.
     let roots: [Certificate]
+    /// Chains that validated, and when they are valid.
+    let validated = ValidatedChains()
 
     /// A verifier trusting `roots`.
     public init(roots: [Certificate]) {
@@ -64,21 +66,34 @@ public struct SignedDataVerifier: Sendable {
     /// `effectiveDate` picks from the payload (Apple, offline: the payload's `signedDate`).
     public func verify(_ jws: String, effectiveDate: (JSONObject) -> Timestamp) throws(SignedDataFailure) -> JSONObject {
         guard jws.utf8.count <= Self.maxBytes else { throw .malformed("the JWS is longer than \(Self.maxBytes) bytes") }
-        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
+        // Bytes, not Characters: splitting a 16 KiB notification by grapheme cost more than its signatures.
+        let bytes = Array(jws.utf8)
+        let parts = bytes.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count == 3 else { throw .malformed("a JWS has three segments, not \(parts.count)") }
         let header = try Self.object(parts[0], "header")
         let payload = try Self.object(parts[1], "payload")
-        guard let signature = Base64URL.decode(Array(parts[2].utf8)) else { throw .malformed("the signature is not base64url") }
-        let chain = try Self.certificates(header)
-        try validate(chain, at: effectiveDate(payload))
+        guard let signature = Base64URL.decode(parts[2]) else { throw .malformed("the signature is not base64url") }
+        let date = effectiveDate(payload)
+        // Apple signs with one leaf for months: a chain that validated once is valid at any date within
+        // all three certificates' validity, since every other check of it is independent of the date.
+        let known = Self.chainKey(header).flatMap { validated.leafKey(for: $0, at: date) }
+        let leafKey: P256.Signing.PublicKey?
+        if let known {
+            leafKey = known
+        } else {
+            let chain = try Self.certificates(header)
+            let root = try validate(chain, at: date)
+            leafKey = P256.Signing.PublicKey(chain[0].publicKey)
+            if let chainKey = Self.chainKey(header) { validated.insert(chainKey, chain: [chain[0], chain[1], root], leafKey: leafKey) }
+        }
         // Only ES256 is accepted, whatever the header claims: `none` or HS256 keyed with the leaf's
         // public key must never verify.
         guard header["alg"] == .string("ES256") else { throw .invalidSignature("alg must be ES256") }
-        guard let key = P256.Signing.PublicKey(chain[0].publicKey) else {
+        guard let key = leafKey else {
             throw .invalidSignature("the leaf's key is not a P-256 key")
         }
         guard let ecdsa = try? P256.Signing.ECDSASignature(rawRepresentation: signature),
-              key.isValidSignature(ecdsa, for: Array((parts[0] + "." + parts[1]).utf8)) else {
+              key.isValidSignature(ecdsa, for: bytes[..<parts[1].endIndex]) else {
             throw .invalidSignature("the signature does not verify with the leaf's key")
         }
         return payload
@@ -86,9 +101,20 @@ public struct SignedDataVerifier: Sendable {
 
     /// A segment decoded from base64url and parsed as a JSON object.
     static func object(_ segment: Substring, _ what: String) throws(SignedDataFailure) -> JSONObject {
-        guard let bytes = Base64URL.decode(Array(segment.utf8)) else { throw .malformed("the \(what) is not base64url") }
+        try object(ArraySlice(segment.utf8), what)
+    }
+
+    static func object(_ segment: ArraySlice<UInt8>, _ what: String) throws(SignedDataFailure) -> JSONObject {
+        guard let bytes = Base64URL.decode(segment) else { throw .malformed("the \(what) is not base64url") }
         guard case .object(let object)? = try? JSON.parse(bytes) else { throw .malformed("the \(what) is not a JSON object") }
         return object
+    }
+
+    /// The header's chain as the cache of validated chains knows it: its three entries as sent.
+    static func chainKey(_ header: JSONObject) -> String? {
+        guard case .array(let items)? = header["x5c"], items.count == 3 else { return nil }
+        let texts = items.compactMap(\.stringValue)
+        return texts.count == 3 ? texts.joined(separator: ".") : nil
     }
 
     /// The `x5c` certificates: exactly leaf, intermediate and root, each base64 DER.
@@ -110,8 +136,9 @@ public struct SignedDataVerifier: Sendable {
 
     /// Checks the chain at `date`: the header's root must be a trusted one (the same certificate, or a
     /// re-issue with the same subject and key), and leaf -> intermediate must validate up to the
-    /// configured root, never up to the header's copy.
-    func validate(_ chain: [Certificate], at date: Timestamp) throws(SignedDataFailure) {
+    /// configured root, never up to the header's copy. Returns that configured root.
+    @discardableResult
+    func validate(_ chain: [Certificate], at date: Timestamp) throws(SignedDataFailure) -> Certificate {
         guard roots.contains(where: { $0 == chain[2] || ($0.subject == chain[2].subject && $0.publicKey == chain[2].publicKey) }) else {
             throw .untrustedChain("the root in x5c is not a trusted root")
         }
@@ -129,9 +156,40 @@ public struct SignedDataVerifier: Sendable {
         case .validCertificate(let path):
             // Exactly leaf, the given intermediate, a configured root: no other path is accepted.
             guard path.count == 3, path[1] == intermediate else { throw .untrustedChain("the chain does not run through the given intermediate") }
+            return path[2]
         case .couldNotValidate(let failures):
             let why = failures.first.map { "\($0.policyFailureReason)" } ?? "no path to a trusted root"
             throw .untrustedChain("the certificate chain does not validate at \(date): \(why)")
+        }
+    }
+}
+
+/// Chains that validated up to a trusted root, by their `x5c` entries as sent: the interval in which all
+/// three certificates are valid, and the leaf's key. Validating is the costly part of verifying (two
+/// P-384 signatures, parsing three certificates, the policy walk); with a known chain a JWS costs its
+/// own signature. Bounded: cleared when full.
+final class ValidatedChains: @unchecked Sendable {
+    private var known: [String: (window: ClosedRange<Date>, leafKey: P256.Signing.PublicKey?)] = [:]
+    private let lock = NSLock()
+    static let capacity = 64
+
+    /// The leaf key of chain `key` if it validated before and `date` is within its validity.
+    func leafKey(for key: String, at date: Timestamp) -> P256.Signing.PublicKey?? {
+        let when = Date(timeIntervalSince1970: Double(date.milliseconds) / 1000)
+        return lock.withLock {
+            guard let entry = known[key], entry.window.contains(when) else { return nil }
+            return .some(entry.leafKey)
+        }
+    }
+
+    /// Remembers that `chain` (leaf, intermediate, the configured root) validated.
+    func insert(_ key: String, chain: [Certificate], leafKey: P256.Signing.PublicKey?) {
+        let from = chain.map(\.notValidBefore).max()!
+        let to = chain.map(\.notValidAfter).min()!
+        guard from <= to else { return }
+        lock.withLock {
+            if known.count >= Self.capacity { known.removeAll() }
+            known[key] = (from...to, leafKey)
         }
     }
 }
