@@ -158,23 +158,20 @@ public final class SubscriptionsService: @unchecked Sendable {
         let kept = try storage(try tables.notifications.rows(of: partition))
         var row = row
         for (uuid, n) in kept.sorted(by: { ($0.row.signedDate ?? 0, $0.key) < ($1.row.signedDate ?? 0, $1.key) }) {
-            var applied = false
-            if let facts = Self.facts(uuid, n), let next = MembershipRules.notified(facts, existing: row, now: now.milliseconds) {
-                applied = next != row || MembershipRules.appliedTypes.contains(n.type)
-                row = next
-            }
+            let next = MembershipRules.notified(Self.facts(uuid, n), existing: row, now: now.milliseconds)
+            row = next ?? row
             t.delete(tables.notifications, user: partition, key: uuid)
             t.release(SubscriptionKeys.notification(uuid), of: partition)
             t.claim(SubscriptionKeys.notification(uuid), for: user)
             t.put(tables.notifications, user: user, key: uuid,
                   NotificationRow(type: n.type, subtype: n.subtype, originalTransactionId: otid, signedDate: n.signedDate,
-                                  receivedAt: n.receivedAt, applied: applied))
+                                  receivedAt: n.receivedAt, applied: next != nil))
         }
         return row
     }
 
     /// The notification a kept row describes.
-    static func facts(_ uuid: String, _ n: NotificationRow) -> AppleNotification? {
+    static func facts(_ uuid: String, _ n: NotificationRow) -> AppleNotification {
         var tx: AppleTransaction?
         if let payload = n.transaction, case .success(let t) = AppleTransaction.read(payload) { tx = t }
         var renewal: AppleRenewal?
@@ -335,6 +332,5 @@ struct ReceivedNotification {
     var originalTransactionId: String? { facts.originalTransactionId }
     var order: Int64? { facts.order }
     var status: Int64? { facts.status }
-    var transaction: AppleTransaction? { facts.transaction }
     var transactionJWS: String? { facts.transactionJWS }
 }
