@@ -4,7 +4,7 @@ import PackageDescription
 // Layers, imports pointing one way:
 // JSON (the value type, its binary form and serializer; pure Swift) -> JSONParsing (text to values with jansson,
 // the only module that touches it, through CJansson) -> (Chrono, Threads, JSONRPC, Store <- CCRC32C) -> DomainSupport
-// -> domains (Auth, ScreenTime, Sessions, Subscriptions, Sync), which see storage only through Storage (the interface; Store is the
+// -> domains (Auth, ScreenTime, Sessions, Subscriptions, Health, Sync), which see storage only through Storage (the interface; Store is the
 // in-memory implementation with its journal, which only the composition root knows)
 //   -> Kernel (composition root: configuration and the one list of methods) -> healthkernel (executable).
 // jwt-kit is a test dependency only: the tests use it as an independent JWT implementation.
@@ -67,6 +67,11 @@ let package = Package(
             swiftSettings: optimized
         ),
         .target(
+            name: "Health",
+            dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: optimized
+        ),
+        .target(
             name: "Auth",
             dependencies: [
                 "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "DomainSupport",
@@ -78,7 +83,7 @@ let package = Package(
         .target(
             name: "Kernel",
             dependencies: [
-                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "Store", "DomainSupport", "Auth", "ScreenTime", "Sessions", "Subscriptions", "Sync",
+                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "Store", "DomainSupport", "Auth", "ScreenTime", "Sessions", "Subscriptions", "Sync", "Health",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: optimized
@@ -105,6 +110,7 @@ let package = Package(
         .testTarget(name: "ThreadsTests", dependencies: ["Threads"]),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
         .testTarget(name: "StoreTests", dependencies: ["Store", "Storage", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
+        .testTarget(name: "HealthTests", dependencies: ["Health", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "DomainSupport", "TestSupport"]),
         .testTarget(name: "SessionsTests", dependencies: ["Sessions", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
         .testTarget(name: "ScreenTimeTests", dependencies: ["ScreenTime", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
         .testTarget(
@@ -123,7 +129,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KernelTests",
-            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Chrono", "Storage", "Store", "Subscriptions", "healthkernel", "TestSupport"]
+            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Chrono", "Storage", "Store", "Subscriptions", "Health", "healthkernel", "TestSupport"]
         ),
     ]
 )

@@ -64,6 +64,22 @@ public struct CalendarDate: Sendable, Hashable, Comparable, CustomStringConverti
         CalendarDate(daysSinceEpoch: daysSinceEpoch + n)
     }
 
+    /// ISO 8601 day of the week: 1 for Monday through 7 for Sunday (1970-01-01 was a Thursday).
+    public var isoWeekday: Int {
+        let d = (daysSinceEpoch + 3) % 7
+        return (d < 0 ? d + 7 : d) + 1
+    }
+
+    /// The ISO 8601 week this date lies in, as `YYYY-Www`: weeks start on Monday, and week 1 is the one
+    /// holding the year's first Thursday, so the week's year can differ from the date's.
+    public var isoWeek: String {
+        let thursday = adding(days: 4 - isoWeekday)
+        let jan1 = CalendarDate(year: thursday.year, month: 1, day: 1)!
+        let week = (thursday.daysSinceEpoch - jan1.daysSinceEpoch) / 7 + 1
+        let year = String(thursday.year)
+        return String(repeating: "0", count: max(0, 4 - year.count)) + year + (week < 10 ? "-W0" : "-W") + String(week)
+    }
+
     public static func < (a: CalendarDate, b: CalendarDate) -> Bool {
         (a.year, a.month, a.day) < (b.year, b.month, b.day)
     }

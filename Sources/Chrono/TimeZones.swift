@@ -62,6 +62,26 @@ public struct Zone: Sendable, Equatable {
         Timestamp(milliseconds: instant.milliseconds + Int64(offsetSeconds(at: instant)) * 1000).utcDate
     }
 
+    /// The first instant of local day `date`: its midnight, or where a change of offset skips midnight,
+    /// the first local time that exists on that day.
+    public func startOfDay(_ date: CalendarDate) -> Timestamp {
+        let midnight = Int64(date.daysSinceEpoch) * 86_400_000
+        // Local midnight minus the offset in force then; two rounds settle an offset that changes near it.
+        var guess = midnight - Int64(offsetSeconds(at: Timestamp(milliseconds: midnight))) * 1000
+        guess = midnight - Int64(offsetSeconds(at: Timestamp(milliseconds: guess))) * 1000
+        // In a gap (midnight does not exist), the guess lands on the previous day: the day starts at the change.
+        if localDate(at: Timestamp(milliseconds: guess)) < date {
+            var step: Int64 = 3_600_000
+            while localDate(at: Timestamp(milliseconds: guess)) < date { guess += step }
+            // Back off to the exact change, at one-second precision.
+            while step > 1000 {
+                step /= 2
+                if localDate(at: Timestamp(milliseconds: guess - step)) == date { guess -= step }
+            }
+        }
+        return Timestamp(milliseconds: guess)
+    }
+
     public static func == (a: Zone, b: Zone) -> Bool { a.identifier == b.identifier }
 }
 

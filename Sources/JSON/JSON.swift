@@ -39,6 +39,15 @@ public enum JSON: Sendable, Equatable {
         return nil
     }
 
+    /// The number, when this value is one (an integer as a double).
+    public var numberValue: Double? {
+        switch self {
+        case .int(let i): return Double(i)
+        case .double(let d): return d
+        default: return nil
+        }
+    }
+
     /// The array, when this value is one.
     public var arrayValue: [JSON]? {
         if case .array(let a) = self { return a }

@@ -154,6 +154,32 @@ public func optional(_ name: String, strings count: ClosedRange<Int>, maxBytes: 
     }
 }
 
+/// An optional list of at most `maxItems` values of `T`, counted before any is read, so that an oversized
+/// list is refused without decoding it.
+public func optional<T: ParamType>(_ name: String, items type: T.Type, maxItems: Int) -> Param<[T]?> {
+    let schema: JSON = ["type": "array", "maxItems": .int(Int64(maxItems)), "items": T.schema]
+    return Param(name: name, required: false, schema: schema) { (r: inout ObjectReader) throws(FieldError) -> [T]? in
+        guard let value = r.value(name) else { return nil }
+        if case .array(let items) = value, items.count > maxItems {
+            throw .outOfRange(r.path(name), "must hold at most \(maxItems) items")
+        }
+        return try [T].decode(value, at: r.path(name))
+    }
+}
+
+/// A required list of 1 to `maxItems` values of `T`, counted before any is read.
+public func required<T: ParamType>(_ name: String, items type: T.Type, maxItems: Int) -> Param<[T]> {
+    let schema: JSON = ["type": "array", "minItems": 1, "maxItems": .int(Int64(maxItems)), "items": T.schema]
+    return Param(name: name, required: true, schema: schema) { (r: inout ObjectReader) throws(FieldError) -> [T] in
+        guard r.has(name) else { throw FieldError(field: r.path(name), reason: "missing_field", message: "\(r.path(name)) is required") }
+        let value = r.value(name)!
+        if case .array(let items) = value, items.isEmpty || items.count > maxItems {
+            throw .outOfRange(r.path(name), "must hold 1 to \(maxItems) items")
+        }
+        return try [T].decode(value, at: r.path(name))
+    }
+}
+
 private func bounds(_ range: ClosedRange<Int64>) -> JSON {
     ["type": "integer", "minimum": .int(range.lowerBound), "maximum": .int(range.upperBound)]
 }

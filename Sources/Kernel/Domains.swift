@@ -1,4 +1,5 @@
 import DomainSupport
+import Health
 import JSON
 import JSONRPC
 import ScreenTime
@@ -13,6 +14,7 @@ extension Kernel {
         .of(ScreenTimeDomain.self),
         .of(SessionsDomain.self),
         .of(SubscriptionsDomain.self),
+        .of(HealthDomain.self),
         .of(SyncDomain.self),
     ]
 }

@@ -1,0 +1,39 @@
+import DomainSupport
+import JSON
+import JSONRPC
+import Storage
+
+/// HealthKit sync, as the kernel composes it.
+public struct HealthDomain: Domain {
+    public let methods: [RegisteredMethod]
+
+    @inlinable
+    public static func tables(_ store: some Storage) -> HealthTables { HealthTables(store) }
+
+    public init(config: NoConfig, tables: HealthTables, context: DomainContext) {
+        let service = HealthService(store: context.store, tables: tables, cursorSecret: context.cursorSecret)
+        context.entities.add([
+            "health.sample": { (user, id, _) throws(RPCError) in
+                try answer { () throws(HealthError) in try service.sample(user, id).map { $0.json(id) } }
+            },
+            "health.workout": { (user, id, _) throws(RPCError) in
+                try answer { () throws(HealthError) in try service.workout(user, id).map { $0.json(id) } }
+            },
+            "health.sleep": { (user, id, _) throws(RPCError) in
+                try answer { () throws(HealthError) in try service.sleep(user, id).map { $0.json(id) } }
+            },
+            "health.day": { (user, id, _) throws(RPCError) in
+                try answer { () throws(HealthError) in
+                    try service.day(user, id).map { JSON.object(JSONObject([("date", .string(id))] + $0.members(types: nil))) }
+                }
+            },
+        ])
+        methods = [
+            RegisteredMethod(HealthIngest(service)),
+            RegisteredMethod(HealthDelete(service)),
+            RegisteredMethod(HealthSummary(service)),
+            RegisteredMethod(HealthWeekly(service)),
+            RegisteredMethod(HealthWorkouts(service)),
+        ]
+    }
+}

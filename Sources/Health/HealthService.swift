@@ -1,0 +1,474 @@
+import Chrono
+import DomainSupport
+import Logging
+import Storage
+
+/// Why a health call was refused.
+public enum HealthError: Error, Equatable {
+    /// An item ends further in the future than a device clock can be off; the path names it.
+    case future(String)
+    case storage(StorageError)
+}
+
+/// What `health.ingest` is asked to do, once its params are read.
+public struct IngestRequest: Sendable {
+    public var deviceId: String?
+    public var zone: Zone?
+    public var samples: [SampleInput] = []
+    public var workouts: [WorkoutInput] = []
+    public var sleep: [SleepInput] = []
+    public var replaceDays: [CalendarDate] = []
+    public var dryRun = false
+
+    public init(deviceId: String? = nil, zone: Zone? = nil, samples: [SampleInput] = [], workouts: [WorkoutInput] = [],
+                sleep: [SleepInput] = [], replaceDays: [CalendarDate] = [], dryRun: Bool = false) {
+        self.deviceId = deviceId
+        self.zone = zone
+        self.samples = samples
+        self.workouts = workouts
+        self.sleep = sleep
+        self.replaceDays = replaceDays
+        self.dryRun = dryRun
+    }
+
+    var count: Int { samples.count + workouts.count + sleep.count }
+}
+
+/// What an ingest did (or, dry, would do).
+public struct IngestReport: Sendable, Equatable {
+    public var samples = 0
+    public var workouts = 0
+    public var sleep = 0
+    public var unchanged = 0
+    /// Items `replaceDays` removed.
+    public var replaced = 0
+    public var daysRecomputed: [String] = []
+    public var dryRun = false
+}
+
+/// What a deletion did.
+public struct DeleteReport: Sendable, Equatable {
+    public var deleted = 0
+    public var unknown = 0
+    public var daysRecomputed: [String] = []
+}
+
+/// A day's summary with its date, or a week's with its ISO week.
+public struct Period: Sendable, Equatable {
+    public var name: String
+    public var summary: DayRow
+    /// Days with data in it.
+    public var days: Int
+}
+
+/// One stored workout, with its UUID.
+public struct Workout: Sendable, Equatable {
+    public var uuid: String
+    public var row: WorkoutRow
+}
+
+/// A page of workouts.
+public struct WorkoutPage: Sendable {
+    public var workouts: [Workout]
+    public var nextCursor: String?
+}
+
+/// HealthKit samples, workouts and sleep, by UUID, with per-day summaries kept up to date as they
+/// change. Confined to the serving thread.
+public final class HealthService: @unchecked Sendable {
+    static let profileKey = "profile"
+    let store: any Storage
+    let tables: HealthTables
+    private let cursors: CursorSeal
+    private let logger = Logger(label: "healthkernel.health")
+
+    public init(store: any Storage, tables: HealthTables, cursorSecret: [UInt8]) {
+        self.store = store
+        self.tables = tables
+        cursors = CursorSeal(purpose: "health.workouts", secret: cursorSecret)
+    }
+
+    private func storage<T>(_ body: @autoclosure () throws(StorageError) -> T) throws(HealthError) -> T {
+        do { return try body() } catch { throw .storage(error) }
+    }
+
+    // MARK: Reads
+
+    public func sample(_ user: String, _ uuid: String) throws(HealthError) -> SampleRow? { try storage(try tables.samples.get(user: user, key: uuid)) }
+    public func workout(_ user: String, _ uuid: String) throws(HealthError) -> WorkoutRow? { try storage(try tables.workouts.get(user: user, key: uuid)) }
+    public func sleep(_ user: String, _ uuid: String) throws(HealthError) -> SleepRow? { try storage(try tables.sleep.get(user: user, key: uuid)) }
+    public func day(_ user: String, _ date: String) throws(HealthError) -> DayRow? { try storage(try tables.days.get(user: user, key: date)) }
+
+    /// The zone ingests use when they name none: the one last sent, else UTC.
+    public func zone(_ user: String) throws(HealthError) -> Zone {
+        try storage(try tables.profile.get(user: user, key: Self.profileKey)).flatMap { Zone.named($0.timezone) } ?? .utc
+    }
+
+    /// Days from `from` through `to` that have data.
+    public func summary(_ user: String, from: CalendarDate, to: CalendarDate) throws(HealthError) -> [Period] {
+        try storage(try tables.days.scan(user: user, from: from.description, to: to.description, after: nil, reverse: false, limit: .max))
+            .map { Period(name: $0.key, summary: $0.row, days: 1) }
+    }
+
+    /// ISO weeks touching `from` through `to`, each whole (Monday to Sunday), that have data.
+    public func weekly(_ user: String, from: CalendarDate, to: CalendarDate) throws(HealthError) -> [Period] {
+        let monday = from.adding(days: 1 - from.isoWeekday)
+        let sunday = to.adding(days: 7 - to.isoWeekday)
+        var weeks: [(String, [DayRow])] = []
+        for period in try summary(user, from: monday, to: sunday) {
+            let week = CalendarDate(period.name)!.isoWeek
+            if weeks.last?.0 == week { weeks[weeks.count - 1].1.append(period.summary) } else { weeks.append((week, [period.summary])) }
+        }
+        return weeks.map { Period(name: $0.0, summary: HealthRules.combine($0.1), days: $0.1.count) }
+    }
+
+    /// Workouts whose local start day is from `from` through `to`, newest first.
+    public func workouts(_ user: String, from: CalendarDate, to: CalendarDate, limit: Int, after: String?) throws(HealthError) -> WorkoutPage {
+        let rows = try storage(try tables.workouts.scanOrdered(user: user, from: from.description + "|", to: to.description + "|~",
+                                                               after: after, reverse: true, limit: limit + 1))
+        let page = rows.prefix(limit).map { Workout(uuid: $0.key, row: $0.row) }
+        let next = rows.count > limit ? page.last.map { cursors.seal(HealthRules.itemOrder(day: $0.row.placement.day, start: $0.row.placement.start, uuid: $0.uuid), user: user) } : nil
+        return WorkoutPage(workouts: page, nextCursor: next)
+    }
+
+    /// The position a cursor of `user` names, or nil when it is not one this kernel gave that user.
+    public func openCursor(_ cursor: String, user: String) -> String? { cursors.open(cursor, user: user) }
+
+    // MARK: Writes
+
+    public func ingest(_ user: String, _ request: IngestRequest, now: Timestamp) throws(HealthError) -> IngestReport {
+        let began = monotonicMicros()
+        let large = request.count > HealthRules.largeIngest
+        if large { logger.info("health.ingest: \(request.count) items, placing them") }
+        let latest = now.milliseconds + HealthRules.futureAllowanceMs
+        for item in request.samples.map(\.item) + request.workouts.map(\.item) + request.sleep.map(\.item)
+        where item.end.milliseconds > latest {
+            throw .future(item.path + ".end")
+        }
+        let zone: Zone
+        if let named = request.zone { zone = named } else { zone = try self.zone(user) }
+        var work = Work(service: self, user: user)
+        var report = IngestReport(dryRun: request.dryRun)
+
+        if let device = request.deviceId, !request.replaceDays.isEmpty {
+            let incoming = Set(request.samples.map(\.item.uuid) + request.workouts.map(\.item.uuid) + request.sleep.map(\.item.uuid))
+            report.replaced = try work.removeDevice(device, days: request.replaceDays, keeping: incoming)
+        }
+        for s in request.samples {
+            let placement = try work.placement(s.item, zone: zone, deviceId: request.deviceId)
+            let row = SampleRow(type: s.type, value: s.value, placement: placement)
+            if try work.current(s.item.uuid) == .sample(row, sameContent: true) { report.unchanged += 1; continue }
+            try work.put(s.item.uuid, .sample(row, sameContent: false))
+            report.samples += 1
+        }
+        for w in request.workouts {
+            let placement = try work.placement(w.item, zone: zone, deviceId: request.deviceId)
+            let row = WorkoutRow(activityType: w.activityType, durationSeconds: w.durationSeconds, energyKcal: w.energyKcal,
+                                 distanceMeters: w.distanceMeters, placement: placement)
+            if try work.current(w.item.uuid) == .workout(row, sameContent: true) { report.unchanged += 1; continue }
+            try work.put(w.item.uuid, .workout(row, sameContent: false))
+            report.workouts += 1
+        }
+        for s in request.sleep {
+            let sleepZone = try work.zone(of: s.item.uuid) ?? zone
+            var placement = try work.placement(s.item, zone: sleepZone, deviceId: request.deviceId)
+            placement.day = HealthRules.sleepDay(end: s.item.end.milliseconds, in: sleepZone).description
+            let row = SleepRow(stage: s.stage, placement: placement)
+            if try work.current(s.item.uuid) == .sleep(row, sameContent: true) { report.unchanged += 1; continue }
+            try work.put(s.item.uuid, .sleep(row, sameContent: false))
+            report.sleep += 1
+        }
+        if large { logger.info("health.ingest: placed \(request.count) items in \((monotonicMicros() - began) / 1000) ms, recomputing days") }
+        report.daysRecomputed = try work.recompute()
+        if let named = request.zone, try storage(try tables.profile.get(user: user, key: Self.profileKey))?.timezone != named.identifier {
+            work.tx.put(tables.profile, user: user, key: Self.profileKey, ProfileRow(timezone: named.identifier))
+        }
+        if !request.dryRun { try storage(try store.commit(work.tx)) }
+        if large {
+            logger.info("health.ingest: \(request.count) items (\(report.unchanged) unchanged), \(report.daysRecomputed.count) days recomputed, done in \((monotonicMicros() - began) / 1000) ms")
+        }
+        return report
+    }
+
+    public func delete(_ user: String, uuids: [String]) throws(HealthError) -> DeleteReport {
+        var work = Work(service: self, user: user)
+        var report = DeleteReport()
+        for uuid in Set(uuids).sorted() {
+            if try work.current(uuid) == nil { report.unknown += 1; continue }
+            try work.remove(uuid)
+            report.deleted += 1
+        }
+        report.daysRecomputed = try work.recompute()
+        if !work.tx.isEmpty { try storage(try store.commit(work.tx)) }
+        return report
+    }
+
+    // MARK: The unit of work
+
+    /// An item as it stands: stored, or as this request leaves it.
+    enum Item: Equatable {
+        case sample(SampleRow, sameContent: Bool)
+        case workout(WorkoutRow, sameContent: Bool)
+        case sleep(SleepRow, sameContent: Bool)
+
+        var placement: Placement {
+            switch self {
+            case .sample(let r, _): return r.placement
+            case .workout(let r, _): return r.placement
+            case .sleep(let r, _): return r.placement
+            }
+        }
+
+        /// Equal when the same kind with the same content, if either side asks for content only.
+        static func == (a: Item, b: Item) -> Bool {
+            switch (a, b) {
+            case (.sample(let x, let c1), .sample(let y, let c2)): return c1 || c2 ? x.sameContent(y) : x == y
+            case (.workout(let x, let c1), .workout(let y, let c2)): return c1 || c2 ? x.sameContent(y) : x == y
+            case (.sleep(let x, let c1), .sleep(let y, let c2)): return c1 || c2 ? x.sameContent(y) : x == y
+            default: return false
+            }
+        }
+    }
+
+    /// What a day's summary is recomputed for.
+    enum Part: Hashable {
+        case metric(Int)
+        case workouts
+        case sleep
+    }
+
+    /// One request's changes: items put and removed (by UUID), the day parts they touch, and the
+    /// transaction that carries them with the recomputed days.
+    struct Work {
+        let service: HealthService
+        let user: String
+        var tx = Transaction()
+        /// UUID -> the item as this request leaves it (nil: removed).
+        var pending: [String: Item?] = [:]
+        var touched: [Part: Set<CalendarDate>] = [:]
+        var dayStarts: [String: Int64] = [:]
+
+        init(service: HealthService, user: String) {
+            self.service = service
+            self.user = user
+        }
+
+        var tables: HealthTables { service.tables }
+
+        func storage<T>(_ body: @autoclosure () throws(StorageError) -> T) throws(HealthError) -> T {
+            do { return try body() } catch { throw .storage(error) }
+        }
+
+        /// The item `uuid` names now, of whichever kind.
+        func current(_ uuid: String) throws(HealthError) -> Item? {
+            if let p = pending[uuid] { return p }
+            if let r = try storage(try tables.samples.get(user: user, key: uuid)) { return .sample(r, sameContent: false) }
+            if let r = try storage(try tables.workouts.get(user: user, key: uuid)) { return .workout(r, sameContent: false) }
+            if let r = try storage(try tables.sleep.get(user: user, key: uuid)) { return .sleep(r, sameContent: false) }
+            return nil
+        }
+
+        /// The zone item `uuid` was first sent with, if it exists: it keeps it, so travelling does not
+        /// move old days.
+        func zone(of uuid: String) throws(HealthError) -> Zone? {
+            try current(uuid).flatMap { Zone.named($0.placement.zone) }
+        }
+
+        /// Where an item sent now is placed: in the zone it was first sent with, else `zone`.
+        mutating func placement(_ item: ItemInput, zone fallback: Zone, deviceId: String?) throws(HealthError) -> Placement {
+            let zone = try zone(of: item.uuid) ?? fallback
+            return Placement(start: item.start.milliseconds, end: item.end.milliseconds, zone: zone.identifier,
+                             day: HealthRules.day(item.start.milliseconds, in: zone).description, origin: item.origin, deviceId: deviceId)
+        }
+
+        /// Stores `item` under `uuid`, replacing what was there (of any kind).
+        mutating func put(_ uuid: String, _ item: Item) throws(HealthError) {
+            try remove(uuid)
+            pending[uuid] = item
+            switch item {
+            case .sample(let r, _): tx.put(tables.samples, user: user, key: uuid, r)
+            case .workout(let r, _): tx.put(tables.workouts, user: user, key: uuid, r)
+            case .sleep(let r, _): tx.put(tables.sleep, user: user, key: uuid, r)
+            }
+            touch(item)
+        }
+
+        /// Removes the item `uuid` names, if any.
+        mutating func remove(_ uuid: String) throws(HealthError) {
+            guard let old = try current(uuid) else { return }
+            switch old {
+            case .sample: tx.delete(tables.samples, user: user, key: uuid)
+            case .workout: tx.delete(tables.workouts, user: user, key: uuid)
+            case .sleep: tx.delete(tables.sleep, user: user, key: uuid)
+            }
+            pending[uuid] = .some(nil)
+            touch(old)
+        }
+
+        /// Removes what device `device` sent on `days` (by the day each item counts toward), except `keeping`.
+        mutating func removeDevice(_ device: String, days: [CalendarDate], keeping: Set<String>) throws(HealthError) -> Int {
+            var doomed: [String] = []
+            for day in Set(days).sorted() {
+                let d = day.description
+                for type in HealthType.all {
+                    let prefix = HealthRules.typePrefix(type) + d + "|"
+                    for (uuid, row) in try storage(try tables.samples.scanOrdered(user: user, from: prefix, to: prefix + "~", after: nil, reverse: false, limit: .max))
+                    where row.placement.deviceId == device { doomed.append(uuid) }
+                }
+                for (uuid, row) in try storage(try tables.workouts.scanOrdered(user: user, from: d + "|", to: d + "|~", after: nil, reverse: false, limit: .max))
+                where row.placement.deviceId == device { doomed.append(uuid) }
+                for (uuid, row) in try storage(try tables.sleep.scanOrdered(user: user, from: d + "|", to: d + "|~", after: nil, reverse: false, limit: .max))
+                where row.placement.deviceId == device { doomed.append(uuid) }
+            }
+            let removed = doomed.filter { !keeping.contains($0) }
+            for uuid in removed { try remove(uuid) }
+            return removed.count
+        }
+
+        /// The first instant of local day `day` in `zone`, remembered for this request.
+        mutating func dayStart(_ day: CalendarDate, _ zone: Zone) -> Int64 {
+            let key = zone.identifier + " " + day.description
+            if let hit = dayStarts[key] { return hit }
+            let start = zone.startOfDay(day).milliseconds
+            dayStarts[key] = start
+            return start
+        }
+
+        /// The local days a sample's share falls on, with the part of its interval on each.
+        mutating func split(_ p: Placement) -> [(day: CalendarDate, start: Int64, end: Int64)] {
+            let zone = Zone.named(p.zone) ?? .utc
+            let day = CalendarDate(p.day)!
+            // Most samples lie within their start day: no time zone arithmetic beyond one lookup.
+            if p.end <= p.start || p.end <= dayStart(day.adding(days: 1), zone) { return [(day, p.start, p.end)] }
+            var starts: [CalendarDate: Int64] = [:]
+            let parts = HealthRules.split(start: p.start, end: p.end, in: zone) { d in
+                if let s = starts[d] { return s }
+                let s = zone.startOfDay(d).milliseconds
+                starts[d] = s
+                return s
+            }
+            return parts
+        }
+
+        mutating func touch(_ item: Item) {
+            switch item {
+            case .sample(let r, _):
+                let days = r.type.aggregation == .cumulative ? split(r.placement).map(\.day) : [CalendarDate(r.placement.day)!]
+                touched[.metric(r.type.code), default: []].formUnion(days)
+            case .workout(let r, _): touched[.workouts, default: []].insert(CalendarDate(r.placement.day)!)
+            case .sleep(let r, _): touched[.sleep, default: []].insert(CalendarDate(r.placement.day)!)
+            }
+        }
+
+        /// Recomputes every touched part of every touched day from the items as this request leaves
+        /// them, and puts the days whose summary changed. Answers the touched days.
+        mutating func recompute() throws(HealthError) -> [String] {
+            var days: [CalendarDate: DayRow] = [:]
+            var original: [CalendarDate: DayRow] = [:]
+            func load(_ d: CalendarDate) throws(HealthError) -> DayRow {
+                if let row = days[d] { return row }
+                let row = try storage(try tables.days.get(user: user, key: d.description)) ?? DayRow()
+                original[d] = row
+                return row
+            }
+            let pendingSamples = pendingByType()
+            for (part, set) in touched.sorted(by: { "\($0.key)" < "\($1.key)" }) {
+                switch part {
+                case .metric(let code):
+                    let type = HealthType(code: code)
+                    for (d, metric) in try metrics(type, days: set, pending: pendingSamples[code] ?? []) {
+                        var row = try load(d)
+                        row.metrics[code] = metric
+                        days[d] = row
+                    }
+                case .workouts:
+                    for d in set {
+                        var row = try load(d)
+                        row.workouts = HealthRules.workouts(try items(tables.workouts, day: d, pick: { if case .workout(let r, _) = $0 { r } else { nil } }).map(\.1))
+                        days[d] = row
+                    }
+                case .sleep:
+                    for d in set {
+                        var row = try load(d)
+                        let samples = try items(tables.sleep, day: d, pick: { if case .sleep(let r, _) = $0 { r } else { nil } }).map(\.1)
+                        let ranks = HealthRules.ranks(samples.map(\.placement.origin))
+                        row.sleep = HealthRules.sleep(samples.map { ($0.stage, $0.placement.start, $0.placement.end, ranks[$0.placement.origin]!) })
+                        days[d] = row
+                    }
+                }
+            }
+            for d in days.keys.sorted() where days[d] != original[d] {
+                let row = days[d]!
+                if row.isEmpty { tx.delete(tables.days, user: user, key: d.description) } else { tx.put(tables.days, user: user, key: d.description, row) }
+            }
+            return days.keys.sorted().map(\.description)
+        }
+
+        /// Pending samples by type code.
+        func pendingByType() -> [Int: [(String, SampleRow)]] {
+            var out: [Int: [(String, SampleRow)]] = [:]
+            for (uuid, item) in pending { if case .sample(let r, _)? = item { out[r.type.code, default: []].append((uuid, r)) } }
+            return out
+        }
+
+        /// The items of a workouts or sleep table counted toward day `day`, as this request leaves them.
+        func items<Row: StoredRow>(_ table: any StorageTable<Row>, day: CalendarDate, pick: (Item) -> Row?) throws(HealthError) -> [(String, Row)] {
+            let d = day.description
+            var out = try storage(try table.scanOrdered(user: user, from: d + "|", to: d + "|~", after: nil, reverse: false, limit: .max))
+                .filter { pending[$0.key] == nil }.map { ($0.key, $0.row) }
+            for (uuid, item) in pending {
+                if let item, let row = pick(item), (item.placement.day == d) { out.append((uuid, row)) }
+            }
+            return out
+        }
+
+        /// Type `type`'s figure on each of `days` (nil where it has no samples), from its samples as this
+        /// request leaves them.
+        mutating func metrics(_ type: HealthType, days: Set<CalendarDate>, pending: [(String, SampleRow)]) throws(HealthError) -> [(CalendarDate, Metric?)] {
+            // Samples start at most 7 days (and a zone's offset) before a day they reach into.
+            let lookback = type.aggregation == .cumulative ? 8 : 0
+            var rows: [(String, SampleRow)] = []
+            for (lo, hi) in clusters(days.sorted(), gap: lookback) {
+                let prefix = HealthRules.typePrefix(type)
+                rows += try storage(try tables.samples.scanOrdered(user: user, from: prefix + lo.adding(days: -lookback).description,
+                                                                  to: prefix + hi.description + "|~", after: nil, reverse: false, limit: .max))
+                    .filter { self.pending[$0.key] == nil }.map { ($0.key, $0.row) }
+            }
+            rows += pending
+            var out: [(CalendarDate, Metric?)] = []
+            switch type.aggregation {
+            case .cumulative:
+                var shares: [CalendarDate: [(Origin, Contribution)]] = [:]
+                for (_, r) in rows {
+                    let p = r.placement
+                    for part in split(p) where days.contains(part.day) {
+                        shares[part.day, default: []].append((p.origin, Contribution(start: part.start, end: part.end, value: r.value,
+                                                                                       duration: p.end - p.start, rank: 0)))
+                    }
+                }
+                for d in days {
+                    guard let list = shares[d] else { out.append((d, nil)); continue }
+                    let ranks = HealthRules.ranks(list.map(\.0))
+                    out.append((d, .sum(HealthRules.mergedSum(list.map { var c = $0.1; c.rank = ranks[$0.0]!; return c }))))
+                }
+            case .discrete:
+                var values: [CalendarDate: [(value: Double, duration: Int64)]] = [:]
+                for (_, r) in rows {
+                    guard let d = CalendarDate(r.placement.day), days.contains(d) else { continue }
+                    values[d, default: []].append((r.value, r.placement.end - r.placement.start))
+                }
+                for d in days { out.append((d, values[d].flatMap(HealthRules.stats))) }
+            }
+            return out
+        }
+
+        /// Runs of sorted days, split where two lie more than `gap` days apart: one scan each.
+        func clusters(_ days: [CalendarDate], gap: Int) -> [(CalendarDate, CalendarDate)] {
+            var out: [(CalendarDate, CalendarDate)] = []
+            for d in days {
+                if let last = out.last, d.daysSinceEpoch - last.1.daysSinceEpoch <= gap + 1 { out[out.count - 1].1 = d } else { out.append((d, d)) }
+            }
+            return out
+        }
+    }
+}

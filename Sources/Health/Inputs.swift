@@ -1,0 +1,174 @@
+import Chrono
+import DomainSupport
+import JSON
+import JSONRPC
+
+/// What every item sent to `health.ingest` has: a HealthKit UUID, an interval and where it came from.
+public struct ItemInput: Sendable, Equatable {
+    public var uuid: String
+    public var start: Timestamp
+    public var end: Timestamp
+    public var origin: Origin
+    /// Path of the item in the request (`params.samples[3]`), for errors found later.
+    public var path: String
+
+    /// Reads `uuid`, `start`, `end`, `source` and `device`, checking the interval.
+    init(_ r: inout ObjectReader) throws(FieldError) {
+        path = r.path
+        uuid = try r.required("uuid", as: CanonicalUUID.self).text
+        start = try r.required("start")
+        end = try r.required("end")
+        guard end >= start else { throw .outOfRange(r.path("end"), "must not be before start") }
+        guard end.milliseconds - start.milliseconds <= HealthRules.maxDurationMs else {
+            throw .outOfRange(r.path("end"), "must be at most 7 days after start")
+        }
+        guard start.milliseconds >= 0 else { throw .outOfRange(r.path("start"), "must not be before 1970") }
+        origin = Origin()
+        if let source: JSONObject = try r.optional("source") {
+            var s = ObjectReader(source, path: r.path("source"))
+            origin.sourceName = try text(&s, "name")
+            origin.bundleId = try text(&s, "bundleId")
+            try s.finish()
+        }
+        if let device: JSONObject = try r.optional("device") {
+            var d = ObjectReader(device, path: r.path("device"))
+            origin.deviceModel = try text(&d, "model")
+            origin.deviceName = try text(&d, "name")
+            try d.finish()
+        }
+    }
+
+    /// The same item as sent, wherever it stood in the request.
+    public static func == (a: ItemInput, b: ItemInput) -> Bool {
+        a.uuid == b.uuid && a.start == b.start && a.end == b.end && a.origin == b.origin
+    }
+
+    static let schemaProperties: [(String, JSON)] = [
+        ("uuid", ["type": "string", "format": "uuid", "description": "the HealthKit UUID; items are upserted by it"]),
+        ("start", Timestamp.schema),
+        ("end", merge(Timestamp.schema, ["description": "not before start, at most 7 days after it"])),
+        ("source", ["type": "object", "additionalProperties": false,
+                    "properties": ["name": textSchema, "bundleId": textSchema]]),
+        ("device", ["type": "object", "additionalProperties": false,
+                    "properties": ["model": merge(textSchema, ["description": "HKDevice.model: Watch, iPhone, ..."]), "name": textSchema]]),
+    ]
+}
+
+private let textSchema: JSON = ["type": "string", "minLength": 1, "maxLength": 200]
+
+private func merge(_ a: JSON, _ b: JSON) -> JSON {
+    guard case .object(var o) = a, case .object(let extra) = b else { return a }
+    for (k, v) in extra { o[k] = v }
+    return .object(o)
+}
+
+private func text(_ r: inout ObjectReader, _ key: String) throws(FieldError) -> String? {
+    guard let s: String = try r.optional(key) else { return nil }
+    guard !s.isEmpty, s.utf8.count <= 200 else { throw .outOfRange(r.path(key), "must be 1 to 200 bytes") }
+    return s
+}
+
+private func finite(_ r: inout ObjectReader, _ key: String, required: Bool) throws(FieldError) -> Double? {
+    let value: Double? = required ? try r.required(key) : try r.optional(key)
+    guard let value else { return nil }
+    guard value.isFinite else { throw .outOfRange(r.path(key), "must be a finite number") }
+    guard value >= 0 else { throw .outOfRange(r.path(key), "must not be negative") }
+    return value
+}
+
+/// The schema of an item kind: the common members and `properties`.
+private func itemSchema(_ required: [String], _ properties: [(String, JSON)]) -> JSON {
+    ["type": "object", "additionalProperties": false, "required": .array(required.map { .string($0) }),
+     "properties": .object(JSONObject(ItemInput.schemaProperties + properties))]
+}
+
+/// A quantity or category sample as sent.
+public struct SampleInput: ParamType, Sendable, Equatable {
+    public var item: ItemInput
+    public var type: HealthType
+    /// In the type's canonical unit.
+    public var value: Double
+
+    public static func decode(_ json: JSON, at path: String) throws(FieldError) -> SampleInput {
+        var r = ObjectReader(try JSONObject.decode(json, at: path), path: path)
+        let item = try ItemInput(&r)
+        let name: String = try r.required("type")
+        guard let type = HealthType.named(name) else {
+            throw FieldError(field: r.path("type"), reason: "invalid_params",
+                             message: "\(r.path("type")) is not a HealthKit type the kernel keeps (see protocol/health.md)")
+        }
+        let raw = try finite(&r, "value", required: true)!
+        let unit: String = try r.required("unit")
+        guard let value = type.canonical(raw, unit: unit) else {
+            throw FieldError(field: r.path("unit"), reason: "invalid_params",
+                             message: "\(r.path("unit")) must be one of \(type.units.map(\.unit).joined(separator: ", ")) for \(name)")
+        }
+        guard value <= type.maximum else { throw .outOfRange(r.path("value"), "must be at most 100%") }
+        try r.finish()
+        return SampleInput(item: item, type: type, value: value)
+    }
+
+    public static var schema: JSON {
+        itemSchema(["uuid", "type", "value", "unit", "start", "end"], [
+            ("type", ["enum": .array(HealthType.all.map { .string($0.identifier) })]),
+            ("value", ["type": "number", "minimum": 0]),
+            ("unit", ["type": "string", "description": "one the type accepts (protocol/health.md); converted to its canonical unit"]),
+        ])
+    }
+}
+
+/// A workout as sent.
+public struct WorkoutInput: ParamType, Sendable, Equatable {
+    public var item: ItemInput
+    public var activityType: String
+    public var durationSeconds: Int64
+    public var energyKcal: Double?
+    public var distanceMeters: Double?
+
+    public static func decode(_ json: JSON, at path: String) throws(FieldError) -> WorkoutInput {
+        var r = ObjectReader(try JSONObject.decode(json, at: path), path: path)
+        let item = try ItemInput(&r)
+        let activity: String = try r.required("activityType")
+        guard ActivityTypes.names.contains(activity) else {
+            throw FieldError(field: r.path("activityType"), reason: "invalid_params",
+                             message: "\(r.path("activityType")) must be an HKWorkoutActivityType name such as running or walking")
+        }
+        let span = (item.end.milliseconds - item.start.milliseconds + 999) / 1000
+        let duration = try r.required("durationSeconds", in: 0...(7 * 86_400))
+        guard duration <= span else { throw .outOfRange(r.path("durationSeconds"), "must not exceed end - start") }
+        let energy = try finite(&r, "energyKcal", required: false)
+        let distance = try finite(&r, "distanceMeters", required: false)
+        try r.finish()
+        return WorkoutInput(item: item, activityType: activity, durationSeconds: duration, energyKcal: energy, distanceMeters: distance)
+    }
+
+    public static var schema: JSON {
+        itemSchema(["uuid", "activityType", "start", "end", "durationSeconds"], [
+            ("activityType", ["type": "string", "description": "an HKWorkoutActivityType case name: running, walking, cycling, ..."]),
+            ("durationSeconds", ["type": "integer", "minimum": 0, "maximum": 604_800, "description": "at most end - start (pauses excluded)"]),
+            ("energyKcal", ["type": "number", "minimum": 0]),
+            ("distanceMeters", ["type": "number", "minimum": 0]),
+        ])
+    }
+}
+
+/// A sleep sample as sent.
+public struct SleepInput: ParamType, Sendable, Equatable {
+    public var item: ItemInput
+    public var stage: SleepStage
+
+    public static func decode(_ json: JSON, at path: String) throws(FieldError) -> SleepInput {
+        var r = ObjectReader(try JSONObject.decode(json, at: path), path: path)
+        let item = try ItemInput(&r)
+        let name: String = try r.required("stage")
+        guard let stage = SleepStage(rawValue: name) else {
+            throw .outOfRange(r.path("stage"), "must be one of \(SleepStage.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        try r.finish()
+        return SleepInput(item: item, stage: stage)
+    }
+
+    public static var schema: JSON {
+        itemSchema(["uuid", "stage", "start", "end"], [("stage", ["enum": .array(SleepStage.allCases.map { .string($0.rawValue) })])])
+    }
+}

@@ -1,0 +1,304 @@
+import DomainSupport
+import JSON
+import Storage
+
+/// Where an item came from: the app that wrote it and the device that measured it. Source priority
+/// (`HealthRules.rank`) is decided by these.
+public struct Origin: Sendable, Hashable {
+    public var sourceName: String?
+    public var bundleId: String?
+    public var deviceModel: String?
+    public var deviceName: String?
+
+    public init(sourceName: String? = nil, bundleId: String? = nil, deviceModel: String? = nil, deviceName: String? = nil) {
+        self.sourceName = sourceName
+        self.bundleId = bundleId
+        self.deviceModel = deviceModel
+        self.deviceName = deviceName
+    }
+
+    init(_ f: StoredFields) {
+        self.init(sourceName: f.optionalString("sourceName"), bundleId: f.optionalString("bundleId"),
+                  deviceModel: f.optionalString("deviceModel"), deviceName: f.optionalString("deviceName"))
+    }
+
+    var stored: [(String, JSON)] {
+        [("sourceName", .optional(sourceName)), ("bundleId", .optional(bundleId)), ("deviceModel", .optional(deviceModel)),
+         ("deviceName", .optional(deviceName))]
+    }
+}
+
+/// What every stored item has besides its content: its interval, the zone it was sent with, the local
+/// day it counts toward (in that zone), where it came from, and the `deviceId` of the ingest that sent it.
+public struct Placement: Sendable, Equatable {
+    public var start: Int64
+    public var end: Int64
+    public var zone: String
+    /// `YYYY-MM-DD`: the local start day for samples and workouts, the night's wake day for sleep.
+    public var day: String
+    public var origin: Origin
+    public var deviceId: String?
+
+    init(_ f: StoredFields) throws(StorageError) {
+        start = try f.int("start")
+        end = try f.int("end")
+        zone = try f.string("zone")
+        day = try f.string("day")
+        origin = Origin(f)
+        deviceId = f.optionalString("deviceId")
+    }
+
+    public init(start: Int64, end: Int64, zone: String, day: String, origin: Origin, deviceId: String?) {
+        self.start = start
+        self.end = end
+        self.zone = zone
+        self.day = day
+        self.origin = origin
+        self.deviceId = deviceId
+    }
+
+    var stored: [(String, JSON)] {
+        [("start", .int(start)), ("end", .int(end)), ("zone", .string(zone)), ("day", .string(day))] + origin.stored
+            + [("deviceId", .optional(deviceId))]
+    }
+
+    /// Whether two placements describe the same item as sent: the zone and day an item was first placed
+    /// in stay with it, and which device id sent it is not part of what it is.
+    func sameContent(_ other: Placement) -> Bool { start == other.start && end == other.end && origin == other.origin }
+}
+
+private func object(_ members: [(String, JSON)]) -> JSON {
+    .object(JSONObject(members.filter { $0.1 != .null }))
+}
+
+/// A quantity or category sample (`health.samples`, key: its HealthKit UUID).
+public struct SampleRow: StoredRow {
+    public var type: HealthType
+    /// In the type's canonical unit.
+    public var value: Double
+    public var placement: Placement
+
+    public init(type: HealthType, value: Double, placement: Placement) {
+        self.type = type
+        self.value = value
+        self.placement = placement
+    }
+
+    public init(stored: JSON) throws(StorageError) {
+        let f = try StoredFields(stored, "sample")
+        guard let type = HealthType.named(try f.string("type")) else { throw StorageError.corrupt("unknown sample type") }
+        guard case .some(let v) = f.object["value"], let value = v.numberValue else { throw StorageError.corrupt("missing value") }
+        self.type = type
+        self.value = value
+        placement = try Placement(f)
+    }
+
+    public var stored: JSON { object([("type", .string(type.identifier)), ("value", .double(value))] + placement.stored) }
+
+    func sameContent(_ other: SampleRow) -> Bool {
+        type == other.type && value == other.value && placement.sameContent(other.placement)
+    }
+}
+
+/// A workout (`health.workouts`, key: its HealthKit UUID).
+public struct WorkoutRow: StoredRow {
+    public var activityType: String
+    public var durationSeconds: Int64
+    public var energyKcal: Double?
+    public var distanceMeters: Double?
+    public var placement: Placement
+
+    public init(activityType: String, durationSeconds: Int64, energyKcal: Double?, distanceMeters: Double?, placement: Placement) {
+        self.activityType = activityType
+        self.durationSeconds = durationSeconds
+        self.energyKcal = energyKcal
+        self.distanceMeters = distanceMeters
+        self.placement = placement
+    }
+
+    public init(stored: JSON) throws(StorageError) {
+        let f = try StoredFields(stored, "workout")
+        activityType = try f.string("activityType")
+        durationSeconds = try f.int("durationSeconds")
+        energyKcal = f.object["energyKcal"]?.numberValue
+        distanceMeters = f.object["distanceMeters"]?.numberValue
+        placement = try Placement(f)
+    }
+
+    public var stored: JSON {
+        object([("activityType", .string(activityType)), ("durationSeconds", .int(durationSeconds)),
+                ("energyKcal", energyKcal.map(JSON.double) ?? .null), ("distanceMeters", distanceMeters.map(JSON.double) ?? .null)]
+               + placement.stored)
+    }
+
+    func sameContent(_ other: WorkoutRow) -> Bool {
+        activityType == other.activityType && durationSeconds == other.durationSeconds && energyKcal == other.energyKcal
+            && distanceMeters == other.distanceMeters && placement.sameContent(other.placement)
+    }
+}
+
+/// A sleep sample (`health.sleep`, key: its HealthKit UUID).
+public struct SleepRow: StoredRow {
+    public var stage: SleepStage
+    public var placement: Placement
+
+    public init(stage: SleepStage, placement: Placement) {
+        self.stage = stage
+        self.placement = placement
+    }
+
+    public init(stored: JSON) throws(StorageError) {
+        let f = try StoredFields(stored, "sleep")
+        guard let stage = SleepStage(rawValue: try f.string("stage")) else { throw StorageError.corrupt("unknown sleep stage") }
+        self.stage = stage
+        placement = try Placement(f)
+    }
+
+    public var stored: JSON { object([("stage", .string(stage.rawValue))] + placement.stored) }
+
+    func sameContent(_ other: SleepRow) -> Bool { stage == other.stage && placement.sameContent(other.placement) }
+}
+
+/// One type's figure for a day (or a week).
+public enum Metric: Sendable, Equatable {
+    case sum(Double)
+    case stats(avg: Double, min: Double, max: Double, count: Int64)
+}
+
+/// A day's workouts of one activity type.
+public struct WorkoutTotals: Sendable, Equatable {
+    public var count: Int64 = 0
+    public var durationSeconds: Int64 = 0
+    public var energyKcal: Double = 0
+    public var distanceMeters: Double = 0
+
+    public init(count: Int64 = 0, durationSeconds: Int64 = 0, energyKcal: Double = 0, distanceMeters: Double = 0) {
+        self.count = count
+        self.durationSeconds = durationSeconds
+        self.energyKcal = energyKcal
+        self.distanceMeters = distanceMeters
+    }
+
+    mutating func add(_ other: WorkoutTotals) {
+        count += other.count
+        durationSeconds += other.durationSeconds
+        energyKcal += other.energyKcal
+        distanceMeters += other.distanceMeters
+    }
+}
+
+/// Sleep of a night, in milliseconds per stage after merging sources.
+public struct SleepTotals: Sendable, Equatable {
+    public var ms: [SleepStage: Int64] = [:]
+
+    public init(ms: [SleepStage: Int64] = [:]) { self.ms = ms.filter { $0.value > 0 } }
+
+    public var asleepMs: Int64 { SleepStage.allCases.filter(\.isAsleep).reduce(0) { $0 + (ms[$1] ?? 0) } }
+    public var isEmpty: Bool { ms.isEmpty }
+
+    mutating func add(_ other: SleepTotals) {
+        for (stage, v) in other.ms { ms[stage, default: 0] += v }
+    }
+}
+
+/// A day's summary (`health.days`, key: the local date), kept up to date as its items change so that
+/// reading days never rescans samples.
+public struct DayRow: StoredRow {
+    /// By type code, in code order.
+    public var metrics: [Int: Metric]
+    /// By activity type.
+    public var workouts: [String: WorkoutTotals]
+    public var sleep: SleepTotals
+
+    public init(metrics: [Int: Metric] = [:], workouts: [String: WorkoutTotals] = [:], sleep: SleepTotals = SleepTotals()) {
+        self.metrics = metrics
+        self.workouts = workouts
+        self.sleep = sleep
+    }
+
+    public var isEmpty: Bool { metrics.isEmpty && workouts.isEmpty && sleep.isEmpty }
+
+    public init(stored: JSON) throws(StorageError) {
+        let f = try StoredFields(stored, "day")
+        metrics = [:]
+        for (id, m) in f.object["metrics"]?.objectValue ?? JSONObject() {
+            guard let type = HealthType.named(id), let o = m.objectValue else { throw StorageError.corrupt("bad day metric") }
+            if let sum = o["sum"]?.numberValue {
+                metrics[type.code] = .sum(sum)
+            } else if let avg = o["avg"]?.numberValue, let lo = o["min"]?.numberValue, let hi = o["max"]?.numberValue,
+                      let count = o["count"]?.intValue {
+                metrics[type.code] = .stats(avg: avg, min: lo, max: hi, count: count)
+            } else {
+                throw StorageError.corrupt("bad day metric")
+            }
+        }
+        workouts = [:]
+        for (activity, w) in f.object["workouts"]?.objectValue ?? JSONObject() {
+            guard let o = w.objectValue, let count = o["count"]?.intValue, let d = o["durationSeconds"]?.intValue,
+                  let e = o["energyKcal"]?.numberValue, let m = o["distanceMeters"]?.numberValue else {
+                throw StorageError.corrupt("bad day workouts")
+            }
+            workouts[activity] = WorkoutTotals(count: count, durationSeconds: d, energyKcal: e, distanceMeters: m)
+        }
+        var sleepMs: [SleepStage: Int64] = [:]
+        for (stage, v) in f.object["sleepMs"]?.objectValue ?? JSONObject() {
+            guard let s = SleepStage(rawValue: stage), let ms = v.intValue else { throw StorageError.corrupt("bad day sleep") }
+            sleepMs[s] = ms
+        }
+        sleep = SleepTotals(ms: sleepMs)
+    }
+
+    public var stored: JSON {
+        var m = JSONObject()
+        for code in metrics.keys.sorted() {
+            switch metrics[code]! {
+            case .sum(let v): m[HealthType(code: code).identifier] = ["sum": .double(v)]
+            case .stats(let avg, let lo, let hi, let count):
+                m[HealthType(code: code).identifier] = ["avg": .double(avg), "min": .double(lo), "max": .double(hi), "count": .int(count)]
+            }
+        }
+        var w = JSONObject()
+        for activity in workouts.keys.sorted() {
+            let t = workouts[activity]!
+            w[activity] = ["count": .int(t.count), "durationSeconds": .int(t.durationSeconds), "energyKcal": .double(t.energyKcal),
+                           "distanceMeters": .double(t.distanceMeters)]
+        }
+        var s = JSONObject()
+        for stage in SleepStage.allCases { if let v = sleep.ms[stage] { s[stage.rawValue] = .int(v) } }
+        return ["metrics": .object(m), "workouts": .object(w), "sleepMs": .object(s)]
+    }
+}
+
+/// What the kernel remembers of a user's syncing (`health.profile`, key `profile`): the zone last sent,
+/// the default for the next ingest.
+public struct ProfileRow: StoredRow {
+    public var timezone: String
+
+    public init(timezone: String) { self.timezone = timezone }
+    public init(stored: JSON) throws(StorageError) { timezone = try StoredFields(stored, "profile").string("timezone") }
+    public var stored: JSON { ["timezone": .string(timezone)] }
+}
+
+/// The health tables, registered with the store before it recovers.
+public struct HealthTables: Sendable {
+    public let samples: any StorageTable<SampleRow>
+    public let workouts: any StorageTable<WorkoutRow>
+    public let sleep: any StorageTable<SleepRow>
+    public let days: any StorageTable<DayRow>
+    public let profile: any StorageTable<ProfileRow>
+
+    @inlinable
+    public init(_ store: some Storage) {
+        samples = store.table("health.samples", of: SampleRow.self,
+                              orderedBy: { key, row in HealthRules.sampleOrder(row.type, day: row.placement.day, start: row.placement.start, uuid: key) },
+                              entity: Entity("health.sample"))
+        workouts = store.table("health.workouts", of: WorkoutRow.self,
+                               orderedBy: { key, row in HealthRules.itemOrder(day: row.placement.day, start: row.placement.start, uuid: key) },
+                               entity: Entity("health.workout"))
+        sleep = store.table("health.sleep", of: SleepRow.self,
+                            orderedBy: { key, row in HealthRules.itemOrder(day: row.placement.day, start: row.placement.start, uuid: key) },
+                            entity: Entity("health.sleep"))
+        days = store.table("health.days", of: DayRow.self, entity: Entity("health.day"))
+        profile = store.table("health.profile", of: ProfileRow.self)
+    }
+}

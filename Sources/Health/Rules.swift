@@ -1,0 +1,260 @@
+import Chrono
+
+/// A sample's share of one local day: the part of its interval inside the day, and its whole value and
+/// interval, from which that part's share is prorated.
+public struct Contribution: Sendable, Equatable {
+    public var start: Int64
+    public var end: Int64
+    /// The whole sample's value and interval.
+    public var value: Double
+    public var duration: Int64
+    /// Source priority: lower wins (see `HealthRules.ranks`).
+    public var rank: Int
+
+    public init(start: Int64, end: Int64, value: Double, duration: Int64, rank: Int) {
+        self.start = start
+        self.end = end
+        self.value = value
+        self.duration = duration
+        self.rank = rank
+    }
+}
+
+/// The health rules, as pure functions: where items fall in local days, how sources merge, and what
+/// a day and a week add up to.
+public enum HealthRules {
+    /// The longest interval an item may have.
+    public static let maxDurationMs: Int64 = 7 * 86_400_000
+    /// Items may end this far past the kernel's clock (a device clock running ahead).
+    public static let futureAllowanceMs: Int64 = 86_400_000
+    /// Most items in one ingest.
+    public static let maxItems = 100_000
+    /// Ingests bigger than this log their progress.
+    public static let largeIngest = 10_000
+    /// A night runs from 18:00 local to 18:00 local the next day, and counts toward the day it ends on.
+    static let nightShiftMs: Int64 = 6 * 3_600_000
+
+    // MARK: Orders
+
+    /// A sample's place in its table's second order: by type, local day, start, uuid; so one type's
+    /// samples of a run of days are one range.
+    public static func sampleOrder(_ type: HealthType, day: String, start: Int64, uuid: String) -> String {
+        typePrefix(type) + itemOrder(day: day, start: start, uuid: uuid)
+    }
+
+    /// The order of workouts and sleep: local day, start, uuid.
+    public static func itemOrder(day: String, start: Int64, uuid: String) -> String {
+        let digits = String(start)
+        return day + "|" + String(repeating: "0", count: max(0, 14 - digits.count)) + digits + "|" + uuid
+    }
+
+    static func typePrefix(_ type: HealthType) -> String { (type.code < 10 ? "0" : "") + String(type.code) + "|" }
+
+    // MARK: Days
+
+    /// The local day an item starting at `start` in `zone` starts on.
+    public static func day(_ start: Int64, in zone: Zone) -> CalendarDate {
+        zone.localDate(at: Timestamp(milliseconds: start))
+    }
+
+    /// The day a sleep sample counts toward: the local day of its end, where days for sleep turn at 18:00,
+    /// so a night's samples all count toward the morning it ends on, and an afternoon nap toward its day.
+    public static func sleepDay(end: Int64, in zone: Zone) -> CalendarDate {
+        let local = end + Int64(zone.offsetSeconds(at: Timestamp(milliseconds: end))) * 1000
+        // An end at exactly 18:00 still belongs to that day.
+        return Timestamp(milliseconds: local + nightShiftMs - 1).utcDate
+    }
+
+    /// The local days `[start, end)` touches in `zone`, each with the part of the interval inside it
+    /// (an instant: its own day). `dayStart` gives the first instant of a local day.
+    public static func split(start: Int64, end: Int64, in zone: Zone, dayStart: (CalendarDate) -> Int64)
+        -> [(day: CalendarDate, start: Int64, end: Int64)] {
+        var day = self.day(start, in: zone)
+        guard end > start else { return [(day, start, end)] }
+        var parts: [(day: CalendarDate, start: Int64, end: Int64)] = []
+        var from = start
+        while from < end {
+            let next = day.adding(days: 1)
+            let boundary = dayStart(next)
+            let to = min(end, boundary)
+            if to > from { parts.append((day, from, to)) }
+            from = max(from, to)
+            day = next
+        }
+        return parts
+    }
+
+    // MARK: Sources
+
+    /// How a source ranks: a device model `Watch` first, then `iPhone`, then any other, then by source
+    /// name (and bundle id and device name, so that distinct sources never tie). The device model is
+    /// taken from the source name when no device was sent.
+    public static func priority(_ origin: Origin) -> [String] {
+        let model = origin.deviceModel ?? origin.sourceName ?? ""
+        let tier = model.contains("Watch") ? "0" : model.contains("iPhone") ? "1" : "2"
+        return [tier, origin.sourceName ?? "", origin.bundleId ?? "", origin.deviceName ?? "", origin.deviceModel ?? ""]
+    }
+
+    /// Ranks for `origins`: 0 for the highest priority, equal for the same source.
+    public static func ranks(_ origins: [Origin]) -> [Origin: Int] {
+        let distinct = Array(Set(origins)).sorted { priority($0).lexicographicallyPrecedes(priority($1)) }
+        var out: [Origin: Int] = [:]
+        for (i, o) in distinct.enumerated() { out[o] = i }
+        return out
+    }
+
+    // MARK: Merging
+
+    /// A cumulative type's total over a day's contributions. Each sample's value is spread evenly over
+    /// its interval; where samples of several sources overlap, only those of the highest-priority source
+    /// count for that time. An instant (a zero-length sample, such as a daily total written at 23:59:59)
+    /// counts whole unless a higher-priority source's sample covers its instant. Contributions are summed
+    /// in a fixed order (by start, end, rank, value), so the same samples give the same total whatever
+    /// order they arrived in.
+    public static func mergedSum(_ contributions: [Contribution]) -> Double {
+        let spans = contributions.filter { $0.duration > 0 && $0.end > $0.start }.sorted(by: canonicalOrder)
+        let instants = contributions.filter { $0.duration <= 0 }.sorted(by: canonicalOrder)
+        var total = 0.0
+        var bounds = Set<Int64>()
+        for s in spans { bounds.insert(s.start); bounds.insert(s.end) }
+        let edges = bounds.sorted()
+        var active: [Contribution] = []
+        var next = 0
+        for i in 0..<max(0, edges.count - 1) {
+            let (a, b) = (edges[i], edges[i + 1])
+            active.removeAll { $0.end <= a }
+            while next < spans.count, spans[next].start <= a {
+                if spans[next].end > a { active.append(spans[next]) }
+                next += 1
+            }
+            guard let best = active.map(\.rank).min() else { continue }
+            for s in active where s.rank == best { total += s.value * Double(b - a) / Double(s.duration) }
+        }
+        for p in instants where !spans.contains(where: { $0.rank < p.rank && $0.start <= p.start && p.start < $0.end }) {
+            total += p.value
+        }
+        return rounded(total)
+    }
+
+    private static func canonicalOrder(_ a: Contribution, _ b: Contribution) -> Bool {
+        (a.start, a.end, a.rank, a.value) < (b.start, b.end, b.rank, b.value)
+    }
+
+    /// A discrete type's figures for the samples of a day: the average weighted by time where every sample
+    /// has a duration, else by count; minimum, maximum and count.
+    public static func stats(_ samples: [(value: Double, duration: Int64)]) -> Metric? {
+        guard !samples.isEmpty else { return nil }
+        let ordered = samples.sorted { ($0.value, $0.duration) < ($1.value, $1.duration) }
+        let timed = ordered.allSatisfy { $0.duration > 0 }
+        var weighted = 0.0
+        var weight = 0.0
+        for s in ordered {
+            let w = timed ? Double(s.duration) : 1
+            weighted += s.value * w
+            weight += w
+        }
+        return .stats(avg: rounded(weighted / weight), min: ordered.first!.value, max: ordered.last!.value, count: Int64(ordered.count))
+    }
+
+    /// A night's sleep per stage from the samples counted toward it. In-bed time is the time any source
+    /// marks in bed. The other stages are merged like cumulative samples: at each moment the
+    /// highest-priority source that reports a stage decides it, and where that source reports several
+    /// at once, the most specific asleep stage wins (`SleepStage.precedence`).
+    public static func sleep(_ samples: [(stage: SleepStage, start: Int64, end: Int64, rank: Int)]) -> SleepTotals {
+        var ms: [SleepStage: Int64] = [:]
+        ms[.inBed] = unionLength(samples.filter { $0.stage == .inBed }.map { ($0.start, $0.end) })
+        let stages = samples.filter { $0.stage != .inBed && $0.end > $0.start }
+            .sorted { ($0.start, $0.end, $0.rank, $0.stage.precedence) < ($1.start, $1.end, $1.rank, $1.stage.precedence) }
+        var bounds = Set<Int64>()
+        for s in stages { bounds.insert(s.start); bounds.insert(s.end) }
+        let edges = bounds.sorted()
+        var active: [(stage: SleepStage, start: Int64, end: Int64, rank: Int)] = []
+        var next = 0
+        for i in 0..<max(0, edges.count - 1) {
+            let (a, b) = (edges[i], edges[i + 1])
+            active.removeAll { $0.end <= a }
+            while next < stages.count, stages[next].start <= a {
+                if stages[next].end > a { active.append(stages[next]) }
+                next += 1
+            }
+            guard let best = active.min(by: { ($0.rank, $0.stage.precedence) < ($1.rank, $1.stage.precedence) }) else { continue }
+            ms[best.stage, default: 0] += b - a
+        }
+        return SleepTotals(ms: ms)
+    }
+
+    /// The length of the union of intervals.
+    static func unionLength(_ intervals: [(Int64, Int64)]) -> Int64 {
+        var total: Int64 = 0
+        var reach = Int64.min
+        for (s, e) in intervals.sorted(by: { $0 < $1 }) where e > s {
+            if s >= reach {
+                total += e - s
+                reach = e
+            } else if e > reach {
+                total += e - reach
+                reach = e
+            }
+        }
+        return total
+    }
+
+    /// A day's workouts by activity type. Copies of one workout (the same activity, start and end under
+    /// different UUIDs, as some apps write them) count once.
+    public static func workouts(_ items: [WorkoutRow]) -> [String: WorkoutTotals] {
+        var seen = Set<String>()
+        var out: [String: WorkoutTotals] = [:]
+        let ordered = items.sorted {
+            ($0.placement.start, $0.placement.end, $0.activityType, $0.durationSeconds, $0.energyKcal ?? 0, $0.distanceMeters ?? 0)
+                < ($1.placement.start, $1.placement.end, $1.activityType, $1.durationSeconds, $1.energyKcal ?? 0, $1.distanceMeters ?? 0)
+        }
+        for w in ordered where seen.insert("\(w.activityType)|\(w.placement.start)|\(w.placement.end)").inserted {
+            out[w.activityType, default: WorkoutTotals()].add(
+                WorkoutTotals(count: 1, durationSeconds: w.durationSeconds, energyKcal: w.energyKcal ?? 0, distanceMeters: w.distanceMeters ?? 0))
+        }
+        return out.mapValues { t in
+            var r = t
+            r.energyKcal = rounded(t.energyKcal)
+            r.distanceMeters = rounded(t.distanceMeters)
+            return r
+        }
+    }
+
+    // MARK: Periods
+
+    /// Several days' summaries as one (a week): sums add up, averages are weighted by count, sleep and
+    /// workouts add up.
+    public static func combine(_ days: [DayRow]) -> DayRow {
+        var out = DayRow()
+        for day in days {
+            for (code, m) in day.metrics {
+                switch (out.metrics[code], m) {
+                case (nil, _): out.metrics[code] = m
+                case (.sum(let a)?, .sum(let b)): out.metrics[code] = .sum(a + b)
+                case (.stats(let a, let lo, let hi, let n)?, .stats(let b, let lo2, let hi2, let n2)):
+                    let count = n + n2
+                    out.metrics[code] = .stats(avg: (a * Double(n) + b * Double(n2)) / Double(count), min: Swift.min(lo, lo2),
+                                               max: Swift.max(hi, hi2), count: count)
+                default: break
+                }
+            }
+            for (activity, t) in day.workouts { out.workouts[activity, default: WorkoutTotals()].add(t) }
+            out.sleep.add(day.sleep)
+        }
+        for (code, m) in out.metrics {
+            switch m {
+            case .sum(let v): out.metrics[code] = .sum(rounded(v))
+            case .stats(let avg, let lo, let hi, let n): out.metrics[code] = .stats(avg: rounded(avg), min: lo, max: hi, count: n)
+            }
+        }
+        for (activity, t) in out.workouts {
+            out.workouts[activity] = WorkoutTotals(count: t.count, durationSeconds: t.durationSeconds, energyKcal: rounded(t.energyKcal),
+                                                   distanceMeters: rounded(t.distanceMeters))
+        }
+        return out
+    }
+
+    /// `value` to a thousandth: what floating-point sums add beyond that is noise, and keeping it would
+    /// make equal data look different.
+    public static func rounded(_ value: Double) -> Double { (value * 1000).rounded() / 1000 }
+}
