@@ -1,1 +1,140 @@
+import Chrono
 import Testing
+import TestSupport
+@testable import Health
+
+/// A contribution covering all of its sample (no day boundary inside), from minute `from` to minute `to`.
+private func share(_ from: Int64, _ to: Int64, _ value: Double, rank: Int) -> Contribution {
+    Contribution(start: from * 60_000, end: to * 60_000, value: value, duration: (to - from) * 60_000, rank: rank)
+}
+
+@Suite struct MergeTests {
+    @Test func aPhoneAndAWatchRecordingTheSameWalkCountItOnce() {
+        // Same ten minutes: the watch (rank 0) wins all of it.
+        #expect(HealthRules.mergedSum([share(0, 10, 1000, rank: 1), share(0, 10, 980, rank: 0)]) == 980)
+    }
+
+    @Test func aWatchGapIsFilledByThePhone() {
+        // Watch 0-10 min: 600. Phone 0-30 min: 1500 (50 a minute); it counts for minutes 10-30 only: 1000.
+        #expect(HealthRules.mergedSum([share(0, 30, 1500, rank: 1), share(0, 10, 600, rank: 0)]) == 1600)
+    }
+
+    @Test func partialOverlapsAreProrated() {
+        // Phone 0-10 min, 1000 (100 a minute); watch 5-15 min, 600 (60 a minute).
+        // 0-5: phone 500. 5-10: watch 300. 10-15: watch 300.
+        #expect(HealthRules.mergedSum([share(0, 10, 1000, rank: 1), share(5, 15, 600, rank: 0)]) == 1100)
+    }
+
+    @Test func threeSources() {
+        // Watch 0-10: 100. Phone 5-20: 300 (20 a minute). Another app 0-30: 600 (20 a minute).
+        // 0-10 watch 100; 10-20 phone 200; 20-30 the app 200.
+        let shares = [share(0, 30, 600, rank: 2), share(5, 20, 300, rank: 1), share(0, 10, 100, rank: 0)]
+        #expect(HealthRules.mergedSum(shares) == 500)
+        #expect(HealthRules.mergedSum(shares.reversed()) == 500)
+    }
+
+    @Test func samplesOfOneSourceAddUpEvenWhereTheyOverlap() {
+        #expect(HealthRules.mergedSum([share(0, 10, 100, rank: 0), share(5, 15, 100, rank: 0)]) == 200)
+    }
+
+    @Test func anInstantCountsWholeUnlessABetterSourceCoversIt() {
+        let daily = Contribution(start: 600_000, end: 600_000, value: 17, duration: 0, rank: 1)
+        #expect(HealthRules.mergedSum([daily]) == 17)
+        #expect(HealthRules.mergedSum([daily, share(0, 60, 50, rank: 0)]) == 50)
+        #expect(HealthRules.mergedSum([daily, share(0, 60, 50, rank: 2)]) == 67)
+    }
+
+    @Test func sourcesRankWatchThenIPhoneThenOthersThenName() {
+        let watch = Origin(sourceName: "Zed", deviceModel: "Watch")
+        let phone = Origin(sourceName: "Health", deviceModel: "iPhone")
+        let garmin = Origin(sourceName: "Connect")
+        let other = Origin(sourceName: "Another")
+        let byName = Origin(sourceName: "马林康的Apple\u{00A0}Watch")  // no device: the source name tells
+        let ranks = HealthRules.ranks([other, garmin, phone, watch, byName])
+        #expect(ranks[watch]! < ranks[phone]!)
+        #expect(ranks[byName]! < ranks[phone]!)
+        #expect(ranks[phone]! < ranks[other]!)
+        #expect(ranks[other]! < ranks[garmin]!)
+    }
+
+    @Test func discreteStatsWeighByTimeWhereSamplesHaveDuration() {
+        // 60 for 10 minutes and 90 for 20 minutes: (600 + 1800) / 30 = 80.
+        #expect(HealthRules.stats([(60, 600_000), (90, 1_200_000)]) == .stats(avg: 80, min: 60, max: 90, count: 2))
+        // Instants: by count.
+        #expect(HealthRules.stats([(60, 0), (90, 0), (75, 0)]) == .stats(avg: 75, min: 60, max: 90, count: 3))
+        #expect(HealthRules.stats([]) == nil)
+    }
+
+    @Test func sleepStagesMergeByPriorityAndInBedIsApart() {
+        let h: Int64 = 3_600_000
+        // Watch (rank 0): core 0-2h, deep 2-3h, awake 3-3.5h. Another app (rank 1): unspecified 0-5h, in bed 0-6h.
+        // Watch time decides 0-3.5h; the app fills 3.5-5h with unspecified. In bed: 6h.
+        let totals = HealthRules.sleep([
+            (.asleepCore, 0, 2 * h, 0), (.asleepDeep, 2 * h, 3 * h, 0), (.awake, 3 * h, 7 * h / 2, 0),
+            (.asleepUnspecified, 0, 5 * h, 1), (.inBed, 0, 6 * h, 1),
+        ])
+        #expect(totals.ms[.asleepCore] == 2 * h)
+        #expect(totals.ms[.asleepDeep] == h)
+        #expect(totals.ms[.awake] == h / 2)
+        #expect(totals.ms[.asleepUnspecified] == 3 * h / 2)
+        #expect(totals.ms[.inBed] == 6 * h)
+        #expect(totals.asleepMs == 9 * h / 2)
+    }
+
+    @Test func copiesOfOneWorkoutCountOnce() {
+        func run(_ start: Int64) -> WorkoutRow {
+            WorkoutRow(activityType: "running", durationSeconds: 1800, energyKcal: 300, distanceMeters: 5000,
+                       placement: Placement(start: start, end: start + 1_800_000, zone: "UTC", day: "2026-01-01", origin: Origin(), deviceId: nil))
+        }
+        let totals = HealthRules.workouts([run(0), run(0), run(0), run(3_600_000)])
+        #expect(totals["running"] == WorkoutTotals(count: 2, durationSeconds: 3600, energyKcal: 600, distanceMeters: 10_000))
+    }
+}
+
+@Suite struct CalendarTests {
+    @Test func isoWeeks() {
+        #expect(day("2026-01-01").isoWeek == "2026-W01")  // a Thursday
+        #expect(day("2027-01-01").isoWeek == "2026-W53")  // a Friday: the last week of 2026
+        #expect(day("2024-12-30").isoWeek == "2025-W01")  // a Monday whose Thursday is in 2025
+        #expect(day("2026-03-02").isoWeek == "2026-W10")
+        #expect(day("2026-03-08").isoWeek == "2026-W10")  // Sunday ends the week
+        #expect(day("2026-03-09").isoWeek == "2026-W11")
+        #expect(day("2026-03-02").isoWeekday == 1)
+        #expect(day("2026-03-08").isoWeekday == 7)
+    }
+
+    @Test func daylightSavingDaysLast23And25Hours() throws {
+        let berlin = try #require(Zone("Europe/Berlin"))
+        func hours(_ d: String) -> Int64 {
+            (berlin.startOfDay(day(d).adding(days: 1)).milliseconds - berlin.startOfDay(day(d)).milliseconds) / 3_600_000
+        }
+        #expect(hours("2026-03-29") == 23)
+        #expect(hours("2026-10-25") == 25)
+        #expect(hours("2026-06-01") == 24)
+        #expect(berlin.startOfDay(day("2026-03-29")) == at("2026-03-28T23:00:00Z"))
+    }
+
+    @Test func aDayWhoseMidnightDoesNotExistStartsAtTheChange() throws {
+        // Santiago moved its clocks from 00:00 to 01:00 on 2022-09-11.
+        let santiago = try #require(Zone("America/Santiago"))
+        #expect(santiago.startOfDay(day("2022-09-11")) == at("2022-09-11T04:00:00Z"))
+    }
+
+    @Test func aNightCountsTowardTheDayItEnds() throws {
+        let berlin = try #require(Zone("Europe/Berlin"))
+        #expect(HealthRules.sleepDay(end: at("2026-03-01T22:30:00+01:00").milliseconds, in: berlin) == day("2026-03-02"))
+        #expect(HealthRules.sleepDay(end: at("2026-03-02T07:00:00+01:00").milliseconds, in: berlin) == day("2026-03-02"))
+        #expect(HealthRules.sleepDay(end: at("2026-03-02T15:00:00+01:00").milliseconds, in: berlin) == day("2026-03-02"))
+        #expect(HealthRules.sleepDay(end: at("2026-03-02T18:00:00+01:00").milliseconds, in: berlin) == day("2026-03-02"))
+        #expect(HealthRules.sleepDay(end: at("2026-03-02T18:00:01+01:00").milliseconds, in: berlin) == day("2026-03-03"))
+    }
+
+    @Test func aSampleAcrossMidnightSplitsByTime() throws {
+        let utc = Zone.utc
+        let parts = HealthRules.split(start: at("2026-01-01T23:00:00Z").milliseconds, end: at("2026-01-02T01:00:00Z").milliseconds, in: utc) {
+            utc.startOfDay($0).milliseconds
+        }
+        #expect(parts.map(\.day) == [day("2026-01-01"), day("2026-01-02")])
+        #expect(parts.map { $0.end - $0.start } == [3_600_000, 3_600_000])
+    }
+}

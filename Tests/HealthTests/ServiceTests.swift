@@ -1,0 +1,308 @@
+import Chrono
+import JSON
+import Store
+import Storage
+import Testing
+import TestSupport
+@testable import Health
+
+let steps = "HKQuantityTypeIdentifierStepCount"
+let heartRate = "HKQuantityTypeIdentifierHeartRate"
+let now = at("2026-11-01T00:00:00Z")
+
+/// A UUID made from a number, so tests can name items briefly.
+func uuid(_ n: Int) -> String {
+    let hex = String(n, radix: 16)
+    return "00000000-0000-4000-8000-" + String(repeating: "0", count: 12 - hex.count) + hex
+}
+
+func origin(_ model: String?, source: String? = nil) -> JSON {
+    var o = JSONObject()
+    if let model { o["device"] = ["model": .string(model)] }
+    if let source { o["source"] = ["name": .string(source)] }
+    return .object(o)
+}
+
+/// Steps.
+func sample(_ n: Int, _ value: Double, _ start: String, _ end: String, model: String? = nil, source: String? = nil) throws -> SampleInput {
+    try quantity(n, steps, value, unit: "count", start, end, model: model, source: source)
+}
+
+func quantity(_ n: Int, _ type: String, _ value: Double, unit: String, _ start: String, _ end: String,
+              model: String? = nil, source: String? = nil) throws -> SampleInput {
+    var o = origin(model, source: source).objectValue!
+    for (k, v) in [("uuid", JSON.string(uuid(n))), ("type", .string(type)), ("value", .double(value)), ("unit", .string(unit)),
+                   ("start", .string(start)), ("end", .string(end))] { o[k] = v }
+    return try SampleInput.decode(.object(o), at: "params.samples[0]")
+}
+
+func sleepSample(_ n: Int, _ stage: String, _ start: String, _ end: String, model: String? = nil, source: String? = nil) throws -> SleepInput {
+    var o = origin(model, source: source).objectValue!
+    for (k, v) in [("uuid", JSON.string(uuid(n))), ("stage", .string(stage)), ("start", .string(start)), ("end", .string(end))] { o[k] = v }
+    return try SleepInput.decode(.object(o), at: "params.sleep[0]")
+}
+
+func workout(_ n: Int, _ activity: String, _ start: String, _ end: String, seconds: Int64, kcal: Double? = nil) throws -> WorkoutInput {
+    var o = JSONObject([("uuid", .string(uuid(n))), ("activityType", .string(activity)), ("start", .string(start)), ("end", .string(end)),
+                        ("durationSeconds", .int(seconds))])
+    if let kcal { o["energyKcal"] = .double(kcal) }
+    return try WorkoutInput.decode(.object(o), at: "params.workouts[0]")
+}
+
+final class Harness {
+    let store: Store
+    let tables: HealthTables
+    let service: HealthService
+    let user: String
+
+    init(user: String = testUser) throws {
+        (store, tables) = try memoryStore(HealthTables.init)
+        service = HealthService(store: store, tables: tables, cursorSecret: Array("cursor test secret".utf8))
+        self.user = user
+    }
+
+    @discardableResult
+    func ingest(_ zone: String? = nil, device: String? = nil, samples: [SampleInput] = [], workouts: [WorkoutInput] = [],
+                sleep: [SleepInput] = [], replace: [String] = [], dryRun: Bool = false) throws -> IngestReport {
+        try service.ingest(user, IngestRequest(deviceId: device, zone: zone.map { Zone.named($0)! }, samples: samples, workouts: workouts,
+                                               sleep: sleep, replaceDays: replace.map(day), dryRun: dryRun), now: now)
+    }
+
+    /// The day's total of `type`, nil when it has none.
+    func sum(_ date: String, _ type: String = steps) throws -> Double? {
+        guard let row = try service.day(user, date), case .sum(let v)? = row.metrics[HealthType.named(type)!.code] else { return nil }
+        return v
+    }
+
+    /// Every stored day summary, by date.
+    func days() throws -> [String: DayRow] {
+        Dictionary(uniqueKeysWithValues: try tables.days.rows(of: user).map { ($0.key, $0.row) })
+    }
+}
+
+@Suite struct IngestTests {
+    @Test func aPhoneAndAWatchOnTheSameWalkCountOnceAndDeletionRecomputesExactly() throws {
+        let h = try Harness()
+        try h.ingest("Europe/Berlin", samples: [
+            try sample(1, 1000, "2026-03-02T10:00:00+01:00", "2026-03-02T10:10:00+01:00", model: "iPhone"),
+            try sample(2, 600, "2026-03-02T10:05:00+01:00", "2026-03-02T10:15:00+01:00", model: "Watch"),
+        ])
+        #expect(try h.sum("2026-03-02") == 1100)  // 500 phone-only, 300 + 300 watch
+        let report = try h.service.delete(h.user, uuids: [uuid(2), uuid(99)])
+        #expect(report == DeleteReport(deleted: 1, unknown: 1, daysRecomputed: ["2026-03-02"]))
+        #expect(try h.sum("2026-03-02") == 1000)
+        _ = try h.service.delete(h.user, uuids: [uuid(1)])
+        #expect(try h.days().isEmpty)  // a day with nothing left is gone
+    }
+
+    @Test func reSentDaysChangeNothing() throws {
+        let h = try Harness()
+        let items = [try sample(1, 1000, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z"),
+                     try quantity(2, heartRate, 72, unit: "count/min", "2026-03-02T10:00:00Z", "2026-03-02T10:00:00Z")]
+        try h.ingest(samples: items)
+        let horizon = h.store.feedHorizon
+        let again = try h.ingest(samples: items)
+        #expect(again.unchanged == 2 && again.samples == 0 && again.daysRecomputed.isEmpty)
+        #expect(h.store.feedHorizon == horizon)  // nothing committed: no log record, no feed entry
+    }
+
+    @Test func theSameUUIDWithNewContentReplacesItAndRecomputesBothDays() throws {
+        let h = try Harness()
+        try h.ingest(samples: [try sample(1, 1000, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z")])
+        let moved = try h.ingest(samples: [try sample(1, 400, "2026-03-03T10:00:00Z", "2026-03-03T10:10:00Z")])
+        #expect(moved.samples == 1 && moved.daysRecomputed == ["2026-03-02", "2026-03-03"])
+        #expect(try h.sum("2026-03-02") == nil)
+        #expect(try h.sum("2026-03-03") == 400)
+    }
+
+    @Test func replaceDaysRemovesOnlyThatDevicesItems() throws {
+        let h = try Harness()
+        try h.ingest(device: "phone", samples: [
+            try sample(1, 100, "2026-03-02T08:00:00Z", "2026-03-02T08:10:00Z"),
+            try sample(2, 200, "2026-03-02T09:00:00Z", "2026-03-02T09:10:00Z"),
+            try sample(3, 300, "2026-03-03T09:00:00Z", "2026-03-03T09:10:00Z"),  // another day: kept
+        ])
+        try h.ingest(device: "watch", samples: [try sample(4, 400, "2026-03-02T12:00:00Z", "2026-03-02T12:10:00Z")])
+        let report = try h.ingest(device: "phone", samples: [try sample(1, 100, "2026-03-02T08:00:00Z", "2026-03-02T08:10:00Z")],
+                                  replace: ["2026-03-02"])
+        #expect(report.replaced == 1 && report.unchanged == 1)
+        #expect(try h.sum("2026-03-02") == 500)  // 100 (phone, re-sent) + 400 (watch)
+        #expect(try h.sum("2026-03-03") == 300)
+        #expect(try h.service.sample(h.user, uuid(2)) == nil)
+    }
+
+    @Test func dryRunReportsWithoutStoring() throws {
+        let h = try Harness()
+        let report = try h.ingest(samples: [try sample(1, 1000, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z")], dryRun: true)
+        #expect(report.samples == 1 && report.dryRun && report.daysRecomputed == ["2026-03-02"])
+        #expect(try h.days().isEmpty)
+        #expect(try h.service.sample(h.user, uuid(1)) == nil)
+    }
+
+    @Test func daylightSavingDaysOf23And25Hours() throws {
+        let h = try Harness()
+        // 100 steps an hour, noon to noon across each change in Berlin.
+        try h.ingest("Europe/Berlin", samples: [
+            try sample(1, 4700, "2026-03-28T12:00:00+01:00", "2026-03-30T12:00:00+02:00"),  // 12 + 23 + 12 hours
+            try sample(2, 4900, "2026-10-24T12:00:00+02:00", "2026-10-26T12:00:00+01:00"),  // 12 + 25 + 12 hours
+        ])
+        #expect(try h.sum("2026-03-28") == 1200)
+        #expect(try h.sum("2026-03-29") == 2300)
+        #expect(try h.sum("2026-03-30") == 1200)
+        #expect(try h.sum("2026-10-24") == 1200)
+        #expect(try h.sum("2026-10-25") == 2500)
+        #expect(try h.sum("2026-10-26") == 1200)
+    }
+
+    @Test func aSampleAcrossMidnightSplitsBetweenDays() throws {
+        let h = try Harness()
+        try h.ingest("America/New_York", samples: [try sample(1, 1200, "2026-05-01T23:00:00-04:00", "2026-05-02T01:00:00-04:00")])
+        #expect(try h.sum("2026-05-01") == 600)
+        #expect(try h.sum("2026-05-02") == 600)
+        // A later sample on the second day recomputes that day from both.
+        try h.ingest(samples: [try sample(2, 50, "2026-05-02T09:00:00-04:00", "2026-05-02T09:05:00-04:00")])
+        #expect(try h.sum("2026-05-02") == 650)
+        #expect(try h.sum("2026-05-01") == 600)
+    }
+
+    @Test func sleepAcrossMidnightAndAnAfternoonNap() throws {
+        let h = try Harness()
+        try h.ingest("Europe/Berlin", sleep: [
+            try sleepSample(1, "inBed", "2026-03-01T22:45:00+01:00", "2026-03-02T07:10:00+01:00", model: "iPhone"),
+            try sleepSample(2, "asleepCore", "2026-03-01T23:00:00+01:00", "2026-03-02T03:00:00+01:00", model: "Watch"),
+            try sleepSample(3, "asleepDeep", "2026-03-02T03:00:00+01:00", "2026-03-02T04:00:00+01:00", model: "Watch"),
+            try sleepSample(4, "asleepREM", "2026-03-02T04:00:00+01:00", "2026-03-02T05:00:00+01:00", model: "Watch"),
+            try sleepSample(5, "awake", "2026-03-02T05:00:00+01:00", "2026-03-02T05:15:00+01:00", model: "Watch"),
+            try sleepSample(6, "asleepCore", "2026-03-02T05:15:00+01:00", "2026-03-02T07:00:00+01:00", model: "Watch"),
+            try sleepSample(7, "asleepUnspecified", "2026-03-02T14:00:00+01:00", "2026-03-02T14:30:00+01:00", model: "Watch"),
+        ])
+        let night = try #require(try h.service.day(h.user, "2026-03-02")).sleep
+        func minutes(_ stage: SleepStage) -> Int64 { (night.ms[stage] ?? 0) / 60_000 }
+        #expect(minutes(.asleepCore) == 4 * 60 + 105)
+        #expect(minutes(.asleepDeep) == 60)
+        #expect(minutes(.asleepREM) == 60)
+        #expect(minutes(.asleepUnspecified) == 30)  // the nap
+        #expect(minutes(.awake) == 15)
+        #expect(night.asleepMs / 60_000 == 8 * 60 + 15)
+        #expect(minutes(.inBed) == 8 * 60 + 25)  // from the phone, reckoned apart
+        #expect(try h.service.day(h.user, "2026-03-01") == nil)  // the evening before counts with the morning
+    }
+
+    @Test func aUserWhoTravelsFromLosAngelesToBerlinMidWeek() throws {
+        let h = try Harness()
+        // Monday to Wednesday in Los Angeles, 1000 steps at 10:00 local each day.
+        for (i, d) in ["02", "03", "04"].enumerated() {
+            try h.ingest("America/Los_Angeles", samples: [try sample(i + 1, 1000, "2026-03-\(d)T10:00:00-08:00", "2026-03-\(d)T10:30:00-08:00")])
+        }
+        // Thursday to Sunday in Berlin, 2000 a day; the zone is sent once and then remembered.
+        try h.ingest("Europe/Berlin", samples: [try sample(4, 2000, "2026-03-05T10:00:00+01:00", "2026-03-05T10:30:00+01:00")])
+        for (i, d) in ["06", "07", "08"].enumerated() {
+            try h.ingest(samples: [try sample(i + 5, 2000, "2026-03-\(d)T10:00:00+01:00", "2026-03-\(d)T10:30:00+01:00")])
+        }
+        // Wednesday evening in Los Angeles is Thursday morning in Berlin; re-sent from Berlin, the sample
+        // keeps the zone it was sent with, so Wednesday stays Wednesday.
+        try h.ingest("America/Los_Angeles", samples: [try sample(10, 500, "2026-03-04T20:00:00-08:00", "2026-03-04T20:10:00-08:00")])
+        let resent = try h.ingest("Europe/Berlin", samples: [try sample(10, 500, "2026-03-04T20:00:00-08:00", "2026-03-04T20:10:00-08:00")])
+        #expect(resent.unchanged == 1)
+        #expect(try h.sum("2026-03-04") == 1500)
+        #expect(try h.sum("2026-03-05") == 2000)
+        #expect(try h.service.zone(h.user).identifier == "Europe/Berlin")
+        let weeks = try h.service.weekly(h.user, from: day("2026-03-04"), to: day("2026-03-04"))
+        #expect(weeks.map(\.name) == ["2026-W10"])
+        #expect(weeks.first?.days == 7)
+        let total: Double = 3 * 1000 + 500 + 4 * 2000
+        #expect(weeks.first?.summary.metrics[HealthType.named(steps)!.code] == .sum(total))
+    }
+
+    @Test func discreteTypesAndWorkouts() throws {
+        let h = try Harness()
+        try h.ingest(samples: [
+            try quantity(1, heartRate, 60, unit: "count/min", "2026-03-02T10:00:00Z", "2026-03-02T10:00:00Z"),
+            try quantity(2, heartRate, 1.5, unit: "count/s", "2026-03-02T11:00:00Z", "2026-03-02T11:00:00Z"),  // 90 a minute
+            try quantity(3, "HKQuantityTypeIdentifierBodyMass", 154.32358352941, unit: "lb", "2026-03-02T07:00:00Z", "2026-03-02T07:00:00Z"),
+            try quantity(4, "HKQuantityTypeIdentifierOxygenSaturation", 97, unit: "%", "2026-03-02T07:00:00Z", "2026-03-02T07:00:00Z"),
+            try quantity(5, "HKQuantityTypeIdentifierOxygenSaturation", 0.95, unit: "%", "2026-03-02T08:00:00Z", "2026-03-02T08:00:00Z"),
+            try quantity(6, "HKQuantityTypeIdentifierActiveEnergyBurned", 418.4, unit: "kJ", "2026-03-02T08:00:00Z", "2026-03-02T09:00:00Z"),
+            try quantity(7, "HKQuantityTypeIdentifierDistanceWalkingRunning", 2, unit: "mi", "2026-03-02T08:00:00Z", "2026-03-02T09:00:00Z"),
+        ], workouts: [
+            try workout(20, "running", "2026-03-02T06:00:00Z", "2026-03-02T06:40:00Z", seconds: 2400, kcal: 350),
+            try workout(21, "running", "2026-03-02T18:00:00Z", "2026-03-02T18:20:00Z", seconds: 1100),
+            try workout(22, "yoga", "2026-03-02T19:00:00Z", "2026-03-02T20:00:00Z", seconds: 3600),
+        ])
+        let row = try #require(try h.service.day(h.user, "2026-03-02"))
+        func metric(_ type: String) -> Metric? { row.metrics[HealthType.named(type)!.code] }
+        #expect(metric(heartRate) == .stats(avg: 75, min: 60, max: 90, count: 2))
+        #expect(metric("HKQuantityTypeIdentifierOxygenSaturation") == .stats(avg: 0.96, min: 0.95, max: 0.97, count: 2))
+        if case .stats(let kg, _, _, _)? = metric("HKQuantityTypeIdentifierBodyMass") { #expect(abs(kg - 70) < 0.001) } else { Issue.record("no body mass") }
+        #expect(metric("HKQuantityTypeIdentifierActiveEnergyBurned") == .sum(100))
+        #expect(metric("HKQuantityTypeIdentifierDistanceWalkingRunning") == .sum(3218.688))
+        #expect(row.workouts["running"] == WorkoutTotals(count: 2, durationSeconds: 3500, energyKcal: 350, distanceMeters: 0))
+        #expect(row.workouts["yoga"]?.count == 1)
+        let page = try h.service.workouts(h.user, from: day("2026-03-01"), to: day("2026-03-03"), limit: 2, after: nil)
+        #expect(page.workouts.map(\.uuid) == [uuid(22), uuid(21)])
+        // A workout added before the cursor's position does not shift the next page.
+        try h.ingest(workouts: [try workout(23, "walking", "2026-03-02T21:00:00Z", "2026-03-02T21:30:00Z", seconds: 1800)])
+        let next = try h.service.workouts(h.user, from: day("2026-03-01"), to: day("2026-03-03"), limit: 2,
+                                          after: h.service.openCursor(try #require(page.nextCursor), user: h.user))
+        #expect(next.workouts.map(\.uuid) == [uuid(20)])
+        #expect(next.nextCursor == nil)
+    }
+}
+
+@Suite struct OrderIndependenceTests {
+    /// Random overlapping step samples from three sources over three days, some across midnight, some instants.
+    func randomSamples(_ rng: inout some RandomNumberGenerator) throws -> [SampleInput] {
+        let models = ["Watch", "iPhone", nil]
+        var out: [SampleInput] = []
+        for n in 1...60 {
+            let start = at("2026-04-01T20:00:00Z").milliseconds + Int64.random(in: 0..<(40 * 3_600_000), using: &rng) / 60_000 * 60_000
+            let minutes = [0, 1, 5, 30, 90, 300].randomElement(using: &rng)!
+            let end = start + Int64(minutes) * 60_000
+            out.append(try sample(n, Double(Int.random(in: 0...2000, using: &rng)), Timestamp(milliseconds: start).description,
+                                  Timestamp(milliseconds: end).description, model: models.randomElement(using: &rng)!,
+                                  source: ["Health", "Connect"].randomElement(using: &rng)!))
+        }
+        return out
+    }
+
+    @Test(arguments: [1, 2, 3, 4, 5])
+    func theSameSamplesGiveTheSameSummaryWhateverOrderTheyArrivedIn(seed: UInt64) throws {
+        var rng = SeededRandom(seed: seed)
+        let samples = try randomSamples(&rng)
+        let once = try Harness()
+        try once.ingest("Asia/Shanghai", samples: samples)
+        let expected = try once.days()
+        #expect(!expected.isEmpty)
+
+        // The same samples in random batches, in random order, with re-sends and a detour through other values.
+        let piecemeal = try Harness()
+        try piecemeal.ingest("Asia/Shanghai")
+        var pending = samples.shuffled(using: &rng)
+        while !pending.isEmpty {
+            let batch = Array(pending.prefix(Int.random(in: 1...9, using: &rng)))
+            pending.removeFirst(batch.count)
+            var detour = batch[0]
+            detour.value += 1
+            try piecemeal.ingest(samples: [detour])
+            try piecemeal.ingest(samples: batch)
+            try piecemeal.ingest(samples: batch.shuffled(using: &rng))
+        }
+        // A deleted sample sent again leaves no trace either.
+        _ = try piecemeal.service.delete(piecemeal.user, uuids: [samples[0].item.uuid, samples[1].item.uuid])
+        try piecemeal.ingest(samples: [samples[1], samples[0]])
+        #expect(try piecemeal.days() == expected)
+    }
+}
+
+/// A small deterministic generator (SplitMix64), so a failing seed can be replayed.
+struct SeededRandom: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
