@@ -28,6 +28,24 @@ import Testing
         "sessions.stats": ["timezone": "Europe/Berlin"],
         "sync.changes": ["limit": 1000, "includeData": true],
         "subscriptions.verify": ["provider": "apple", "productId": "premium.yearly", "receipt": "RECEIPT_OWNER"],
+        // Both users send the same HealthKit UUIDs: each user's items are their own.
+        "health.ingest": [
+            "deviceId": "OWNER-device", "timezone": "Europe/Berlin", "replaceDays": ["2025-03-01"],
+            "samples": [
+                ["uuid": "0a000000-0000-4000-8000-000000000001", "type": "HKQuantityTypeIdentifierStepCount", "value": 100, "unit": "count",
+                 "start": "2025-03-01T10:00:00Z", "end": "2025-03-01T10:10:00Z", "source": ["name": "OWNER"]],
+                ["uuid": "0a000000-0000-4000-8000-000000000002", "type": "HKQuantityTypeIdentifierHeartRate", "value": 60, "unit": "count/min",
+                 "start": "2025-03-01T10:00:00Z", "end": "2025-03-01T10:00:00Z", "source": ["name": "OWNER"]],
+            ],
+            "workouts": [["uuid": "0a000000-0000-4000-8000-000000000003", "activityType": "running", "start": "2025-03-01T07:00:00Z",
+                          "end": "2025-03-01T07:30:00Z", "durationSeconds": 1800, "source": ["name": "OWNER"]]],
+            "sleep": [["uuid": "0a000000-0000-4000-8000-000000000004", "stage": "asleepCore", "start": "2025-03-01T01:00:00Z",
+                       "end": "2025-03-01T06:00:00Z", "source": ["name": "OWNER"]]],
+        ],
+        "health.delete": ["uuids": ["0a000000-0000-4000-8000-000000000002"]],
+        "health.summary": ["from": "2025-03-01", "to": "2025-03-07"],
+        "health.weekly": ["from": "2025-03-01", "to": "2025-03-07"],
+        "health.workouts": ["from": "2025-03-01", "to": "2025-03-07"],
     ]
 
     /// A method's sample params, with "OWNER" replaced by a marker of the user who sends them.
