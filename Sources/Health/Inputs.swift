@@ -103,7 +103,9 @@ public struct SampleInput: ParamType, Sendable, Equatable {
             throw FieldError(field: r.path("unit"), reason: "invalid_params",
                              message: "\(r.path("unit")) must be one of \(type.units.map(\.unit).joined(separator: ", ")) for \(name)")
         }
-        guard value <= type.maximum else { throw .outOfRange(r.path("value"), "must be at most 100%") }
+        guard value <= type.maximum else {
+            throw .outOfRange(r.path("value"), type.maximum == 1 ? "must be at most 100%" : "must be at most 1e9 \(type.unit)")
+        }
         try r.finish()
         return SampleInput(item: item, type: type, value: value)
     }

@@ -84,8 +84,9 @@ public struct HealthType: Sendable, Hashable {
         return value * conversion.factor
     }
 
-    /// The largest canonical value a sample may have: 1 for fractions, else no bound beyond finiteness.
-    var maximum: Double { isFraction ? 1 : .greatestFiniteMagnitude }
+    /// The largest canonical value a sample may have: 1 for fractions, else a billion (far beyond any
+    /// real measurement, so that a client's overflow or unit mix-up is refused rather than summed).
+    var maximum: Double { isFraction ? 1 : 1e9 }
 }
 
 /// A stage of sleep, as HealthKit's `HKCategoryValueSleepAnalysis` names it.

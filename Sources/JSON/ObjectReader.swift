@@ -121,7 +121,21 @@ public protocol FieldDecodable {
 }
 
 extension JSON: FieldDecodable {
-    public static func decode(_ value: JSON, at path: String) throws(FieldError) -> JSON { value }
+    /// Any value, so long as every number in it is finite (NaN and infinities have no JSON form to keep).
+    public static func decode(_ value: JSON, at path: String) throws(FieldError) -> JSON {
+        try value.checkFinite(at: path)
+        return value
+    }
+
+    /// Throws naming the first non-finite number inside.
+    func checkFinite(at path: String) throws(FieldError) {
+        switch self {
+        case .double(let d) where !d.isFinite: throw .outOfRange(path, "must be a finite number")
+        case .array(let items): for (i, item) in items.enumerated() { try item.checkFinite(at: "\(path)[\(i)]") }
+        case .object(let o): for (k, v) in o { try v.checkFinite(at: "\(path).\(k)") }
+        default: break
+        }
+    }
 }
 
 extension String: FieldDecodable {
@@ -141,7 +155,12 @@ extension Bool: FieldDecodable {
 extension Int64: FieldDecodable {
     /// Only JSON integers: `5.0` and `"5"` are wrong types, so a fractional or quoted count never slips through.
     public static func decode(_ value: JSON, at path: String) throws(FieldError) -> Int64 {
-        guard case .int(let i) = value else { throw .wrongType(path, expected: "an integer", got: value) }
+        guard case .int(let i) = value else {
+            if case .double(let d) = value, d.rounded() == d, d.magnitude >= 0x1p63 {
+                throw .outOfRange(path, "must fit in 64 bits")
+            }
+            throw .wrongType(path, expected: "an integer", got: value)
+        }
         return i
     }
 }
@@ -156,7 +175,9 @@ extension Double: FieldDecodable {
     public static func decode(_ value: JSON, at path: String) throws(FieldError) -> Double {
         switch value {
         case .int(let i): return Double(i)
-        case .double(let d): return d
+        case .double(let d):
+            guard d.isFinite else { throw .outOfRange(path, "must be a finite number") }
+            return d
         default: throw .wrongType(path, expected: "a number", got: value)
         }
     }
@@ -165,6 +186,7 @@ extension Double: FieldDecodable {
 extension JSONObject: FieldDecodable {
     public static func decode(_ value: JSON, at path: String) throws(FieldError) -> JSONObject {
         guard case .object(let o) = value else { throw .wrongType(path, expected: "an object", got: value) }
+        try value.checkFinite(at: path)
         return o
     }
 }

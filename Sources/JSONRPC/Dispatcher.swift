@@ -216,6 +216,9 @@ public final class Dispatcher {
         var responseID: JSON? = nil
         if let rawID {
             switch rawID {
+            // An id the kernel could not echo exactly: NaN, an infinity, an integer beyond 64 bits.
+            case .double(let d) where !d.isFinite || (d.rounded() == d && d.magnitude >= 0x1p63):
+                return (.null, .failure(.invalidRequest("id must be a string, null, a 64-bit integer or a finite number")))
             case .string, .int, .double, .null: responseID = rawID
             default: return (.null, .failure(.invalidRequest("id must be a string, a number or null")))
             }

@@ -57,11 +57,24 @@ import JSONParsing
         #expect(failure(Array(objects.utf8)) == .nestingTooDeep)
     }
 
-    @Test func integersBeyondInt64AreRejected() throws {
+    @Test func numbersBeyondInt64AndDoubleAreReadAsDoublesForTheirFieldToRefuse() throws {
         #expect(try parse("9223372036854775807") == .int(Int64.max))
         #expect(try parse("-9223372036854775808") == .int(Int64.min))
-        #expect(failure(Array("9223372036854775808".utf8)) == .numberOutOfRange)
-        #expect(failure(Array(#"{"n":-99999999999999999999}"#.utf8)) == .numberOutOfRange)
+        #expect(try parse("9223372036854775808") == .double(9_223_372_036_854_775_808))
+        #expect(try parse(#"{"n":-99999999999999999999}"#) == ["n": .double(-1e20)])
+        #expect(try parse(#"[1e400,-1e400,2]"#) == [.double(.infinity), .double(-.infinity), 2])
+        let nan = try parse(#"{"a":NaN,"b":Infinity,"c":-Infinity,"d":"NaN"}"#)
+        #expect(nan["a"]?.numberValue?.isNaN == true)
+        #expect(nan["b"] == .double(.infinity) && nan["c"] == .double(-.infinity) && nan["d"] == "NaN")
+        // Readers refuse them by path.
+        var reader = ObjectReader(try parse(#"{"v":1e400,"raw":{"x":[NaN]},"n":99999999999999999999}"#).objectValue!, path: "params")
+        #expect(throws: FieldError.outOfRange("params.v", "must be a finite number")) { try reader.required("v", as: Double.self) }
+        #expect(throws: FieldError.outOfRange("params.raw.x[0]", "must be a finite number")) { try reader.required("raw", as: JSON.self) }
+        #expect(throws: FieldError.outOfRange("params.n", "must fit in 64 bits")) { try reader.required("n", as: Int64.self) }
+        // Other garbage stays a parse error, with jansson's first complaint.
+        for text in ["NaNa", "[nan]", "[Infinity1]", "[-NaN]", "[1e]", "[0x10]", "[.5]", "[01]"] {
+            #expect(failure(Array(text.utf8)) == .invalidJSON, "\(text)")
+        }
     }
 
     @Test func rejectsGarbage() {
