@@ -1,0 +1,61 @@
+import Foundation
+import JSON
+import JSONParsing
+import Testing
+import TestSupport
+
+/// HealthKit sync through the real binary: a first sync's month of minute-level heart rate in one
+/// request, its progress on stderr, what survives a restart, and the cap on items per request.
+@Suite struct HealthBinaryTests {
+    static let token = ScreenTimeBinaryTests.userToken
+
+    static func request(_ id: Int, _ method: String, _ params: JSON) -> String {
+        var p = params.objectValue ?? JSONObject()
+        p["auth"] = .string(token)
+        let request: JSON = ["jsonrpc": "2.0", "id": .int(Int64(id)), "method": .string(method), "params": .object(p)]
+        return request.serialized
+    }
+
+    /// A month of heart rate, one sample a minute from 2026-03-01T00:00Z: 55, 56, ... 94, 55, ...
+    static func month() -> [JSON] {
+        let start = 1_772_323_200  // 2026-03-01T00:00:00Z
+        let formatter = ISO8601DateFormatter()
+        return (0..<(31 * 1440)).map { i in
+            let t = formatter.string(from: Date(timeIntervalSince1970: TimeInterval(start + i * 60)))
+            return ["uuid": .string(String(format: "%08x-0000-4000-8000-%012x", i >> 16, i)), "type": "HKQuantityTypeIdentifierHeartRate",
+                    "value": .int(Int64(55 + i % 40)), "unit": "count/min", "start": .string(t), "end": .string(t),
+                    "source": ["name": "Apple Watch", "bundleId": "com.apple.health.0A1B2C3D"], "device": ["model": "Watch", "name": "Apple Watch"]]
+        }
+    }
+
+    @Test func aMonthOfMinuteHeartRateInOneRequestSurvivesARestart() throws {
+        let dir = temporaryDirectory("health-month")
+        let ingest = Self.request(1, "health.ingest", ["timezone": "UTC", "samples": .array(Self.month())])
+        #expect(ingest.utf8.count < 16 << 20, "the request fits the default line limit")
+        let day: JSON = ["from": "2026-03-15", "to": "2026-03-15"]
+        let first = try runBinary(["serve", "--data-dir", dir, "--jwt-secret", testSecret, "--fsync", "never", "--log-level", "info"],
+                                  input: stream([ingest, Self.request(2, "health.summary", day)]))
+        let answers = try first.responses()
+        #expect(answers.first?["result"]?["accepted"]?["samples"] == 44_640)
+        // Each day holds 36 whole runs of 55...94: average 74.5.
+        let expected: JSON = ["unit": "count/min", "avg": 74.5, "min": 55.0, "max": 94.0, "count": 1440]
+        #expect(answers.last?["result"]?["days"]?.arrayValue?.first?["metrics"]?["HKQuantityTypeIdentifierHeartRate"] == expected)
+        #expect(first.stderrText.contains("health.ingest: 44640 items, placing them"))
+        #expect(first.stderrText.contains("days recomputed, done in"))
+
+        let second = try runBinary(["serve", "--data-dir", dir, "--jwt-secret", testSecret, "--log-level", "error"],
+                                   input: stream([Self.request(3, "health.summary", day)]))
+        #expect(try second.responses().first?["result"] == answers.last?["result"])
+    }
+
+    @Test func moreThanAHundredThousandItemsAreRefusedBeforeReadingThem() throws {
+        let items = "[" + Array(repeating: "{}", count: 100_001).joined(separator: ",") + "]"
+        let line = Self.request(1, "health.ingest", [:]).replacingOccurrences(of: #""params":{"#, with: #""params":{"samples":\#(items),"#)
+        let result = try runBinary(["serve", "--memory-only", "--jwt-secret", testSecret, "--log-level", "error"],
+                                   input: stream([line, Self.request(2, "health.summary", ["from": "2026-01-01", "to": "2026-12-31"])]))
+        let answers = try result.responses()
+        #expect(answers.first?["error"]?["code"] == -32602)
+        #expect(answers.first?["error"]?["data"]?["field"] == "params.samples")
+        #expect(answers.last?["result"]?["days"] == [])
+    }
+}
