@@ -1,4 +1,5 @@
 import Chrono
+import Foundation
 import Testing
 import TestSupport
 @testable import Health
@@ -31,6 +32,16 @@ private func share(_ from: Int64, _ to: Int64, _ value: Double, rank: Int) -> Co
         let shares = [share(0, 30, 600, rank: 2), share(5, 20, 300, rank: 1), share(0, 10, 100, rank: 0)]
         #expect(HealthRules.mergedSum(shares) == 500)
         #expect(HealthRules.mergedSum(shares.reversed()) == 500)
+    }
+
+    @Test func theWorkedExampleOfProtocolHealthMd() {
+        let phone = Origin(sourceName: "iPhone", deviceModel: "iPhone")
+        let watch = Origin(sourceName: "Apple Watch", deviceModel: "Watch")
+        let garmin = Origin(sourceName: "Connect")
+        let ranks = HealthRules.ranks([phone, watch, garmin])
+        let total = HealthRules.mergedSum([share(0, 10, 1000, rank: ranks[phone]!), share(5, 15, 600, rank: ranks[watch]!),
+                                           share(0, 30, 600, rank: ranks[garmin]!)])
+        #expect(total == 1400)  // 500 + 600 + 300, where a plain sum says 2200
     }
 
     @Test func samplesOfOneSourceAddUpEvenWhereTheyOverlap() {
@@ -136,5 +147,18 @@ private func share(_ from: Int64, _ to: Int64, _ value: Double, rank: Int) -> Co
         }
         #expect(parts.map(\.day) == [day("2026-01-01"), day("2026-01-02")])
         #expect(parts.map { $0.end - $0.start } == [3_600_000, 3_600_000])
+    }
+}
+
+@Suite struct DocumentationTests {
+    @Test func protocolHealthMdListsEveryTypeAndUnit() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let doc = try String(contentsOf: root.appendingPathComponent("protocol/health.md"), encoding: .utf8)
+        for type in HealthType.all {
+            let row = try #require(doc.split(separator: "\n").first { $0.hasPrefix("| `\(type.identifier)` |") }, "\(type.identifier)")
+            #expect(row.contains(type.aggregation == .cumulative ? "cumulative" : "discrete"))
+            for unit in type.units { #expect(row.contains("`\(unit.unit)`"), "\(type.identifier): \(unit.unit)") }
+        }
+        for stage in SleepStage.allCases { #expect(doc.contains("`\(stage.rawValue)`")) }
     }
 }
