@@ -155,27 +155,27 @@ public final class HealthService: @unchecked Sendable {
             report.replaced = try work.removeDevice(device, days: request.replaceDays, keeping: incoming)
         }
         for s in request.samples {
-            let placement = try work.placement(s.item, zone: zone, deviceId: request.deviceId)
-            let row = SampleRow(type: s.type, value: s.value, placement: placement)
-            if try work.current(s.item.uuid) == .sample(row, sameContent: true) { report.unchanged += 1; continue }
-            try work.put(s.item.uuid, .sample(row, sameContent: false))
+            let existing = try work.current(s.item.uuid)
+            let row = SampleRow(type: s.type, value: s.value, placement: work.placement(s.item, existing, zone, request.deviceId))
+            if existing == .sample(row, sameContent: true) { report.unchanged += 1; continue }
+            try work.put(s.item.uuid, .sample(row, sameContent: false), replacing: existing)
             report.samples += 1
         }
         for w in request.workouts {
-            let placement = try work.placement(w.item, zone: zone, deviceId: request.deviceId)
+            let existing = try work.current(w.item.uuid)
             let row = WorkoutRow(activityType: w.activityType, durationSeconds: w.durationSeconds, energyKcal: w.energyKcal,
-                                 distanceMeters: w.distanceMeters, placement: placement)
-            if try work.current(w.item.uuid) == .workout(row, sameContent: true) { report.unchanged += 1; continue }
-            try work.put(w.item.uuid, .workout(row, sameContent: false))
+                                 distanceMeters: w.distanceMeters, placement: work.placement(w.item, existing, zone, request.deviceId))
+            if existing == .workout(row, sameContent: true) { report.unchanged += 1; continue }
+            try work.put(w.item.uuid, .workout(row, sameContent: false), replacing: existing)
             report.workouts += 1
         }
         for s in request.sleep {
-            let sleepZone = try work.zone(of: s.item.uuid) ?? zone
-            var placement = try work.placement(s.item, zone: sleepZone, deviceId: request.deviceId)
-            placement.day = HealthRules.sleepDay(end: s.item.end.milliseconds, in: sleepZone).description
+            let existing = try work.current(s.item.uuid)
+            var placement = work.placement(s.item, existing, zone, request.deviceId)
+            placement.day = HealthRules.sleepDay(end: s.item.end.milliseconds, in: Zone.named(placement.zone) ?? zone).description
             let row = SleepRow(stage: s.stage, placement: placement)
-            if try work.current(s.item.uuid) == .sleep(row, sameContent: true) { report.unchanged += 1; continue }
-            try work.put(s.item.uuid, .sleep(row, sameContent: false))
+            if existing == .sleep(row, sameContent: true) { report.unchanged += 1; continue }
+            try work.put(s.item.uuid, .sleep(row, sameContent: false), replacing: existing)
             report.sleep += 1
         }
         if large { logger.info("health.ingest: placed \(request.count) items in \((monotonicMicros() - began) / 1000) ms, recomputing days") }
@@ -268,22 +268,17 @@ public final class HealthService: @unchecked Sendable {
             return nil
         }
 
-        /// The zone item `uuid` was first sent with, if it exists: it keeps it, so travelling does not
-        /// move old days.
-        func zone(of uuid: String) throws(HealthError) -> Zone? {
-            try current(uuid).flatMap { Zone.named($0.placement.zone) }
-        }
-
-        /// Where an item sent now is placed: in the zone it was first sent with, else `zone`.
-        mutating func placement(_ item: ItemInput, zone fallback: Zone, deviceId: String?) throws(HealthError) -> Placement {
-            let zone = try zone(of: item.uuid) ?? fallback
+        /// Where an item sent now is placed: in the zone the item it replaces was first placed in (so that
+        /// travelling does not move old days), else in `zone`.
+        func placement(_ item: ItemInput, _ existing: Item?, _ fallback: Zone, _ deviceId: String?) -> Placement {
+            let zone = existing.flatMap { Zone.named($0.placement.zone) } ?? fallback
             return Placement(start: item.start.milliseconds, end: item.end.milliseconds, zone: zone.identifier,
                              day: HealthRules.day(item.start.milliseconds, in: zone).description, origin: item.origin, deviceId: deviceId)
         }
 
-        /// Stores `item` under `uuid`, replacing what was there (of any kind).
-        mutating func put(_ uuid: String, _ item: Item) throws(HealthError) {
-            try remove(uuid)
+        /// Stores `item` under `uuid`, replacing `existing` (what `uuid` names now, of any kind).
+        mutating func put(_ uuid: String, _ item: Item, replacing existing: Item?) throws(HealthError) {
+            if let existing { remove(uuid, existing) }
             pending[uuid] = item
             switch item {
             case .sample(let r, _): tx.put(tables.samples, user: user, key: uuid, r)
@@ -295,7 +290,10 @@ public final class HealthService: @unchecked Sendable {
 
         /// Removes the item `uuid` names, if any.
         mutating func remove(_ uuid: String) throws(HealthError) {
-            guard let old = try current(uuid) else { return }
+            if let old = try current(uuid) { remove(uuid, old) }
+        }
+
+        private mutating func remove(_ uuid: String, _ old: Item) {
             switch old {
             case .sample: tx.delete(tables.samples, user: user, key: uuid)
             case .workout: tx.delete(tables.workouts, user: user, key: uuid)

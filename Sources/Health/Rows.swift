@@ -62,6 +62,31 @@ public struct Placement: Sendable, Equatable {
             + [("deviceId", .optional(deviceId))]
     }
 
+    /// How many members `writeMembers` writes.
+    var memberCount: Int {
+        4 + [origin.sourceName, origin.bundleId, origin.deviceModel, origin.deviceName, deviceId].reduce(0) { $0 + ($1 == nil ? 0 : 1) }
+    }
+
+    /// The members of `stored`, in the binary form, without building them: samples are stored by the
+    /// ten thousand.
+    func writeMembers(to out: inout [UInt8]) {
+        Binary.writeString("start", to: &out)
+        Binary.writeInt(start, to: &out)
+        Binary.writeString("end", to: &out)
+        Binary.writeInt(end, to: &out)
+        Binary.writeString("zone", to: &out)
+        Binary.writeStringValue(zone, to: &out)
+        Binary.writeString("day", to: &out)
+        Binary.writeStringValue(day, to: &out)
+        for (key, value) in [("sourceName", origin.sourceName), ("bundleId", origin.bundleId), ("deviceModel", origin.deviceModel),
+                             ("deviceName", origin.deviceName), ("deviceId", deviceId)] {
+            if let value {
+                Binary.writeString(key, to: &out)
+                Binary.writeStringValue(value, to: &out)
+            }
+        }
+    }
+
     /// Whether two placements describe the same item as sent: the zone and day an item was first placed
     /// in stay with it, and which device id sent it is not part of what it is.
     func sameContent(_ other: Placement) -> Bool { start == other.start && end == other.end && origin == other.origin }
@@ -94,6 +119,15 @@ public struct SampleRow: StoredRow {
     }
 
     public var stored: JSON { object([("type", .string(type.identifier)), ("value", .double(value))] + placement.stored) }
+
+    public func writeStored(to out: inout [UInt8]) {
+        Binary.writeObjectHeader(count: 2 + placement.memberCount, to: &out)
+        Binary.writeString("type", to: &out)
+        Binary.writeStringValue(type.identifier, to: &out)
+        Binary.writeString("value", to: &out)
+        Binary.writeDouble(value, to: &out)
+        placement.writeMembers(to: &out)
+    }
 
     func sameContent(_ other: SampleRow) -> Bool {
         type == other.type && value == other.value && placement.sameContent(other.placement)

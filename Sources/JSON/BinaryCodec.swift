@@ -220,6 +220,13 @@ extension Binary {
         if let value { writeInt(value, to: &out) } else { out.append(JSON.BinaryTag.null.rawValue) }
     }
 
+    /// Appends a double value.
+    public static func writeDouble(_ value: Double, to out: inout [UInt8]) {
+        out.append(JSON.BinaryTag.double.rawValue)
+        var bits = value.bitPattern.littleEndian
+        withUnsafeBytes(of: &bits) { out.append(contentsOf: $0) }
+    }
+
     /// Appends a boolean value.
     public static func writeBool(_ value: Bool, to out: inout [UInt8]) {
         out.append(value ? JSON.BinaryTag.true.rawValue : JSON.BinaryTag.false.rawValue)

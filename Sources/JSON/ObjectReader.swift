@@ -127,13 +127,25 @@ extension JSON: FieldDecodable {
         return value
     }
 
-    /// Throws naming the first non-finite number inside.
+    /// Throws naming the first non-finite number inside. The path is only spelled out for a value that
+    /// has one: this runs over every object a request holds.
     func checkFinite(at path: String) throws(FieldError) {
+        if isFinite { return }
         switch self {
         case .double(let d) where !d.isFinite: throw .outOfRange(path, "must be a finite number")
         case .array(let items): for (i, item) in items.enumerated() { try item.checkFinite(at: "\(path)[\(i)]") }
         case .object(let o): for (k, v) in o { try v.checkFinite(at: "\(path).\(k)") }
         default: break
+        }
+    }
+
+    /// Whether every number inside is finite.
+    var isFinite: Bool {
+        switch self {
+        case .double(let d): return d.isFinite
+        case .array(let items): return items.allSatisfy(\.isFinite)
+        case .object(let o): return o.allSatisfy { $0.value.isFinite }
+        default: return true
         }
     }
 }

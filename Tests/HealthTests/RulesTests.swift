@@ -1,4 +1,5 @@
 import Chrono
+import JSON
 import Foundation
 import Testing
 import TestSupport
@@ -160,5 +161,22 @@ private func share(_ from: Int64, _ to: Int64, _ value: Double, rank: Int) -> Co
             for unit in type.units { #expect(row.contains("`\(unit.unit)`"), "\(type.identifier): \(unit.unit)") }
         }
         for stage in SleepStage.allCases { #expect(doc.contains("`\(stage.rawValue)`")) }
+    }
+}
+
+@Suite struct StoredFormTests {
+    @Test func samplesWriteTheBytesTheirStoredFormWould() throws {
+        let bare = Placement(start: 1, end: 2, zone: "UTC", day: "1970-01-01", origin: Origin(), deviceId: nil)
+        let full = Placement(start: 1_772_323_200_000, end: 1_772_323_260_000, zone: "Europe/Berlin", day: "2026-03-01",
+                             origin: Origin(sourceName: "Apple Watch", bundleId: "com.apple.health.1", deviceModel: "Watch", deviceName: "W"),
+                             deviceId: "watch-1")
+        for row in [SampleRow(type: HealthType.all[0], value: 12.5, placement: bare), SampleRow(type: HealthType.all[10], value: 61, placement: full)] {
+            var direct: [UInt8] = []
+            row.writeStored(to: &direct)
+            var generic: [UInt8] = []
+            row.stored.writeBinary(to: &generic)
+            #expect(direct == generic)
+            #expect(try SampleRow(stored: row.stored) == row)
+        }
     }
 }
