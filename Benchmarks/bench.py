@@ -7,7 +7,7 @@ Benchmarks/results/latest.json. Usage: python3 Benchmarks/bench.py [--requests N
 [--baseline BIN]: with a baseline (another healthkernel binary, say the last release), throughput, restart
 from a snapshot and snapshot time are measured for it too, in the same runs, and printed side by side.
 """
-import argparse, base64, hashlib, hmac, json, os, platform, shutil, socket, statistics, subprocess, sys, tempfile, time
+import argparse, base64, calendar, hashlib, hmac, json, os, platform, shutil, socket, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "Benchmarks")
@@ -194,6 +194,65 @@ def throughput(tmp, n, users, runs, baseline=None):
 
 
 # ---------------------------------------------------------------- 2. round trips
+
+# ---------------------------------------------------------------- 1b. health ingest
+
+MONTH = 31 * 1440
+
+
+def health_month(user, month):
+    """One health.ingest of a month of minute-level heart rate from a watch (44,640 samples), as a first sync sends it."""
+    base = calendar.timegm((2026, month, 1, 0, 0, 0))
+    stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+    samples = [{"uuid": "%08x-%04x-4000-8000-%012x" % (user, month, i), "type": "HKQuantityTypeIdentifierHeartRate",
+                "value": 55 + i % 40, "unit": "count/min", "start": stamp(base + 60 * i), "end": stamp(base + 60 * i),
+                "source": {"name": "Apple Watch", "bundleId": "com.apple.health.0A1B2C3D"}, "device": {"model": "Watch", "name": "Apple Watch"}}
+               for i in range(MONTH)]
+    return json.dumps({"jsonrpc": "2.0", "id": month, "method": "health.ingest",
+                       "params": {"auth": user_token(user), "timezone": "Europe/Berlin", "samples": samples}}, separators=(",", ":"))
+
+
+def health_ingest(tmp, runs, months=6):
+    """A month of minute heart rate in one request (time to its answer, the kernel already running), and
+    `months` such requests pipelined, in samples/s beside jansson's parse rate of the same lines."""
+    path = os.path.join(tmp, "health.jsonl")
+    with open(path, "w") as f:
+        for m in range(months):
+            f.write(health_month(m + 1, m + 1) + "\n")
+    lines = open(path, "rb").read().splitlines(keepends=True)
+    single, rates = [], []
+    for r in range(runs):
+        log(f"health ingest run {r + 1}/{runs}")
+        data_dir = os.path.join(tmp, "hk-health-%d" % r)
+        shutil.rmtree(data_dir, ignore_errors=True)
+        k = subprocess.Popen(serve(data_dir, "--fsync", "always"), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        k.stdin.write(b'{"jsonrpc":"2.0","id":0,"method":"kernel.info"}\n')
+        k.stdin.flush()
+        k.stdout.readline()
+        start = time.perf_counter()
+        k.stdin.write(lines[0])
+        k.stdin.flush()
+        answer = json.loads(k.stdout.readline())
+        single.append((time.perf_counter() - start) * 1000)
+        assert answer["result"]["accepted"]["samples"] == MONTH, answer
+        k.stdin.close()
+        k.wait()
+        shutil.rmtree(data_dir, ignore_errors=True)
+        cat = subprocess.Popen(["cat", path], stdout=subprocess.PIPE)
+        start = time.perf_counter()
+        k = subprocess.Popen(serve(data_dir, "--fsync", "everysec"), stdin=cat.stdout, stdout=subprocess.PIPE)
+        cat.stdout.close()
+        seen = count_lines_until(k.stdout, months)
+        rates.append(months * MONTH / (time.perf_counter() - start))
+        k.stdout.close()
+        k.wait()
+        assert seen == months
+    jansson = statistics.median(float(subprocess.run([os.path.join(tmp, "jparse"), path], capture_output=True, check=True).stdout)
+                                for _ in range(runs)) * MONTH
+    return {"monthRequestMs": statistics.median(single), "samplesPerSecond": statistics.median(rates),
+            "janssonSamplesPerSecond": jansson, "vsJansson": statistics.median(rates) / jansson,
+            "requestBytes": len(lines[0])}
+
 
 def median_of(results):
     """The median of each figure over runs, with the runs kept (ratios inside a run are computed first)."""
@@ -382,6 +441,8 @@ def main():
         write_inputs(tmp, args.requests, args.users)
         tp, snapshot_dir = throughput(tmp, args.requests, args.users, args.runs, args.baseline)
         tp["jansson_parse_only_lps"] = jansson_ceiling(tmp, args.runs)
+        log("health ingest")
+        health = health_ingest(tmp, args.runs)
         log("round trips")
         rt = round_trips(tmp, args.rtt, args.runs)
         log("start-up")
@@ -389,7 +450,7 @@ def main():
         log("recovery and snapshot")
         rc = recovery(tmp, args.requests, args.users, snapshot_dir, args.runs)
         result = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
-                  "params": vars(args), "throughput": tp, "roundTrip": rt, "startupMs": st, "recovery": rc}
+                  "params": vars(args), "throughput": tp, "health": health, "roundTrip": rt, "startupMs": st, "recovery": rc}
         if args.baseline:
             log("baseline: restart and snapshot")
             result["baseline"] = baseline_comparison(tmp, snapshot_dir, args.baseline, args.runs)
@@ -411,6 +472,11 @@ def report(r):
     print(f"   sqlite3 {r['machine']['sqlite']} (WAL, NORMAL)    {tp['sqlite_rps']:>12,.0f} req/s   kernel/sqlite {tp['vs_sqlite']:.2f}x  (target >= 4x)")
     if "jansson_parse_only_lps" in tp:
         print(f"   (jansson alone, parse only, one core: {tp['jansson_parse_only_lps']:,.0f} lines/s; the kernel parses on one core)")
+    if "health" in r:
+        h = r["health"]
+        print(f"\n1b. HealthKit ingest (a month of minute heart rate per request: 44,640 samples, {h['requestBytes'] / 2**20:.1f} MiB)")
+        print(f"   one month in one request (--fsync always)  {h['monthRequestMs']:>8.0f} ms   (target < 500)")
+        print(f"   pipelined months (--fsync everysec)   {h['samplesPerSecond']:>12,.0f} samples/s   jansson alone {h['janssonSamplesPerSecond']:,.0f}/s = {h['vsJansson']:.2f}x (target >= 0.5x)")
     print(f"\n2. Round trip (one request, wait, next; median of {r['params']['runs']} runs)  p50 us    p99 us   p999 us")
     for name, v in rt.items():
         print(f"   {name:<40} {v['p50Micros']:>8.1f} {v['p99Micros']:>9.1f} {v['p999Micros']:>9.1f}")

@@ -31,6 +31,6 @@ int main(int argc, char **argv) {
     }
     clock_gettime(CLOCK_MONOTONIC, &b);
     double seconds = (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
-    printf("%.0f\n", lines / seconds);
+    printf("%.3f\n", lines / seconds);
     return 0;
 }
