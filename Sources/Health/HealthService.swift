@@ -10,6 +10,11 @@ public enum HealthError: Error, Equatable {
     case storage(StorageError)
 }
 
+/// Storage reads and commits, their failures answered as this domain's.
+func storage<T>(_ body: @autoclosure () throws(StorageError) -> T) throws(HealthError) -> T {
+    do { return try body() } catch { throw .storage(error) }
+}
+
 /// What `health.ingest` is asked to do, once its params are read.
 public struct IngestRequest: Sendable {
     public var deviceId: String?
@@ -88,9 +93,7 @@ public final class HealthService: @unchecked Sendable {
         cursors = CursorSeal(purpose: "health.workouts", secret: cursorSecret)
     }
 
-    private func storage<T>(_ body: @autoclosure () throws(StorageError) -> T) throws(HealthError) -> T {
-        do { return try body() } catch { throw .storage(error) }
-    }
+    private func storage<T>(_ body: @autoclosure () throws(StorageError) -> T) throws(HealthError) -> T { try Health.storage(try body()) }
 
     // MARK: Reads
 
@@ -255,9 +258,7 @@ public final class HealthService: @unchecked Sendable {
 
         var tables: HealthTables { service.tables }
 
-        func storage<T>(_ body: @autoclosure () throws(StorageError) -> T) throws(HealthError) -> T {
-            do { return try body() } catch { throw .storage(error) }
-        }
+        func storage<T>(_ body: @autoclosure () throws(StorageError) -> T) throws(HealthError) -> T { try Health.storage(try body()) }
 
         /// The item `uuid` names now, of whichever kind.
         func current(_ uuid: String) throws(HealthError) -> Item? {

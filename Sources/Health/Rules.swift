@@ -115,19 +115,8 @@ public enum HealthRules {
         let spans = contributions.filter { $0.duration > 0 && $0.end > $0.start }.sorted(by: canonicalOrder)
         let instants = contributions.filter { $0.duration <= 0 }.sorted(by: canonicalOrder)
         var total = 0.0
-        var bounds = Set<Int64>()
-        for s in spans { bounds.insert(s.start); bounds.insert(s.end) }
-        let edges = bounds.sorted()
-        var active: [Contribution] = []
-        var next = 0
-        for i in 0..<max(0, edges.count - 1) {
-            let (a, b) = (edges[i], edges[i + 1])
-            active.removeAll { $0.end <= a }
-            while next < spans.count, spans[next].start <= a {
-                if spans[next].end > a { active.append(spans[next]) }
-                next += 1
-            }
-            guard let best = active.map(\.rank).min() else { continue }
+        sweep(spans, start: \.start, end: \.end) { a, b, active in
+            guard let best = active.map(\.rank).min() else { return }
             for s in active where s.rank == best { total += s.value * Double(b - a) / Double(s.duration) }
         }
         for p in instants where !spans.contains(where: { $0.rank < p.rank && $0.start <= p.start && p.start < $0.end }) {
@@ -165,22 +154,30 @@ public enum HealthRules {
         ms[.inBed] = unionLength(samples.filter { $0.stage == .inBed }.map { ($0.start, $0.end) })
         let stages = samples.filter { $0.stage != .inBed && $0.end > $0.start }
             .sorted { ($0.start, $0.end, $0.rank, $0.stage.precedence) < ($1.start, $1.end, $1.rank, $1.stage.precedence) }
-        var bounds = Set<Int64>()
-        for s in stages { bounds.insert(s.start); bounds.insert(s.end) }
-        let edges = bounds.sorted()
-        var active: [(stage: SleepStage, start: Int64, end: Int64, rank: Int)] = []
-        var next = 0
-        for i in 0..<max(0, edges.count - 1) {
-            let (a, b) = (edges[i], edges[i + 1])
-            active.removeAll { $0.end <= a }
-            while next < stages.count, stages[next].start <= a {
-                if stages[next].end > a { active.append(stages[next]) }
-                next += 1
-            }
-            guard let best = active.min(by: { ($0.rank, $0.stage.precedence) < ($1.rank, $1.stage.precedence) }) else { continue }
+        sweep(stages, start: \.start, end: \.end) { a, b, active in
+            guard let best = active.min(by: { ($0.rank, $0.stage.precedence) < ($1.rank, $1.stage.precedence) }) else { return }
             ms[best.stage, default: 0] += b - a
         }
         return SleepTotals(ms: ms)
+    }
+
+    /// Walks the pieces of time between consecutive edges of `spans` (sorted by start), handing each
+    /// piece `[a, b)` to `body` with the spans that cover it, in the order they were given.
+    static func sweep<T>(_ spans: [T], start: (T) -> Int64, end: (T) -> Int64, _ body: (Int64, Int64, [T]) -> Void) {
+        var bounds = Set<Int64>()
+        for s in spans { bounds.insert(start(s)); bounds.insert(end(s)) }
+        let edges = bounds.sorted()
+        var active: [T] = []
+        var next = 0
+        for i in 0..<max(0, edges.count - 1) {
+            let (a, b) = (edges[i], edges[i + 1])
+            active.removeAll { end($0) <= a }
+            while next < spans.count, start(spans[next]) <= a {
+                if end(spans[next]) > a { active.append(spans[next]) }
+                next += 1
+            }
+            body(a, b, active)
+        }
     }
 
     /// The length of the union of intervals.
