@@ -1,0 +1,417 @@
+// A client for healthkernel: spawns `healthkernel serve` and speaks line-delimited JSON-RPC 2.0 over its
+// stdin/stdout. Node built-ins only, so a host installs nothing.
+import { spawn } from 'node:child_process';
+import { EventEmitter } from 'node:events';
+
+/** The kernel answered with a JSON-RPC error. `code` is the JSON-RPC code (a number). */
+export class KernelError extends Error {
+  constructor(error, method) {
+    super(error?.message ?? 'kernel error');
+    this.name = 'KernelError';
+    this.code = error?.code;
+    this.data = error?.data ?? null;
+    this.reason = this.data?.reason ?? null;
+    this.field = this.data?.field ?? null;
+    this.method = method;
+  }
+}
+
+/** The kernel process ended (crash, kill, exit) while the call was in flight or before it was sent. */
+export class KernelExitError extends Error {
+  constructor(method, exit, stderr) {
+    const how = exit.signal ? `was killed by ${exit.signal}` : `exited with status ${exit.code}`;
+    const tail = stderr.length ? `; last stderr: ${stderr.slice(-3).join(' | ')}` : '';
+    super(`healthkernel ${how} before answering ${method}${tail}`);
+    this.name = 'KernelExitError';
+    this.code = 'KERNEL_EXITED';
+    this.exitCode = exit.code;
+    this.signal = exit.signal;
+    this.method = method;
+  }
+}
+
+/** No answer within the call's timeout. The request may still have been applied. */
+export class KernelTimeoutError extends Error {
+  constructor(method, timeout) {
+    super(`healthkernel did not answer ${method} within ${timeout} ms`);
+    this.name = 'KernelTimeoutError';
+    this.code = 'KERNEL_TIMEOUT';
+    this.method = method;
+    this.timeout = timeout;
+  }
+}
+
+/** The client was closed (or never started), so the call was not sent. */
+export class KernelClosedError extends Error {
+  constructor(method) {
+    super(`healthkernel client is closed; ${method} was not sent`);
+    this.name = 'KernelClosedError';
+    this.code = 'KERNEL_CLOSED';
+    this.method = method;
+  }
+}
+
+/** Most bytes handed to the pipe in one write. */
+const chunkBytes = 256 * 1024;
+
+const defaults = {
+  binary: process.env.HEALTHKERNEL_BIN || 'healthkernel',
+  args: ['serve'],
+  timeout: 30_000,
+  maxPending: 10_000,
+  maxLineBytes: 16 * 1024 * 1024,
+  stderrLines: 50,
+};
+
+/**
+ * One spawned kernel. Calls are pipelined: each is written at once (many share one write) and
+ * answered by id, so any number may be in flight up to `maxPending`; beyond it `call` waits for a slot.
+ *
+ * Events: `events.changed` (params), `notification` ({method, params}), `stderr` (line),
+ * `exit` ({code, signal, expected}), `restart` ({attempt, delay}), `spawn` ({pid}),
+ * `unmatched` (an answer whose call had already timed out or been aborted).
+ */
+export class Kernel extends EventEmitter {
+  #options;
+  #child = null;
+  #state = 'new'; // new | running | restarting | closing | closed
+  #pending = new Map();
+  #nextId = 1;
+  #outbox = [];
+  #flushQueued = false;
+  #blocked = false;
+  #slotWaiters = [];
+  #roomWaiters = [];
+  #stderr = [];
+  #partial = '';
+  #exited = null; // resolves with {code, signal} when the current process is gone
+  #restartTimer = null;
+  #attempt = 0;
+  #startedAt = 0;
+  #lastExit = null;
+
+  /** Spawns the kernel and resolves once it answers `kernel.info` (so a bad flag or a locked data dir rejects here). */
+  static async spawn(options = {}) {
+    const kernel = new Kernel(options);
+    await kernel.#start();
+    if (options.ready !== false) {
+      try {
+        await kernel.call('kernel.info', undefined, { timeout: options.readyTimeout ?? 30_000 });
+      } catch (error) {
+        await kernel.close({ timeout: 1000 }).catch(() => {});
+        throw error;
+      }
+    }
+    return kernel;
+  }
+
+  constructor(options = {}) {
+    super();
+    const restart = options.restart === true ? {} : options.restart || null;
+    this.#options = {
+      ...defaults,
+      ...options,
+      restart: restart && { retries: Infinity, minDelay: 100, maxDelay: 5000, stableAfter: 10_000, ...restart },
+    };
+  }
+
+  /** The running process's pid (undefined between a crash and its restart). */
+  get pid() { return this.#child?.pid; }
+
+  /** Calls in flight (sent or queued, not yet answered). */
+  get pending() { return this.#pending.size; }
+
+  /** The last lines the kernel wrote to stderr. */
+  get stderr() { return [...this.#stderr]; }
+
+  /**
+   * Sends one request; resolves with its result, rejects with a KernelError (the kernel's error), a
+   * KernelTimeoutError, a KernelExitError, a KernelClosedError or the signal's abort reason.
+   */
+  async call(method, params, { timeout = this.#options.timeout, signal } = {}) {
+    if (this.#pending.size >= this.#options.maxPending) await this.#slot(signal);
+    const { id, promise } = this.#register(method, timeout, signal);
+    this.#send({ jsonrpc: '2.0', id, method, ...(params === undefined ? {} : { params }) }, [id]);
+    return promise;
+  }
+
+  /** Sends a notification (never answered); resolves once it is queued for writing. */
+  async notify(method, params) {
+    while (this.#outbox.length >= this.#options.maxPending && this.#child) {
+      await new Promise((resolve) => this.#roomWaiters.push(resolve));
+    }
+    this.#checkOpen(method);
+    this.#send({ jsonrpc: '2.0', method, ...(params === undefined ? {} : { params }) }, []);
+  }
+
+  /**
+   * Sends requests as one JSON-RPC batch. Each element is `{method, params, notify?}`. Resolves with one
+   * entry per non-notification, in order: `{result}` or `{error: KernelError}`. Transport failures
+   * (exit, timeout, abort) reject the whole batch.
+   */
+  async batch(requests, { timeout = this.#options.timeout, signal } = {}) {
+    if (!Array.isArray(requests) || requests.length === 0) throw new TypeError('batch needs at least one request');
+    const wanted = requests.filter((r) => !r.notify).length;
+    while (this.#pending.size + wanted > this.#options.maxPending && this.#pending.size > 0) await this.#slot(signal);
+    const ids = [];
+    const answers = [];
+    const messages = requests.map(({ method, params, notify }) => {
+      const message = { jsonrpc: '2.0', method, ...(params === undefined ? {} : { params }) };
+      if (notify) return message;
+      const { id, promise } = this.#register(method, timeout, signal);
+      ids.push(id);
+      answers.push(promise.then((result) => ({ result }), (error) => {
+        if (error instanceof KernelError) return { error };
+        throw error;
+      }));
+      return { jsonrpc: '2.0', id, method: message.method, ...(params === undefined ? {} : { params }) };
+    });
+    if (ids.length === 0) this.#checkOpen(requests[0].method);
+    this.#send(messages, ids);
+    return Promise.all(answers);
+  }
+
+  /**
+   * Ends stdin so the kernel finishes what it read, answers it and exits; sends SIGTERM if it has not
+   * exited within `timeout` ms, then SIGKILL after another `timeout`. Resolves with {code, signal}.
+   */
+  async close({ timeout = 5000 } = {}) {
+    clearTimeout(this.#restartTimer);
+    if (this.#state === 'closed') return this.#lastExit;
+    const child = this.#child;
+    this.#state = 'closing';
+    if (!child) {
+      this.#finish();
+      return this.#lastExit;
+    }
+    this.#flush();
+    const exited = this.#exited;
+    const within = (ms) => Promise.race([exited, new Promise((r) => setTimeout(r, ms, null).unref())]);
+    let exit = await within(timeout);
+    if (!exit) {
+      child.kill('SIGTERM');
+      exit = await within(timeout);
+    }
+    if (!exit) {
+      child.kill('SIGKILL');
+      exit = await exited;
+    }
+    return exit;
+  }
+
+  #checkOpen(method) {
+    if (this.#state === 'closing' || this.#state === 'closed' || this.#state === 'new') throw new KernelClosedError(method);
+  }
+
+  #register(method, timeout, signal) {
+    this.#checkOpen(method);
+    if (signal?.aborted) throw signal.reason;
+    const id = this.#nextId++;
+    let entry;
+    const promise = new Promise((resolve, reject) => { entry = { method, resolve, reject, timer: null, signal, onAbort: null }; });
+    if (timeout > 0 && timeout !== Infinity) {
+      entry.timer = setTimeout(() => this.#fail(id, new KernelTimeoutError(method, timeout)), timeout);
+    }
+    if (signal) {
+      entry.onAbort = () => this.#fail(id, signal.reason);
+      signal.addEventListener('abort', entry.onAbort, { once: true });
+    }
+    this.#pending.set(id, entry);
+    return { id, promise };
+  }
+
+  /** Removes a pending call and rejects it. */
+  #fail(id, error) {
+    const entry = this.#take(id);
+    if (entry) entry.reject(error);
+  }
+
+  #take(id) {
+    const entry = this.#pending.get(id);
+    if (!entry) return null;
+    this.#pending.delete(id);
+    clearTimeout(entry.timer);
+    if (entry.onAbort) entry.signal.removeEventListener('abort', entry.onAbort);
+    const waiter = this.#slotWaiters.shift();
+    if (waiter) waiter();
+    return entry;
+  }
+
+  /** Waits until a call settles (so the pending map stays within maxPending). */
+  #slot(signal) {
+    return new Promise((resolve, reject) => {
+      const waiter = () => { signal?.removeEventListener('abort', onAbort); resolve(); };
+      const onAbort = () => {
+        const i = this.#slotWaiters.indexOf(waiter);
+        if (i >= 0) this.#slotWaiters.splice(i, 1);
+        reject(signal.reason);
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.#slotWaiters.push(waiter);
+    });
+  }
+
+  #send(message, ids) {
+    const line = JSON.stringify(message);
+    if (line.length * 3 > this.#options.maxLineBytes && Buffer.byteLength(line) > this.#options.maxLineBytes) {
+      const error = { code: -32600, message: `Invalid Request: line longer than ${this.#options.maxLineBytes} bytes`,
+                      data: { reason: 'line_too_long' } };
+      for (const id of ids) this.#fail(id, new KernelError(error, this.#pending.get(id)?.method));
+      return;
+    }
+    this.#outbox.push(line);
+    if (!this.#flushQueued) {
+      this.#flushQueued = true;
+      queueMicrotask(() => { this.#flushQueued = false; this.#flush(); });
+    }
+  }
+
+  /**
+   * Writes queued lines in chunks of about 256 KiB until the pipe says to wait for `drain`, so memory
+   * outside the pipe stays with the queued calls themselves (bounded by maxPending).
+   */
+  #flush() {
+    const child = this.#child;
+    if (!child || this.#blocked) return;
+    let taken = 0;
+    while (taken < this.#outbox.length) {
+      let bytes = 0;
+      const start = taken;
+      while (taken < this.#outbox.length && (taken === start || bytes < chunkBytes)) bytes += this.#outbox[taken++].length + 1;
+      const ok = child.stdin.write(this.#outbox.slice(start, taken).join('\n') + '\n');
+      if (!ok) {
+        this.#blocked = true;
+        child.stdin.once('drain', () => {
+          if (child !== this.#child) return;
+          this.#blocked = false;
+          this.#flush();
+        });
+        break;
+      }
+    }
+    this.#outbox = taken === this.#outbox.length ? [] : this.#outbox.slice(taken);
+    if (this.#outbox.length < this.#options.maxPending) for (const resolve of this.#roomWaiters.splice(0)) resolve();
+    if (!this.#blocked && this.#state === 'closing') child.stdin.end();
+  }
+
+  /** Lines waiting for the pipe to drain, and bytes handed to the pipe but not yet taken by the kernel. */
+  get backlog() {
+    return { lines: this.#outbox.length, bytes: this.#child?.stdin.writableLength ?? 0 };
+  }
+
+  async #start() {
+    const { binary, args, env, cwd } = this.#options;
+    const child = spawn(binary, args, { env: env ? { ...process.env, ...env } : process.env, cwd, stdio: ['pipe', 'pipe', 'pipe'] });
+    this.#child = child;
+    this.#blocked = false;
+    this.#partial = '';
+    let exitResolve;
+    this.#exited = new Promise((resolve) => { exitResolve = resolve; });
+    child.stdin.on('error', () => {}); // EPIPE once the process is gone; 'close' reports it
+    child.stdout.setEncoding('utf8');
+    child.stdout.on('data', (chunk) => this.#read(chunk));
+    let errLine = '';
+    child.stderr.setEncoding('utf8');
+    child.stderr.on('data', (chunk) => {
+      const lines = (errLine + chunk).split('\n');
+      errLine = lines.pop();
+      for (const line of lines) this.#stderrLine(line);
+    });
+    let spawnError = null;
+    child.on('error', (error) => { spawnError = error; });
+    child.on('close', (code, signal) => {
+      if (errLine) this.#stderrLine(errLine);
+      exitResolve({ code, signal });
+      this.#onExit(child, { code, signal }, spawnError);
+    });
+    await new Promise((resolve, reject) => {
+      child.once('spawn', resolve);
+      child.once('error', reject);
+    });
+    this.#startedAt = Date.now();
+    this.#state = 'running';
+    this.emit('spawn', { pid: child.pid });
+    this.#flush();
+  }
+
+  #stderrLine(line) {
+    this.#stderr.push(line);
+    if (this.#stderr.length > this.#options.stderrLines) this.#stderr.shift();
+    this.emit('stderr', line);
+  }
+
+  #read(chunk) {
+    let text = this.#partial + chunk;
+    let start = 0;
+    for (let end = text.indexOf('\n'); end >= 0; end = text.indexOf('\n', start)) {
+      const line = text.slice(start, end);
+      start = end + 1;
+      if (line.length > 0) this.#line(line);
+    }
+    this.#partial = text.slice(start);
+  }
+
+  #line(line) {
+    let message;
+    try {
+      message = JSON.parse(line);
+    } catch {
+      this.emit('stderr', `unparseable line on stdout: ${line.slice(0, 200)}`);
+      return;
+    }
+    if (Array.isArray(message)) for (const m of message) this.#message(m);
+    else this.#message(message);
+  }
+
+  #message(m) {
+    if (m === null || typeof m !== 'object') return;
+    if ('id' in m && ('result' in m || 'error' in m)) {
+      const entry = this.#take(m.id);
+      if (!entry) {
+        this.emit('unmatched', m);
+      } else if ('error' in m) {
+        entry.reject(new KernelError(m.error, entry.method));
+      } else {
+        entry.resolve(m.result);
+      }
+    } else if (typeof m.method === 'string') {
+      this.emit('notification', { method: m.method, params: m.params });
+      this.emit(m.method, m.params);
+    }
+  }
+
+  #onExit(child, exit, spawnError) {
+    if (child !== this.#child) return;
+    this.#child = null;
+    this.#lastExit = exit;
+    const expected = this.#state === 'closing';
+    const stderr = spawnError ? [...this.#stderr, String(spawnError.message)] : this.#stderr;
+    // Every call in flight fails at once: its answer can no longer come.
+    this.#outbox = [];
+    for (const [id, entry] of [...this.#pending]) this.#fail(id, new KernelExitError(entry.method, exit, stderr));
+    this.emit('exit', { ...exit, expected });
+    const restart = this.#options.restart;
+    if (expected || !restart || this.#state === 'new' || this.#attempt >= restart.retries) {
+      this.#finish();
+      return;
+    }
+    if (Date.now() - this.#startedAt >= restart.stableAfter) this.#attempt = 0;
+    this.#attempt += 1;
+    const delay = Math.min(restart.maxDelay, restart.minDelay * 2 ** (this.#attempt - 1));
+    this.#state = 'restarting';
+    this.emit('restart', { attempt: this.#attempt, delay });
+    this.#restartTimer = setTimeout(() => {
+      // A failed spawn also ends in 'close', which schedules the next attempt.
+      this.#start().catch((error) => this.#stderrLine(`restart failed: ${error.message}`));
+    }, delay);
+  }
+
+  #finish() {
+    this.#state = 'closed';
+    for (const [id, entry] of [...this.#pending]) this.#fail(id, new KernelClosedError(entry.method));
+    for (const waiter of this.#slotWaiters.splice(0)) waiter();
+    for (const resolve of this.#roomWaiters.splice(0)) resolve();
+  }
+}
+
+export default Kernel;
