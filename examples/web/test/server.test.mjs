@@ -1,0 +1,233 @@
+// The example server's REST routes, end to end: HTTP -> client -> real kernel binary.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFile, execFileSync } from 'node:child_process';
+import { generateKeyPairSync, randomUUID, sign } from 'node:crypto';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { start, httpStatus } from '../server.mjs';
+import { binary, env, root, temporaryDirectory, token, userA, userB, day, eventually } from '../../../clients/node/test/support.mjs';
+
+const b64url = (value) => Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)).toString('base64url');
+
+/** Apple's published App Store test CA (shared/testdata), when this machine has it. */
+const appleTestMaterial = [join(root, '../shared/testdata/appstore/apple-lib-test-material.json'), '/work/shared/testdata/appstore/apple-lib-test-material.json']
+  .find((p) => existsSync(p));
+
+/** A kernel config trusting a Google key made here and, when present, Apple's test CA; returns signing helpers. */
+function fixtures(dir) {
+  const google = generateKeyPairSync('ec', { namedCurve: 'P-256' });
+  const jwk = { ...google.publicKey.export({ format: 'jwk' }), kid: 'test-key', alg: 'ES256', use: 'sig' };
+  writeFileSync(join(dir, 'google-jwks.json'), JSON.stringify({ keys: [jwk] }));
+  const config = { auth: { providers: { google: { jwks: join(dir, 'google-jwks.json'), audiences: ['test-client.apps.googleusercontent.com'] } } } };
+  let apple = null;
+  if (appleTestMaterial) {
+    const material = JSON.parse(readFileSync(appleTestMaterial, 'utf8'));
+    const pem = `-----BEGIN CERTIFICATE-----\n${material.certs.root.match(/.{1,64}/g).join('\n')}\n-----END CERTIFICATE-----\n`;
+    writeFileSync(join(dir, 'apple-test-root.pem'), pem);
+    config.appStore = { bundleId: 'com.example', environments: ['Sandbox'], rootCertificates: [join(dir, 'apple-test-root.pem')] };
+    apple = (payload) => {
+      const input = `${b64url({ alg: 'ES256', x5c: [material.certs.leaf, material.certs.intermediate, material.certs.root] })}.${b64url(payload)}`;
+      return `${input}.${sign('sha256', Buffer.from(input), { key: material.testKeys.leafEcPrivateKeyPem, dsaEncoding: 'ieee-p1363' }).toString('base64url')}`;
+    };
+  }
+  writeFileSync(join(dir, 'healthkernel.json'), JSON.stringify(config));
+  const googleToken = (claims) => {
+    const now = Math.floor(Date.now() / 1000);
+    const payload = { iss: 'https://accounts.google.com', aud: 'test-client.apps.googleusercontent.com', iat: now, exp: now + 600, ...claims };
+    const input = `${b64url({ alg: 'ES256', kid: 'test-key', typ: 'JWT' })}.${b64url(payload)}`;
+    return `${input}.${sign('sha256', Buffer.from(input), { key: google.privateKey, dsaEncoding: 'ieee-p1363' }).toString('base64url')}`;
+  };
+  return { configPath: join(dir, 'healthkernel.json'), googleToken, apple };
+}
+
+async function app(t) {
+  const dir = temporaryDirectory(t);
+  const f = fixtures(dir);
+  const server = await start({ port: 0, dataDir: join(dir, 'data'), binary, env: { ...env, HEALTHKERNEL_CONFIG: f.configPath }, log: () => {} });
+  t.after(() => server.close());
+  const request = async (method, path, { body, auth, raw, headers = {} } = {}) => {
+    const res = await fetch(server.url + path, {
+      method,
+      headers: { ...(auth ? { authorization: `Bearer ${auth}` } : {}), ...(body !== undefined || raw !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
+      body: raw ?? (body === undefined ? undefined : JSON.stringify(body)),
+    });
+    const text = await res.text();
+    return { status: res.status, body: text ? JSON.parse(text) : null, headers: res.headers };
+  };
+  return { ...f, server, request };
+}
+
+test('JSON-RPC error codes map to HTTP statuses', () => {
+  assert.deepEqual([-32602, -32001, -32003, -32004, -32009, -32010, -32029, -32050, -32603, -32601].map(httpStatus),
+    [400, 401, 403, 404, 409, 422, 429, 503, 500, 500]);
+});
+
+test('seed 000: Screen Time connection and upload, with the seed bodies and statuses', async (t) => {
+  const { request } = await app(t);
+  const auth = token({ user: userA });
+  const initial = await request('GET', '/api/verification/ios/connection', { auth });
+  assert.deepEqual([initial.status, initial.body], [200, { enabled: false, timezone: 'UTC', lastSyncAt: null, selection: null }]);
+  const date = day(-1);
+  let r = await request('POST', '/api/verification/ios/upload', { auth, body: { date, verifiedMinutes: 42 } });
+  assert.equal(r.status, 403);
+  assert.deepEqual(r.body, { error: r.body.error, reason: 'connection_disabled' });
+  r = await request('PATCH', '/api/verification/ios/connection', { auth, body: { enabled: true, timezone: 'America/Los_Angeles', selection: { apps: ['a'] } } });
+  assert.equal(r.status, 200);
+  assert.deepEqual(r.body, { enabled: true, timezone: 'America/Los_Angeles', lastSyncAt: null, selection: { apps: ['a'] } });
+  await request('POST', '/api/verification/claim', { auth, body: { date, minutes: 30 } });
+  r = await request('POST', '/api/verification/ios/upload', { auth, body: { date, verifiedMinutes: 42, raw: { optional: 'provider payload' } } });
+  assert.deepEqual([r.status, r.body], [200, { date, status: 'mismatch', deltaMinutes: 12, penaltyPoints: 7 }]);
+  // Repeating the upload is safe: the same verdict, no second penalty.
+  assert.deepEqual((await request('POST', '/api/verification/ios/upload', { auth, body: { date, verifiedMinutes: 42 } })).body.penaltyPoints, 7);
+  r = await request('POST', '/api/verification/ios/upload', { auth, body: { date, verifiedMinutes: 42, userId: userB } });
+  assert.deepEqual([r.status, r.body.reason, r.body.field], [400, 'unknown_field', 'userId']);
+  r = await request('POST', '/api/verification/ios/upload', { auth, body: { date, verifiedMinutes: 'lots' } });
+  assert.deepEqual([r.status, r.body.reason, r.body.field], [400, 'wrong_type', 'verifiedMinutes']);
+  r = await request('POST', '/api/verification/ios/upload', { body: { date, verifiedMinutes: 1 } });
+  assert.deepEqual([r.status, r.body.reason], [401, 'missing_token']);
+  r = await request('POST', '/api/verification/ios/upload', { auth: 'not-a-token', body: { date, verifiedMinutes: 1 } });
+  assert.equal(r.status, 401);
+  assert.equal(typeof r.body.error, 'string');
+});
+
+test('bad requests: invalid JSON 400, non-object 400, oversized 413, unknown route 404, wrong method 405', async (t) => {
+  const { request } = await app(t);
+  const auth = token({ user: userA });
+  assert.equal((await request('POST', '/api/verification/ios/upload', { auth, raw: '{"date":' })).status, 400);
+  assert.equal((await request('POST', '/api/verification/ios/upload', { auth, raw: '[1,2]' })).status, 400);
+  const big = await request('POST', '/api/verification/ios/upload', { auth, raw: JSON.stringify({ raw: 'x'.repeat(2 * 1024 * 1024) }) });
+  assert.equal(big.status, 413);
+  assert.match(big.body.error, /larger than/);
+  assert.deepEqual(await request('GET', '/nope').then((r) => [r.status, r.body]), [404, { error: 'Not found' }]);
+  const wrong = await request('DELETE', '/api/verification/ios/connection', { auth });
+  assert.equal(wrong.status, 405);
+  assert.equal(wrong.headers.get('allow'), 'GET, PATCH');
+  const health = await request('GET', '/healthz');
+  assert.deepEqual([health.status, health.body.ok], [200, true]);
+});
+
+test('seed 004: Google sign-in gives an apiToken; sessions answer 201 with the seed body', async (t) => {
+  const { request, googleToken } = await app(t);
+  let r = await request('POST', '/api/auth/google', { body: { googleToken: googleToken({ sub: 'google-user-1', email: 'a@example.com', email_verified: true }) } });
+  assert.equal(r.status, 200);
+  const apiToken = r.body.apiToken;
+  assert.match(apiToken, /^[\w-]+\.[\w-]+\.[\w-]+$/);
+  r = await request('POST', '/api/auth/google', { body: { googleToken: googleToken({ sub: 'google-user-1', aud: 'someone-else' }) } });
+  assert.deepEqual([r.status, r.body.error], [401, 'Invalid Google token/code']);
+  r = await request('POST', '/api/auth/google', { body: {} });
+  assert.deepEqual([r.status, r.body.field], [400, 'googleToken']);
+
+  r = await request('POST', '/api/sessions', { auth: apiToken, body: { session_start_time: '2025-01-02T07:00:00Z', duration_seconds: 600 } });
+  assert.equal(r.status, 201);
+  assert.deepEqual(Object.keys(r.body), ['sessionId', 'message']);
+  assert.equal(r.body.message, 'Session saved successfully');
+  r = await request('POST', '/api/sessions', { auth: apiToken, body: { session_start_time: 'yesterday', duration_seconds: 600 } });
+  assert.deepEqual([r.status, r.body.error, r.body.field], [400, 'Invalid session data format', 'session_start_time']);
+  r = await request('POST', '/api/sessions', { auth: apiToken, body: { session_start_time: '2025-01-02T07:00:00Z', duration_seconds: 0 } });
+  assert.deepEqual([r.status, r.body.field], [400, 'duration_seconds']);
+  r = await request('POST', '/api/sessions', { body: { session_start_time: '2025-01-02T07:00:00Z', duration_seconds: 60 } });
+  assert.deepEqual([r.status, r.body.error], [401, 'Invalid or missing API token']);
+  // The same Google account signs in to the same user, who sees the session.
+  r = await request('POST', '/api/auth/google', { body: { googleToken: googleToken({ sub: 'google-user-1' }) } });
+  const again = r.body.apiToken;
+  const { sub } = JSON.parse(Buffer.from(again.split('.')[1], 'base64url'));
+  assert.equal(sub, JSON.parse(Buffer.from(apiToken.split('.')[1], 'base64url')).sub);
+});
+
+test('seed 003: verify-subscription answers the seed shape; refresh-subscriptions needs the service key', async (t) => {
+  const { request, apple } = await app(t);
+  const auth = token({ user: userA });
+  let r = await request('POST', '/functions/v1/verify-subscription', { auth, body: { provider: 'apple', product_id: 'premium', receipt_or_token: 'a.b.c' } });
+  assert.equal(r.status, 422);
+  assert.equal(typeof r.body.error, 'string');
+  r = await request('POST', '/functions/v1/verify-subscription', { auth, body: { provider: 'google', product_id: 'premium', receipt_or_token: 'a.b.c' } });
+  assert.deepEqual([r.status, r.body.field], [400, 'provider']);
+  if (apple) {
+    const now = Date.now();
+    const transaction = { transactionId: '2000000000000001', originalTransactionId: '2000000000000001', bundleId: 'com.example',
+      productId: 'premium', purchaseDate: now - 86_400_000, originalPurchaseDate: now - 86_400_000, expiresDate: now + 29 * 86_400_000,
+      quantity: 1, type: 'Auto-Renewable Subscription', inAppOwnershipType: 'PURCHASED', signedDate: now - 86_400_000,
+      environment: 'Sandbox', transactionReason: 'PURCHASE', storefront: 'USA' };
+    r = await request('POST', '/functions/v1/verify-subscription', { auth, body: { provider: 'apple', product_id: 'premium', receipt_or_token: apple(transaction) } });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    assert.deepEqual({ ...r.body, current_period_end: 'checked below' }, { status: 'active', product_id: 'premium',
+      current_period_end: 'checked below', transaction_id: '2000000000000001', original_transaction_id: '2000000000000001' });
+    assert.equal(Date.parse(r.body.current_period_end), transaction.expiresDate);
+    const expired = { ...transaction, transactionId: '2000000000000002', originalTransactionId: '2000000000000002',
+      purchaseDate: now - 60 * 86_400_000, expiresDate: now - 30 * 86_400_000, signedDate: now - 60 * 86_400_000 };
+    r = await request('POST', '/functions/v1/verify-subscription', { auth: token({ user: userB }), body: { provider: 'apple', product_id: 'premium', receipt_or_token: apple(expired) } });
+    assert.deepEqual([r.status, r.body.status, r.body.error], [200, 'inactive', 'expired']);
+  } else {
+    t.diagnostic('shared/testdata/appstore is not on this machine: the signed-receipt case was skipped');
+  }
+  r = await request('POST', '/functions/v1/refresh-subscriptions', { auth });
+  assert.deepEqual([r.status, r.body.reason], [403, 'service_role_required']);
+  r = await request('POST', '/functions/v1/refresh-subscriptions', { auth: token({ role: 'service_role' }) });
+  assert.equal(r.status, 200);
+  assert.equal(r.body.remaining, 0);
+  assert.equal(r.body.checked, 0, 'memberships verified within the hour are not due');
+});
+
+test('seed 001: /ingest/healthkit ingests and validates like health.ingest', async (t) => {
+  const { request } = await app(t);
+  const auth = token({ user: userA });
+  const date = day(-1);
+  const sample = { uuid: randomUUID(), type: 'HKQuantityTypeIdentifierStepCount', value: 1234, unit: 'count',
+                   start: `${date}T10:00:00Z`, end: `${date}T10:30:00Z` };
+  let r = await request('POST', '/ingest/healthkit', { auth, body: { timezone: 'UTC', samples: [sample] } });
+  assert.equal(r.status, 200);
+  assert.deepEqual([r.body.accepted.samples, r.body.daysRecomputed], [1, [date]]);
+  r = await request('POST', '/ingest/healthkit', { auth, body: { samples: [{ ...sample, value: -1 }] } });
+  assert.deepEqual([r.status, r.body.field], [400, 'samples[0].value']);
+  // A month of minute samples is over the default body limit but within this route's.
+  const many = Array.from({ length: 20_000 }, (_, i) => ({ uuid: randomUUID(), type: 'HKQuantityTypeIdentifierHeartRate', value: 60 + (i % 40),
+    unit: 'count/min', start: new Date(Date.parse(`${date}T00:00:00Z`) - i * 60_000).toISOString(), end: new Date(Date.parse(`${date}T00:00:00Z`) - i * 60_000).toISOString() }));
+  r = await request('POST', '/ingest/healthkit', { auth, body: { samples: many } });
+  assert.equal(r.status, 200);
+  assert.equal(r.body.accepted.samples, 20_000);
+});
+
+test('scripts/test-ios-upload.mjs uploads through the server and prints the verdict', async (t) => {
+  const { request, server } = await app(t);
+  const auth = token({ user: userA });
+  await request('PATCH', '/api/verification/ios/connection', { auth, body: { enabled: true } });
+  const script = join(root, 'scripts/test-ios-upload.mjs');
+  // The server runs in this process, so the script must run without blocking it.
+  const run = (vars) => new Promise((resolve) => execFile(process.execPath, [script], { env: { ...process.env, BASE_URL: server.url, ...vars } },
+    (error, stdout, stderr) => resolve({ error, stdout, stderr })));
+  const ok = await run({ ACCESS_TOKEN: auth, DATE: '2025-01-02', MINUTES: '42' });
+  assert.equal(ok.error, null, ok.stderr);
+  assert.deepEqual(JSON.parse(ok.stdout.slice(ok.stdout.indexOf('{'))), { date: '2025-01-02', status: 'unclaimed', deltaMinutes: null, penaltyPoints: 0 });
+  const failed = await run({ ACCESS_TOKEN: 'bad', DATE: '2025-01-02', MINUTES: '42' });
+  assert.ok(failed.error, 'a refused upload exits non-zero');
+  assert.match(failed.stderr, /401/);
+});
+
+test('SIGTERM drains in-flight requests, then closes the kernel cleanly', async (t) => {
+  const dir = temporaryDirectory(t);
+  const dataDir = join(dir, 'data');
+  const child = spawn(process.execPath, [fileURLToPath(new URL('../server.mjs', import.meta.url))], {
+    env: { ...process.env, ...env, PORT: '0', DATA_DIR: dataDir, HEALTHKERNEL_BIN: binary }, stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (c) => { stderr += c; });
+  await eventually(() => /listening on (\S+)/.test(stderr), 20_000, 'the server to listen');
+  const url = /listening on (\S+)/.exec(stderr)[1];
+  const auth = token({ user: userA });
+  const date = day(-1);
+  const samples = Array.from({ length: 30_000 }, (_, i) => ({ uuid: randomUUID(), type: 'HKQuantityTypeIdentifierStepCount', value: 1,
+    unit: 'count', start: new Date(Date.parse(`${date}T00:00:00Z`) + i * 1000).toISOString(), end: new Date(Date.parse(`${date}T00:00:00Z`) + i * 1000 + 500).toISOString() }));
+  const slow = fetch(`${url}/ingest/healthkit`, { method: 'POST', headers: { authorization: `Bearer ${auth}` }, body: JSON.stringify({ samples }) });
+  await new Promise((r) => setTimeout(r, 150));
+  child.kill('SIGTERM');
+  const res = await slow;
+  assert.equal(res.status, 200, 'the request in flight at SIGTERM is answered');
+  assert.equal((await res.json()).accepted.samples, 30_000);
+  const [code] = await new Promise((r) => child.once('exit', (...a) => r(a)));
+  assert.equal(code, 0, stderr);
+  assert.match(stderr, /kernel exit \{"code":0/);
+  // The kernel released the data dir and kept the write.
+  const summary = JSON.parse(execFileSync(binary, ['call', 'health.summary', JSON.stringify({ from: date, to: date }), '--token', auth, '--data-dir', dataDir], { env: { ...process.env, ...env } }));
+  assert.equal(summary.days[0].metrics.HKQuantityTypeIdentifierStepCount.sum, 30_000);
+});
