@@ -17,3 +17,9 @@ apt_install() {
 }
 
 apt_install libjansson-dev pkg-config tzdata
+
+# The Node client, the example web server and their tests need Node 20 or later (built-ins only).
+if ! command -v node >/dev/null 2>&1 || [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 20 ]; then
+  echo "Node 20 or later is required for clients/node and examples/web (found: $(node --version 2>/dev/null || echo none))" >&2
+  apt_install nodejs
+fi

@@ -354,7 +354,17 @@ export async function start({
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const app = await start();
-  process.stderr.write(`healthkernel example listening on ${app.url} (dashboard: ${app.url}/dashboard#token=<access token>)\n`);
+  process.stderr.write(`healthkernel example listening on ${app.url}\n`);
+  // A token for one user (DASHBOARD_USER, a UUID) opens that user's dashboard; DEMO=1 first fills it with a month of data.
+  const user = process.env.DASHBOARD_USER ?? (process.env.DEMO === '1' ? '00000000-0000-4000-8000-00000000d0d0' : null);
+  if (user) {
+    const binary = process.env.HEALTHKERNEL_BIN ?? here('../../.build/release/healthkernel');
+    const token = execFileSync(binary, ['token', '--user', user, '--ttl', '86400', '--data-dir', process.env.DATA_DIR ?? './data']).toString().trim();
+    if (process.env.DEMO === '1') await (await import('./demo.mjs')).seedDemo(app.url, token);
+    process.stderr.write(`dashboard: ${app.url}/dashboard#token=${token}\n`);
+  } else {
+    process.stderr.write(`dashboard: ${app.url}/dashboard#token=<access token> (or start with DEMO=1)\n`);
+  }
   let stopping = false;
   for (const signal of ['SIGTERM', 'SIGINT']) {
     process.on(signal, async () => {
