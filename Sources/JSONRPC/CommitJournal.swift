@@ -38,12 +38,17 @@ public struct ChangeNotice: Sendable {
 }
 
 /// Whether the host of a stream asked for change notifications (`events.subscribe`), and for which
-/// topics: entity names, or domain prefixes such as `health` or `screentime`.
+/// topics: entity names, or domain prefixes such as `health` or `screentime`. Used only by whoever
+/// holds the dispatcher (one thread at a time).
 public final class EventSubscription: @unchecked Sendable {
     /// nil: not subscribed; empty: every change.
     public private(set) var topics: [String]?
     /// Changes at or before this feed position were committed before the subscription.
     private var after: UInt64 = 0
+    /// Notification lines for changes another stream made, waiting for this stream to write them.
+    private var pending: [UInt8] = []
+    /// Tells the stream's server that `pending` has lines (called with the dispatcher held).
+    public var wake: () -> Void = {}
 
     public init() {}
 
@@ -53,11 +58,65 @@ public final class EventSubscription: @unchecked Sendable {
         self.after = after
     }
 
-    public func unsubscribe() { topics = nil }
+    public func unsubscribe() {
+        topics = nil
+        pending.removeAll()
+    }
 
     func wants(_ change: ChangeNotice) -> Bool {
         guard let topics, change.seq > after else { return false }
         return topics.isEmpty || topics.contains { change.entity == $0 || change.entity.hasPrefix($0 + ".") }
+    }
+
+    /// Appends the lines of the changes this stream wants to `out`; returns whether it added any.
+    func write(_ changes: [ChangeNotice], to out: inout [UInt8]) -> Bool {
+        let before = out.count
+        for change in changes where wants(change) {
+            change.write(to: &out)
+            out.append(UInt8(ascii: "\n"))
+        }
+        return out.count > before
+    }
+
+    /// Moves the waiting notification lines to `out`.
+    func drain(into out: inout [UInt8]) {
+        guard !pending.isEmpty else { return }
+        out.append(contentsOf: pending)
+        pending.removeAll(keepingCapacity: true)
+    }
+
+    func queue(_ changes: [ChangeNotice]) {
+        if write(changes, to: &pending) { wake() }
+    }
+}
+
+/// The subscriptions of every stream a kernel serves (stdio and each socket connection), and the
+/// one whose requests are being answered. A change is announced to every subscribed stream: to the
+/// current one right after its batch's responses, to the others through their queue.
+public final class EventHub: @unchecked Sendable {
+    /// The stream being answered.
+    public var current = EventSubscription()
+    private var streams: [EventSubscription] = []
+
+    public init() {}
+
+    /// Whether any stream wants changes (the store collects them only then).
+    public var anySubscribed: Bool { streams.contains { $0.topics != nil } }
+
+    public func add(_ stream: EventSubscription) { streams.append(stream) }
+
+    /// Told whether any stream still wants changes after one goes away.
+    public var onSubscribersChanged: (Bool) -> Void = { _ in }
+
+    public func remove(_ stream: EventSubscription) {
+        streams.removeAll { $0 === stream }
+        if stream.topics != nil { onSubscribersChanged(anySubscribed) }
+    }
+
+    func announce(_ changes: [ChangeNotice], into out: inout [UInt8]) {
+        for stream in streams where stream.topics != nil {
+            if stream === current { _ = stream.write(changes, to: &out) } else { stream.queue(changes) }
+        }
     }
 }
 

@@ -25,8 +25,8 @@ public final class Dispatcher {
     private let onInternalError: (String) -> Void
     /// The store's commit log; nil for a kernel without writes.
     public var journal: CommitJournal?
-    /// The host's subscription to change notifications on this stream.
-    public var events = EventSubscription()
+    /// Every stream's subscription to change notifications, and the stream being answered.
+    public var hub = EventHub()
     /// Answers given since the journal was last flushed that depend on writes not yet durable.
     private var pendingWrites: [PendingWrite] = []
     /// Answers to replace with -32050 at the end of the batch: their writes failed to be logged.
@@ -200,11 +200,8 @@ public final class Dispatcher {
     /// Appends an `events.changed` line for each change made durable in this batch that the host
     /// subscribed to: after the batch's responses (never inside a batch's array), in commit order.
     private func announceChanges(_ out: inout [UInt8]) {
-        guard let changes = journal?.takeChanges(), !changes.isEmpty, events.topics != nil else { return }
-        for change in changes where events.wants(change) {
-            change.write(to: &out)
-            out.append(UInt8(ascii: "\n"))
-        }
+        guard let changes = journal?.takeChanges(), !changes.isEmpty else { return }
+        hub.announce(changes, into: &out)
     }
 
     /// The response id (nil for a notification), and the method and params to call or why not.

@@ -130,12 +130,15 @@ public struct RequestReader: Sendable {
     }
 }
 
-/// One host connection: bytes in, response bytes out, in order. The stdio server and the in-process
-/// test harness both drive it through the same reader and dispatcher, so they behave identically.
+/// One host connection: bytes in, response bytes out, in order. The stdio server, the socket server
+/// and the in-process test harness drive it through the same reader and dispatcher, so they behave
+/// identically. Its methods that answer use the dispatcher: one connection at a time.
 public struct Connection {
     /// The reading half; the stdio server moves it to its reader thread.
     public var reader: RequestReader
     private let dispatcher: Dispatcher
+    /// This stream's subscription to change notifications.
+    public let events = EventSubscription()
     /// Response bytes not yet written.
     public var output: [UInt8] = []
 
@@ -143,6 +146,7 @@ public struct Connection {
     public init(dispatcher: Dispatcher, maxLineBytes: Int) {
         self.dispatcher = dispatcher
         self.reader = RequestReader(maxLineBytes: maxLineBytes)
+        dispatcher.hub.add(events)
     }
 
     /// Consumes a chunk of input, handling every complete line in it.
@@ -162,13 +166,27 @@ public struct Connection {
 
     /// Answers parsed lines in order, appending their responses to `output`.
     public mutating func answer(_ lines: [ParsedLine]) {
+        dispatcher.hub.current = events
         for line in lines { dispatcher.handle(line, into: &output) }
     }
 
-    /// Ends a read batch: makes its writes durable and fixes up the responses of writes that failed.
-    /// Returns true when the kernel must stop after writing the output (the log could not be synced).
+    /// Ends a read batch: makes its writes durable and fixes up the responses of writes that failed,
+    /// then appends the change notifications due to this stream. Returns true when the kernel must
+    /// stop after writing the output (the log could not be synced).
     public mutating func endBatch() -> Bool {
-        dispatcher.endBatch(&output)
+        dispatcher.hub.current = events
+        events.drain(into: &output)
+        return dispatcher.endBatch(&output)
+    }
+
+    /// Appends the notifications other streams' changes left for this one.
+    public mutating func deliverNotifications() {
+        events.drain(into: &output)
+    }
+
+    /// The stream is gone: it gets no more notifications.
+    public func close() {
+        dispatcher.hub.remove(events)
     }
 
     /// Whether an unterminated line is buffered.

@@ -34,6 +34,9 @@ public final class StdioServer {
     public var mayBusyWait: @Sendable () -> Bool = { true }
     /// Receives diagnostics for stderr.
     public var log: (String) -> Void = { _ in }
+    /// Set when other streams (socket connections) share the dispatcher: every batch is answered
+    /// holding it, and their changes reach this stream's subscription between batches.
+    public var lock: ServingLock?
 
     /// A server reading `inputFD` and writing `outputFD`.
     public init(connection: Connection, inputFD: Int32, outputFD: Int32) {
@@ -110,27 +113,55 @@ public final class StdioServer {
         let reader = connection.reader
         let (inputFD, log, mayBusyWait) = (self.inputFD, self.log, self.mayBusyWait)
         nonisolated(unsafe) let unsafeLog = log
+        let wakeFD = lock == nil ? -1 : makeWakePipe()
         spawnThread {
-            Self.readLoop(reader: reader, inputFD: inputFD, bufferBytes: readBufferBytes, queue: queue,
+            Self.readLoop(reader: reader, inputFD: inputFD, wakeFD: wakeFD, bufferBytes: readBufferBytes, queue: queue,
                           answered: answered, mayBusyWait: mayBusyWait, log: unsafeLog)
         }
         defer { queue.close() }
         while true {
             switch queue.take(spin: mayBusyWait()) {
             case .batch(let lines):
-                connection.answer(lines)
+                let fatal = serve {
+                    connection.answer(lines)
+                    return connection.endBatch()
+                }
                 // The reader thread frees what it allocated: freeing another thread's memory contends
                 // for its malloc arena (a few percent of both threads' time under load).
                 answered.withLock { $0.append(lines) }
-                if let ending = flush() { return ending }
+                if let ending = flush(fatal: fatal) { return ending }
             case .end(let ending):
                 return ending
             }
         }
     }
 
-    /// The reader thread: reads until EOF or a stop signal, handing each read's parsed lines over.
-    private static func readLoop(reader: RequestReader, inputFD: Int32, bufferBytes: Int, queue: HandoffQueue<Input>,
+    /// Answers under the serving lock when other streams share the dispatcher.
+    private func serve(_ body: () -> Bool) -> Bool {
+        guard let lock else { return body() }
+        return lock.run(body)
+    }
+
+    /// A pipe whose write end the subscription pokes when other streams' changes wait for this one;
+    /// returns the read end, which the reader thread polls.
+    private func makeWakePipe() -> Int32 {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { return -1 }
+        for fd in fds {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        }
+        let writeEnd = fds[1]
+        connection.events.wake = {
+            var byte: UInt8 = 1
+            _ = write(writeEnd, &byte, 1)
+        }
+        return fds[0]
+    }
+
+    /// The reader thread: reads until EOF or a stop signal, handing each read's parsed lines over (and
+    /// an empty batch when notifications from other streams wait to be written).
+    private static func readLoop(reader: RequestReader, inputFD: Int32, wakeFD: Int32, bufferBytes: Int, queue: HandoffQueue<Input>,
                                  answered: borrowing Mutex<[[ParsedLine]]>, mayBusyWait: () -> Bool,
                                  log: (String) -> Void) {
         var reader = reader
@@ -138,6 +169,8 @@ public final class StdioServer {
         defer { buffer.deallocate() }
         var fds = [pollfd(fd: inputFD, events: Int16(POLLIN), revents: 0)]
         if signalPipeRead >= 0 { fds.append(pollfd(fd: signalPipeRead, events: Int16(POLLIN), revents: 0)) }
+        let wakeIndex = fds.count
+        if wakeFD >= 0 { fds.append(pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)) }
         var lastInput = monotonicMicros()
         while true {
             for i in fds.indices { fds[i].revents = 0 }
@@ -152,9 +185,15 @@ public final class StdioServer {
                 queue.put(.end(.endOfInput))
                 return
             }
-            if fds.count > 1, fds[1].revents != 0 {
+            if signalPipeRead >= 0, fds[1].revents != 0 {
                 queue.put(.end(.signal))
                 return
+            }
+            if wakeFD >= 0, fds[wakeIndex].revents != 0 {
+                var drain = [UInt8](repeating: 0, count: 64)
+                while read(wakeFD, &drain, drain.count) > 0 {}
+                if !queue.put(.batch([])) { return }
+                if fds[0].revents == 0 { continue }
             }
             let n = read(inputFD, buffer.baseAddress, bufferBytes)
             if n < 0 {
@@ -178,9 +217,8 @@ public final class StdioServer {
         }
     }
 
-    /// Makes the batch durable, then writes its responses; returns why to stop, or nil to go on.
-    private func flush() -> Ending? {
-        let fatal = connection.endBatch()
+    /// Writes the batch's responses (made durable by `endBatch`); returns why to stop, or nil to go on.
+    private func flush(fatal: Bool) -> Ending? {
         let ok = connection.output.isEmpty || connection.output.withUnsafeBytes { writeAll($0) }
         connection.output.removeAll(keepingCapacity: true)
         if fatal { return .storageFailure }

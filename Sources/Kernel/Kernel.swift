@@ -51,7 +51,7 @@ public final class Kernel {
         try auth.upgradeLegacyIndex()
         self.auth = auth
         let context = DomainContext(store: store, cursorSecret: auth.cursorSecret, entities: EntityRenderers())
-        let events = EventSubscription()
+        let events = EventHub()
         registry = try MethodRegistry(
             Self.methods(config: config, store: store, tables: tables, auth: auth, events: events, stats: stats, startedAt: startedAt)
                 + builders.flatMap { $0(config.domains, context) }
@@ -66,7 +66,8 @@ public final class Kernel {
             onInternalError: { [logger] message in logger.error("internal error: \(message)") }
         )
         dispatcher.journal = store
-        dispatcher.events = events
+        dispatcher.hub = events
+        events.onSubscribersChanged = { [store] in store.collectsChanges = $0 }
     }
 
     /// The tables of the kernel's own layers (the domains register theirs), registered with the store
@@ -101,7 +102,7 @@ public final class Kernel {
     /// The methods of the kernel's own layers, before the domains' (`domains`). A duplicate name stops
     /// start-up.
     static func methods(config: KernelConfig, store: Store, tables: Tables, auth: AuthService,
-                        events: EventSubscription, stats: RequestStats, startedAt: Timestamp) -> [RegisteredMethod] {
+                        events: EventHub, stats: RequestStats, startedAt: Timestamp) -> [RegisteredMethod] {
         [
             RegisteredMethod(RPCDiscover()),
             RegisteredMethod(KernelInfo(startedAt: startedAt, stats: stats, store: store, auth: auth)),
@@ -135,6 +136,7 @@ public final class Kernel {
         connection.receive(input)
         connection.finish()
         _ = connection.endBatch()
+        connection.close()
         return connection.output
     }
 

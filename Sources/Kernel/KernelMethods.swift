@@ -149,12 +149,12 @@ struct EventsSubscribe: RPCMethod {
        "seq": {"type": "integer", "minimum": 0, "description": "no change committed so far has a later feed position"}}}
     """#
 
-    let events: EventSubscription
+    let events: EventHub
     let store: Store
 
     func call(_ p: Params, _ context: CallContext) throws(RPCError) -> JSON {
         let horizon = store.feedHorizon
-        events.subscribe(p.topics ?? [], after: horizon)
+        events.current.subscribe(p.topics ?? [], after: horizon)
         store.collectsChanges = true
         return ["subscribed": true, "seq": .int(Int64(horizon))]
     }
@@ -168,12 +168,12 @@ struct EventsUnsubscribe: RPCMethod {
     static let auth = AuthRequirement.service
     static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["subscribed"], "properties": {"subscribed": {"const": false}}}"#
 
-    let events: EventSubscription
+    let events: EventHub
     let store: Store
 
     func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> JSON {
-        events.unsubscribe()
-        store.collectsChanges = false
+        events.current.unsubscribe()
+        store.collectsChanges = events.anySubscribed
         return ["subscribed": false]
     }
 }

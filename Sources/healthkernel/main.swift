@@ -118,10 +118,31 @@ struct HealthKernelCommand: ParsableCommand {
 
 struct Serve: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Serve JSON-RPC requests from stdin until EOF, SIGTERM or SIGINT (the default command)."
+        abstract: "Serve JSON-RPC requests from stdin until EOF, SIGTERM or SIGINT (the default command).",
+        discussion: """
+            With --listen unix:PATH the kernel also accepts connections on a Unix socket (mode 0600), each \
+            its own JSON-RPC stream, so several processes share one live kernel and its data dir.
+            """
     )
 
     @OptionGroup var options: KernelOptions
+
+    @Option(help: "Also serve connections on a Unix socket: unix:PATH.")
+    var listen: String?
+
+    @Flag(help: "Do not read stdin: serve only --listen connections until SIGTERM or SIGINT.")
+    var noStdin = false
+
+    @Option(help: "Cut a socket connection whose unread answers and events pass this many bytes (default: 64 MiB).")
+    var maxUnreadBytes: Int = 64 << 20
+
+    func validate() throws {
+        if let listen, !listen.hasPrefix("unix:") || listen.count == 5 {
+            throw ValidationError("--listen takes unix:PATH")
+        }
+        if noStdin && listen == nil { throw ValidationError("--no-stdin needs --listen") }
+        guard maxUnreadBytes >= 65536 else { throw ValidationError("--max-unread-bytes must be at least 65536") }
+    }
 
     func run() throws {
         let config = options.load()
@@ -129,13 +150,41 @@ struct Serve: ParsableCommand {
         let outputFD = StdioServer.protectStdout()
         StdioServer.installSignalHandlers()
         let kernel = options.start(config, logger: logger)
-        let server = StdioServer(connection: kernel.connection(), inputFD: 0, outputFD: outputFD)
+        var inputFD: Int32 = 0
+        if noStdin {
+            // A pipe nobody writes to: the stdio stream stays open and only a signal ends the kernel.
+            var fds: [Int32] = [0, 0]
+            _ = pipe(&fds)
+            inputFD = fds[0]
+        }
+        let server = StdioServer(connection: kernel.connection(), inputFD: inputFD, outputFD: outputFD)
         server.log = { logger.warning("\($0)") }
         server.afterWrite = { kernel.store.snapshotIfDue() }
         let store = kernel.store
         server.mayBusyWait = { !store.isSnapshotRunning }
+        var sockets: SocketServer?
+        if let listen {
+            let lock = ServingLock()
+            server.lock = lock
+            let socketServer = SocketServer(path: String(listen.dropFirst(5)), lock: lock, maxUnreadBytes: maxUnreadBytes,
+                                            makeConnection: { kernel.connection() })
+            socketServer.log = { logger.warning("\($0)") }
+            socketServer.onStorageFailure = {
+                fail("healthkernel: syncing the log failed; stopped so that no further write is acknowledged",
+                     status: ExitStatus.storageFailed)
+            }
+            do {
+                try socketServer.start()
+            } catch {
+                kernel.shutdown()
+                fail("healthkernel: \(error)", status: ExitStatus.startupFailed)
+            }
+            logger.info("listening on \(listen)")
+            sockets = socketServer
+        }
         let ending = server.run()
         logger.debug("stopping: \(ending)")
+        sockets?.stop()
         if ending == .storageFailure {
             fail("healthkernel: syncing the log failed; stopped so that no further write is acknowledged",
                  status: ExitStatus.storageFailed)
@@ -159,11 +208,30 @@ struct Call: ParsableCommand {
     @Option(help: "Bearer token, sent as params.auth.")
     var token: String?
 
+    @Option(help: "Send the request to the kernel listening on this Unix socket (unix:PATH or PATH) instead of opening the data dir.")
+    var connect: String?
+
     @OptionGroup var options: KernelOptions
 
     func run() throws {
+        if let connect {
+            return callThroughSocket(connect.hasPrefix("unix:") ? String(connect.dropFirst(5)) : connect)
+        }
         let config = options.load()
         let logger = bootstrapLogging(level: config.logLevel)
+        let request = requestLine()
+        let kernel = options.start(config, logger: logger)
+        var out: [UInt8] = []
+        kernel.dispatcher.handleLine(Array(request.dropLast()), into: &out)
+        if kernel.dispatcher.endBatch(&out) {
+            fail("healthkernel call: syncing the log failed", status: ExitStatus.storageFailed)
+        }
+        kernel.shutdown()
+        printResponse(out)
+    }
+
+    /// The request as one line.
+    func requestLine() -> [UInt8] {
         var paramsObject = JSONObject()
         if let params {
             guard case .object(let o)? = try? JSON.parse(params) else {
@@ -173,13 +241,52 @@ struct Call: ParsableCommand {
         }
         if let token { paramsObject["auth"] = .string(token) }
         let request: JSON = ["jsonrpc": "2.0", "id": 1, "method": .string(method), "params": .object(paramsObject)]
-        let kernel = options.start(config, logger: logger)
-        var out: [UInt8] = []
-        kernel.dispatcher.handleLine(request.bytes, into: &out)
-        if kernel.dispatcher.endBatch(&out) {
-            fail("healthkernel call: syncing the log failed", status: ExitStatus.storageFailed)
+        return request.bytes + [UInt8(ascii: "\n")]
+    }
+
+    /// Sends the request to a live kernel's socket and prints its answer.
+    func callThroughSocket(_ path: String) {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            fail("healthkernel call: socket path too long: \(path)", status: ExitStatus.startupFailed)
         }
-        kernel.shutdown()
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard fd >= 0, connected == 0 else {
+            fail("healthkernel call: cannot connect to \(path): errno \(errno)", status: ExitStatus.startupFailed)
+        }
+        var line = requestLine()
+        var offset = 0
+        while offset < line.count {
+            let n = line.withUnsafeMutableBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { fail("healthkernel call: the kernel closed the connection", status: ExitStatus.callFailed) }
+            offset += n
+        }
+        shutdown(fd, Int32(SHUT_WR))
+        var response: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            response.append(contentsOf: buffer[0..<n])
+        }
+        close(fd)
+        line = response.split(separator: UInt8(ascii: "\n")).first.map(Array.init) ?? []
+        printResponse(line)
+    }
+
+    /// Prints a response's result, or its error on stderr with exit status 1.
+    func printResponse(_ out: [UInt8]) {
         guard let response = try? JSON.parse(out) else { fail("healthkernel call: no response", status: ExitStatus.callFailed) }
         if let result = response["result"] {
             writeStdout(result.serialized + "\n")

@@ -1,0 +1,245 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Synchronization
+import Threads
+
+/// Held while a stream uses the dispatcher: the dispatcher answers one batch at a time, whichever
+/// stream (stdio or a socket connection) it came from.
+public final class ServingLock: Sendable {
+    private let mutex = Mutex(())
+
+    public init() {}
+
+    public func run<T>(_ body: () -> T) -> T {
+        mutex.withLock { _ in body() }
+    }
+}
+
+/// Why a socket could not be opened.
+public struct SocketError: Error, CustomStringConvertible {
+    public let description: String
+}
+
+/// Serves JSON-RPC on a Unix socket, beside stdio: each accepted connection is its own stream with the
+/// same framing and ordering as stdin/stdout. One thread polls every connection; reads and writes never
+/// block, so a slow or dead peer holds up nobody. A peer whose unread output passes `maxUnreadBytes` is
+/// disconnected; one that has more than a quarter of that unread is not read from until it catches up.
+public final class SocketServer: @unchecked Sendable {
+    private let path: String
+    private let makeConnection: () -> Connection
+    private let lock: ServingLock
+    private let maxUnreadBytes: Int
+    private var listenFD: Int32 = -1
+    private var wakeRead: Int32 = -1
+    private var wakeWrite: Int32 = -1
+    private let stopping = SharedFlag()
+    private let stopped = HandoffQueue<Bool>(capacity: 1)
+    /// Receives diagnostics for stderr.
+    public var log: (String) -> Void = { _ in }
+    /// Called when making a batch durable failed: the kernel must stop.
+    public var onStorageFailure: () -> Void = {}
+
+    /// A server for `path` whose connections come from `makeConnection`, answered holding `lock`.
+    public init(path: String, lock: ServingLock, maxUnreadBytes: Int, makeConnection: @escaping () -> Connection) {
+        self.path = path
+        self.lock = lock
+        self.maxUnreadBytes = maxUnreadBytes
+        self.makeConnection = makeConnection
+    }
+
+    /// Binds the socket (mode 0600, only its owner may connect) and starts serving on a thread of its own.
+    public func start() throws(SocketError) {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        let capacity = MemoryLayout.size(ofValue: address.sun_path)
+        guard !bytes.isEmpty, bytes.count < capacity else {
+            throw SocketError(description: "socket path must be 1 to \(capacity - 1) bytes: \(path)")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        try removeStaleSocket(&address)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard fd >= 0 else { throw SocketError(description: "cannot create a socket: errno \(errno)") }
+        let previous = umask(0o177)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        umask(previous)
+        guard bound == 0, listen(fd, 128) == 0 else {
+            let e = errno
+            close(fd)
+            throw SocketError(description: "cannot listen on \(path): errno \(e)")
+        }
+        listenFD = fd
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { throw SocketError(description: "cannot create a pipe: errno \(errno)") }
+        for f in fds {
+            _ = fcntl(f, F_SETFD, FD_CLOEXEC)
+            _ = fcntl(f, F_SETFL, fcntl(f, F_GETFL) | O_NONBLOCK)
+        }
+        (wakeRead, wakeWrite) = (fds[0], fds[1])
+        spawnThread { [self] in
+            serve()
+            _ = stopped.put(true)
+        }
+    }
+
+    /// A socket file left by a kernel that is gone is replaced; one that answers is another kernel's.
+    private func removeStaleSocket(_ address: inout sockaddr_un) throws(SocketError) {
+        var status = stat()
+        guard lstat(path, &status) == 0 else { return }
+        guard (status.st_mode & S_IFMT) == S_IFSOCK else {
+            throw SocketError(description: "\(path) exists and is not a socket")
+        }
+        let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        defer { close(probe) }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(probe, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        if connected == 0 { throw SocketError(description: "another process is listening on \(path)") }
+        unlink(path)
+    }
+
+    /// Stops accepting, closes every connection (after writing what it can of their answers) and removes
+    /// the socket file. Returns once the serving thread has finished.
+    public func stop() {
+        guard listenFD >= 0 else { return }
+        stopping.set(true)
+        var byte: UInt8 = 1
+        _ = write(wakeWrite, &byte, 1)
+        _ = stopped.take(spin: false)
+        close(listenFD)
+        close(wakeRead)
+        close(wakeWrite)
+        unlink(path)
+        listenFD = -1
+    }
+
+    /// One accepted connection.
+    private final class Peer {
+        let fd: Int32
+        var connection: Connection
+        /// Bytes of `connection.output` already written.
+        var sent = 0
+        /// The peer closed its writing side: answer what was read, write it, close.
+        var ended = false
+
+        init(fd: Int32, connection: Connection) {
+            self.fd = fd
+            self.connection = connection
+        }
+
+        var unread: Int { connection.output.count - sent }
+    }
+
+    private func serve() {
+        var peers: [Peer] = []
+        let bufferBytes = 256 * 1024
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: bufferBytes, alignment: 16)
+        defer { buffer.deallocate() }
+        let wakeFD = wakeWrite
+        let wake = {
+            var byte: UInt8 = 1
+            _ = write(wakeFD, &byte, 1)
+        }
+        var fds: [pollfd] = []
+        while !stopping.isSet {
+            fds.removeAll(keepingCapacity: true)
+            fds.append(pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0))
+            fds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
+            for peer in peers {
+                var events: Int32 = 0
+                if !peer.ended && peer.unread <= maxUnreadBytes / 4 { events |= Int32(POLLIN) }
+                if peer.unread > 0 { events |= Int32(POLLOUT) }
+                fds.append(pollfd(fd: peer.fd, events: Int16(events), revents: 0))
+            }
+            if poll(&fds, nfds_t(fds.count), -1) < 0 {
+                if errno == EINTR { continue }
+                log("socket poll failed: errno \(errno)")
+                break
+            }
+            if fds[1].revents != 0 {
+                var drain = [UInt8](repeating: 0, count: 64)
+                while read(wakeRead, &drain, drain.count) > 0 {}
+                lock.run { for peer in peers { peer.connection.deliverNotifications() } }
+            }
+            let polled = peers.count
+            if fds[0].revents != 0 {
+                while true {
+                    let fd = accept(listenFD, nil, nil)
+                    if fd < 0 { break }
+                    _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+                    _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+                    let peer = lock.run { Peer(fd: fd, connection: makeConnection()) }
+                    peer.connection.events.wake = wake
+                    peers.append(peer)
+                }
+            }
+            var closing: [Peer] = []
+            for (i, peer) in peers[..<polled].enumerated() {
+                let revents = Int32(fds[i + 2].revents)
+                if revents & (Int32(POLLIN) | Int32(POLLHUP) | Int32(POLLERR)) != 0 && !peer.ended {
+                    if !receive(peer, buffer) { closing.append(peer); continue }
+                }
+                if peer.unread > 0 && !send(peer) { closing.append(peer); continue }
+                if peer.unread > maxUnreadBytes {
+                    log("socket connection cut: \(peer.unread) bytes of answers and events unread (limit \(maxUnreadBytes))")
+                    closing.append(peer)
+                } else if peer.ended && peer.unread == 0 {
+                    closing.append(peer)
+                }
+            }
+            for peer in closing { disconnect(peer) }
+            peers.removeAll { peer in closing.contains { $0 === peer } }
+        }
+        for peer in peers {
+            _ = send(peer)
+            disconnect(peer)
+        }
+    }
+
+    /// Reads what the peer sent and answers it; false when the connection failed.
+    private func receive(_ peer: Peer, _ buffer: UnsafeMutableRawBufferPointer) -> Bool {
+        let n = read(peer.fd, buffer.baseAddress, buffer.count)
+        if n < 0 { return errno == EAGAIN || errno == EINTR }
+        let lines = n == 0 ? peer.connection.reader.finish() : peer.connection.reader.read(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+        if n == 0 { peer.ended = true }
+        let fatal = lock.run {
+            peer.connection.answer(lines)
+            return peer.connection.endBatch()
+        }
+        if fatal {
+            _ = send(peer)
+            onStorageFailure()
+        }
+        return true
+    }
+
+    /// Writes as much unread output as the socket takes; false when the peer is gone.
+    private func send(_ peer: Peer) -> Bool {
+        while peer.unread > 0 {
+            let n = peer.connection.output.withUnsafeBytes { raw in
+                write(peer.fd, raw.baseAddress! + peer.sent, peer.unread)
+            }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return errno == EAGAIN
+            }
+            peer.sent += n
+        }
+        peer.connection.output.removeAll(keepingCapacity: peer.connection.output.count <= 1 << 20)
+        peer.sent = 0
+        return true
+    }
+
+    private func disconnect(_ peer: Peer) {
+        lock.run { peer.connection.close() }
+        close(peer.fd)
+    }
+}
