@@ -22,6 +22,8 @@ export interface RestartOptions {
 }
 
 export interface SpawnOptions {
+  /** Connect to this Unix socket (a kernel serving with --listen) instead of spawning; see Kernel.connect. */
+  path?: string;
   /** Path of the healthkernel binary (default: $HEALTHKERNEL_BIN, else healthkernel on PATH). */
   binary?: string;
   /** Arguments (default: ["serve"]). */
@@ -35,7 +37,7 @@ export interface SpawnOptions {
   maxPending?: number;
   /** Longest request line; longer ones are refused without sending (16 MiB, the kernel's default). */
   maxLineBytes?: number;
-  /** Restart the kernel with back-off when it dies. */
+  /** Restart the kernel (or reconnect to its socket) with back-off when it dies. */
   restart?: boolean | RestartOptions;
   /** Wait for kernel.info before resolving spawn() (default true). */
   ready?: boolean;
@@ -91,6 +93,8 @@ export class KernelClosedError extends Error {
 
 export class Kernel extends EventEmitter {
   static spawn(options?: SpawnOptions): Promise<Kernel>;
+  /** Connects to a kernel serving on a Unix socket (healthkernel serve --listen unix:PATH), shared with other hosts. */
+  static connect(options: SpawnOptions & { path: string }): Promise<Kernel>;
   constructor(options?: SpawnOptions);
   readonly pid: number | undefined;
   readonly pending: number;

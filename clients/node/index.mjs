@@ -1,6 +1,7 @@
 // A client for healthkernel: spawns `healthkernel serve` and speaks line-delimited JSON-RPC 2.0 over its
 // stdin/stdout. Node built-ins only, so a host installs nothing.
 import { spawn } from 'node:child_process';
+import { connect } from 'node:net';
 import { EventEmitter } from 'node:events';
 
 /** The kernel answered with a JSON-RPC error. `code` is the JSON-RPC code (a number). */
@@ -19,7 +20,7 @@ export class KernelError extends Error {
 /** The kernel process ended (crash, kill, exit) while the call was in flight or before it was sent. */
 export class KernelExitError extends Error {
   constructor(method, exit, stderr) {
-    const how = exit.signal ? `was killed by ${exit.signal}` : `exited with status ${exit.code}`;
+    const how = exit.socket ? 'closed the connection' : exit.signal ? `was killed by ${exit.signal}` : `exited with status ${exit.code}`;
     const tail = stderr.length ? `; last stderr: ${stderr.slice(-3).join(' | ')}` : '';
     super(`healthkernel ${how} before answering ${method}${tail}`);
     this.name = 'KernelExitError';
@@ -73,7 +74,7 @@ const defaults = {
  */
 export class Kernel extends EventEmitter {
   #options;
-  #child = null;
+  #link = null;
   #state = 'new'; // new | running | restarting | closing | closed
   #pending = new Map();
   #nextId = 1;
@@ -105,6 +106,15 @@ export class Kernel extends EventEmitter {
     return kernel;
   }
 
+  /**
+   * Connects to a kernel already serving on a Unix socket (`healthkernel serve --listen unix:PATH`),
+   * shared with other hosts. `path` may carry the `unix:` prefix. With `restart`, reconnects with back-off.
+   */
+  static async connect(options = {}) {
+    if (!options.path) throw new TypeError('connect needs the socket path');
+    return Kernel.spawn({ ...options, path: options.path.replace(/^unix:/, '') });
+  }
+
   constructor(options = {}) {
     super();
     const restart = options.restart === true ? {} : options.restart || null;
@@ -116,7 +126,7 @@ export class Kernel extends EventEmitter {
   }
 
   /** The running process's pid (undefined between a crash and its restart). */
-  get pid() { return this.#child?.pid; }
+  get pid() { return this.#link?.pid; }
 
   /** Calls in flight (sent or queued, not yet answered). */
   get pending() { return this.#pending.size; }
@@ -137,7 +147,7 @@ export class Kernel extends EventEmitter {
 
   /** Sends a notification (never answered); resolves once it is queued for writing. */
   async notify(method, params) {
-    while (this.#outbox.length >= this.#options.maxPending && this.#child) {
+    while (this.#outbox.length >= this.#options.maxPending && this.#link) {
       await new Promise((resolve) => this.#roomWaiters.push(resolve));
     }
     this.#checkOpen(method);
@@ -178,9 +188,9 @@ export class Kernel extends EventEmitter {
   async close({ timeout = 5000 } = {}) {
     clearTimeout(this.#restartTimer);
     if (this.#state === 'closed') return this.#lastExit;
-    const child = this.#child;
+    const link = this.#link;
     this.#state = 'closing';
-    if (!child) {
+    if (!link) {
       this.#finish();
       return this.#lastExit;
     }
@@ -189,11 +199,11 @@ export class Kernel extends EventEmitter {
     const within = (ms) => Promise.race([exited, new Promise((r) => setTimeout(r, ms, null).unref())]);
     let exit = await within(timeout);
     if (!exit) {
-      child.kill('SIGTERM');
+      link.stop('SIGTERM');
       exit = await within(timeout);
     }
     if (!exit) {
-      child.kill('SIGKILL');
+      link.stop('SIGKILL');
       exit = await exited;
     }
     return exit;
@@ -271,18 +281,18 @@ export class Kernel extends EventEmitter {
    * outside the pipe stays with the queued calls themselves (bounded by maxPending).
    */
   #flush() {
-    const child = this.#child;
-    if (!child || this.#blocked) return;
+    const link = this.#link;
+    if (!link || this.#blocked) return;
     let taken = 0;
     while (taken < this.#outbox.length) {
       let bytes = 0;
       const start = taken;
       while (taken < this.#outbox.length && (taken === start || bytes < chunkBytes)) bytes += this.#outbox[taken++].length + 1;
-      const ok = child.stdin.write(this.#outbox.slice(start, taken).join('\n') + '\n');
+      const ok = link.input.write(this.#outbox.slice(start, taken).join('\n') + '\n');
       if (!ok) {
         this.#blocked = true;
-        child.stdin.once('drain', () => {
-          if (child !== this.#child) return;
+        link.input.once('drain', () => {
+          if (link !== this.#link) return;
           this.#blocked = false;
           this.#flush();
         });
@@ -291,25 +301,36 @@ export class Kernel extends EventEmitter {
     }
     this.#outbox = taken === this.#outbox.length ? [] : this.#outbox.slice(taken);
     if (this.#outbox.length < this.#options.maxPending) for (const resolve of this.#roomWaiters.splice(0)) resolve();
-    if (!this.#blocked && this.#state === 'closing') child.stdin.end();
+    if (!this.#blocked && this.#state === 'closing') link.input.end();
   }
 
   /** Lines waiting for the pipe to drain, and bytes handed to the pipe but not yet taken by the kernel. */
   get backlog() {
-    return { lines: this.#outbox.length, bytes: this.#child?.stdin.writableLength ?? 0 };
+    return { lines: this.#outbox.length, bytes: this.#link?.input.writableLength ?? 0 };
   }
 
+  /** Starts the kernel process (or connects to its socket) and wires its streams to this client. */
   async #start() {
-    const { binary, args, env, cwd } = this.#options;
-    const child = spawn(binary, args, { env: env ? { ...process.env, ...env } : process.env, cwd, stdio: ['pipe', 'pipe', 'pipe'] });
-    this.#child = child;
     this.#blocked = false;
     this.#partial = '';
     let exitResolve;
     this.#exited = new Promise((resolve) => { exitResolve = resolve; });
-    child.stdin.on('error', () => {}); // EPIPE once the process is gone; 'close' reports it
-    child.stdout.setEncoding('utf8');
-    child.stdout.on('data', (chunk) => this.#read(chunk));
+    const link = this.#options.path ? this.#connectSocket(exitResolve) : this.#spawnProcess(exitResolve);
+    this.#link = link;
+    link.input.on('error', () => {}); // EPIPE once the kernel is gone; 'close' reports it
+    link.output.setEncoding('utf8');
+    link.output.on('data', (chunk) => this.#read(chunk));
+    await link.ready;
+    this.#startedAt = Date.now();
+    this.#state = 'running';
+    this.emit('spawn', { pid: link.pid });
+    this.#flush();
+  }
+
+  #spawnProcess(exitResolve) {
+    const { binary, args, env, cwd } = this.#options;
+    const child = spawn(binary, args, { env: env ? { ...process.env, ...env } : process.env, cwd, stdio: ['pipe', 'pipe', 'pipe'] });
+    const link = { input: child.stdin, output: child.stdout, pid: undefined, stop: (signal) => child.kill(signal) };
     let errLine = '';
     child.stderr.setEncoding('utf8');
     child.stderr.on('data', (chunk) => {
@@ -322,16 +343,30 @@ export class Kernel extends EventEmitter {
     child.on('close', (code, signal) => {
       if (errLine) this.#stderrLine(errLine);
       exitResolve({ code, signal });
-      this.#onExit(child, { code, signal }, spawnError);
+      this.#onExit(link, { code, signal }, spawnError);
     });
-    await new Promise((resolve, reject) => {
-      child.once('spawn', resolve);
+    link.ready = new Promise((resolve, reject) => {
+      child.once('spawn', () => { link.pid = child.pid; resolve(); });
       child.once('error', reject);
     });
-    this.#startedAt = Date.now();
-    this.#state = 'running';
-    this.emit('spawn', { pid: child.pid });
-    this.#flush();
+    return link;
+  }
+
+  #connectSocket(exitResolve) {
+    const socket = connect(this.#options.path);
+    const link = { input: socket, output: socket, pid: undefined, stop: () => socket.destroy() };
+    let error = null;
+    socket.on('error', (e) => { error = e; });
+    socket.on('close', () => {
+      const exit = { code: null, signal: null, socket: true };
+      exitResolve(exit);
+      this.#onExit(link, exit, error);
+    });
+    link.ready = new Promise((resolve, reject) => {
+      socket.once('connect', resolve);
+      socket.once('error', reject);
+    });
+    return link;
   }
 
   #stderrLine(line) {
@@ -380,9 +415,9 @@ export class Kernel extends EventEmitter {
     }
   }
 
-  #onExit(child, exit, spawnError) {
-    if (child !== this.#child) return;
-    this.#child = null;
+  #onExit(link, exit, spawnError) {
+    if (link !== this.#link) return;
+    this.#link = null;
     this.#lastExit = exit;
     const expected = this.#state === 'closing';
     const stderr = spawnError ? [...this.#stderr, String(spawnError.message)] : this.#stderr;

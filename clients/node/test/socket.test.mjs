@@ -135,3 +135,26 @@ test('--listen refuses a path another kernel listens on, and replaces a stale so
   const refused = await call(['kernel.info', '--connect', join(dir, 'missing.sock')]);
   assert.equal(refused.code, 2);
 });
+
+test('Kernel.connect: several clients share one kernel through its socket', async (t) => {
+  const dir = temporaryDirectory(t);
+  const path = join(dir, 'kernel.sock');
+  const k = await Kernel.spawn({ binary, env, args: ['serve', '--data-dir', join(dir, 'data'), '--listen', `unix:${path}`] });
+  t.after(() => k.close());
+  const auth = token({ user: userA });
+  const first = await Kernel.connect({ path: `unix:${path}` });
+  const second = await Kernel.connect({ path });
+  await first.call('screentime.claim', { auth, date: '2025-01-02', minutes: 30 });
+  assert.equal((await second.call('screentime.day', { auth, date: '2025-01-02' })).claimedMinutes, 30);
+  const answers = await Promise.all(Array.from({ length: 2000 }, (_, i) => (i % 2 ? first : second).call('kernel.info').then((r) => r.name)));
+  assert.equal(answers.length, 2000);
+  assert.deepEqual(await first.close(), { code: null, signal: null, socket: true });
+  assert.equal((await second.call('screentime.day', { auth, date: '2025-01-02' })).claimedMinutes, 30, 'one client leaving does not affect the other');
+  // The kernel going away rejects calls in flight on its connections.
+  const exited = once(second, 'exit');
+  process.kill(k.pid, 'SIGSTOP');
+  const pending = second.call('kernel.info');
+  process.kill(k.pid, 'SIGKILL');
+  await assert.rejects(pending, (e) => e.code === 'KERNEL_EXITED' && /closed the connection/.test(e.message));
+  await exited;
+});
