@@ -52,17 +52,7 @@ public final class SocketServer: @unchecked Sendable {
 
     /// Binds the socket (mode 0600, only its owner may connect) and starts serving on a thread of its own.
     public func start() throws(SocketError) {
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        let capacity = MemoryLayout.size(ofValue: address.sun_path)
-        guard !bytes.isEmpty, bytes.count < capacity else {
-            throw SocketError(description: "socket path must be 1 to \(capacity - 1) bytes: \(path)")
-        }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: bytes)
-            raw[bytes.count] = 0
-        }
+        var address = try Self.address(path)
         try removeStaleSocket(&address)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw SocketError(description: "cannot create a socket: errno \(errno)") }
@@ -88,6 +78,22 @@ public final class SocketServer: @unchecked Sendable {
             serve()
             _ = stopped.put(true)
         }
+    }
+
+    /// The address of the Unix socket at `path`.
+    public static func address(_ path: String) throws(SocketError) -> sockaddr_un {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        let capacity = MemoryLayout.size(ofValue: address.sun_path)
+        guard !bytes.isEmpty, bytes.count < capacity else {
+            throw SocketError(description: "socket path must be 1 to \(capacity - 1) bytes: \(path)")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        return address
     }
 
     /// A socket file left by a kernel that is gone is replaced; one that answers is another kernel's.

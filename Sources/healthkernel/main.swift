@@ -246,15 +246,11 @@ struct Call: ParsableCommand {
 
     /// Sends the request to a live kernel's socket and prints its answer.
     func callThroughSocket(_ path: String) {
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
-            fail("healthkernel call: socket path too long: \(path)", status: ExitStatus.startupFailed)
-        }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: bytes)
-            raw[bytes.count] = 0
+        var address: sockaddr_un
+        do {
+            address = try SocketServer.address(path)
+        } catch {
+            fail("healthkernel call: \(error)", status: ExitStatus.startupFailed)
         }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         let connected = withUnsafePointer(to: &address) {
