@@ -31,7 +31,11 @@ export class Browser {
     browser.#child = spawn(path, [
       '--headless', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run',
       '--no-default-browser-check', '--remote-debugging-pipe', `--user-data-dir=${browser.#profile}`, 'about:blank',
-    ], { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
+    ], { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'], detached: true });
+    // Its own process group so close() can reach the helpers too; never outlive the test process.
+    const killGroup = () => browser.#killGroup();
+    process.once('exit', killGroup);
+    browser.#child.once('exit', () => process.off('exit', killGroup));
     browser.#child.stderr.resume();
     browser.#child.stdio[4].setEncoding('utf8');
     browser.#child.stdio[4].on('data', (chunk) => browser.#read(chunk));
@@ -105,9 +109,20 @@ export class Browser {
     return page;
   }
 
+  #killGroup() {
+    try { process.kill(-this.#child.pid, 'SIGKILL'); } catch {}
+  }
+
+  /** Asks Chromium to quit, kills its whole process group if it lingers, then removes the profile. */
   async close() {
-    this.#child.kill('SIGKILL');
-    await new Promise((r) => (this.#child.exitCode !== null || this.#child.signalCode ? r() : this.#child.once('exit', r)));
-    rmSync(this.#profile, { recursive: true, force: true });
+    const exited = new Promise((r) => (this.#child.exitCode !== null || this.#child.signalCode ? r() : this.#child.once('exit', r)));
+    await Promise.race([this.send('Browser.close').catch(() => {}), new Promise((r) => setTimeout(r, 2_000))]);
+    const timer = setTimeout(() => this.#killGroup(), 5_000);
+    await exited;
+    clearTimeout(timer);
+    // Chromium's helper processes (crashpad, zygote) can still be writing into the profile for a moment
+    // after the browser exits; kill the group, then retry the removal instead of failing the test over it.
+    this.#killGroup();
+    rmSync(this.#profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
   }
 }
