@@ -32,6 +32,9 @@ public struct AuthConfig: Sendable, Equatable {
     public var acceptedIssuers: [String] = []
     public var accessTokenTtlSeconds = 3600
     public var refreshTokenTtlSeconds = 30 * 86_400
+    /// A spent refresh token presented again within this many seconds answers the session its first use
+    /// created (concurrent refreshes of two tabs); later, or with 0, it revokes the session.
+    public var refreshReuseIntervalSeconds = 10
     /// JWKS file with extra ES256/RS256 keys for access tokens signed elsewhere.
     public var jwksPath: String?
     public var providers: [ProviderConfig] = []
@@ -49,6 +52,7 @@ public struct AuthConfig: Sendable, Equatable {
         c.acceptedIssuers = try r.optional("acceptedIssuers") ?? []
         if let v = try r.optional("accessTokenTtlSeconds", in: 60...86_400 * 7) { c.accessTokenTtlSeconds = Int(v) }
         if let v = try r.optional("refreshTokenTtlSeconds", in: 3600...86_400 * 365) { c.refreshTokenTtlSeconds = Int(v) }
+        if let v = try r.optional("refreshReuseIntervalSeconds", in: 0...3600) { c.refreshReuseIntervalSeconds = Int(v) }
         if let v: String = try r.optional("jwks") { c.jwksPath = resolve(v) }
         if r.has("providers") {
             var providers = try r.object("providers")

@@ -83,8 +83,16 @@ public struct Credentials: RPCParams {
     }
 }
 
-/// `auth.signUp`.
-public struct AuthSignUp: RPCMethod {
+extension Credentials {
+    /// A sign-up and a later sign-in of the same email on one stream stay in read order.
+    static func orderingKeys(_ params: JSONObject) -> [String] {
+        guard case .string(let raw)? = params["email"], let email = AuthService.normalizeEmail(raw) else { return [] }
+        return ["email:" + email]
+    }
+}
+
+/// `auth.signUp`: the password is hashed on a worker thread.
+public struct AuthSignUp: SlowRPCMethod {
     public static let name = "auth.signUp"
     public static let summary = "Creates an account with email and password and signs it in."
     public static let mutates = true
@@ -93,13 +101,18 @@ public struct AuthSignUp: RPCMethod {
     public static let errors = [ErrorDoc(-32009, "email_taken")]
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
-    public func call(_ p: Credentials, _ c: CallContext) throws(RPCError) -> JSON {
-        try answerRPC(try service.signUp(email: p.email, password: p.password, now: c.now)).json
+    public func orderingKeys(_ params: JSONObject) -> [String] { Credentials.orderingKeys(params) }
+    public func start(_ p: Credentials, _ c: CallContext) throws(RPCError) -> SlowCall<JSON> {
+        try answerRPC(try service.beginSignUp(email: p.email))
+        let (service, password) = (self.service, p.password)
+        return SlowCall(work: { Passwords.hash(password) }) { (hash: String) throws(RPCError) -> JSON in
+            try answerRPC(try service.finishSignUp(email: p.email, passwordHash: hash, now: c.now)).json
+        }
     }
 }
 
-/// `auth.signIn`.
-public struct AuthSignIn: RPCMethod {
+/// `auth.signIn`: the password is verified on a worker thread.
+public struct AuthSignIn: SlowRPCMethod {
     public static let name = "auth.signIn"
     public static let summary = "Signs in with email and password; 5 failures per email in 15 minutes are throttled."
     public static let mutates = true
@@ -108,8 +121,14 @@ public struct AuthSignIn: RPCMethod {
     public static let errors = [ErrorDoc(-32001, "invalid_credentials"), ErrorDoc(-32029, "too_many_attempts")]
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
-    public func call(_ p: Credentials, _ c: CallContext) throws(RPCError) -> JSON {
-        try answerRPC(try service.signIn(email: p.email, password: p.password, now: c.now)).json
+    public func orderingKeys(_ params: JSONObject) -> [String] { Credentials.orderingKeys(params) }
+    public func start(_ p: Credentials, _ c: CallContext) throws(RPCError) -> SlowCall<JSON> {
+        let attempt = try answerRPC(try service.beginSignIn(email: p.email, now: c.now))
+        let (service, password) = (self.service, p.password)
+        return SlowCall(users: attempt.userId.map { [$0] } ?? [],
+                        work: { Passwords.verify(password, against: attempt.passwordHash) }) { (matches: Bool) throws(RPCError) -> JSON in
+            try answerRPC(try service.finishSignIn(attempt, passwordMatches: matches, now: c.now)).json
+        }
     }
 }
 

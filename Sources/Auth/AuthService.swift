@@ -240,10 +240,22 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         return email
     }
 
+    /// Signs up at once (hashing on this thread); the methods split it around the hash.
     func signUp(email: String, password: String, now: Timestamp) throws(AuthError) -> SignedIn {
+        try beginSignUp(email: email)
+        return try finishSignUp(email: email, passwordHash: Passwords.hash(password), now: now)
+    }
+
+    /// Refuses a taken email before the password is hashed.
+    func beginSignUp(email: String) throws(AuthError) {
+        guard try owner(of: .email(email)) == nil else { throw .emailTaken }
+    }
+
+    /// Creates the account once its password is hashed (the email may have been taken meanwhile).
+    func finishSignUp(email: String, passwordHash: String, now: Timestamp) throws(AuthError) -> SignedIn {
         guard try owner(of: .email(email)) == nil else { throw .emailTaken }
         let user = UserRow(id: Identifiers.uuid(), email: email, createdAt: now.milliseconds, identities: ["password"],
-                           passwordHash: Passwords.hash(password))
+                           passwordHash: passwordHash)
         var tx = Transaction()
         tx.put(tables.users, user: user.id, key: Self.profileKey, user)
         tx.claim(.email(email), for: user.id)
@@ -252,17 +264,37 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         return session
     }
 
+    /// What a sign-in found before its password is checked.
+    struct SignInAttempt: Sendable {
+        let email: String
+        /// The account, when the email has one.
+        let userId: String?
+        /// The hash to check against: the account's, or a decoy, so an unknown email costs the same.
+        let passwordHash: String
+    }
+
+    /// Signs in at once (verifying on this thread); the methods split it around the verification.
     func signIn(email: String, password: String, now: Timestamp) throws(AuthError) -> SignedIn {
+        let attempt = try beginSignIn(email: email, now: now)
+        return try finishSignIn(attempt, passwordMatches: Passwords.verify(password, against: attempt.passwordHash), now: now)
+    }
+
+    /// Checks the throttle and finds the account. The attempt counts as a failure until it succeeds, so
+    /// attempts verified concurrently cannot get past the limit.
+    func beginSignIn(email: String, now: Timestamp) throws(AuthError) -> SignInAttempt {
         let recent = (failures[email] ?? []).filter { now.milliseconds - $0 < Self.failureWindowMs }
         failures[email] = recent.isEmpty ? nil : recent
         guard recent.count < Self.maxFailures else { throw .tooManyAttempts }
+        failures[email, default: []].append(now.milliseconds)
         let user = try owner(of: .email(email)).map { (id) throws(AuthError) in try account(id) } ?? nil
-        let ok = Passwords.verify(password, against: user?.passwordHash ?? Passwords.decoy)
-        guard ok, let user, user.passwordHash != nil else {
-            failures[email, default: []].append(now.milliseconds)
-            throw .invalidCredentials
-        }
-        failures[email] = nil
+        return SignInAttempt(email: email, userId: user?.id, passwordHash: user?.passwordHash ?? Passwords.decoy)
+    }
+
+    /// Starts a session once the password matched, if the account is still there with the same password.
+    func finishSignIn(_ attempt: SignInAttempt, passwordMatches: Bool, now: Timestamp) throws(AuthError) -> SignedIn {
+        guard passwordMatches, let id = attempt.userId, let user = try account(id),
+              user.passwordHash == attempt.passwordHash, user.email == attempt.email else { throw .invalidCredentials }
+        failures[attempt.email] = nil
         var tx = Transaction()
         let session = startSession(user, &tx, now: now)
         try commit(tx)
@@ -278,6 +310,13 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         }
         var tx = Transaction()
         if row.spent {
+            if let current = try reusedWithinInterval(token, row, userId: userId, now: now) {
+                // A concurrent refresh (two tabs, a foreground and a background task): the session its
+                // first use created, with a fresh access token, as GoTrue answers.
+                let access = mint(sub: user.id, role: "authenticated", sessionId: row.sessionId, email: user.email,
+                                  ttl: config.accessTokenTtlSeconds, now: now)
+                return SignedIn(accessToken: access, expiresIn: config.accessTokenTtlSeconds, refreshToken: current, user: user)
+            }
             // A spent token presented again has leaked: end the whole session (GoTrue's reuse detection).
             session.revoked = true
             tx.put(tables.sessions, user: userId, key: row.sessionId, session)
@@ -285,12 +324,46 @@ public final class AuthService: Authenticator, @unchecked Sendable {
             throw .refreshTokenReused
         }
         guard now.seconds <= row.expiresAt else { throw .refreshTokenExpired }
+        let result = tokens(for: user, sessionId: row.sessionId, &tx, now: now)
         var spent = row
         spent.spent = true
+        spent.spentAt = now.milliseconds
+        spent.next = config.refreshReuseIntervalSeconds > 0 ? Self.seal(result.refreshToken, with: token) : nil
         tx.put(tables.refresh, user: userId, key: Self.digest(token), spent)
-        let result = tokens(for: user, sessionId: row.sessionId, &tx, now: now)
         try commit(tx)
         return result
+    }
+
+    /// The session's current refresh token when `token` (spent) was exchanged within the reuse interval,
+    /// following the chain while each link was too; nil when the reuse must revoke the session.
+    private func reusedWithinInterval(_ token: String, _ row: RefreshRow, userId: String, now: Timestamp) throws(AuthError) -> String? {
+        let interval = Int64(config.refreshReuseIntervalSeconds) * 1000
+        var (token, row) = (token, row)
+        for _ in 0..<16 {
+            guard let spentAt = row.spentAt, now.milliseconds - spentAt <= interval, let sealed = row.next,
+                  let next = Self.open(sealed, with: token),
+                  let nextRow = try storage(try tables.refresh.get(user: userId, key: Self.digest(next))),
+                  nextRow.sessionId == row.sessionId, now.seconds <= nextRow.expiresAt else { return nil }
+            guard nextRow.spent else { return next }
+            (token, row) = (next, nextRow)
+        }
+        return nil
+    }
+
+    /// `next` encrypted (AES-GCM) under a key derived from `token`.
+    static func seal(_ next: String, with token: String) -> String? {
+        guard let box = try? AES.GCM.seal(Array(next.utf8), using: sealingKey(token)), let combined = box.combined else { return nil }
+        return Base64URL.encode(Array(combined))
+    }
+
+    static func open(_ sealed: String, with token: String) -> String? {
+        guard let bytes = Base64URL.decode(Array(sealed.utf8)), let box = try? AES.GCM.SealedBox(combined: bytes),
+              let plain = try? AES.GCM.open(box, using: sealingKey(token)) else { return nil }
+        return String(decoding: plain, as: UTF8.self)
+    }
+
+    private static func sealingKey(_ token: String) -> SymmetricKey {
+        SymmetricKey(data: SHA256.hash(data: Array(("healthkernel refresh chain\u{0}" + token).utf8)))
     }
 
     func signOut(_ identity: Identity, all: Bool) throws(AuthError) -> Int {

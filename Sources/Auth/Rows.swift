@@ -65,18 +65,33 @@ public struct SignInRow: StoredRow {
 public struct RefreshRow: StoredRow {
     public let sessionId: String
     public let expiresAt: Int64
-    /// Already exchanged for a new one: presenting it again means it leaked.
+    /// Already exchanged for a new one: presenting it again means it leaked, unless within the reuse
+    /// interval (a concurrent refresh).
     public var spent: Bool
-    public init(sessionId: String, expiresAt: Int64, spent: Bool) {
+    /// When it was exchanged (ms since 1970).
+    public var spentAt: Int64?
+    /// The token it was exchanged for, sealed with a key derived from this token, so only a holder of
+    /// this one can read it: what a reuse within the interval answers.
+    public var next: String?
+    public init(sessionId: String, expiresAt: Int64, spent: Bool, spentAt: Int64? = nil, next: String? = nil) {
         self.sessionId = sessionId
         self.expiresAt = expiresAt
         self.spent = spent
+        self.spentAt = spentAt
+        self.next = next
     }
     public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "refresh token")
         sessionId = try f.string("sessionId")
         expiresAt = try f.int("expiresAt")
         spent = f.bool("spent")
+        spentAt = f.optionalInt("spentAt")
+        next = f.optionalString("next")
     }
-    public var stored: JSON { ["sessionId": .string(sessionId), "expiresAt": .int(expiresAt), "spent": .bool(spent)] }
+    public var stored: JSON {
+        var o = JSONObject([("sessionId", .string(sessionId)), ("expiresAt", .int(expiresAt)), ("spent", .bool(spent))])
+        if let spentAt { o["spentAt"] = .int(spentAt) }
+        if let next { o["next"] = .string(next) }
+        return .object(o)
+    }
 }

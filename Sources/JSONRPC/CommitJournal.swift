@@ -122,10 +122,11 @@ public final class EventHub: @unchecked Sendable {
 
 /// A write answered in the current batch, kept until its commit is durable.
 struct PendingWrite {
-    /// Where its response sits in the output buffer.
+    /// Where its response sits: in the output buffer, or in `slot`.
     let range: Range<Int>
     let id: JSON
     let commits: ClosedRange<UInt64>
+    let slot: Slot?
 }
 
 import JSON

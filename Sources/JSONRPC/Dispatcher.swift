@@ -1,6 +1,7 @@
 import Chrono
 import JSON
 import JSONParsing
+import Threads
 
 /// A line of input after parsing: what the reading thread hands to the dispatcher.
 public enum ParsedLine: Sendable {
@@ -13,8 +14,10 @@ public enum ParsedLine: Sendable {
 }
 
 /// Turns request lines into response lines: parses the envelope, finds the method, authenticates,
-/// decodes params, calls the handler and writes the response. Single-threaded by design: responses
-/// come out in the order requests went in.
+/// decodes params, calls the handler and writes the response. One thread at a time answers (the
+/// serving thread, or whichever stream holds the serving lock), so it is the store's single writer;
+/// the slow parts of slow methods run on worker threads meanwhile, and their answers follow the
+/// stream's ordering (read order, or completion order).
 public final class Dispatcher {
     /// The methods served.
     public let registry: MethodRegistry
@@ -27,6 +30,12 @@ public final class Dispatcher {
     public var journal: CommitJournal?
     /// Every stream's subscription to change notifications, and the stream being answered.
     public var hub = EventHub()
+    /// The stream being answered.
+    public var current = RequestStream() {
+        didSet { hub.current = current.events }
+    }
+    /// Where slow parts run; started on first use.
+    public lazy var workers = WorkerPool.perCore()
     /// Answers given since the journal was last flushed that depend on writes not yet durable.
     private var pendingWrites: [PendingWrite] = []
     /// Answers to replace with -32050 at the end of the batch: their writes failed to be logged.
@@ -62,29 +71,39 @@ public final class Dispatcher {
         handle(Self.parse(line), into: &out)
     }
 
-    /// Answers one parsed line, appending the response line, if any, to `out`.
+    /// Answers one parsed line, appending the response line, if any, to `out` (or keeping it in the
+    /// stream until it may be written).
     public func handle(_ line: ParsedLine, into out: inout [UInt8]) {
         let parsed: JSON, started: UInt64
         switch line {
         case .value(let value, let s):
             (parsed, started) = (value, s)
         case .parseError(let error, let s):
-            writeResponse(id: .null, outcome: .failure(.parse(error)), into: &out)
-            out.append(UInt8(ascii: "\n"))
-            stats.record(micros: monotonicMicros() - s, failed: true)
+            deliver(id: .null, .failure(.parse(error)), commits: nil, started: s, slot: nil, into: &out)
             return
         case .tooLong(let limit):
             rejectOversizedLine(limit: limit, into: &out)
             return
         }
         guard case .array(let items) = parsed else {
-            if handleRequest(parsed, started: started, into: &out) { out.append(UInt8(ascii: "\n")) }
+            place(parsed, started: started, element: nil, into: &out)
             return
         }
         guard !items.isEmpty else {
-            writeResponse(id: .null, outcome: .failure(.invalidRequest("empty batch", reason: "empty_batch")), into: &out)
-            out.append(UInt8(ascii: "\n"))
-            stats.record(micros: monotonicMicros() - started, failed: true)
+            deliver(id: .null, .failure(.invalidRequest("empty batch", reason: "empty_batch")), commits: nil, started: started,
+                    slot: nil, into: &out)
+            return
+        }
+        let stream = current
+        if !stream.entries.isEmpty || (stream.ordering == .read && !stream.slots.isEmpty) || items.contains(where: isSlow) {
+            // Some answer may have to wait: the batch's array is written once all its elements are done.
+            let batch = Slot(ordered: stream.ordering == .read, elements: [])
+            for (i, item) in items.enumerated() {
+                let element = Slot(ordered: false)
+                batch.elements!.append(element)
+                place(item, started: i == 0 ? started : monotonicMicros(), element: element, into: &out)
+            }
+            stream.slots.append(batch)
             return
         }
         let mark = out.count
@@ -93,7 +112,7 @@ public final class Dispatcher {
         for (i, item) in items.enumerated() {
             let commaAt = out.count
             if wroteAny { out.append(UInt8(ascii: ",")) }
-            if handleRequest(item, started: i == 0 ? started : monotonicMicros(), into: &out) {
+            if answerInline(item, started: i == 0 ? started : monotonicMicros(), into: &out) {
                 wroteAny = true
             } else {
                 out.removeSubrange(commaAt...)
@@ -114,48 +133,203 @@ public final class Dispatcher {
     /// Answers a line that exceeded the size limit.
     func rejectOversizedLine(limit: Int, into out: inout [UInt8]) {
         let error = RPCError.invalidRequest("line longer than \(limit) bytes", reason: "line_too_long")
-        writeResponse(id: .null, outcome: .failure(error), into: &out)
-        out.append(UInt8(ascii: "\n"))
-        stats.record(micros: 0, failed: true)
+        deliver(id: .null, .failure(error), commits: nil, started: monotonicMicros(), slot: nil, into: &out)
     }
 
     private enum Outcome {
         case success(JSON)
         case failure(RPCError)
+
+        var failed: Bool { if case .failure = self { true } else { false } }
+    }
+
+    /// What executing a request gave: its answer, or slow work to run first.
+    private enum Step {
+        case answered(Outcome, commits: ClosedRange<UInt64>?)
+        case slow(SlowCall<JSON>)
     }
 
     private static let envelopeKeys: Set<String> = ["jsonrpc", "id", "method", "params"]
 
-    /// Handles one request object; returns whether a response was written (notifications write none).
+    /// Whether `request` calls a method with a slow part.
+    private func isSlow(_ request: JSON) -> Bool {
+        guard case .object(let o) = request, case .string(let name)? = o["method"] else { return false }
+        return registry.method(named: name)?.slow ?? false
+    }
+
+    /// Answers a request now, or keeps it in the stream: held while an earlier request it is ordered
+    /// after is not applied, running while its slow part runs. `element` is its place in a batch.
+    private func place(_ request: JSON, started: UInt64, element: Slot?, into out: inout [UInt8]) {
+        let stream = current
+        let (id, target) = envelope(request)
+        guard case .success(let (method, params)) = target else {
+            if case .failure(let error) = target { deliver(id: id, .failure(error), commits: nil, started: started, slot: element, into: &out) }
+            return
+        }
+        var keys: Set<String>? = []
+        if method.readsState && (!stream.entries.isEmpty || method.slow) {
+            keys = orderingKeys(method, params)
+            if stream.mustWait(keys) {
+                let slot = element ?? newSlot()
+                stream.entries.append(Entry(ticket: nextTicket(), id: id, slot: slot, keys: keys, started: started,
+                                            state: .held(method, params)))
+                return
+            }
+        }
+        switch execute(method, params) {
+        case .answered(let outcome, let commits):
+            deliver(id: id, outcome, commits: commits, started: started, slot: element, into: &out)
+        case .slow(let call):
+            let entry = Entry(ticket: nextTicket(), id: id, slot: element ?? newSlot(), keys: keys, started: started,
+                              state: .running(method, call))
+            stream.entries.append(entry)
+            run(entry, call)
+        }
+    }
+
+    /// A batch element answered into the batch's array in `out` (no request of the batch waits);
+    /// returns whether it wrote a response (notifications write none).
+    private func answerInline(_ request: JSON, started: UInt64, into out: inout [UInt8]) -> Bool {
+        let (id, target) = envelope(request)
+        let outcome: Outcome, commits: ClosedRange<UInt64>?
+        switch target {
+        case .failure(let error):
+            (outcome, commits) = (.failure(error), nil)
+        case .success(let (method, params)):
+            switch execute(method, params) {
+            case .answered(let o, let c): (outcome, commits) = (o, c)
+            case .slow: (outcome, commits) = (.failure(.internalError), nil)  // `handle` routes slow methods to `place`
+            }
+        }
+        stats.record(micros: monotonicMicros() - started, failed: outcome.failed)
+        guard let id else { return false }
+        let start = out.count
+        writeResponse(id: id, outcome: outcome, into: &out)
+        if let commits { pendingWrites.append(PendingWrite(range: start..<out.count, id: id, commits: commits, slot: nil)) }
+        return true
+    }
+
+    private func nextTicket() -> UInt64 {
+        current.nextTicket += 1
+        return current.nextTicket
+    }
+
+    /// A new top-level place for an answer that cannot be written yet, after every other one.
+    private func newSlot() -> Slot {
+        let slot = Slot(ordered: current.ordering == .read)
+        current.slots.append(slot)
+        return slot
+    }
+
+    /// The caller's user and the method's own keys; nil (ordered after everything before it) for a
+    /// request of no user in read order.
+    private func orderingKeys(_ method: RegisteredMethod, _ params: JSONObject) -> Set<String>? {
+        var keys = Set(method.orderingKeys(params))
+        if method.auth != .none, case .string(let token)? = params["auth"],
+           let user = (try? authenticator.authenticate(token: token, requirement: method.auth, now: clock.now()))??.userId {
+            keys.insert("user:" + user)
+        }
+        return keys.isEmpty && current.ordering == .read ? nil : keys
+    }
+
+    /// Calls a method, tracking the commits its answer depends on.
     ///
     /// No answer may show state that a failed flush then undoes. Writes of one read batch share one
     /// flush (group commit), so: a read first flushes the writes before it (it then sees only durable
     /// state), and the answer of a write method that commits nothing itself (an idempotent repeat, a
     /// refusal) shares the fate of the unflushed writes it saw: -32050 if they fail.
-    private func handleRequest(_ request: JSON, started: UInt64, into out: inout [UInt8]) -> Bool {
-        let (id, target) = envelope(request)
-        let outcome: Outcome
-        var commitsSeen: ClosedRange<UInt64>?
-        switch target {
-        case .failure(let error):
-            outcome = .failure(error)
-        case .success(let (method, params)):
-            if !method.mutates, let journal, journal.lastCommitID > settledCommitID { settle() }
-            let before = journal?.lastCommitID ?? 0
-            outcome = call(method, params)
-            let after = journal?.lastCommitID ?? 0
-            if after > before {
-                commitsSeen = (settledCommitID + 1)...after
-            } else if method.mutates, before > settledCommitID {
-                commitsSeen = (settledCommitID + 1)...before
+    private func execute(_ method: RegisteredMethod, _ params: JSONObject) -> Step {
+        var slow: SlowCall<JSON>?
+        let (outcome, commits) = tracked(method) {
+            switch call(method, params) {
+            case .success(.done(let result)): return .success(result)
+            case .success(.slow(let call)):
+                slow = call
+                return .success(.null)
+            case .failure(let error): return .failure(error)
             }
         }
-        stats.record(micros: monotonicMicros() - started, failed: { if case .failure = outcome { true } else { false } }())
-        guard let id else { return false }
+        if let slow { return .slow(slow) }
+        return .answered(outcome, commits: commits)
+    }
+
+    private func tracked(_ method: RegisteredMethod, _ body: () -> Outcome) -> (Outcome, ClosedRange<UInt64>?) {
+        if !method.mutates, let journal, journal.lastCommitID > settledCommitID { settle() }
+        let before = journal?.lastCommitID ?? 0
+        let outcome = body()
+        let after = journal?.lastCommitID ?? 0
+        if after > before { return (outcome, (settledCommitID + 1)...after) }
+        if method.mutates, before > settledCommitID { return (outcome, (settledCommitID + 1)...before) }
+        return (outcome, nil)
+    }
+
+    /// Runs an entry's slow part on a worker; its value comes back through the stream's `finished`.
+    private func run(_ entry: Entry, _ call: SlowCall<JSON>) {
+        if let keys = entry.keys { entry.keys = keys.union(call.users.map { "user:" + $0 }) }
+        let (finished, wake, ticket, work) = (current.finished, current.wake, entry.ticket, call.work)
+        workers.submit {
+            finished.put(Finished(ticket: ticket, value: work()))
+            wake()
+        }
+    }
+
+    /// Applies the slow work the workers finished, then whatever was held behind it.
+    private func applyFinished(wait: Bool, into out: inout [UInt8]) {
+        let stream = current
+        for done in stream.finished.takeAll(wait: wait) {
+            guard let index = stream.entries.firstIndex(where: { $0.ticket == done.ticket }),
+                  case .running(let method, let call) = stream.entries[index].state else { continue }
+            let entry = stream.entries.remove(at: index)
+            let (outcome, commits) = tracked(method) {
+                do throws(RPCError) { return .success(try call.apply(done.value)) } catch { return .failure(error) }
+            }
+            deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
+        }
+        release(into: &out)
+    }
+
+    /// Executes the held requests nothing before them holds up any more, in read order.
+    private func release(into out: inout [UInt8]) {
+        let stream = current
+        var i = 0
+        while i < stream.entries.count {
+            let entry = stream.entries[i]
+            guard case .held(let method, let params) = entry.state, !stream.mustWait(entry.keys, before: i) else {
+                i += 1
+                continue
+            }
+            switch execute(method, params) {
+            case .answered(let outcome, let commits):
+                stream.entries.remove(at: i)
+                deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
+            case .slow(let call):
+                entry.state = .running(method, call)
+                run(entry, call)
+                i += 1
+            }
+        }
+    }
+
+    /// Records an answer and writes it: into its slot, into a new slot behind earlier unwritten answers
+    /// (read order), or straight to `out`.
+    private func deliver(id: JSON?, _ outcome: Outcome, commits: ClosedRange<UInt64>?, started: UInt64, slot: Slot?,
+                         into out: inout [UInt8]) {
+        stats.record(micros: monotonicMicros() - started, failed: outcome.failed)
+        guard let id else {
+            slot?.done = true
+            return
+        }
+        if let slot = slot ?? (current.ordering == .read && !current.slots.isEmpty ? newSlot() : nil) {
+            slot.bytes.removeAll()
+            writeResponse(id: id, outcome: outcome, into: &slot.bytes)
+            slot.done = true
+            if let commits { pendingWrites.append(PendingWrite(range: 0..<slot.bytes.count, id: id, commits: commits, slot: slot)) }
+            return
+        }
         let start = out.count
         writeResponse(id: id, outcome: outcome, into: &out)
-        if let commitsSeen { pendingWrites.append(PendingWrite(range: start..<out.count, id: id, commits: commitsSeen)) }
-        return true
+        if let commits { pendingWrites.append(PendingWrite(range: start..<out.count, id: id, commits: commits, slot: nil)) }
+        out.append(UInt8(ascii: "\n"))
     }
 
     /// Flushes the journal; answers that depend on writes that failed are marked for -32050.
@@ -170,27 +344,39 @@ public final class Dispatcher {
         pendingWrites.removeAll(keepingCapacity: true)
     }
 
-    /// Makes the batch's writes durable before their responses go out. Answers that depend on writes
-    /// that failed are replaced by -32050 in `out` (those changes were undone). Returns true when syncing
+    /// Ends a batch of the current stream: applies the slow work its workers finished (waiting, while
+    /// more than `waitAbove` of its requests are outstanding), makes the writes durable before their
+    /// responses go out, and moves every answer that may be written to `out`. Answers that depend on
+    /// writes that failed are replaced by -32050 (those changes were undone). Returns true when syncing
     /// failed and the kernel must stop after writing `out`.
-    public func endBatch(_ out: inout [UInt8]) -> Bool {
+    public func endBatch(_ out: inout [UInt8], waitAbove: Int? = nil) -> Bool {
+        applyFinished(wait: false, into: &out)
+        if let waitAbove {
+            while current.entries.count > waitAbove { applyFinished(wait: true, into: &out) }
+        }
         settle()
         let fatal = syncFailed
         syncFailed = false
         defer { announceChanges(&out) }
+        defer { current.flushReady(into: &out) }
         defer { refusedWrites.removeAll(keepingCapacity: true) }
         guard !refusedWrites.isEmpty else { return fatal }
         let error = RPCError.storageUnavailable(fatal
             ? "Storage failed: syncing the log failed, the kernel is stopping; the write may not be durable"
             : "Storage failed: the write was not applied")
-        // Ranges were recorded in output order and nothing before them has moved since.
+        // Ranges in `out` were recorded in output order and nothing before them has moved since.
         var rebuilt: [UInt8] = []
         rebuilt.reserveCapacity(out.count)
         var cursor = 0
         for w in refusedWrites {
-            rebuilt.append(contentsOf: out[cursor..<w.range.lowerBound])
-            writeResponse(id: w.id, outcome: .failure(error), into: &rebuilt)
-            cursor = w.range.upperBound
+            guard let slot = w.slot else {
+                rebuilt.append(contentsOf: out[cursor..<w.range.lowerBound])
+                writeResponse(id: w.id, outcome: .failure(error), into: &rebuilt)
+                cursor = w.range.upperBound
+                continue
+            }
+            slot.bytes.removeAll()
+            writeResponse(id: w.id, outcome: .failure(error), into: &slot.bytes)
         }
         rebuilt.append(contentsOf: out[cursor...])
         out = rebuilt
@@ -247,7 +433,7 @@ public final class Dispatcher {
         return (responseID, .success((method, params)))
     }
 
-    private func call(_ method: RegisteredMethod, _ params: JSONObject) -> Outcome {
+    private func call(_ method: RegisteredMethod, _ params: JSONObject) -> Result<RegisteredMethod.Invocation, RPCError> {
         var reader = ObjectReader(params, path: "params")
         let token: String?
         do {
@@ -256,9 +442,9 @@ public final class Dispatcher {
             return .failure(.invalidParams(error))
         }
         let now = clock.now()
-        do {
+        do throws(RPCError) {
             let identity = try authenticator.authenticate(token: token, requirement: method.auth, now: now)
-            let context = CallContext(identity: identity, now: now, registry: registry)
+            let context = CallContext(identity: identity, now: now, registry: registry, stream: current)
             return .success(try method.invoke(&reader, context))
         } catch {
             return .failure(error)

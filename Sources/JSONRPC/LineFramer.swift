@@ -130,23 +130,26 @@ public struct RequestReader: Sendable {
     }
 }
 
-/// One host connection: bytes in, response bytes out, in order. The stdio server, the socket server
-/// and the in-process test harness drive it through the same reader and dispatcher, so they behave
+/// One host connection: bytes in, response bytes out. The stdio server, the socket server and the
+/// in-process test harness drive it through the same reader and dispatcher, so they behave
 /// identically. Its methods that answer use the dispatcher: one connection at a time.
 public struct Connection {
     /// The reading half; the stdio server moves it to its reader thread.
     public var reader: RequestReader
     private let dispatcher: Dispatcher
+    /// This stream's ordering, subscription and unanswered requests.
+    public let stream: RequestStream
     /// This stream's subscription to change notifications.
-    public let events = EventSubscription()
+    public var events: EventSubscription { stream.events }
     /// Response bytes not yet written.
     public var output: [UInt8] = []
 
-    /// A connection over `dispatcher` with the given line limit.
-    public init(dispatcher: Dispatcher, maxLineBytes: Int) {
+    /// A connection over `dispatcher` with the given line limit and response ordering.
+    public init(dispatcher: Dispatcher, maxLineBytes: Int, ordering: ResponseOrdering = .read) {
         self.dispatcher = dispatcher
         self.reader = RequestReader(maxLineBytes: maxLineBytes)
-        dispatcher.hub.add(events)
+        stream = RequestStream(ordering: ordering)
+        dispatcher.hub.add(stream.events)
     }
 
     /// Consumes a chunk of input, handling every complete line in it.
@@ -164,19 +167,22 @@ public struct Connection {
         answer(reader.finish())
     }
 
-    /// Answers parsed lines in order, appending their responses to `output`.
+    /// Answers parsed lines in order, appending their responses to `output` (or keeping those that
+    /// wait for slow work until `endBatch`).
     public mutating func answer(_ lines: [ParsedLine]) {
-        dispatcher.hub.current = events
+        dispatcher.current = stream
         for line in lines { dispatcher.handle(line, into: &output) }
     }
 
-    /// Ends a read batch: makes its writes durable and fixes up the responses of writes that failed,
-    /// then appends the change notifications due to this stream. Returns true when the kernel must
-    /// stop after writing the output (the log could not be synced).
-    public mutating func endBatch() -> Bool {
-        dispatcher.hub.current = events
+    /// Ends a read batch: applies finished slow work, makes the batch's writes durable and fixes up the
+    /// responses of writes that failed, then appends every answer that may be written and the change
+    /// notifications due to this stream. With `waitAbove`, first waits for slow work until at most that
+    /// many requests are outstanding (0: all answered, as the in-process harness and shutdown want).
+    /// Returns true when the kernel must stop after writing the output (the log could not be synced).
+    public mutating func endBatch(waitAbove: Int? = 0) -> Bool {
+        dispatcher.current = stream
         events.drain(into: &output)
-        return dispatcher.endBatch(&output)
+        return dispatcher.endBatch(&output, waitAbove: waitAbove)
     }
 
     /// Appends the notifications other streams' changes left for this one.

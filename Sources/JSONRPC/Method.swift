@@ -42,6 +42,8 @@ public struct CallContext: Sendable {
     public let now: Timestamp
     /// The registry the method was found in (rpc.discover describes it).
     public let registry: MethodRegistry
+    /// The stream the request came on (stdio, or one socket connection).
+    public let stream: RequestStream
 
     /// The caller of a method that needs auth (the dispatcher has established it).
     public func requireIdentity() throws(RPCError) -> Identity {
@@ -50,10 +52,11 @@ public struct CallContext: Sendable {
     }
 
     /// A context.
-    public init(identity: Identity?, now: Timestamp, registry: MethodRegistry) {
+    public init(identity: Identity?, now: Timestamp, registry: MethodRegistry, stream: RequestStream) {
         self.identity = identity
         self.now = now
         self.registry = registry
+        self.stream = stream
     }
 }
 
@@ -88,9 +91,10 @@ extension Optional: JSONEncodable where Wrapped: JSONEncodable {
     public var json: JSON { map(\.json) ?? .null }
 }
 
-/// One JSON-RPC method: its wire name, params and result types, whether it writes, the auth it needs,
-/// its OpenRPC description and its handler. Each is registered once in the composition root.
-public protocol RPCMethod: Sendable {
+/// What every method declares: its wire name, params and result types, whether it writes, the auth it
+/// needs and its OpenRPC description. A method is an `RPCMethod` (answered on the serving thread) or a
+/// `SlowRPCMethod` (with a slow part on a worker thread); each is registered once in the composition root.
+public protocol RPCMethodDeclaration: Sendable {
     associatedtype Params: RPCParams
     associatedtype Result: JSONEncodable
 
@@ -106,11 +110,63 @@ public protocol RPCMethod: Sendable {
     static var resultSchema: String { get }
     /// Errors specific to this method (generic ones are added from the other properties).
     static var errors: [ErrorDoc] { get }
+    /// Whether the answer depends on stored state. A method that does not (`kernel.setOrdering`) is
+    /// answered when read even while earlier requests of its stream wait for slow work.
+    static var readsState: Bool { get }
+}
 
+extension RPCMethodDeclaration {
+    public static var errors: [ErrorDoc] { [] }
+    public static var readsState: Bool { true }
+}
+
+/// A method answered entirely on the serving thread.
+public protocol RPCMethod: RPCMethodDeclaration {
+    // Restated so that they are inferred from `call`.
+    associatedtype Params
+    associatedtype Result
     /// Handles one call.
     func call(_ params: Params, _ context: CallContext) throws(RPCError) -> Result
 }
 
-extension RPCMethod {
-    public static var errors: [ErrorDoc] { [] }
+/// A method with a slow part (CPU-heavy, or waiting on the network) that must not hold up the requests
+/// behind it: `start` runs on the serving thread and reads what the slow part needs, the slow part runs
+/// on a worker thread without touching stored state, then its `apply` runs on the serving thread and
+/// writes. Requests of the stream that share an ordering key with it wait for it.
+public protocol SlowRPCMethod: RPCMethodDeclaration {
+    associatedtype Params
+    associatedtype Result
+    /// Keys besides the caller's user (`user:<id>`) that order this call against the stream's other
+    /// requests, read from the raw params before they are checked (`email:<address>` for a sign-in).
+    func orderingKeys(_ params: JSONObject) -> [String]
+    /// Reads what the slow part needs; throwing answers the call at once.
+    func start(_ params: Params, _ context: CallContext) throws(RPCError) -> SlowCall<Result>
+}
+
+/// The rest of a slow call: `work` for a worker thread, then `apply` on the serving thread with its value.
+public struct SlowCall<Result> {
+    /// Users the call turned out to touch (found by `start`): later requests of theirs wait for it.
+    let users: [String]
+    let work: @Sendable () -> any Sendable
+    let apply: (any Sendable) throws(RPCError) -> Result
+
+    /// `work` must not touch stored state: the serving thread keeps changing it meanwhile. `apply` sees the
+    /// state as it is then, so it re-checks whatever `start` read.
+    public init<Value: Sendable>(users: [String] = [], work: @escaping @Sendable () -> Value,
+                                 apply: @escaping (Value) throws(RPCError) -> Result) {
+        self.users = users
+        self.work = work
+        self.apply = { (value: any Sendable) throws(RPCError) -> Result in try apply(value as! Value) }
+    }
+
+    func erased() -> SlowCall<JSON> where Result: JSONEncodable {
+        let apply = self.apply
+        return SlowCall<JSON>(users: users, work: work, apply: { (v: any Sendable) throws(RPCError) -> JSON in try apply(v).json })
+    }
+
+    private init(users: [String], work: @escaping @Sendable () -> any Sendable, apply: @escaping (any Sendable) throws(RPCError) -> Result) {
+        self.users = users
+        self.work = work
+        self.apply = apply
+    }
 }

@@ -11,10 +11,21 @@ public struct RegisteredMethod: Sendable {
     public let params: [JSON]
     public let resultSchema: String
     public let errors: [ErrorDoc]
-    let invoke: @Sendable (inout ObjectReader, CallContext) throws(RPCError) -> JSON
+    public let readsState: Bool
+    /// Whether calls have a slow part for a worker thread.
+    public let slow: Bool
+    let invoke: @Sendable (inout ObjectReader, CallContext) throws(RPCError) -> Invocation
+    /// The ordering keys a slow method reads from its raw params.
+    let orderingKeys: @Sendable (JSONObject) -> [String]
 
-    /// Wraps `method`.
-    public init<M: RPCMethod>(_ method: M) {
+    /// What calling a method gave.
+    enum Invocation {
+        case done(JSON)
+        case slow(SlowCall<JSON>)
+    }
+
+    private init<M: RPCMethodDeclaration>(_ type: M.Type, slow: Bool, orderingKeys: @escaping @Sendable (JSONObject) -> [String],
+                                          invoke: @escaping @Sendable (M.Params, CallContext) throws(RPCError) -> Invocation) {
         name = M.name
         summary = M.summary
         mutates = M.mutates
@@ -22,7 +33,10 @@ public struct RegisteredMethod: Sendable {
         params = M.Params.declaration.descriptors
         resultSchema = M.resultSchema
         errors = M.errors
-        invoke = { (reader: inout ObjectReader, context: CallContext) throws(RPCError) -> JSON in
+        readsState = M.readsState
+        self.slow = slow
+        self.orderingKeys = orderingKeys
+        self.invoke = { (reader: inout ObjectReader, context: CallContext) throws(RPCError) -> Invocation in
             let params: M.Params
             do throws(FieldError) {
                 let values = try M.Params.declaration.decode(&reader)
@@ -31,7 +45,21 @@ public struct RegisteredMethod: Sendable {
             } catch {
                 throw RPCError.invalidParams(error)
             }
-            return try method.call(params, context).json
+            return try invoke(params, context)
+        }
+    }
+
+    /// Wraps `method`.
+    public init<M: RPCMethod>(_ method: M) {
+        self.init(M.self, slow: false, orderingKeys: { _ in [] }) { (params, context) throws(RPCError) in
+            .done(try method.call(params, context).json)
+        }
+    }
+
+    /// Wraps a method with a slow part.
+    public init<M: SlowRPCMethod>(_ method: M) {
+        self.init(M.self, slow: true, orderingKeys: { method.orderingKeys($0) }) { (params, context) throws(RPCError) in
+            .slow(try method.start(params, context).erased())
         }
     }
 }

@@ -150,7 +150,7 @@ public final class SocketServer: @unchecked Sendable {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: bufferBytes, alignment: 16)
         defer { buffer.deallocate() }
         let wakeFD = wakeWrite
-        let wake = {
+        let wake: @Sendable () -> Void = {
             var byte: UInt8 = 1
             _ = write(wakeFD, &byte, 1)
         }
@@ -161,7 +161,9 @@ public final class SocketServer: @unchecked Sendable {
             fds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
             for peer in peers {
                 var events: Int32 = 0
-                if !peer.ended && peer.unread <= maxUnreadBytes / 4 { events |= Int32(POLLIN) }
+                if !peer.ended && peer.unread <= maxUnreadBytes / 4 && peer.connection.stream.outstanding <= StdioServer.maxOutstanding {
+                    events |= Int32(POLLIN)
+                }
                 if peer.unread > 0 { events |= Int32(POLLOUT) }
                 fds.append(pollfd(fd: peer.fd, events: Int16(events), revents: 0))
             }
@@ -173,7 +175,8 @@ public final class SocketServer: @unchecked Sendable {
             if fds[1].revents != 0 {
                 var drain = [UInt8](repeating: 0, count: 64)
                 while read(wakeRead, &drain, drain.count) > 0 {}
-                lock.run { for peer in peers { peer.connection.deliverNotifications() } }
+                // Other streams' changes, or slow work finished: apply it and write what became ready.
+                for peer in peers where lock.run({ peer.connection.endBatch(waitAbove: nil) }) { onStorageFailure() }
             }
             let polled = peers.count
             if fds[0].revents != 0 {
@@ -184,6 +187,7 @@ public final class SocketServer: @unchecked Sendable {
                     _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
                     let peer = lock.run { Peer(fd: fd, connection: makeConnection()) }
                     peer.connection.events.wake = wake
+                    peer.connection.stream.wake = wake
                     peers.append(peer)
                 }
             }
@@ -197,7 +201,7 @@ public final class SocketServer: @unchecked Sendable {
                 if peer.unread > maxUnreadBytes {
                     log("socket connection cut: \(peer.unread) bytes of answers and events unread (limit \(maxUnreadBytes))")
                     closing.append(peer)
-                } else if peer.ended && peer.unread == 0 {
+                } else if peer.ended && peer.unread == 0 && peer.connection.stream.isSettled {
                     closing.append(peer)
                 }
             }
@@ -205,6 +209,7 @@ public final class SocketServer: @unchecked Sendable {
             peers.removeAll { peer in closing.contains { $0 === peer } }
         }
         for peer in peers {
+            if lock.run({ peer.connection.endBatch(waitAbove: 0) }) { onStorageFailure() }
             _ = send(peer)
             disconnect(peer)
         }
@@ -218,7 +223,7 @@ public final class SocketServer: @unchecked Sendable {
         if n == 0 { peer.ended = true }
         let fatal = lock.run {
             peer.connection.answer(lines)
-            return peer.connection.endBatch()
+            return peer.connection.endBatch(waitAbove: nil)
         }
         if fatal {
             _ = send(peer)

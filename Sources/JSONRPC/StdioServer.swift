@@ -113,7 +113,7 @@ public final class StdioServer {
         let reader = connection.reader
         let (inputFD, log, mayBusyWait) = (self.inputFD, self.log, self.mayBusyWait)
         nonisolated(unsafe) let unsafeLog = log
-        let wakeFD = lock == nil ? -1 : makeWakePipe()
+        let wakeFD = makeWakePipe()
         spawnThread {
             Self.readLoop(reader: reader, inputFD: inputFD, wakeFD: wakeFD, bufferBytes: readBufferBytes, queue: queue,
                           answered: answered, mayBusyWait: mayBusyWait, log: unsafeLog)
@@ -124,17 +124,22 @@ public final class StdioServer {
             case .batch(let lines):
                 let fatal = serve {
                     connection.answer(lines)
-                    return connection.endBatch()
+                    return connection.endBatch(waitAbove: Self.maxOutstanding)
                 }
                 // The reader thread frees what it allocated: freeing another thread's memory contends
                 // for its malloc arena (a few percent of both threads' time under load).
                 answered.withLock { $0.append(lines) }
                 if let ending = flush(fatal: fatal) { return ending }
             case .end(let ending):
-                return ending
+                // Every request read is answered before the kernel stops, slow ones included.
+                let fatal = connection.stream.isSettled ? false : serve { connection.endBatch(waitAbove: 0) }
+                return flush(fatal: fatal) ?? ending
             }
         }
     }
+
+    /// Requests a stream may have waiting for slow work before the server stops reading it.
+    public static let maxOutstanding = 4096
 
     /// Answers under the serving lock when other streams share the dispatcher.
     private func serve(_ body: () -> Bool) -> Bool {
@@ -142,8 +147,8 @@ public final class StdioServer {
         return lock.run(body)
     }
 
-    /// A pipe whose write end the subscription pokes when other streams' changes wait for this one;
-    /// returns the read end, which the reader thread polls.
+    /// A pipe whose write end is poked when other streams' changes or finished slow work wait for this
+    /// stream; returns the read end, which the reader thread polls.
     private func makeWakePipe() -> Int32 {
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { return -1 }
@@ -152,15 +157,17 @@ public final class StdioServer {
             _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         }
         let writeEnd = fds[1]
-        connection.events.wake = {
+        let wake: @Sendable () -> Void = {
             var byte: UInt8 = 1
             _ = write(writeEnd, &byte, 1)
         }
+        connection.events.wake = wake
+        connection.stream.wake = wake
         return fds[0]
     }
 
     /// The reader thread: reads until EOF or a stop signal, handing each read's parsed lines over (and
-    /// an empty batch when notifications from other streams wait to be written).
+    /// an empty batch when notifications from other streams or finished slow work wait).
     private static func readLoop(reader: RequestReader, inputFD: Int32, wakeFD: Int32, bufferBytes: Int, queue: HandoffQueue<Input>,
                                  answered: borrowing Mutex<[[ParsedLine]]>, mayBusyWait: () -> Bool,
                                  log: (String) -> Void) {

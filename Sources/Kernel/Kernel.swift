@@ -107,6 +107,7 @@ public final class Kernel {
             RegisteredMethod(RPCDiscover()),
             RegisteredMethod(KernelInfo(startedAt: startedAt, stats: stats, store: store, auth: auth)),
             RegisteredMethod(KernelSnapshot(store: store)),
+            RegisteredMethod(KernelSetOrdering()),
             RegisteredMethod(AuthSignUp(auth)),
             RegisteredMethod(AuthSignIn(auth)),
             RegisteredMethod(AuthRefresh(auth)),
@@ -126,8 +127,8 @@ public final class Kernel {
     }
 
     /// A new connection (framing state plus output buffer) over this kernel.
-    public func connection() -> Connection {
-        Connection(dispatcher: dispatcher, maxLineBytes: config.maxLineBytes)
+    public func connection(ordering: ResponseOrdering = .read) -> Connection {
+        Connection(dispatcher: dispatcher, maxLineBytes: config.maxLineBytes, ordering: ordering)
     }
 
     /// Runs `input` through a fresh connection as if it were a whole stdin stream, and returns stdout.

@@ -177,3 +177,25 @@ struct EventsUnsubscribe: RPCMethod {
         return ["subscribed": false]
     }
 }
+
+/// `kernel.setOrdering`: the order this stream's responses are written in, from the next request on.
+struct KernelSetOrdering: RPCMethod {
+    struct Params: RPCParams {
+        static let declaration = ParamList(
+            required("mode", oneOf: ResponseOrdering.allCases.map(\.rawValue))
+                .described("read: in the order requests were read; completion: each as soon as it is done and durable"))
+        let mode: ResponseOrdering
+        init(_ mode: String) { self.mode = ResponseOrdering(rawValue: mode) ?? .read }
+    }
+    static let name = "kernel.setOrdering"
+    static let summary = "Sets the order of this stream's responses from the next request on: read order (the default) or completion order, for hosts that match answers by id. Requests of one user are applied in read order either way."
+    static let mutates = false
+    static let auth = AuthRequirement.none
+    static let readsState = false
+    static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["mode"], "properties": {"mode": {"enum": ["read", "completion"]}}}"#
+
+    func call(_ p: Params, _ context: CallContext) throws(RPCError) -> JSON {
+        context.stream.ordering = p.mode
+        return ["mode": .string(p.mode.rawValue)]
+    }
+}

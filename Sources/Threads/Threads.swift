@@ -123,3 +123,97 @@ public final class SharedFlag: Sendable {
     /// Sets the value.
     public func set(_ newValue: Bool) { value.store(newValue, ordering: .releasing) }
 }
+
+/// An unbounded multi-producer queue whose one consumer can wait for the next items: where worker
+/// threads leave finished work for the serving thread. `put` never blocks, so a worker is never held
+/// up by a busy serving thread.
+public final class Inbox<Item: Sendable>: @unchecked Sendable {
+    private let lock = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let notEmpty = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private var items: [Item] = []
+    /// Items queued, readable without the lock (the serving thread checks it on every batch).
+    private let queued = Atomic<Int>(0)
+
+    public init() {
+        pthread_mutex_init(lock, nil)
+        pthread_cond_init(notEmpty, nil)
+    }
+
+    deinit {
+        pthread_cond_destroy(notEmpty)
+        pthread_mutex_destroy(lock)
+        lock.deallocate()
+        notEmpty.deallocate()
+    }
+
+    /// Whether items wait, without taking the lock.
+    public var isEmpty: Bool { queued.load(ordering: .acquiring) == 0 }
+
+    /// Adds an item.
+    public func put(_ item: Item) {
+        pthread_mutex_lock(lock)
+        items.append(item)
+        queued.store(items.count, ordering: .releasing)
+        pthread_cond_signal(notEmpty)
+        pthread_mutex_unlock(lock)
+    }
+
+    /// Every queued item, oldest first; with `wait`, sleeps until there is at least one.
+    public func takeAll(wait: Bool) -> [Item] {
+        if !wait && isEmpty { return [] }
+        pthread_mutex_lock(lock)
+        defer { pthread_mutex_unlock(lock) }
+        while wait && items.isEmpty { pthread_cond_wait(notEmpty, lock) }
+        var taken: [Item] = []
+        swap(&taken, &items)
+        queued.store(0, ordering: .releasing)
+        return taken
+    }
+}
+
+/// Threads for slow work (password hashing, waits on the network), so that it never runs on the
+/// thread that serves every request. Jobs run in the order submitted, each on whichever thread is free.
+public final class WorkerPool: Sendable {
+    /// How many threads run jobs.
+    public let threads: Int
+    private let jobs = Inbox<Job>()
+
+    struct Job: Sendable {
+        let run: @Sendable () -> Void
+    }
+
+    /// A pool of `threads` threads (at least one), started now; they live as long as the process.
+    public init(threads: Int) {
+        self.threads = max(1, threads)
+        let jobs = self.jobs
+        for _ in 0..<self.threads {
+            spawnThread {
+                while true { jobs.takeOne().run() }
+            }
+        }
+    }
+
+    /// One thread per core (at least one): the serving thread mostly waits while slow work runs, so
+    /// every core hashes.
+    public static func perCore() -> WorkerPool {
+        WorkerPool(threads: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+    }
+
+    /// Runs `job` on a pool thread.
+    public func submit(_ job: @escaping @Sendable () -> Void) {
+        jobs.put(Job(run: job))
+    }
+}
+
+extension Inbox {
+    /// The oldest item, waiting for one; leaves the rest to other consumers (one job per free thread).
+    func takeOne() -> Item {
+        pthread_mutex_lock(lock)
+        defer { pthread_mutex_unlock(lock) }
+        while items.isEmpty { pthread_cond_wait(notEmpty, lock) }
+        let item = items.removeFirst()
+        queued.store(items.count, ordering: .releasing)
+        if !items.isEmpty { pthread_cond_signal(notEmpty) }
+        return item
+    }
+}

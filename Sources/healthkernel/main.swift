@@ -136,6 +136,9 @@ struct Serve: ParsableCommand {
     @Option(help: "Cut a socket connection whose unread answers and events pass this many bytes (default: 64 MiB).")
     var maxUnreadBytes: Int = 64 << 20
 
+    @Option(help: "Order of responses on stdout: read (the order requests were read) or completion (each as soon as it is done; match answers by id).")
+    var ordering: ResponseOrdering = .read
+
     func validate() throws {
         if let listen, !listen.hasPrefix("unix:") || listen.count == 5 {
             throw ValidationError("--listen takes unix:PATH")
@@ -157,7 +160,7 @@ struct Serve: ParsableCommand {
             _ = pipe(&fds)
             inputFD = fds[0]
         }
-        let server = StdioServer(connection: kernel.connection(), inputFD: inputFD, outputFD: outputFD)
+        let server = StdioServer(connection: kernel.connection(ordering: ordering), inputFD: inputFD, outputFD: outputFD)
         server.log = { logger.warning("\($0)") }
         server.afterWrite = { kernel.store.snapshotIfDue() }
         let store = kernel.store
@@ -223,7 +226,7 @@ struct Call: ParsableCommand {
         let kernel = options.start(config, logger: logger)
         var out: [UInt8] = []
         kernel.dispatcher.handleLine(Array(request.dropLast()), into: &out)
-        if kernel.dispatcher.endBatch(&out) {
+        if kernel.dispatcher.endBatch(&out, waitAbove: 0) {
             fail("healthkernel call: syncing the log failed", status: ExitStatus.storageFailed)
         }
         kernel.shutdown()
@@ -484,3 +487,5 @@ func readWholeFile(_ path: String) -> [UInt8]? {
 }
 
 HealthKernelCommand.main()
+
+extension ResponseOrdering: ExpressibleByArgument {}

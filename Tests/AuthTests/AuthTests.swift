@@ -224,6 +224,44 @@ struct IDClaims: JWTPayload {
         }
     }
 
+    @Test func aReuseWithinTheIntervalAnswersTheSessionItsFirstUseCreated() throws {
+        let h = try AuthHarness()
+        let session = try h.service.signUp(email: "ann@example.com", password: "right password", now: t0)
+        let first = try h.service.refresh(session.refreshToken, now: t0.adding(seconds: 1))
+        // Two tabs: the second refresh of the same token, 3 s later, gets the token the first one got.
+        let second = try h.service.refresh(session.refreshToken, now: t0.adding(seconds: 4))
+        #expect(second.refreshToken == first.refreshToken)
+        #expect(try h.service.authenticate(token: second.accessToken, requirement: .user, now: t0.adding(seconds: 4))?.userId
+            == session.user.id)
+        // The chain moved on meanwhile: a reuse still within the interval follows it to the current token.
+        let third = try h.service.refresh(first.refreshToken, now: t0.adding(seconds: 5))
+        #expect(try h.service.refresh(session.refreshToken, now: t0.adding(seconds: 6)).refreshToken == third.refreshToken)
+        // After the interval, a reuse means the token leaked: the whole session ends.
+        #expect(throws: AuthError.refreshTokenReused) {
+            _ = try h.service.refresh(session.refreshToken, now: t0.adding(seconds: 12))
+        }
+        #expect(throws: AuthError.invalidRefreshToken) { _ = try h.service.refresh(third.refreshToken, now: t0.adding(seconds: 13)) }
+    }
+
+    @Test func aReuseIntervalOfZeroRevokesOnAnyReuse() throws {
+        let h = try AuthHarness({ $0.refreshReuseIntervalSeconds = 0 })
+        let session = try h.service.signUp(email: "ann@example.com", password: "right password", now: t0)
+        let first = try h.service.refresh(session.refreshToken, now: t0)
+        #expect(throws: AuthError.refreshTokenReused) { _ = try h.service.refresh(session.refreshToken, now: t0) }
+        #expect(throws: AuthError.invalidRefreshToken) { _ = try h.service.refresh(first.refreshToken, now: t0) }
+    }
+
+    @Test func concurrentSignInsCannotPassTheThrottle() throws {
+        let h = try AuthHarness()
+        _ = try h.service.signUp(email: "ann@example.com", password: "right password", now: t0)
+        // Five attempts in flight at once (their hashes not yet checked) use up the allowance.
+        let attempts = try (0..<5).map { _ in try h.service.beginSignIn(email: "ann@example.com", now: t0) }
+        #expect(throws: AuthError.tooManyAttempts) { _ = try h.service.beginSignIn(email: "ann@example.com", now: t0) }
+        // One of them succeeds: the failures are forgiven, as after any successful sign-in.
+        _ = try h.service.finishSignIn(attempts[0], passwordMatches: true, now: t0)
+        _ = try h.service.beginSignIn(email: "ann@example.com", now: t0)
+    }
+
     @Test func expiredRefreshTokenIsRefused() throws {
         let h = try AuthHarness({ $0.refreshTokenTtlSeconds = 3600 })
         let session = try h.service.signUp(email: "ann@example.com", password: "right password", now: t0)

@@ -44,6 +44,8 @@ export interface SpawnOptions {
   readyTimeout?: number;
   /** stderr lines kept for error messages (50). */
   stderrLines?: number;
+  /** Response order the client asks for on each new stream: completion (default; a slow call holds up no other) or read. */
+  ordering?: 'completion' | 'read';
 }
 
 export interface ChangeEvent {
@@ -532,6 +534,17 @@ export interface Methods {
         p50Micros: number;
         p99Micros: number;
       };
+    };
+  };
+  /** Sets the order of this stream's responses from the next request on: read order (the default) or completion order, for hosts that match answers by id. Requests of one user are applied in read order either way. Auth: none. */
+  "kernel.setOrdering": {
+    params: {
+      /** read: in the order requests were read; completion: each as soon as it is done and durable */
+      mode: "read" | "completion";
+    };
+    paramsRequired: true;
+    result: {
+      mode: "read" | "completion";
     };
   };
   /** Writes a snapshot of all data now; answers once it is durable. Older log segments are then removed. Auth: service. */

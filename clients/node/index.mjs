@@ -62,6 +62,7 @@ const defaults = {
   maxPending: 10_000,
   maxLineBytes: 16 * 1024 * 1024,
   stderrLines: 50,
+  ordering: 'completion',
 };
 
 /**
@@ -321,6 +322,11 @@ export class Kernel extends EventEmitter {
     link.output.setEncoding('utf8');
     link.output.on('data', (chunk) => this.#read(chunk));
     await link.ready;
+    // Answers are matched by id, so a slow call (a sign-in's password hash) need not hold up the ones
+    // behind it: ask for completion order first thing on every new stream (a notification: no answer).
+    if (this.#options.ordering === 'completion') {
+      this.#outbox.unshift(JSON.stringify({ jsonrpc: '2.0', method: 'kernel.setOrdering', params: { mode: 'completion' } }));
+    }
     this.#startedAt = Date.now();
     this.#state = 'running';
     this.emit('spawn', { pid: link.pid });

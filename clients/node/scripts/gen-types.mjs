@@ -125,6 +125,8 @@ export interface SpawnOptions {
   readyTimeout?: number;
   /** stderr lines kept for error messages (50). */
   stderrLines?: number;
+  /** Response order the client asks for on each new stream: completion (default; a slow call holds up no other) or read. */
+  ordering?: 'completion' | 'read';
 }
 
 export interface ChangeEvent {
