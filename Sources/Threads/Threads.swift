@@ -188,6 +188,11 @@ public final class WorkerPool: Sendable {
         let jobs = self.jobs
         for _ in 0..<self.threads {
             spawnThread {
+                // Below the serving thread's priority: slow work gets every idle cycle, but a request
+                // that takes microseconds is never queued behind a hash on a busy machine.
+                #if canImport(Glibc)
+                _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 10)  // 0: this thread (Linux nice is per thread)
+                #endif
                 while true { jobs.takeOne().run() }
             }
         }

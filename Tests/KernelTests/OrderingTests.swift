@@ -132,15 +132,18 @@ import Testing
         #expect(answer?["error"]?["data"]?["field"] == "params.mode")
     }
 
-    @Test func twoRefreshesInOneBatchShareTheSessionTheFirstCreated() throws {
-        let kernel = try makeKernel()
+    /// Refreshes one account's refresh token twice in one batch; the kernel's answers to both.
+    static func refreshTwiceInOneBatch(_ kernel: Kernel) throws -> (Stream, [JSON]) {
         var stream = Stream(kernel)
-        let session = Self.accounts(&stream)[0]
-        let refresh = try #require(session["refreshToken"]?.stringValue)
-        let batch: JSON = [Self.request(1, "auth.refresh", ["refreshToken": .string(refresh)]),
-                           Self.request(2, "auth.refresh", ["refreshToken": .string(refresh)])]
-        let array = try #require(stream.send([batch]).all.first?.arrayValue)
-        let first = try #require(array[0]["result"]), second = try #require(array[1]["result"])
+        let refresh = try #require(Self.accounts(&stream)[0]["refreshToken"]?.stringValue)
+        let request = Self.request(1, "auth.refresh", ["refreshToken": .string(refresh)])
+        return (stream, try #require(stream.send([[request, request]]).all.first?.arrayValue))
+    }
+
+    @Test func twoRefreshesInOneBatchShareTheSessionTheFirstCreated() throws {
+        let (opened, answers) = try Self.refreshTwiceInOneBatch(try makeKernel())
+        var stream = opened
+        let first = try #require(answers[0]["result"]), second = try #require(answers[1]["result"])
         #expect(first["refreshToken"] == second["refreshToken"])
         let access = try #require(second["accessToken"]?.stringValue)
         #expect(stream.send([Self.request(3, "auth.user", ["auth": .string(access)])]).all.first?["result"]?["email"] == "u0@example.com")
@@ -150,15 +153,10 @@ import Testing
     }
 
     @Test func strictRevocationWhenTheReuseIntervalIsZero() throws {
-        let kernel = try makeKernel { $0.auth.refreshReuseIntervalSeconds = 0 }
-        var stream = Stream(kernel)
-        let session = Self.accounts(&stream)[0]
-        let refresh = try #require(session["refreshToken"]?.stringValue)
-        let batch: JSON = [Self.request(1, "auth.refresh", ["refreshToken": .string(refresh)]),
-                           Self.request(2, "auth.refresh", ["refreshToken": .string(refresh)])]
-        let array = try #require(stream.send([batch]).all.first?.arrayValue)
-        #expect(array[1]["error"]?["code"] == -32001)
-        let access = try #require(array[0]["result"]?["accessToken"]?.stringValue)
+        let (opened, answers) = try Self.refreshTwiceInOneBatch(try makeKernel { $0.auth.refreshReuseIntervalSeconds = 0 })
+        var stream = opened
+        #expect(answers[1]["error"]?["code"] == -32001)
+        let access = try #require(answers[0]["result"]?["accessToken"]?.stringValue)
         #expect(stream.send([Self.request(3, "auth.user", ["auth": .string(access)])]).all.first?["error"]?["code"] == -32001)
     }
 }

@@ -3,11 +3,9 @@
 // Every check compares what was answered before what, never how long anything took.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { connect } from 'node:net';
-import { once } from 'node:events';
 import { join } from 'node:path';
 import { Kernel, KernelExitError } from '../index.mjs';
-import { binary, env, temporaryDirectory, token, userA, eventually } from './support.mjs';
+import { binary, env, temporaryDirectory, token, userA, openSocket } from './support.mjs';
 
 const password = (i) => `password-${i}-long-enough`;
 const email = (i) => `user${i}@example.com`;
@@ -52,27 +50,7 @@ test('serve --ordering completion: stdout in completion order for a host that as
   assert.equal(order[0], 'info');
 });
 
-/** A raw JSON-RPC connection to a socket: send lines, collect parsed answers. */
-async function open(path) {
-  const socket = connect(path);
-  await once(socket, 'connect');
-  const lines = [];
-  let partial = '';
-  socket.setEncoding('utf8');
-  socket.on('data', (chunk) => {
-    const parts = (partial + chunk).split('\n');
-    partial = parts.pop();
-    for (const p of parts) if (p) lines.push(JSON.parse(p));
-  });
-  return {
-    socket, lines,
-    send: (...messages) => socket.write(messages.map((m) => JSON.stringify({ jsonrpc: '2.0', ...m }) + '\n').join('')),
-    answer: async (id) => {
-      await eventually(() => lines.some((l) => l.id === id), 60_000, `answer ${id}`);
-      return lines.find((l) => l.id === id);
-    },
-  };
-}
+const open = (path) => openSocket(path, { timeout: 60_000 });
 
 test('two socket connections: B is answered while A\'s sign-ins still run; concurrent refreshes share one session', async (t) => {
   const dir = temporaryDirectory(t);

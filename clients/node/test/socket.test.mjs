@@ -2,35 +2,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
-import { connect } from 'node:net';
 import { statSync, existsSync, writeFileSync } from 'node:fs';
 import { once } from 'node:events';
 import { join } from 'node:path';
 import { Kernel } from '../index.mjs';
-import { binary, env, temporaryDirectory, token, userA, eventually } from './support.mjs';
+import { binary, env, temporaryDirectory, token, userA, eventually, openSocket } from './support.mjs';
 
-/** A raw JSON-RPC connection to the socket: send lines, collect parsed lines. */
-async function open(path) {
-  const socket = connect(path);
-  await once(socket, 'connect');
-  const lines = [];
-  let partial = '';
-  socket.setEncoding('utf8');
-  socket.on('data', (chunk) => {
-    const parts = (partial + chunk).split('\n');
-    partial = parts.pop();
-    for (const p of parts) if (p) lines.push(JSON.parse(p));
-  });
-  const ended = once(socket, 'end').catch(() => {});
-  return {
-    socket, lines, ended,
-    send: (...messages) => socket.write(messages.map((m) => JSON.stringify({ jsonrpc: '2.0', ...m }) + '\n').join('')),
-    answer: async (id) => {
-      await eventually(() => lines.some((l) => l.id === id), 10_000, `answer ${id}`);
-      return lines.find((l) => l.id === id);
-    },
-  };
-}
+const open = (path) => openSocket(path);
 
 const call = (args) => new Promise((resolve) => execFile(binary, ['call', ...args], { env: { ...process.env, ...env } },
   (error, stdout, stderr) => resolve({ code: error ? error.code : 0, stdout, stderr })));

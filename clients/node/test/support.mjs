@@ -1,5 +1,7 @@
 // Shared by the Node tests: the binary under test, fresh data dirs, tokens.
 import { execFileSync } from 'node:child_process';
+import { once } from 'node:events';
+import { connect } from 'node:net';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -50,4 +52,27 @@ export async function eventually(predicate, ms = 10_000, what = 'condition') {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
+}
+
+/** A raw JSON-RPC connection to a kernel's socket: send lines, collect parsed lines; `answer(id)` waits up to `timeout` ms. */
+export async function openSocket(path, { timeout = 10_000 } = {}) {
+  const socket = connect(path);
+  await once(socket, 'connect');
+  const lines = [];
+  let partial = '';
+  socket.setEncoding('utf8');
+  socket.on('data', (chunk) => {
+    const parts = (partial + chunk).split('\n');
+    partial = parts.pop();
+    for (const p of parts) if (p) lines.push(JSON.parse(p));
+  });
+  const ended = once(socket, 'end').catch(() => {});
+  return {
+    socket, lines, ended,
+    send: (...messages) => socket.write(messages.map((m) => JSON.stringify({ jsonrpc: '2.0', ...m }) + '\n').join('')),
+    answer: async (id) => {
+      await eventually(() => lines.some((l) => l.id === id), timeout, `answer ${id}`);
+      return lines.find((l) => l.id === id);
+    },
+  };
 }
