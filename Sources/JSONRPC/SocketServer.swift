@@ -176,7 +176,10 @@ public final class SocketServer: @unchecked Sendable {
                 var drain = [UInt8](repeating: 0, count: 64)
                 while read(wakeRead, &drain, drain.count) > 0 {}
                 // Other streams' changes, or slow work finished: apply it and write what became ready.
-                for peer in peers where lock.run({ peer.connection.endBatch(waitAbove: nil) }) { onStorageFailure() }
+                for peer in peers {
+                    let fatal = lock.run { peer.connection.endBatch(waitAbove: nil) }
+                    if fatal { onStorageFailure() }
+                }
             }
             let polled = peers.count
             if fds[0].revents != 0 {
