@@ -7,8 +7,8 @@ import Threads
 public enum ParsedLine: Sendable {
     /// A JSON value, and when its parsing started (request latency counts from there).
     case value(JSON, started: UInt64)
-    /// Not JSON.
-    case parseError(JSONParseError, started: UInt64)
+    /// Not JSON; `id` is the request's id when it could still be read (else null).
+    case parseError(JSONParseError, id: JSON, started: UInt64)
     /// A line longer than `limit` bytes, skipped.
     case tooLong(limit: Int)
 }
@@ -62,7 +62,7 @@ public final class Dispatcher {
         do {
             return .value(try JSON.parse(line), started: started)
         } catch {
-            return .parseError(error, started: started)
+            return .parseError(error, id: RequestIDScan.id(in: line) ?? .null, started: started)
         }
     }
 
@@ -78,8 +78,8 @@ public final class Dispatcher {
         switch line {
         case .value(let value, let s):
             (parsed, started) = (value, s)
-        case .parseError(let error, let s):
-            deliver(id: .null, .failure(.parse(error)), commits: nil, started: s, slot: nil, into: &out)
+        case .parseError(let error, let id, let s):
+            deliver(id: id, .failure(.parse(error)), commits: nil, started: s, slot: nil, into: &out)
             return
         case .tooLong(let limit):
             rejectOversizedLine(limit: limit, into: &out)

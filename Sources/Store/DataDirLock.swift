@@ -10,7 +10,7 @@ public enum DataDirLock {
     /// Takes the lock or fails at once naming the holder's pid.
     public static func acquire(_ dir: String) throws(StoreOpenError) -> Int32 {
         let path = dir + "/LOCK"
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        let fd = DataDirAccess.open(path, O_RDWR | O_CREAT | O_CLOEXEC)
         guard fd >= 0 else { throw .io("cannot open \(path): \(FileIO.describe(errno))") }
         if flock(fd, LOCK_EX | LOCK_NB) != 0 {
             let holder = FileIO.readAll(path).map { String(decoding: $0, as: UTF8.self) }?

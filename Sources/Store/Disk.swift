@@ -61,7 +61,7 @@ struct Disk: Sendable {
         var flags = O_WRONLY | O_APPEND | O_CLOEXEC
         if create { flags |= O_CREAT }
         if truncate { flags |= O_TRUNC }
-        let fd = Glibc.open(path(name), flags, 0o644)
+        let fd = DataDirAccess.open(path(name), flags)
         return fd >= 0 ? .success(fd) : .failure(DiskError(create ? "create" : "open", name, errno))
     }
 
@@ -144,11 +144,10 @@ public enum DurableFile {
     /// is written, synced and linked into place (which fails when the name is taken) or renamed over it,
     /// then the folder is synced. A disk that fills up half-way leaves no file behind, so it cannot block
     /// the next start.
-    public static func create(dir: String, name: String, bytes: [UInt8], mode: mode_t = 0o600,
-                              replacing: Bool = false) -> Outcome {
+    public static func create(dir: String, name: String, bytes: [UInt8], replacing: Bool = false) -> Outcome {
         let disk = Disk(dir: dir, faults: nil)
         let tmp = name + ".\(getpid()).tmp"
-        let fd = Glibc.open(disk.path(tmp), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
+        let fd = DataDirAccess.open(disk.path(tmp), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC)
         guard fd >= 0 else { return .failed(DiskError("create", tmp, errno).description) }
         var failure = bytes.withUnsafeBytes { disk.write(fd, tmp, $0) } ?? disk.sync(fd, tmp)
         Glibc.close(fd)

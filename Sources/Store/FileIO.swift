@@ -80,15 +80,5 @@ enum FileIO {
         var st = stat()
         return stat(path, &st) == 0 ? Int(st.st_size) : nil
     }
-
-    /// Creates a folder and its parents.
-    static func makeDirectories(_ path: String) -> Int32? {
-        var prefix = path.hasPrefix("/") ? "/" : ""
-        for part in path.split(separator: "/") {
-            prefix += part + "/"
-            if mkdir(prefix, 0o755) != 0 && errno != EEXIST { return errno }
-        }
-        return nil
-    }
 }
 

@@ -44,7 +44,12 @@ final class FileJournal: Journal {
 
     func open(_ load: (DataDirScan) throws(StoreOpenError) -> Void) throws(StoreOpenError) -> UInt64 {
         let dir = disk.dir
-        if let e = FileIO.makeDirectories(dir) { throw .io("cannot create data dir \(dir): \(FileIO.describe(e))") }
+        switch DataDirAccess.prepare(dir) {
+        case .failure(let e): throw .io(e.description)
+        case .success(let tightened) where !tightened.isEmpty:
+            log("data dir \(dir) was readable by other users: made private to this user (\(tightened.joined(separator: ", ")))")
+        case .success: break
+        }
         lockFD = try DataDirLock.acquire(dir)
         do {
             try recover(load)

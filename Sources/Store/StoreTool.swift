@@ -152,7 +152,7 @@ public enum StoreTool {
 extension StoreFiles {
     /// Writes a whole file and syncs it; returns an error message on failure.
     static func writeFile(_ path: String, _ bytes: [UInt8]) -> String? {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        let fd = DataDirAccess.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC)
         guard fd >= 0 else { return FileIO.describe(errno) }
         defer { close(fd) }
         if let e = bytes.withUnsafeBytes({ FileIO.writeAll(fd, $0) }) { return FileIO.describe(e) }

@@ -344,7 +344,7 @@ struct Token: ParsableCommand {
         }
         let secret: [UInt8]
         do {
-            if !config.memoryOnly, let e = makeDirectory(config.dataDir) { throw AuthSetupError(e) }
+            if !config.memoryOnly, case .failure(let e) = DataDirAccess.prepare(config.dataDir) { throw AuthSetupError(e.description) }
             secret = try JWTSecret.resolve(configured: config.auth.jwtSecret, dataDir: config.memoryOnly ? nil : config.dataDir)
         } catch {
             fail("healthkernel token: \(error)", status: ExitStatus.startupFailed)
@@ -352,16 +352,6 @@ struct Token: ParsableCommand {
         let token = try TokenMinter(secret: secret, ttl: ttl).mint(sub: subject, role: role, now: SystemClock().now())
         writeStdout(token + "\n")
     }
-}
-
-/// Creates a folder (and its parents); returns a message on failure.
-func makeDirectory(_ path: String) -> String? {
-    var prefix = path.hasPrefix("/") ? "/" : ""
-    for part in path.split(separator: "/") {
-        prefix += part + "/"
-        if mkdir(prefix, 0o755) != 0 && errno != EEXIST { return "cannot create \(prefix)" }
-    }
-    return nil
 }
 
 struct StoreCommand: ParsableCommand {

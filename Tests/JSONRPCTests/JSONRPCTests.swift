@@ -225,3 +225,35 @@ func exchange(_ input: String, maxLineBytes: Int = 1 << 20) throws -> [JSON] {
         }
     }
 }
+
+/// Issue "Security and robustness defects", item 3: a line the parser refuses still answers with the
+/// request's own id when that id can be read, so a host matching answers by id does not wait for a timeout.
+@Suite struct UnparseableLineIDTests {
+    @Test func parseErrorsCarryTheRequestID() throws {
+        let deep = String(repeating: "[", count: 600) + String(repeating: "]", count: 600)
+        let lines = [
+            #"{"jsonrpc":"2.0","id":7,"method":"math.subtract","params":{"x":"\u0000"}}"#,
+            #"{"jsonrpc":"2.0","method":"math.subtract","params":{"x":"\ud800"},"id":"abc"}"#,
+            #"{"jsonrpc":"2.0","id":null,"method":"x","params":{"x":"\u0000"}}"#,
+            #"{"params":{"x":"# + deep + #"},"id":-2.5,"jsonrpc":"2.0","method":"x","p":"\u0000"}"#,
+            #"{"jsonrpc":"2.0","id":8,"method":"x","params":{"a":[1,{"b":"}\"{"}],"x":"\u0000"}}"#,
+        ]
+        let answers = try exchange(lines.joined(separator: "\n") + "\n")
+        #expect(answers.map { $0["id"] } == [.int(7), .string("abc"), .null, .double(-2.5), .int(8)])
+        #expect(answers.allSatisfy { $0["error"]?["code"] == .int(-32700) || $0["error"]?["code"] == .int(-32600) })
+    }
+
+    @Test func anIDThatCannotBeReadStaysNull() throws {
+        let lines = [
+            #"{"jsonrpc":"2.0","id":1,"id":2,"method":"x"}"#,  // duplicate id: ambiguous
+            #"{"jsonrpc":"2.0","\u0069d":3,"method":"x","params":{"x":"\u0000"}}"#,  // an escaped member name
+            #"{"jsonrpc":"2.0","id":{"a":1},"x":"\u0000"}"#,  // not a scalar
+            #"{"jsonrpc":"2.0","id":"\u0000","method":"x"}"#,  // the id itself is refused
+            #"[{"jsonrpc":"2.0","id":4,"method":"x","x":"\u0000"}]"#,  // a batch: no single id
+            #"{"jsonrpc":"2.0","method":"x","params":{"x":"\u0000"}}"#,  // a notification
+        ]
+        let answers = try exchange(lines.joined(separator: "\n") + "\n")
+        #expect(answers.count == lines.count)
+        #expect(answers.allSatisfy { $0["id"] == .null })
+    }
+}

@@ -52,6 +52,35 @@ export class KernelClosedError extends Error {
   }
 }
 
+/** The kernel refuses lines nested deeper than this (the request object is level 1). */
+const maxDepth = 512;
+
+/** A \u0000 or a lone-surrogate escape that is not itself escaped (JSON.stringify escapes both). */
+const forbiddenEscape = /(?<!\\)(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})/;
+
+/** The deepest nesting of objects and arrays in a JSON text, strings skipped: O(length). */
+function nestingDepth(text) {
+  let depth = 0;
+  let deepest = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 34) { // a string: skip to its closing quote
+      for (i++; i < text.length && text.charCodeAt(i) !== 34; i++) if (text.charCodeAt(i) === 92) i++;
+    } else if (c === 123 || c === 91) {
+      depth += 1;
+      if (depth > deepest) deepest = depth;
+    } else if (c === 125 || c === 93) {
+      depth -= 1;
+    }
+  }
+  return deepest;
+}
+
+/** A call refused before it was sent: nothing was registered or written. */
+function localError(method, reason, message) {
+  return new KernelError({ code: -32600, message, data: { reason, local: true } }, method);
+}
+
 /** Most bytes handed to the pipe in one write. */
 const chunkBytes = 256 * 1024;
 
@@ -141,8 +170,13 @@ export class Kernel extends EventEmitter {
    */
   async call(method, params, { timeout = this.#options.timeout, signal } = {}) {
     if (this.#pending.size >= this.#options.maxPending) await this.#slot(signal);
-    const { id, promise } = this.#register(method, timeout, signal);
-    this.#send({ jsonrpc: '2.0', id, method, ...(params === undefined ? {} : { params }) }, [id]);
+    this.#checkOpen(method);
+    // The line is made and checked before the call is registered: params the kernel would refuse
+    // unread (or that cannot be serialized at all) reject now and leave nothing pending.
+    const id = this.#nextId++;
+    const line = this.#encode({ jsonrpc: '2.0', id, method, ...(params === undefined ? {} : { params }) }, method);
+    const { promise } = this.#register(method, timeout, signal, id);
+    this.#send(line);
     return promise;
   }
 
@@ -152,7 +186,7 @@ export class Kernel extends EventEmitter {
       await new Promise((resolve) => this.#roomWaiters.push(resolve));
     }
     this.#checkOpen(method);
-    this.#send({ jsonrpc: '2.0', method, ...(params === undefined ? {} : { params }) }, []);
+    this.#send(this.#encode({ jsonrpc: '2.0', method, ...(params === undefined ? {} : { params }) }, method));
   }
 
   /**
@@ -164,21 +198,20 @@ export class Kernel extends EventEmitter {
     if (!Array.isArray(requests) || requests.length === 0) throw new TypeError('batch needs at least one request');
     const wanted = requests.filter((r) => !r.notify).length;
     while (this.#pending.size + wanted > this.#options.maxPending && this.#pending.size > 0) await this.#slot(signal);
+    this.#checkOpen(requests[0].method);
     const ids = [];
-    const answers = [];
     const messages = requests.map(({ method, params, notify }) => {
       const message = { jsonrpc: '2.0', method, ...(params === undefined ? {} : { params }) };
       if (notify) return message;
-      const { id, promise } = this.#register(method, timeout, signal);
-      ids.push(id);
-      answers.push(promise.then((result) => ({ result }), (error) => {
-        if (error instanceof KernelError) return { error };
-        throw error;
-      }));
-      return { jsonrpc: '2.0', id, method: message.method, ...(params === undefined ? {} : { params }) };
+      const id = this.#nextId++;
+      ids.push([id, method]);
+      return { jsonrpc: '2.0', id, method, ...(params === undefined ? {} : { params }) };
     });
-    if (ids.length === 0) this.#checkOpen(requests[0].method);
-    this.#send(messages, ids);
+    const line = this.#encode(messages, requests[0].method);
+    const answers = ids.map(([id, method]) => this.#register(method, timeout, signal, id).promise.then(
+      (result) => ({ result }),
+      (error) => { if (error instanceof KernelError) return { error }; throw error; }));
+    this.#send(line);
     return Promise.all(answers);
   }
 
@@ -214,10 +247,9 @@ export class Kernel extends EventEmitter {
     if (this.#state === 'closing' || this.#state === 'closed' || this.#state === 'new') throw new KernelClosedError(method);
   }
 
-  #register(method, timeout, signal) {
+  #register(method, timeout, signal, id) {
     this.#checkOpen(method);
     if (signal?.aborted) throw signal.reason;
-    const id = this.#nextId++;
     let entry;
     const promise = new Promise((resolve, reject) => { entry = { method, resolve, reject, timer: null, signal, onAbort: null }; });
     if (timeout > 0 && timeout !== Infinity) {
@@ -262,14 +294,35 @@ export class Kernel extends EventEmitter {
     });
   }
 
-  #send(message, ids) {
-    const line = JSON.stringify(message);
-    if (line.length * 3 > this.#options.maxLineBytes && Buffer.byteLength(line) > this.#options.maxLineBytes) {
-      const error = { code: -32600, message: `Invalid Request: line longer than ${this.#options.maxLineBytes} bytes`,
-                      data: { reason: 'line_too_long' } };
-      for (const id of ids) this.#fail(id, new KernelError(error, this.#pending.get(id)?.method));
-      return;
+  /**
+   * The request line for `message`, checked against the rules the kernel reads lines by; throws a
+   * KernelError (-32600, `data.local: true`) for a line the kernel would refuse without being able to
+   * say which request it was: one that cannot be serialized, is longer than `maxLineBytes`, nests
+   * deeper than the kernel's 512 levels, or holds a NUL character or a lone surrogate (which
+   * JSON.stringify writes as \u escapes and the kernel's UTF-8 parser refuses).
+   */
+  #encode(message, method) {
+    let line;
+    try {
+      line = JSON.stringify(message);
+    } catch (error) {
+      throw localError(method, 'unserializable', `params cannot be serialized as JSON: ${error.message}`);
     }
+    const max = this.#options.maxLineBytes;
+    if (line.length * 3 > max && Buffer.byteLength(line) > max) {
+      throw localError(method, 'line_too_long', `Invalid Request: line longer than ${max} bytes`);
+    }
+    if (line.includes('\\u') && forbiddenEscape.test(line)) {
+      throw localError(method, 'invalid_string', 'a string holds a NUL character or a lone surrogate, which the kernel refuses');
+    }
+    // A line shorter than twice the limit cannot nest deeper than it.
+    if (line.length > 2 * maxDepth && nestingDepth(line) > maxDepth) {
+      throw localError(method, 'too_deep', `params nest deeper than ${maxDepth} levels`);
+    }
+    return line;
+  }
+
+  #send(line) {
     this.#outbox.push(line);
     if (!this.#flushQueued) {
       this.#flushQueued = true;

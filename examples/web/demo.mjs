@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 
 export async function seedDemo(baseUrl, token, days = 30) {
   const send = async (method, path, body) => {
-    const res = await fetch(new URL(path, baseUrl), { method, headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(body) });
+    const res = await fetch(new URL(path, baseUrl), { method, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
     if (!res.ok) throw new Error(`${method} ${path}: HTTP ${res.status} ${await res.text()}`);
   };
   await send('PATCH', '/api/verification/ios/connection', { enabled: true, timezone: 'UTC' });

@@ -3,20 +3,38 @@
 // dashboard. Node built-ins only. Start it with `scripts/web` (builds the kernel first) or
 //   HEALTHKERNEL_BIN=.build/release/healthkernel node examples/web/server.mjs
 // Env: PORT (3002), HOST (127.0.0.1), DATA_DIR (./data), HEALTHKERNEL_BIN, HEALTHKERNEL_CONFIG,
-// BODY_LIMIT (bytes, 1 MiB; /ingest/healthkit takes 16 MiB), SERVICE_TOKEN (default: minted from the data dir).
+// BODY_LIMIT (bytes, 1 MiB; /ingest/healthkit takes 16 MiB), SERVICE_TOKEN (default: minted from the data dir),
+// and the limits in `limitDefaults` below (protocol/rest-routes.md, "Limits"). Put a reverse proxy in front of
+// it on a public network: these limits keep one process alive, they are no defence against a flood.
 import { createServer } from 'node:http';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { Kernel, KernelError } from '../../clients/node/index.mjs';
+import { Kernel, KernelError, KernelTimeoutError } from '../../clients/node/index.mjs';
 
 const here = (path) => fileURLToPath(new URL(path, import.meta.url));
 
 /** HTTP status for a JSON-RPC error code (protocol/rest-routes.md). */
-export function httpStatus(code) {
-  return { [-32602]: 400, [-32001]: 401, [-32003]: 403, [-32004]: 404, [-32009]: 409, [-32010]: 422,
-           [-32029]: 429, [-32050]: 503 }[code] ?? 500;
+export function httpStatus(code, reason) {
+  if (reason === 'line_too_long') return 413;
+  return { [-32700]: 400, [-32600]: 400, [-32602]: 400, [-32001]: 401, [-32003]: 403, [-32004]: 404, [-32009]: 409,
+           [-32010]: 422, [-32029]: 429, [-32050]: 503 }[code] ?? 500;
 }
+
+/** A request without a token, refused as the kernel would refuse it (so routes answer it in the seed's words). */
+const missingToken = new KernelError({ code: -32001, message: 'Missing bearer token', data: { reason: 'missing_token' } });
+
+/** The example server's own limits; each can be set by the environment variable of the same name. */
+export const limitDefaults = {
+  MAX_CONNECTIONS: 1024,            // open HTTP connections; more are refused by the socket
+  BODY_BYTES_IN_FLIGHT: 64 << 20,   // request body bytes buffered at once, all requests together: past it, 503
+  STREAMS_PER_USER: 4,              // open /api/events streams per user: past it, 429
+  STREAM_BUFFER_BYTES: 256 << 10,   // unsent bytes of one events stream before it is dropped
+  STREAM_COALESCE_MS: 250,          // changes within this window reach a stream as one event per entity
+  UNAUTHENTICATED_PER_MINUTE: 30,   // requests to routes without a token, per client address
+  UNAUTHENTICATED_BURST: 10,
+  TOKEN_CACHE_ENTRIES: 10_000,      // access tokens the kernel accepted, kept until they expire
+};
 
 /** An answer the route handler chose: status, JSON body, headers. */
 class Reply {
@@ -25,7 +43,12 @@ class Reply {
 
 /** Errors thrown before the kernel is asked (bad body, body too large). */
 class HttpError extends Error {
-  constructor(status, message, extra = {}) { super(message); this.status = status; this.extra = extra; }
+  constructor(status, message, extra = {}, headers = {}) {
+    super(message);
+    this.status = status;
+    this.extra = extra;
+    this.headers = headers;
+  }
 }
 
 const bearer = (req) => {
@@ -36,11 +59,12 @@ const bearer = (req) => {
 /** The params of a user method: the body's members plus the bearer token as `auth`. */
 const withAuth = (req, body) => ({ ...body, ...(bearer(req) ? { auth: bearer(req) } : {}) });
 
-/** Renames body members (seed names to kernel names); unknown members pass through for the kernel to refuse. */
+/**
+ * Renames body members (seed names to kernel names); unknown members pass through for the kernel to refuse.
+ * Own-property lookups and fromEntries only: a member named `__proto__` stays a plain member.
+ */
 function rename(body, names) {
-  const out = {};
-  for (const [k, v] of Object.entries(body)) out[names[k] ?? k] = v;
-  return out;
+  return Object.fromEntries(Object.entries(body).map(([k, v]) => [Object.hasOwn(names, k) ? names[k] : k, v]));
 }
 
 /**
@@ -50,18 +74,18 @@ function rename(body, names) {
  */
 export const routes = [
   // seed 000: Screen Time verification
-  { method: 'GET', path: '/api/verification/ios/connection',
+  { method: 'GET', path: '/api/verification/ios/connection', auth: 'user',
     handle: (k, req) => k.call('screentime.getConnection', withAuth(req, {})) },
-  { method: 'PATCH', path: '/api/verification/ios/connection', body: true,
+  { method: 'PATCH', path: '/api/verification/ios/connection', body: true, auth: 'user',
     handle: (k, req, body) => k.call('screentime.updateConnection', withAuth(req, body)) },
-  { method: 'POST', path: '/api/verification/ios/upload', body: true,
+  { method: 'POST', path: '/api/verification/ios/upload', body: true, auth: 'user',
     handle: (k, req, body) => k.call('screentime.upload', withAuth(req, body)) },
   // Not a seed route: the web app's own claim ("I used my phone N minutes"), which uploads verify.
-  { method: 'POST', path: '/api/verification/claim', body: true,
+  { method: 'POST', path: '/api/verification/claim', body: true, auth: 'user',
     handle: (k, req, body) => k.call('screentime.claim', withAuth(req, body)) },
 
   // seed 004: meditation tracker
-  { method: 'POST', path: '/api/auth/google', body: true,
+  { method: 'POST', path: '/api/auth/google', body: true, auth: 'none',
     errors: { [-32010]: [401, 'Invalid Google token/code'], [-32001]: [401, 'Invalid Google token/code'],
               other: [500, 'Authentication processing failed'] },
     fields: { idToken: 'googleToken' },
@@ -73,7 +97,7 @@ export const routes = [
       const session = await k.call('auth.exchange', { ...rest, provider: 'google', ...(googleToken === undefined ? {} : { idToken: googleToken }) });
       return { apiToken: session.accessToken, refreshToken: session.refreshToken, expiresIn: session.expiresIn };
     } },
-  { method: 'POST', path: '/api/sessions', body: true,
+  { method: 'POST', path: '/api/sessions', body: true, auth: 'user',
     errors: { [-32602]: [400, 'Invalid session data format'], [-32001]: [401, 'Invalid or missing API token'],
               other: [500, 'Failed to save session'] },
     fields: { startTime: 'session_start_time', durationSeconds: 'duration_seconds', endTime: 'session_end_time' },
@@ -84,7 +108,7 @@ export const routes = [
     } },
 
   // seed 003: in-app purchase (Supabase edge functions)
-  { method: 'POST', path: '/functions/v1/verify-subscription', body: true,
+  { method: 'POST', path: '/functions/v1/verify-subscription', body: true, auth: 'user',
     fields: { productId: 'product_id', receipt: 'receipt_or_token' },
     handle: async (k, req, body) => {
       const params = rename(body, { product_id: 'productId', receipt_or_token: 'receipt' });
@@ -99,7 +123,7 @@ export const routes = [
         ...(active ? {} : { error: m.error ?? m.status }),
       };
     } },
-  { method: 'POST', path: '/functions/v1/refresh-subscriptions', body: 'optional',
+  { method: 'POST', path: '/functions/v1/refresh-subscriptions', body: 'optional', auth: 'service',
     // The cron's service key is the caller's bearer token: the kernel checks its role.
     handle: async (k, req) => {
       const total = { checked: 0, expired: 0, renewed: 0, unchanged: 0, failed: 0, remaining: 0, mode: 'clock' };
@@ -114,12 +138,12 @@ export const routes = [
     } },
 
   // seed 001: HealthGraphSync
-  { method: 'POST', path: '/ingest/healthkit', body: true, limit: 16 * 1024 * 1024,
+  { method: 'POST', path: '/ingest/healthkit', body: true, auth: 'user', limit: 16 * 1024 * 1024,
     handle: (k, req, body) => k.call('health.ingest', withAuth(req, body), { timeout: 120_000 }) },
 
   // the dashboard
-  { method: 'GET', path: '/dashboard', handle: () => new Reply(200, dashboardPage, { 'content-type': 'text/html; charset=utf-8' }) },
-  { method: 'GET', path: '/api/dashboard', handle: (k, req, _body, url) => dashboard(k, bearer(req), url) },
+  { method: 'GET', path: '/dashboard', auth: 'none', handle: () => new Reply(200, dashboardPage, { 'content-type': 'text/html; charset=utf-8' }) },
+  { method: 'GET', path: '/api/dashboard', auth: 'user', handle: (k, req, _body, url) => dashboard(k, bearer(req), url) },
 ];
 
 const dashboardPage = readFileSync(here('./dashboard.html'));
@@ -189,30 +213,52 @@ async function allSessions(k, auth, from, to) {
   return out;
 }
 
-/** The user id of a token the kernel has just accepted (its signature is the kernel's to check). */
-function subject(token) {
+/** The claims of a token the kernel has just accepted (its signature is the kernel's to check). */
+function payload(token) {
   try {
-    return JSON.parse(Buffer.from(token.split('.')[1], 'base64url').toString()).sub;
+    return JSON.parse(Buffer.from(token.split('.')[1], 'base64url').toString());
   } catch {
     return undefined;
   }
 }
 
-async function readBody(req, limit) {
+/**
+ * Bytes of request bodies buffered at once, all requests together. A request takes its share before
+ * reading (its declared length, or chunk by chunk) and gives it back when its answer is sent.
+ */
+class BodyBudget {
+  constructor(limit) { this.limit = limit; this.used = 0; }
+  take(bytes) {
+    if (this.used + bytes > this.limit) {
+      throw new HttpError(503, 'Too many request bodies in flight; retry later', { reason: 'busy' }, { 'retry-after': '1' });
+    }
+    this.used += bytes;
+  }
+  give(bytes) { this.used -= bytes; }
+}
+
+/** Reads a body of at most `limit` bytes, counting it against `budget`; `held.bytes` is what it took. */
+async function readBody(req, limit, budget, held) {
   const declared = Number(req.headers['content-length']);
   if (declared > limit) throw new HttpError(413, `Body larger than ${limit} bytes`);
+  if (declared > 0) { budget.take(declared); held.bytes = declared; }
   const chunks = [];
   let size = 0;
   for await (const chunk of req) {
     size += chunk.length;
     if (size > limit) throw new HttpError(413, `Body larger than ${limit} bytes`);
+    if (size > held.bytes) { budget.take(size - held.bytes); held.bytes = size; }
     chunks.push(chunk);
   }
   return Buffer.concat(chunks);
 }
 
-function parseBody(bytes, optional) {
+/** Whether a content-type header names JSON (application/json, or a +json type). */
+const isJSONType = (type) => /^application\/(?:[\w.-]+\+)?json\s*(?:;|$)/i.test(type ?? '');
+
+function parseBody(bytes, optional, type) {
   if (bytes.length === 0 && optional) return {};
+  if (!isJSONType(type)) throw new HttpError(415, 'The body must be application/json');
   let body;
   try {
     body = JSON.parse(bytes.toString('utf8'));
@@ -224,6 +270,7 @@ function parseBody(bytes, optional) {
 }
 
 function send(res, status, body, headers = {}) {
+  if (res.headersSent || res.destroyed) return;
   const isBuffer = Buffer.isBuffer(body);
   const bytes = isBuffer ? body : Buffer.from(JSON.stringify(body));
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': bytes.length, ...headers });
@@ -234,44 +281,169 @@ function send(res, status, body, headers = {}) {
 function errorReply(route, error) {
   if (error instanceof HttpError) return [error.status, { error: error.message, ...error.extra }];
   if (error instanceof KernelError) {
-    const seed = route.errors?.[error.code] ?? (httpStatus(error.code) === 500 ? route.errors?.other : undefined);
-    const [status, message] = seed ?? [httpStatus(error.code), error.message];
+    const own = (table, key) => (table && Object.hasOwn(table, key) ? table[key] : undefined);
+    const status = httpStatus(error.code, error.reason);
+    const seed = own(route.errors, error.code) ?? (status === 500 ? own(route.errors, 'other') : undefined);
+    const [code, message] = seed ?? [status, error.message];
     const body = { error: message, reason: error.reason };
     if (error.field) {
       const name = error.field.replace(/^params\./, '');
       const top = name.split(/[.[]/)[0];
-      body.field = route.fields?.[top] ? route.fields[top] + name.slice(top.length) : name;
+      const seedName = own(route.fields, top);
+      body.field = seedName ? seedName + name.slice(top.length) : name;
     }
-    return [status, body];
+    return [code, body];
   }
-  // The kernel is gone (restarting) or too slow: nothing is known to be stored, retry later.
+  if (error instanceof KernelTimeoutError) {
+    return [504, { error: 'The kernel did not answer in time; the request may have been applied', reason: 'timeout' }];
+  }
+  // The kernel is gone (restarting): the request was not answered, retry later.
   return [503, { error: 'The kernel is unavailable; retry later', reason: error.code ?? 'unavailable' }];
+}
+
+/** The settings in `limitDefaults`, each from the environment when set there, then from `overrides`. */
+function limitSettings(overrides) {
+  const out = {};
+  for (const [name, value] of Object.entries(limitDefaults)) {
+    const env = process.env[name];
+    out[name] = overrides[name] ?? (env !== undefined && env !== '' ? Number(env) : value);
+  }
+  return out;
+}
+
+/**
+ * Access tokens the kernel has accepted, with their expiry, so a request is refused before its body is
+ * read and the kernel is asked once per token, not once per request. Bounded: the oldest entry goes first.
+ */
+class TokenCache {
+  constructor(kernel, size) { this.kernel = kernel; this.size = size; this.entries = new Map(); }
+
+  /** {userId, expiresAt} of a token the kernel accepts; rejects with the kernel's error otherwise. */
+  async check(token) {
+    const now = Date.now();
+    const hit = this.entries.get(token);
+    if (hit && hit.expiresAt > now) return hit;
+    this.entries.delete(token);
+    await this.kernel.call('screentime.getConnection', { auth: token }, { timeout: 5000 }); // the kernel verifies it
+    const claims = payload(token);
+    const entry = { userId: claims?.sub, expiresAt: Number(claims?.exp) * 1000 };
+    if (!(entry.expiresAt > now)) return entry;
+    if (this.entries.size >= this.size) this.entries.delete(this.entries.keys().next().value);
+    this.entries.set(token, entry);
+    return entry;
+  }
+}
+
+/** Token buckets per client address for routes that take no token (account creation among them). */
+class AddressLimiter {
+  constructor(perMinute, burst, maxAddresses = 100_000) {
+    this.rate = perMinute / 60_000;
+    this.burst = burst;
+    this.maxAddresses = maxAddresses;
+    this.buckets = new Map();
+  }
+
+  /** Milliseconds to wait before `address` may try again, or 0 when it may go now (and a token is spent). */
+  take(address) {
+    if (this.rate <= 0) return 0;
+    const now = Date.now();
+    let bucket = this.buckets.get(address);
+    if (!bucket) {
+      if (this.buckets.size >= this.maxAddresses) this.buckets.delete(this.buckets.keys().next().value);
+      bucket = { tokens: this.burst, at: now };
+      this.buckets.set(address, bucket);
+    }
+    bucket.tokens = Math.min(this.burst, bucket.tokens + (now - bucket.at) * this.rate);
+    bucket.at = now;
+    if (bucket.tokens >= 1) {
+      bucket.tokens -= 1;
+      return 0;
+    }
+    return Math.ceil((1 - bucket.tokens) / this.rate);
+  }
+}
+
+/**
+ * One browser's stream of one user's changes (server-sent events). Changes are gathered for
+ * `coalesceMs` and sent as one event per entity (the latest change, with how many it stands for), so a
+ * burst of 30,000 ingested samples is a handful of events; a stream whose unsent bytes pass `maxBuffer`
+ * (a client that does not read) is dropped, and so is one whose token expires.
+ */
+export class EventStream {
+  constructor(res, userId, { coalesceMs, maxBuffer, expiresAt, onEnd }) {
+    this.res = res;
+    this.userId = userId;
+    this.coalesceMs = coalesceMs;
+    this.maxBuffer = maxBuffer;
+    this.pending = new Map();
+    this.timer = null;
+    this.onEnd = onEnd;
+    this.ended = false;
+    this.keepAlive = setInterval(() => this.write(': keep-alive\n\n'), 15_000);
+    this.expiry = setTimeout(() => this.end(), Math.min(2 ** 31 - 1, Math.max(0, expiresAt - Date.now())));
+    res.on('close', () => this.end());
+  }
+
+  push(change) {
+    const previous = this.pending.get(change.entity);
+    this.pending.set(change.entity, { ...change, count: (previous?.count ?? 0) + 1 });
+    this.timer ??= setTimeout(() => this.flush(), this.coalesceMs);
+  }
+
+  flush() {
+    this.timer = null;
+    const changes = [...this.pending.values()];
+    this.pending.clear();
+    for (const change of changes) this.write(`event: change\ndata: ${JSON.stringify(change)}\n\n`);
+  }
+
+  write(text) {
+    if (this.ended) return;
+    if (this.res.writableLength > this.maxBuffer) return this.end(true);
+    this.res.write(text);
+  }
+
+  end(drop = false) {
+    if (this.ended) return;
+    this.ended = true;
+    clearInterval(this.keepAlive);
+    clearTimeout(this.expiry);
+    clearTimeout(this.timer);
+    this.pending.clear();
+    if (drop) this.res.destroy(); else this.res.end();
+    this.onEnd(this);
+  }
 }
 
 /**
  * Starts the kernel and the HTTP server. Resolves with {url, server, kernel, close}; `close` drains
- * in-flight requests, ends the event streams and closes the kernel cleanly.
+ * in-flight requests, ends the event streams and closes the kernel cleanly. `limits` overrides
+ * `limitDefaults`.
  */
 export async function start({
   port = Number(process.env.PORT ?? 3002), host = process.env.HOST ?? '127.0.0.1',
   dataDir = process.env.DATA_DIR ?? './data', binary = process.env.HEALTHKERNEL_BIN ?? here('../../.build/release/healthkernel'),
   kernelArgs = [], env = {}, serviceToken = process.env.SERVICE_TOKEN,
   bodyLimit = Number(process.env.BODY_LIMIT ?? 1024 * 1024), log = (line) => process.stderr.write(line + '\n'),
+  limits: limitOverrides = {}, clientOptions = {},
 } = {}) {
+  const limits = limitSettings(limitOverrides);
   const kernelEnv = { ...env };
   const service = serviceToken ?? execFileSync(binary, ['token', '--role', 'service_role', '--ttl', '31536000', '--data-dir', dataDir],
     { env: { ...process.env, ...kernelEnv } }).toString().trim();
-  const kernel = await Kernel.spawn({ binary, args: ['serve', '--data-dir', dataDir, ...kernelArgs], env: kernelEnv, restart: true });
+  const kernel = await Kernel.spawn({ binary, args: ['serve', '--data-dir', dataDir, ...kernelArgs], env: kernelEnv, restart: true, ...clientOptions });
   kernel.on('stderr', (line) => log(`kernel: ${line}`));
+  const tokens = new TokenCache(kernel, limits.TOKEN_CACHE_ENTRIES);
+  const unauthenticated = new AddressLimiter(limits.UNAUTHENTICATED_PER_MINUTE, limits.UNAUTHENTICATED_BURST);
+  const bodies = new BodyBudget(limits.BODY_BYTES_IN_FLIGHT);
 
   // One subscription to the kernel's events fans out to every browser's event stream.
-  const streams = new Set();
+  const streams = new Map(); // userId -> Set<EventStream>
   const subscribe = () => kernel.call('events.subscribe', { auth: service }).catch((e) => log(`events.subscribe failed: ${e.message}`));
   await subscribe();
   kernel.on('spawn', () => { subscribe(); });
   kernel.on('events.changed', (change) => {
-    const line = `event: change\ndata: ${JSON.stringify(change)}\n\n`;
-    for (const stream of streams) if (stream.userId === change.userId) stream.res.write(line);
+    for (const stream of streams.get(change.userId) ?? []) stream.push(change);
   });
 
   let inFlight = 0;
@@ -280,14 +452,25 @@ export async function start({
     inFlight += 1;
     try {
       await serve(req, res);
+    } catch (error) {
+      // The last resort: whatever a request does, the process serves on.
+      log(`request ${req.method} ${JSON.stringify(req.url).slice(0, 200)} failed: ${error?.stack ?? error}`);
+      if (!res.headersSent) send(res, 500, { error: 'Internal server error' });
+      else res.destroy();
     } finally {
       inFlight -= 1;
       if (inFlight === 0 && draining) draining();
     }
   });
+  server.maxConnections = limits.MAX_CONNECTIONS;
 
   async function serve(req, res) {
-    const url = new URL(req.url, 'http://localhost');
+    let url;
+    try {
+      url = new URL(req.url, 'http://localhost');
+    } catch {
+      return send(res, 400, { error: 'Bad request target' });
+    }
     if (req.method === 'GET' && url.pathname === '/healthz') {
       try {
         const info = await kernel.call('kernel.info', undefined, { timeout: 2000 });
@@ -301,38 +484,66 @@ export async function start({
     if (matching.length === 0) return send(res, 404, { error: 'Not found' });
     const route = matching.find((r) => r.method === req.method);
     if (!route) return send(res, 405, { error: 'Method not allowed' }, { allow: matching.map((r) => r.method).join(', ') });
+    const held = { bytes: 0 };
     try {
-      const body = route.body ? parseBody(await readBody(req, route.limit ?? bodyLimit), route.body === 'optional') : {};
+      // Who is asking is settled before a byte of the body is read: an anonymous flood costs no memory.
+      const token = bearer(req);
+      if (route.auth === 'none') {
+        const wait = unauthenticated.take(req.socket.remoteAddress ?? '');
+        if (wait > 0) {
+          throw new HttpError(429, 'Too many requests from this address; retry later', { reason: 'rate_limited', retryAfterMs: wait },
+            { 'retry-after': String(Math.ceil(wait / 1000)) });
+        }
+      } else if (!token) {
+        throw missingToken;
+      } else if (route.auth === 'user') {
+        await tokens.check(token);
+      }
+      const body = route.body
+        ? parseBody(await readBody(req, route.limit ?? bodyLimit, bodies, held), route.body === 'optional', req.headers['content-type'])
+        : {};
       const answer = await route.handle(kernel, req, body, url);
       if (answer instanceof Reply) return send(res, answer.status, answer.body, answer.headers);
       return send(res, 200, answer);
     } catch (error) {
       const [status, body] = errorReply(route, error);
-      if (status === 413) res.setHeader('connection', 'close');
-      return send(res, status, body);
+      // An unread body would be parsed as the next request: close the connection instead.
+      const headers = { ...(error.headers ?? {}), ...(route.body && !req.complete ? { connection: 'close' } : {}) };
+      return send(res, status, body, headers);
+    } finally {
+      bodies.give(held.bytes);
     }
   }
 
   /** Server-sent events of one user's changes; EventSource cannot send headers, so the token may come as ?access_token=. */
   async function events(req, res, url) {
     const token = bearer(req) ?? url.searchParams.get('access_token') ?? undefined;
+    let identity;
     try {
-      await kernel.call('screentime.getConnection', { auth: token }); // the kernel checks the token
+      if (!token) throw missingToken;
+      identity = await tokens.check(token);
     } catch (error) {
       const [status, body] = errorReply({}, error);
       return send(res, status, body);
     }
+    const own = streams.get(identity.userId) ?? new Set();
+    if (own.size >= limits.STREAMS_PER_USER) {
+      return send(res, 429, { error: `At most ${limits.STREAMS_PER_USER} event streams per user`, reason: 'too_many_streams' });
+    }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive' });
     res.write(': connected\n\n');
-    const stream = { userId: subject(token), res };
-    streams.add(stream);
-    const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), 15_000);
     await new Promise((resolve) => {
-      res.on('close', resolve);
-      stream.end = () => { res.end(); resolve(); };
+      const stream = new EventStream(res, identity.userId, {
+        coalesceMs: limits.STREAM_COALESCE_MS, maxBuffer: limits.STREAM_BUFFER_BYTES, expiresAt: identity.expiresAt,
+        onEnd: (ended) => {
+          own.delete(ended);
+          if (own.size === 0) streams.delete(identity.userId);
+          resolve();
+        },
+      });
+      own.add(stream);
+      streams.set(identity.userId, own);
     });
-    clearInterval(keepAlive);
-    streams.delete(stream);
   }
 
   await new Promise((resolve, reject) => {
@@ -344,15 +555,18 @@ export async function start({
 
   async function close() {
     server.close();
-    for (const stream of [...streams]) stream.end();
+    for (const own of [...streams.values()]) for (const stream of [...own]) stream.end();
     server.closeIdleConnections?.();
     if (inFlight > 0) await new Promise((resolve) => { draining = resolve; });
     return kernel.close();
   }
-  return { url, server, kernel, close };
+  return { url, server, kernel, close, limits };
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  // Nothing a client sends may end the process: a failure that escapes every handler is logged.
+  process.on('unhandledRejection', (error) => process.stderr.write(`unhandled rejection: ${error?.stack ?? error}\n`));
+  process.on('uncaughtException', (error) => process.stderr.write(`uncaught exception: ${error?.stack ?? error}\n`));
   const app = await start();
   process.stderr.write(`healthkernel example listening on ${app.url}\n`);
   // A token for one user (DASHBOARD_USER, a UUID) opens that user's dashboard; DEMO=1 first fills it with a month of data.

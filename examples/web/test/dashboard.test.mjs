@@ -15,7 +15,7 @@ test('the dashboard draws the seeded days and updates live after an upload', asy
   const server = await start({ port: 0, dataDir: join(dir, 'data'), binary, env, log: () => {} });
   t.after(() => server.close());
   const post = async (path, body, auth, method = 'POST') => {
-    const res = await fetch(server.url + path, { method, headers: { authorization: `Bearer ${auth}` }, body: JSON.stringify(body) });
+    const res = await fetch(server.url + path, { method, headers: { authorization: `Bearer ${auth}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
     assert.ok(res.ok, `${path}: ${res.status} ${await res.text()}`);
   };
   const auth = token({ user: userA });

@@ -218,7 +218,7 @@ test('SIGTERM drains in-flight requests, then closes the kernel cleanly', async 
   const date = day(-1);
   const samples = Array.from({ length: 30_000 }, (_, i) => ({ uuid: randomUUID(), type: 'HKQuantityTypeIdentifierStepCount', value: 1,
     unit: 'count', start: new Date(Date.parse(`${date}T00:00:00Z`) + i * 1000).toISOString(), end: new Date(Date.parse(`${date}T00:00:00Z`) + i * 1000 + 500).toISOString() }));
-  const slow = fetch(`${url}/ingest/healthkit`, { method: 'POST', headers: { authorization: `Bearer ${auth}` }, body: JSON.stringify({ samples }) });
+  const slow = fetch(`${url}/ingest/healthkit`, { method: 'POST', headers: { authorization: `Bearer ${auth}`, 'content-type': 'application/json' }, body: JSON.stringify({ samples }) });
   await new Promise((r) => setTimeout(r, 150));
   child.kill('SIGTERM');
   const res = await slow;
