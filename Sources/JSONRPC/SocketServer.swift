@@ -96,20 +96,56 @@ public final class SocketServer: @unchecked Sendable {
         return address
     }
 
-    /// A socket file left by a kernel that is gone is replaced; one that answers is another kernel's.
+    /// A socket file left by a kernel that is gone is replaced; one that answers belongs to whoever
+    /// listens there (another kernel, or another user squatting on the path), named in the error.
     private func removeStaleSocket(_ address: inout sockaddr_un) throws(SocketError) {
         var status = stat()
         guard lstat(path, &status) == 0 else { return }
         guard (status.st_mode & S_IFMT) == S_IFSOCK else {
-            throw SocketError(description: "\(path) exists and is not a socket")
+            throw SocketError(description: "\(path) exists and is not a socket (owner uid \(status.st_uid))")
         }
         let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         defer { close(probe) }
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(probe, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
-        if connected == 0 { throw SocketError(description: "another process is listening on \(path)") }
+        if connected == 0 {
+            let owner = Self.peer(probe).map { "pid \($0.pid), uid \($0.uid)" } ?? "uid \(status.st_uid)"
+            throw SocketError(description: "another process (\(owner)) is listening on \(path)")
+        }
         unlink(path)
+    }
+
+    /// The process at the other end of a connected Unix socket, as the operating system vouches for it.
+    public static func peer(_ fd: Int32) -> (pid: Int32, uid: uid_t)? {
+        // Linux's `struct ucred` (pid, uid, gid), which Glibc shows Swift only under _GNU_SOURCE.
+        var credentials: (pid: Int32, uid: UInt32, gid: UInt32) = (0, 0, 0)
+        var size = socklen_t(MemoryLayout.size(ofValue: credentials))
+        guard getsockopt(fd, SOL_SOCKET, 17 /* SO_PEERCRED */, &credentials, &size) == 0 else { return nil }
+        return (credentials.pid, credentials.uid)
+    }
+
+    /// Connects to the kernel listening at `path`, refusing a listener run by another user (root
+    /// excepted): a process squatting on the path would otherwise receive the caller's tokens.
+    public static func connectToKernel(_ path: String) throws(SocketError) -> Int32 {
+        var address = try address(path)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SocketError(description: "cannot create a socket: \(String(cString: strerror(errno)))") }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard connected == 0 else {
+            let e = errno
+            close(fd)
+            let hint = e == ENOENT ? " (is a kernel serving with --listen unix:\(path)?)" : ""
+            throw SocketError(description: "cannot connect to \(path): \(String(cString: strerror(e)))\(hint)")
+        }
+        guard let peer = peer(fd), peer.uid == geteuid() || peer.uid == 0 else {
+            let who = peer(fd).map { "uid \($0.uid), pid \($0.pid)" } ?? "an unknown user"
+            close(fd)
+            throw SocketError(description: "refusing \(path): it is served by \(who), not by this user (uid \(geteuid())) or root")
+        }
+        return fd
     }
 
     /// Stops accepting, closes every connection (after writing what it can of their answers) and removes

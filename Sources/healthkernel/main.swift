@@ -249,18 +249,11 @@ struct Call: ParsableCommand {
 
     /// Sends the request to a live kernel's socket and prints its answer.
     func callThroughSocket(_ path: String) {
-        var address: sockaddr_un
+        let fd: Int32
         do {
-            address = try SocketServer.address(path)
+            fd = try SocketServer.connectToKernel(path)
         } catch {
-            fail("healthkernel call: \(error)", status: ExitStatus.startupFailed)
-        }
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard fd >= 0, connected == 0 else {
-            fail("healthkernel call: cannot connect to \(path): errno \(errno)", status: ExitStatus.startupFailed)
+            fail("healthkernel call: \(error)", status: ExitStatus.callFailed)
         }
         var line = requestLine()
         var offset = 0

@@ -3,6 +3,8 @@
 import { spawn } from 'node:child_process';
 import { connect } from 'node:net';
 import { EventEmitter } from 'node:events';
+import { lstatSync } from 'node:fs';
+import { dirname } from 'node:path';
 
 /** The kernel answered with a JSON-RPC error. `code` is the JSON-RPC code (a number). */
 export class KernelError extends Error {
@@ -79,6 +81,35 @@ function nestingDepth(text) {
 /** A call refused before it was sent: nothing was registered or written. */
 function localError(method, reason, message) {
   return new KernelError({ code: -32600, message, data: { reason, local: true } }, method);
+}
+
+/**
+ * Refuses a socket another user could be listening on, since the client sends bearer tokens down it.
+ * Node cannot ask the kernel for the peer's credentials (SO_PEERCRED) as `healthkernel call --connect`
+ * does, so it checks what decides who listens: the socket file must belong to this user or root, and
+ * its folder too, with no write access for others unless the folder is sticky (as /tmp is), in which
+ * case nobody else can replace the file between this check and the connect.
+ */
+export function checkSocketOwner(path) {
+  const uid = process.getuid?.();
+  if (uid === undefined) return;
+  const trusted = (owner) => owner === uid || owner === 0;
+  let file;
+  let folder;
+  try {
+    file = lstatSync(path);
+    folder = lstatSync(dirname(path));
+  } catch (error) {
+    throw Object.assign(new Error(`cannot connect to ${path}: ${error.code ?? error.message}`), { code: error.code });
+  }
+  if (!file.isSocket()) throw Object.assign(new Error(`refusing ${path}: not a socket`), { code: 'EUNSAFE' });
+  if (!trusted(file.uid)) {
+    throw Object.assign(new Error(`refusing ${path}: the socket belongs to uid ${file.uid}, not to this user (uid ${uid}) or root`), { code: 'EUNSAFE' });
+  }
+  const sticky = (folder.mode & 0o1000) !== 0;
+  if (!trusted(folder.uid) || ((folder.mode & 0o022) !== 0 && !sticky)) {
+    throw Object.assign(new Error(`refusing ${path}: its folder can be changed by other users`), { code: 'EUNSAFE' });
+  }
 }
 
 /** Most bytes handed to the pipe in one write. */
@@ -371,9 +402,9 @@ export class Kernel extends EventEmitter {
     this.#exited = new Promise((resolve) => { exitResolve = resolve; });
     const link = this.#options.path ? this.#connectSocket(exitResolve) : this.#spawnProcess(exitResolve);
     this.#link = link;
-    link.input.on('error', () => {}); // EPIPE once the kernel is gone; 'close' reports it
-    link.output.setEncoding('utf8');
-    link.output.on('data', (chunk) => this.#read(chunk));
+    link.input?.on('error', () => {}); // EPIPE once the kernel is gone; 'close' reports it
+    link.output?.setEncoding('utf8');
+    link.output?.on('data', (chunk) => this.#read(chunk));
     await link.ready;
     // Answers are matched by id, so a slow call (a sign-in's password hash) need not hold up the ones
     // behind it: ask for completion order first thing on every new stream (a notification: no answer).
@@ -412,6 +443,19 @@ export class Kernel extends EventEmitter {
   }
 
   #connectSocket(exitResolve) {
+    try {
+      checkSocketOwner(this.#options.path);
+    } catch (refused) {
+      // Reported like a connection that failed, so `restart` tries again later.
+      const link = { input: null, output: null, pid: undefined, stop: () => {}, ready: Promise.reject(refused) };
+      link.ready.catch(() => {});
+      queueMicrotask(() => {
+        const exit = { code: null, signal: null, socket: true };
+        exitResolve(exit);
+        this.#onExit(link, exit, refused);
+      });
+      return link;
+    }
     const socket = connect(this.#options.path);
     const link = { input: socket, output: socket, pid: undefined, stop: () => socket.destroy() };
     let error = null;

@@ -94,7 +94,7 @@ test('--listen refuses a path another kernel listens on, and replaces a stale so
   second.stderr.on('data', (c) => { stderr += c; });
   const [code] = await once(second, 'exit');
   assert.equal(code, 2);
-  assert.match(stderr, /another process is listening/);
+  assert.match(stderr, /another process \(pid \d+, uid \d+\) is listening/);
   process.kill(first.pid, 'SIGKILL'); // leaves its socket file behind
   await once(first, 'exit');
   assert.ok(existsSync(path));
@@ -111,7 +111,8 @@ test('--listen refuses a path another kernel listens on, and replaces a stale so
   assert.equal((await once(plain, 'exit'))[0], 2);
   assert.match(plainErr, /is not a socket/);
   const refused = await call(['kernel.info', '--connect', join(dir, 'missing.sock')]);
-  assert.equal(refused.code, 2);
+  assert.equal(refused.code, 1, 'no kernel there: the call failed (2 is for configuration errors)');
+  assert.match(refused.stderr, /cannot connect to .*missing\.sock: No such file or directory \(is a kernel serving/);
 });
 
 test('Kernel.connect: several clients share one kernel through its socket', async (t) => {
@@ -135,4 +136,36 @@ test('Kernel.connect: several clients share one kernel through its socket', asyn
   process.kill(k.pid, 'SIGKILL');
   await assert.rejects(pending, (e) => e.code === 'KERNEL_EXITED' && /closed the connection/.test(e.message));
   await exited;
+});
+
+// Issue "Security and robustness defects", item 8: a local user listening first on the path must not
+// receive a caller's tokens. Needs a second Unix user: run as root, the squatter runs as `nobody`.
+test('socket squatting: call --connect and Kernel.connect refuse a socket another user serves; serve --listen names the squatter', async (t) => {
+  if (process.getuid?.() !== 0 || !existsSync('/usr/sbin/runuser')) return t.skip('needs root and runuser to play a second user');
+  const { chmodSync, mkdirSync } = await import('node:fs');
+  const dir = temporaryDirectory(t);
+  chmodSync(dir, 0o755);
+  const shared = join(dir, 'shared');
+  mkdirSync(shared);
+  chmodSync(shared, 0o1777); // like /tmp: anyone may create a file, only its owner may remove it
+  const path = join(shared, 'hk.sock');
+  const squatter = spawn('/usr/sbin/runuser', ['-u', 'nobody', '--', process.execPath, '-e',
+    `const s = require('net').createServer((c) => c.on('data', (d) => { process.stdout.write('GOT ' + d); c.end('{}\\n'); })).listen(${JSON.stringify(path)}, () => process.stdout.write('ready\\n'));`],
+  { stdio: ['ignore', 'pipe', 'inherit'] });
+  t.after(() => squatter.kill('SIGKILL'));
+  let heard = '';
+  squatter.stdout.on('data', (d) => { heard += d; });
+  await eventually(() => heard.includes('ready'), 10_000, 'the squatter to listen');
+
+  const auth = token({ user: userA });
+  const viaCall = await call(['auth.user', '--token', auth, '--connect', path]);
+  assert.equal(viaCall.code, 1);
+  assert.match(viaCall.stderr, /refusing .*served by uid 65534/);
+  await assert.rejects(Kernel.connect({ path, env }), (e) => e.code === 'EUNSAFE' && /belongs to uid 65534/.test(e.message));
+  assert.ok(!heard.includes('GOT'), 'the squatter received nothing');
+
+  const serve = await new Promise((resolve) => execFile(binary, ['serve', '--memory-only', '--no-stdin', '--listen', `unix:${path}`],
+    { env: { ...process.env, ...env } }, (error, stdout, stderr) => resolve({ code: error?.code, stderr })));
+  assert.equal(serve.code, 2);
+  assert.match(serve.stderr, /another process \(pid \d+, uid 65534\) is listening on/);
 });
