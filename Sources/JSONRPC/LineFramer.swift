@@ -28,6 +28,12 @@ public struct LineFramer: Sendable {
     /// Whether a partial line is buffered.
     public var hasPartialLine: Bool { !pending.isEmpty }
 
+    /// Bytes of the partial line buffered.
+    public var bufferedBytes: Int { pending.count }
+
+    /// Largest line buffer kept for the next line.
+    static let keptCapacity = 1 << 20
+
     /// Feeds a chunk; calls `handle` for each event in stream order.
     public mutating func feed(_ chunk: UnsafeRawBufferPointer, _ handle: (Event) -> Void) {
         guard let base = chunk.baseAddress else { return }
@@ -43,7 +49,7 @@ public struct LineFramer: Sendable {
             start = end + 1
             if discarding {
                 discarding = false
-                pending.removeAll(keepingCapacity: true)
+                pending.removeAll(keepingCapacity: false)
                 continue
             }
             if pending.isEmpty {
@@ -51,7 +57,9 @@ public struct LineFramer: Sendable {
             } else {
                 pending.append(contentsOf: piece)
                 let full = pending
-                pending.removeAll(keepingCapacity: true)
+                // A buffer that held a long line goes back to the allocator: a connection that once
+                // sent 16 MiB must not keep 16 MiB for as long as it stays open.
+                pending.removeAll(keepingCapacity: pending.count <= Self.keptCapacity)
                 full.withUnsafeBytes { emit($0, handle) }
             }
         }
@@ -121,6 +129,9 @@ public struct RequestReader: Sendable {
 
     /// Whether an unterminated line is buffered.
     public var hasPartialLine: Bool { framer.hasPartialLine }
+
+    /// Bytes of the unterminated line buffered.
+    public var bufferedBytes: Int { framer.bufferedBytes }
 
     private static func parse(_ event: LineFramer.Event, _ limit: Int) -> ParsedLine {
         switch event {

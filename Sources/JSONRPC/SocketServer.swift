@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Chrono
 import Synchronization
 import Threads
 
@@ -27,11 +28,18 @@ public struct SocketError: Error, CustomStringConvertible {
 /// same framing and ordering as stdin/stdout. One thread polls every connection; reads and writes never
 /// block, so a slow or dead peer holds up nobody. A peer whose unread output passes `maxUnreadBytes` is
 /// disconnected; one that has more than a quarter of that unread is not read from until it catches up.
+/// Unfinished request lines of all connections together are bounded by `maxInputBytes`: past it, the
+/// connection holding the longest one is cut, so many peers that never end a line cannot exhaust memory.
 public final class SocketServer: @unchecked Sendable {
     private let path: String
     private let makeConnection: () -> Connection
     private let lock: ServingLock
     private let maxUnreadBytes: Int
+    private let maxInputBytes: Int
+    /// While accepting fails (descriptors exhausted), the listening socket is not polled until then
+    /// (monotonic microseconds), so the thread sleeps instead of spinning on a pending connection.
+    private var acceptPausedUntil: UInt64 = 0
+    private var acceptFailing = false
     private var listenFD: Int32 = -1
     private var wakeRead: Int32 = -1
     private var wakeWrite: Int32 = -1
@@ -43,10 +51,12 @@ public final class SocketServer: @unchecked Sendable {
     public var onStorageFailure: () -> Void = {}
 
     /// A server for `path` whose connections come from `makeConnection`, answered holding `lock`.
-    public init(path: String, lock: ServingLock, maxUnreadBytes: Int, makeConnection: @escaping () -> Connection) {
+    public init(path: String, lock: ServingLock, maxUnreadBytes: Int, maxInputBytes: Int = 256 << 20,
+                makeConnection: @escaping () -> Connection) {
         self.path = path
         self.lock = lock
         self.maxUnreadBytes = maxUnreadBytes
+        self.maxInputBytes = maxInputBytes
         self.makeConnection = makeConnection
     }
 
@@ -193,7 +203,9 @@ public final class SocketServer: @unchecked Sendable {
         var fds: [pollfd] = []
         while !stopping.isSet {
             fds.removeAll(keepingCapacity: true)
-            fds.append(pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0))
+            let now = monotonicMicros()
+            let accepting = now >= acceptPausedUntil
+            fds.append(pollfd(fd: listenFD, events: accepting ? Int16(POLLIN) : 0, revents: 0))
             fds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
             for peer in peers {
                 var events: Int32 = 0
@@ -203,7 +215,8 @@ public final class SocketServer: @unchecked Sendable {
                 if peer.unread > 0 { events |= Int32(POLLOUT) }
                 fds.append(pollfd(fd: peer.fd, events: Int16(events), revents: 0))
             }
-            if poll(&fds, nfds_t(fds.count), -1) < 0 {
+            let timeout = accepting ? -1 : Int32((acceptPausedUntil - now) / 1000 + 1)
+            if poll(&fds, nfds_t(fds.count), timeout) < 0 {
                 if errno == EINTR { continue }
                 log("socket poll failed: errno \(errno)")
                 break
@@ -221,7 +234,20 @@ public final class SocketServer: @unchecked Sendable {
             if fds[0].revents != 0 {
                 while true {
                     let fd = accept(listenFD, nil, nil)
-                    if fd < 0 { break }
+                    if fd < 0 {
+                        let e = errno
+                        if e != EAGAIN && e != EWOULDBLOCK && e != EINTR && e != ECONNABORTED {
+                            // EMFILE, ENFILE, ENOBUFS: the connection stays queued; try again later.
+                            acceptPausedUntil = monotonicMicros() + 100_000
+                            if !acceptFailing {
+                                log("cannot accept socket connections: \(String(cString: strerror(e))); \(peers.count) open, retrying every 100 ms")
+                            }
+                            acceptFailing = true
+                        }
+                        break
+                    }
+                    if acceptFailing { log("accepting socket connections again") }
+                    acceptFailing = false
                     _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
                     _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
                     let peer = lock.run { Peer(fd: fd, connection: makeConnection()) }
@@ -244,6 +270,7 @@ public final class SocketServer: @unchecked Sendable {
                     closing.append(peer)
                 }
             }
+            closing += overBudget(peers.filter { peer in !closing.contains { $0 === peer } })
             for peer in closing { disconnect(peer) }
             peers.removeAll { peer in closing.contains { $0 === peer } }
         }
@@ -252,6 +279,21 @@ public final class SocketServer: @unchecked Sendable {
             _ = send(peer)
             disconnect(peer)
         }
+    }
+
+    /// The peers to cut so that their unfinished lines fit `maxInputBytes`, longest first: O(peers) per
+    /// poll round, sorting only when over the budget.
+    private func overBudget(_ peers: [Peer]) -> [Peer] {
+        var total = peers.reduce(0) { $0 + $1.connection.reader.bufferedBytes }
+        guard total > maxInputBytes else { return [] }
+        var cut: [Peer] = []
+        for peer in peers.sorted(by: { $0.connection.reader.bufferedBytes > $1.connection.reader.bufferedBytes }) {
+            guard total > maxInputBytes else { break }
+            total -= peer.connection.reader.bufferedBytes
+            log("socket connection cut: \(peer.connection.reader.bufferedBytes) bytes of an unfinished request line, while all connections together held more than \(maxInputBytes)")
+            cut.append(peer)
+        }
+        return cut
     }
 
     /// Reads what the peer sent and answers it; false when the connection failed.

@@ -136,6 +136,9 @@ struct Serve: ParsableCommand {
     @Option(help: "Cut a socket connection whose unread answers and events pass this many bytes (default: 64 MiB).")
     var maxUnreadBytes: Int = 64 << 20
 
+    @Option(help: "Cut the socket connection with the longest unfinished request line while all of them together hold more than this many bytes (default: 256 MiB).")
+    var maxInputBytes: Int = 256 << 20
+
     @Option(help: "Order of responses on stdout: read (the order requests were read) or completion (each as soon as it is done; match answers by id).")
     var ordering: ResponseOrdering = .read
 
@@ -145,6 +148,7 @@ struct Serve: ParsableCommand {
         }
         if noStdin && listen == nil { throw ValidationError("--no-stdin needs --listen") }
         guard maxUnreadBytes >= 65536 else { throw ValidationError("--max-unread-bytes must be at least 65536") }
+        guard maxInputBytes >= 65536 else { throw ValidationError("--max-input-bytes must be at least 65536") }
     }
 
     func run() throws {
@@ -170,6 +174,7 @@ struct Serve: ParsableCommand {
             let lock = ServingLock()
             server.lock = lock
             let socketServer = SocketServer(path: String(listen.dropFirst(5)), lock: lock, maxUnreadBytes: maxUnreadBytes,
+                                            maxInputBytes: maxInputBytes,
                                             makeConnection: { kernel.connection() })
             socketServer.log = { logger.warning("\($0)") }
             socketServer.onStorageFailure = {

@@ -2,7 +2,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
-import { statSync, existsSync, writeFileSync } from 'node:fs';
+import { statSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { once } from 'node:events';
 import { join } from 'node:path';
 import { Kernel } from '../index.mjs';
@@ -168,4 +169,74 @@ test('socket squatting: call --connect and Kernel.connect refuse a socket anothe
     { env: { ...process.env, ...env } }, (error, stdout, stderr) => resolve({ code: error?.code, stderr })));
   assert.equal(serve.code, 2);
   assert.match(serve.stderr, /another process \(pid \d+, uid 65534\) is listening on/);
+});
+
+/** Resident memory of a process, in bytes. */
+const rss = (pid) => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) * 1024;
+/** Memory a process has mapped, resident or not (a buffer kept but not touched counts here only). */
+const mapped = (pid) => Number(/VmSize:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) * 1024;
+/** CPU time a process has used, in clock ticks (1/100 s). */
+const cpuTicks = (pid) => { const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' '); return Number(f[11]) + Number(f[12]); };
+
+// Issue "Security and robustness defects", item 9.
+test('socket memory: unfinished lines of all connections are bounded, and a long line\'s buffer is released', async (t) => {
+  const dir = temporaryDirectory(t);
+  const path = join(dir, 'kernel.sock');
+  const child = spawn(binary, ['serve', '--memory-only', '--no-stdin', '--listen', `unix:${path}`, '--max-input-bytes', String(16 << 20)],
+    { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+  t.after(() => child.kill('SIGKILL'));
+  let stderr = '';
+  child.stderr.on('data', (c) => { stderr += c; });
+  await eventually(() => existsSync(path), 10_000, 'the socket');
+  const before = rss(child.pid);
+  // Eight connections each send 3 MiB of a line they never end: 24 MiB against a 16 MiB budget.
+  const hogs = await Promise.all(Array.from({ length: 8 }, () => open(path)));
+  for (const h of hogs) h.socket.on('error', () => {}); // cut: ECONNRESET, EPIPE
+  const closed = hogs.map((h) => new Promise((resolve) => h.socket.on('close', resolve)));
+  for (const h of hogs) h.socket.write('{"jsonrpc":"2.0","id":1,"method":"kernel.info","params":{"x":"' + 'x'.repeat(3 << 20));
+  await eventually(() => (stderr.match(/unfinished request line/g) ?? []).length >= 3, 10_000, 'connections over the budget to be cut');
+  const settled = await Promise.race([Promise.any(closed).then(() => true), new Promise((r) => setTimeout(r, 5000, false))]);
+  assert.ok(settled, 'a cut connection is closed');
+  // The kernel serves on, and a connection within the budget still finishes its line.
+  const fresh = await open(path);
+  fresh.send({ id: 2, method: 'kernel.info' });
+  assert.equal((await fresh.answer(2)).result.name, 'healthkernel');
+  for (const h of hogs) h.socket.destroy();
+  // One 12 MiB line, answered; its buffer is not kept for the connection's lifetime.
+  const settledRSS = rss(child.pid);
+  const settledSize = mapped(child.pid);
+  fresh.socket.write(JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'kernel.info', params: { x: 'y'.repeat(12 << 20) } }) + '\n');
+  assert.equal((await fresh.answer(3)).error.data.reason, 'unknown_field');
+  await new Promise((r) => setTimeout(r, 200));
+  assert.ok(mapped(child.pid) < settledSize + (1 << 20), `mapped ${mapped(child.pid) >> 20} MiB after the long line, ${settledSize >> 20} MiB before it`);
+  assert.ok(rss(child.pid) < settledRSS + (8 << 20), `resident ${rss(child.pid) >> 20} MiB after the long line, ${settledRSS >> 20} MiB before it`);
+  fresh.socket.destroy();
+});
+
+test('descriptors exhausted: accept backs off with a log line instead of spinning, and recovers', async (t) => {
+  const dir = temporaryDirectory(t);
+  const path = join(dir, 'kernel.sock');
+  const child = spawn('/bin/sh', ['-c', `ulimit -n 24 && exec "$0" serve --memory-only --no-stdin --listen unix:${path}`, binary],
+    { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+  t.after(() => child.kill('SIGKILL'));
+  let stderr = '';
+  child.stderr.on('data', (c) => { stderr += c; });
+  await eventually(() => existsSync(path), 10_000, 'the socket');
+  const sockets = [];
+  for (let i = 0; i < 40; i++) {
+    const s = connect(path);
+    s.on('error', () => {});
+    sockets.push(s);
+  }
+  await eventually(() => /cannot accept socket connections: Too many open files/.test(stderr), 10_000, 'the log line');
+  const start = cpuTicks(child.pid);
+  await new Promise((r) => setTimeout(r, 1000));
+  const used = cpuTicks(child.pid) - start;
+  assert.ok(used < 40, `the kernel used ${used}/100 s of CPU in 1 s while descriptors were exhausted`);
+  for (const s of sockets) s.destroy();
+  await eventually(() => /accepting socket connections again/.test(stderr), 10_000, 'accepting again');
+  const c = await open(path);
+  c.send({ id: 1, method: 'kernel.info' });
+  assert.equal((await c.answer(1)).result.name, 'healthkernel');
+  c.socket.destroy();
 });
