@@ -241,14 +241,14 @@ public struct SessionsList: RPCMethod {
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+        let user = try c.userID()
         var after: SessionsService.Position?
         if let cursor = p.cursor {
-            guard let position = service.decodeCursor(cursor) else {
-                throw RPCError.invalidParams("params.cursor", reason: "invalid_params", "params.cursor is not a cursor this kernel issued")
+            guard let position = service.decodeCursor(cursor, user: user) else {
+                throw RPCError.invalidParams("params.cursor", reason: "invalid_params", "params.cursor is not a cursor this kernel issued for this user")
             }
             after = position
         }
-        let user = try c.userID()
         return try answer { () throws(SessionsError) in try service.list(user, from: p.from, to: p.to, limit: p.limit, after: after) }
     }
 }

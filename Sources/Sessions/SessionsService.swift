@@ -132,12 +132,14 @@ public final class SessionsService: @unchecked Sendable {
         let sessionId: String
     }
 
-    func encodeCursor(_ p: Position) -> String {
-        cursors.seal("\(p.startTime):\(p.sessionId)")
+    /// A cursor sealed and bound to `user`, as the change feed's and workouts' are: another user's
+    /// cursor does not open.
+    func encodeCursor(_ p: Position, user: String) -> String {
+        cursors.seal("\(p.startTime):\(p.sessionId)", user: user)
     }
 
-    func decodeCursor(_ cursor: String) -> Position? {
-        guard let text = cursors.open(cursor), let colon = text.firstIndex(of: ":"), let t = Int64(text[..<colon]) else { return nil }
+    func decodeCursor(_ cursor: String, user: String) -> Position? {
+        guard let text = cursors.open(cursor, user: user), let colon = text.firstIndex(of: ":"), let t = Int64(text[..<colon]) else { return nil }
         return Position(startTime: t, sessionId: String(text[text.index(after: colon)...]))
     }
 
@@ -150,7 +152,7 @@ public final class SessionsService: @unchecked Sendable {
             after: after.map { SessionRules.listOrder(startTime: $0.startTime, sessionId: $0.sessionId) },
             reverse: true, limit: limit + 1))
         let page = candidates.prefix(limit).map { Session(id: $0.key, row: $0.row) }
-        let next = candidates.count > limit ? page.last.map { encodeCursor(Position(startTime: $0.startTime.milliseconds, sessionId: $0.id)) } : nil
+        let next = candidates.count > limit ? page.last.map { encodeCursor(Position(startTime: $0.startTime.milliseconds, sessionId: $0.id), user: user) } : nil
         return SessionPage(sessions: page, nextCursor: next)
     }
 

@@ -23,7 +23,7 @@ import Testing
         "sessions.record": ["startTime": "2025-03-01T07:00:00Z", "durationSeconds": 600, "clientSessionId": "OWNER"],
         "sessions.start": ["clientSessionId": "OWNER-timer"],
         "sessions.get": ["sessionId": "OWN_SESSION"],
-        "sessions.list": ["limit": 10],
+        "sessions.list": ["limit": 1],
         "sessions.delete": ["sessionId": "OWN_SESSION"],
         "sessions.stats": ["timezone": "Europe/Berlin"],
         "sync.changes": ["limit": 1000, "includeData": true],
@@ -84,13 +84,18 @@ import Testing
         let ordered = userMethods.filter { !Self.runLast.contains($0.name) } + userMethods.filter { Self.runLast.contains($0.name) }
         // B first uses every method, so that B has data in every table for A to (fail to) reach.
         var sessionB = ""
+        // A second session, so that B's first page of sessions has a next one.
+        _ = call("sessions.record", ["auth": .string(tokenB), "startTime": "2025-02-01T07:00:00Z", "durationSeconds": 60])
+        var cursorsB: [String: String] = [:]  // method -> a cursor B was given
         for method in ordered where !Self.runLast.contains(method.name) && method.name != "sessions.delete" {
             var params = Self.params(method.name, owner: "B-marker", session: sessionB, receipts: receipts)
             params["auth"] = .string(tokenB)
             let response = call(method.name, .object(params))
             #expect(response["result"] != nil, "\(method.name) failed for B")
             if method.name == "sessions.record" { sessionB = response["result"]?["sessionId"]?.stringValue ?? "" }
+            if let cursor = (response["result"]?["nextCursor"] ?? response["result"]?["cursor"])?.stringValue { cursorsB[method.name] = cursor }
         }
+        #expect(cursorsB.keys.contains("sessions.list") && cursorsB.keys.contains("sync.changes"))
         let before = partition(kernel, idB)
         var sessionA = ""
         #expect(before.count >= 8)
@@ -111,6 +116,12 @@ import Testing
                 var theirs = params
                 theirs["sessionId"] = .string(sessionB)
                 #expect(call(method.name, .object(theirs))["error"]?["code"] == -32004, "\(method.name) reached B's session")
+            }
+            // A cursor B was given does not page through B's data for A.
+            if let cursor = cursorsB[method.name] {
+                var theirs = params
+                theirs[method.name == "sync.changes" ? "since" : "cursor"] = .string(cursor)
+                #expect(call(method.name, .object(theirs))["error"]?["code"] == -32602, "\(method.name) took B's cursor")
             }
             // A user id smuggled into params is refused, never used.
             var smuggled = params

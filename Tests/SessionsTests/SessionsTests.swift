@@ -81,11 +81,11 @@ final class Harness {
         _ = try h.record("2025-03-25T08:00:00Z", 60)
         _ = try h.record("2025-03-01T08:00:00Z", 60)
         var seen = first.sessions.map(\.id)
-        var position = h.service.decodeCursor(cursor)
+        var position = h.service.decodeCursor(cursor, user: testUser)
         while let p = position {
             let page = try h.service.list(testUser, from: nil, to: nil, limit: 4, after: p)
             seen += page.sessions.map(\.id)
-            position = page.nextCursor.flatMap(h.service.decodeCursor)
+            position = page.nextCursor.flatMap { h.service.decodeCursor($0, user: testUser) }
         }
         // Every original session exactly once, newest first; the newer insert is not repeated.
         let originals = seen.filter(ids.contains)
@@ -97,14 +97,16 @@ final class Harness {
         let h = try Harness()
         for i in 0..<3 { _ = try h.record("2025-03-1\(i)T08:00:00Z", 60) }
         let cursor = try #require(h.service.list(testUser, from: nil, to: nil, limit: 1, after: nil).nextCursor)
-        #expect(h.service.decodeCursor(cursor) != nil)
+        #expect(h.service.decodeCursor(cursor, user: testUser) != nil)
         var bytes = Array(cursor.utf8)
         bytes[2] = bytes[2] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
-        #expect(h.service.decodeCursor(String(decoding: bytes, as: UTF8.self)) == nil)
-        #expect(h.service.decodeCursor("") == nil)
-        #expect(h.service.decodeCursor("!!!") == nil)
+        #expect(h.service.decodeCursor(String(decoding: bytes, as: UTF8.self), user: testUser) == nil)
+        #expect(h.service.decodeCursor("", user: testUser) == nil)
+        #expect(h.service.decodeCursor("!!!", user: testUser) == nil)
         let other = SessionsService(store: h.store, tables: h.service.tables, cursorSecret: Array("another secret".utf8))
-        #expect(other.decodeCursor(cursor) == nil)
+        #expect(other.decodeCursor(cursor, user: testUser) == nil)
+        // Issue "Security and robustness defects", item 13: a cursor is bound to the user it was made for.
+        #expect(h.service.decodeCursor(cursor, user: "bbbbbbbb-0000-4000-8000-000000000002") == nil)
     }
 
     @Test func timerElapsedExcludesPausedTime() throws {
