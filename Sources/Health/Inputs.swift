@@ -22,7 +22,7 @@ public struct ItemInput: Sendable, Equatable {
         guard end.milliseconds - start.milliseconds <= HealthRules.maxDurationMs else {
             throw .outOfRange(r.path("end"), "must be at most 7 days after start")
         }
-        guard start.milliseconds >= 0 else { throw .outOfRange(r.path("start"), "must not be before 1970") }
+        try DateFloor.check(start, notBefore: DateFloor.health, at: r.path("start"))
         origin = Origin()
         if let source: JSONObject = try r.optional("source") {
             var s = ObjectReader(source, path: r.path("source"))

@@ -197,7 +197,7 @@ public struct HealthIngest: RPCMethod {
             optional("samples", items: SampleInput.self, maxItems: HealthRules.maxItems),
             optional("workouts", items: WorkoutInput.self, maxItems: HealthRules.maxItems),
             optional("sleep", items: SleepInput.self, maxItems: HealthRules.maxItems),
-            optional("replaceDays", items: CalendarDate.self, maxItems: 366).described("local days whose items from deviceId are replaced by this request's"),
+            optional("replaceDays", items: CalendarDate.self, maxItems: 366).notBefore(DateFloor.health).described("local days whose items from deviceId are replaced by this request's"),
             optional("dryRun", Bool.self).described("validate and report without storing"))
         public init(_ v: (String?, Zone?, [SampleInput]?, [WorkoutInput]?, [SleepInput]?, [CalendarDate]?, Bool?)) throws(FieldError) {
             let (samples, workouts, sleep) = (v.2 ?? [], v.3 ?? [], v.4 ?? [])
@@ -275,7 +275,7 @@ public struct HealthSummary: RPCMethod {
         let to: CalendarDate
         let types: Set<Int>?
         public static let declaration = ParamList(
-            required("from", CalendarDate.self), required("to", CalendarDate.self).described("inclusive; at most 366 days after from"), typesParam)
+            required("from", CalendarDate.self).notBefore(DateFloor.health), required("to", CalendarDate.self).notBefore(DateFloor.health).described("inclusive; at most 366 days after from"), typesParam)
         public init(_ v: (CalendarDate, CalendarDate, [String]?)) throws(FieldError) {
             (from, to) = try dateRange(v.0, v.1, maxDays: 366)
             types = try typeCodes(v.2)
@@ -301,8 +301,8 @@ public struct HealthWeekly: RPCMethod {
         let to: CalendarDate
         let types: Set<Int>?
         public static let declaration = ParamList(
-            required("from", CalendarDate.self).described("a day of the first week"),
-            required("to", CalendarDate.self).described("a day of the last week; at most 731 days after from"), typesParam)
+            required("from", CalendarDate.self).notBefore(DateFloor.health).described("a day of the first week"),
+            required("to", CalendarDate.self).notBefore(DateFloor.health).described("a day of the last week; at most 731 days after from"), typesParam)
         public init(_ v: (CalendarDate, CalendarDate, [String]?)) throws(FieldError) {
             (from, to) = try dateRange(v.0, v.1, maxDays: 731)
             types = try typeCodes(v.2)
@@ -329,8 +329,8 @@ public struct HealthWorkouts: RPCMethod {
         let limit: Int
         let cursor: String?
         public static let declaration = ParamList(
-            required("from", CalendarDate.self).described("first local day (each workout's own zone)"),
-            required("to", CalendarDate.self).described("last local day, inclusive"),
+            required("from", CalendarDate.self).notBefore(DateFloor.health).described("first local day (each workout's own zone)"),
+            required("to", CalendarDate.self).notBefore(DateFloor.health).described("last local day, inclusive"),
             optional("limit", in: 1...500, default: 50),
             optional("cursor", String.self).described("the nextCursor of the previous page"))
         public init(_ v: (CalendarDate, CalendarDate, Int64, String?)) throws(FieldError) {

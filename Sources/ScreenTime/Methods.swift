@@ -190,7 +190,7 @@ public struct ScreenTimeUpdateConnection: RPCMethod {
 /// `screentime.claim`.
 public struct ScreenTimeClaim: RPCMethod {
     public struct Params: RPCParams {
-        public static let declaration = ParamList(required("date", CalendarDate.self), required("minutes", in: 0...1440))
+        public static let declaration = ParamList(required("date", CalendarDate.self).notBefore(DateFloor.screenTime), required("minutes", in: 0...1440))
         let date: CalendarDate
         let minutes: Int64
         public init(_ v: (CalendarDate, Int64)) { (date, minutes) = v }
@@ -215,7 +215,7 @@ public struct ScreenTimeUpload: RPCMethod {
         let verifiedMinutes: Int64
         let raw: BinaryJSON
         public static let declaration = ParamList(
-            required("date", CalendarDate.self),
+            required("date", CalendarDate.self).notBefore(DateFloor.screenTime),
             required("verifiedMinutes", in: 0...1440),
             optional("raw", JSON.self).described("any JSON up to 256 KiB, stored and returned as sent").checked { (value, path) throws(FieldError) in
                 if let value { try checkSize(value, Limits.rawBytes, path) }
@@ -242,7 +242,7 @@ public struct ScreenTimeUpload: RPCMethod {
 /// `screentime.day`.
 public struct ScreenTimeDay: RPCMethod {
     public struct Params: RPCParams {
-        public static let declaration = ParamList(required("date", CalendarDate.self))
+        public static let declaration = ParamList(required("date", CalendarDate.self).notBefore(DateFloor.screenTime))
         let date: CalendarDate
         public init(_ date: CalendarDate) { self.date = date }
     }
@@ -267,8 +267,8 @@ public struct ScreenTimeHistory: RPCMethod {
         let to: CalendarDate
         let includeRaw: Bool
         public static let declaration = ParamList(
-            required("from", CalendarDate.self),
-            required("to", CalendarDate.self).described("not before from, and at most 366 days from it counting both"),
+            required("from", CalendarDate.self).notBefore(DateFloor.screenTime),
+            required("to", CalendarDate.self).notBefore(DateFloor.screenTime).described("not before from, and at most 366 days from it counting both"),
             optional("includeRaw", Bool.self))
         public init(_ v: (CalendarDate, CalendarDate, Bool?)) throws(FieldError) {
             (from, to, includeRaw) = (v.0, v.1, v.2 ?? false)
@@ -298,7 +298,7 @@ public struct ScreenTimePenalties: RPCMethod {
     public struct Params: RPCParams {
         let from: CalendarDate?
         let to: CalendarDate?
-        public static let declaration = ParamList(optional("from", CalendarDate.self), optional("to", CalendarDate.self))
+        public static let declaration = ParamList(optional("from", CalendarDate.self).notBefore(DateFloor.screenTime), optional("to", CalendarDate.self).notBefore(DateFloor.screenTime))
         public init(_ v: (CalendarDate?, CalendarDate?)) throws(FieldError) {
             (from, to) = v
             if let from, let to, to < from { throw .outOfRange("params.to", "must not be before params.from") }
@@ -332,7 +332,7 @@ public struct ScreenTimeLogEvent: RPCMethod {
             required("type", oneOf: ["eventDidReachThreshold", "eventWillReachThresholdWarning", "intervalDidEnd", "intervalDidStart"]),
             required("activity", maxBytes: Limits.textBytes),
             optional("event", maxBytes: Limits.textBytes),
-            required("at", Timestamp.self))
+            required("at", Timestamp.self).notBefore(DateFloor.screenTime))
         let type: String
         let activity: String
         let event: String?

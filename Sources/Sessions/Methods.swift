@@ -93,9 +93,9 @@ public struct SessionsRecord: RPCMethod {
         let endTime: Timestamp?
         let clientSessionId: String?
         public static let declaration = ParamList(
-            required("startTime", Timestamp.self).described("RFC 3339 with offset; at most 5 minutes in the future"),
+            required("startTime", Timestamp.self).notBefore(DateFloor.sessions).described("RFC 3339 with offset; at most 5 minutes in the future"),
             required("durationSeconds", in: 1...SessionRules.maxDuration),
-            optional("endTime", Timestamp.self).described("default startTime + durationSeconds; never earlier"),
+            optional("endTime", Timestamp.self).notBefore(DateFloor.sessions).described("default startTime + durationSeconds; never earlier"),
             clientSessionID)
         public init(_ v: (Timestamp, Int64, Timestamp?, String?)) { (startTime, durationSeconds, endTime, clientSessionId) = v }
     }
@@ -222,8 +222,8 @@ public struct SessionsList: RPCMethod {
         let limit: Int
         let cursor: String?
         public static let declaration = ParamList(
-            optional("from", DayOrInstant.self).described("RFC 3339 timestamp, or YYYY-MM-DD (from the start of that UTC day)"),
-            optional("to", DayOrInstant.self).described("RFC 3339 timestamp (exclusive), or YYYY-MM-DD (to the end of that UTC day)"),
+            optional("from", DayOrInstant.self).notBefore(DateFloor.sessions).described("RFC 3339 timestamp, or YYYY-MM-DD (from the start of that UTC day)"),
+            optional("to", DayOrInstant.self).notBefore(DateFloor.sessions).described("RFC 3339 timestamp (exclusive), or YYYY-MM-DD (to the end of that UTC day)"),
             optional("limit", in: 1...500, default: 50),
             optional("cursor", String.self).described("the nextCursor of the previous page"))
         public init(_ v: (DayOrInstant?, DayOrInstant?, Int64, String?)) throws(FieldError) {
@@ -245,7 +245,7 @@ public struct SessionsList: RPCMethod {
         var after: SessionsService.Position?
         if let cursor = p.cursor {
             guard let position = service.decodeCursor(cursor, user: user) else {
-                throw RPCError.invalidParams("params.cursor", reason: "invalid_params", "params.cursor is not a cursor this kernel issued for this user")
+                throw RPCError.invalidParams("params.cursor", reason: "invalid_params", "params.cursor is not a cursor this kernel issued")
             }
             after = position
         }

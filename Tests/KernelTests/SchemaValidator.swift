@@ -3,13 +3,13 @@ import JSON
 
 /// The subset of JSON Schema that protocol/openrpc.json uses: type, enum, const, properties, required,
 /// additionalProperties, items, minimum, maximum, minLength, maxLength, minItems, maxItems, anyOf, oneOf,
-/// and the formats date-time, date and uuid. An unknown keyword is an error, so a schema cannot
+/// the formats date-time, date and uuid, and formatMinimum for dates. An unknown keyword is an error, so a schema cannot
 /// silently stop checking.
 enum SchemaValidator {
     static let known: Set<String> = [
         "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minimum", "maximum",
         "minLength", "maxLength", "minItems", "maxItems", "anyOf", "oneOf", "format", "description", "title",
-        "examples", "pattern", "default",
+        "examples", "pattern", "default", "formatMinimum",
     ]
 
     /// The problems with `value` under `schema` (empty when valid).
@@ -56,6 +56,8 @@ enum SchemaValidator {
         if case .string(let str) = value {
             if let n = s["minLength"]?.intValue, str.count < n { problems.append("\(path): shorter than \(n)") }
             if let n = s["maxLength"]?.intValue, str.count > n { problems.append("\(path): longer than \(n)") }
+            // Dates and UTC timestamps with four-digit years compare as text.
+            if let min = s["formatMinimum"]?.stringValue, String(str.prefix(10)) < min { problems.append("\(path): \(str) is before \(min)") }
             switch s["format"]?.stringValue {
             case "date-time"?: if !Transcript.isTimestamp(str) { problems.append("\(path): \(str) is not a UTC timestamp") }
             case "date"?: if str.wholeMatch(of: /\d{4}-\d\d-\d\d/) == nil { problems.append("\(path): \(str) is not a date") }
