@@ -71,11 +71,19 @@ public struct DomainContext {
     public let cursorSecret: [UInt8]
     /// Where domains say how `sync.changes` shows their synced entities.
     public let entities: EntityRenderers
+    /// What one user may keep (quotas checked before anything is stored).
+    public let limits: UserLimits
+    /// The most bytes one answer may take (the line limit): methods that could answer more page by bytes
+    /// or ask to narrow the request.
+    public let maxAnswerBytes: Int
 
-    public init(store: any Storage, cursorSecret: [UInt8], entities: EntityRenderers) {
+    public init(store: any Storage, cursorSecret: [UInt8], entities: EntityRenderers, limits: UserLimits = UserLimits(),
+                maxAnswerBytes: Int = 16 << 20) {
         self.store = store
         self.cursorSecret = cursorSecret
         self.entities = entities
+        self.limits = limits
+        self.maxAnswerBytes = maxAnswerBytes
     }
 }
 

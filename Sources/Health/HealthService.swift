@@ -7,6 +7,8 @@ import Storage
 public enum HealthError: Error, Equatable {
     /// An item ends further in the future than a device clock can be off; the path names it.
     case future(String)
+    /// Storing the request would take the user past this many items.
+    case quota(Int64)
     case storage(StorageError)
 }
 
@@ -87,7 +89,11 @@ public final class HealthService: @unchecked Sendable {
     private let cursors: CursorSeal
     private let logger = Logger(label: "healthkernel.health")
 
-    public init(store: any Storage, tables: HealthTables, cursorSecret: [UInt8]) {
+    /// Most items one user may keep; 0: no limit.
+    let maxItems: Int64
+
+    public init(store: any Storage, tables: HealthTables, cursorSecret: [UInt8], maxItems: Int64 = 0) {
+        self.maxItems = maxItems
         self.store = store
         self.tables = tables
         cursors = CursorSeal(purpose: "health.workouts", secret: cursorSecret)
@@ -183,9 +189,7 @@ public final class HealthService: @unchecked Sendable {
         }
         if large { logger.info("health.ingest: placed \(request.count) items in \((monotonicMicros() - began) / 1000) ms, recomputing days") }
         report.daysRecomputed = try work.recompute()
-        if let named = request.zone, try storage(try tables.profile.get(user: user, key: Self.profileKey))?.timezone != named.identifier {
-            work.tx.put(tables.profile, user: user, key: Self.profileKey, ProfileRow(timezone: named.identifier))
-        }
+        try saveProfile(&work, zone: request.zone)
         if !request.dryRun { try storage(try store.commit(work.tx)) }
         if large {
             logger.info("health.ingest: \(request.count) items (\(report.unchanged) unchanged), \(report.daysRecomputed.count) days recomputed, done in \((monotonicMicros() - began) / 1000) ms")
@@ -202,8 +206,30 @@ public final class HealthService: @unchecked Sendable {
             report.deleted += 1
         }
         report.daysRecomputed = try work.recompute()
+        if work.itemDelta != 0 { try saveProfile(&work, zone: nil) }
         if !work.tx.isEmpty { try storage(try store.commit(work.tx)) }
         return report
+    }
+
+    /// Puts the user's profile into the unit of work when it changes: the zone last sent, and the item
+    /// count after `work`, refused (nothing is stored) when it grows past the quota.
+    private func saveProfile(_ work: inout Work, zone: Zone?) throws(HealthError) {
+        let user = work.user
+        let old = try storage(try tables.profile.get(user: user, key: Self.profileKey))
+        let before: Int64
+        if let kept = old?.items { before = kept } else { before = try countItems(user) }
+        let after = before + work.itemDelta
+        if maxItems > 0 && work.itemDelta > 0 && after > maxItems { throw .quota(maxItems) }
+        let row = ProfileRow(timezone: zone?.identifier ?? old?.timezone ?? Zone.utc.identifier, items: after)
+        if row != old { work.tx.put(tables.profile, user: user, key: Self.profileKey, row) }
+    }
+
+    /// The user's items, counted: once per user whose profile predates the count (O(items)).
+    private func countItems(_ user: String) throws(HealthError) -> Int64 {
+        let samples = try storage(try tables.samples.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count
+        let workouts = try storage(try tables.workouts.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count
+        let sleep = try storage(try tables.sleep.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count
+        return Int64(samples + workouts + sleep)
     }
 
     // MARK: The unit of work
@@ -250,6 +276,8 @@ public final class HealthService: @unchecked Sendable {
         var pending: [String: Item?] = [:]
         var touched: [Part: Set<CalendarDate>] = [:]
         var dayStarts: [String: Int64] = [:]
+        /// Items this request adds, less those it removes.
+        var itemDelta: Int64 = 0
 
         init(service: HealthService, user: String) {
             self.service = service
@@ -280,6 +308,7 @@ public final class HealthService: @unchecked Sendable {
         /// Stores `item` under `uuid`, replacing `existing` (what `uuid` names now, of any kind).
         mutating func put(_ uuid: String, _ item: Item, replacing existing: Item?) throws(HealthError) {
             if let existing { remove(uuid, existing) }
+            itemDelta += 1
             pending[uuid] = item
             switch item {
             case .sample(let r, _): tx.put(tables.samples, user: user, key: uuid, r)
@@ -300,6 +329,7 @@ public final class HealthService: @unchecked Sendable {
             case .workout: tx.delete(tables.workouts, user: user, key: uuid)
             case .sleep: tx.delete(tables.sleep, user: user, key: uuid)
             }
+            itemDelta -= 1
             pending[uuid] = .some(nil)
             touch(old)
         }

@@ -11,6 +11,7 @@ extension HealthError {
         switch self {
         case .future(let path):
             return .invalidParams(path, reason: "future_date", "\(path) is more than a day in the future")
+        case .quota(let limit): return .quotaExceeded("HealthKit items", limit: limit)
         case .storage(let error): return .from(error)
         }
     }

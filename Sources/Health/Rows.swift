@@ -307,10 +307,20 @@ public struct DayRow: StoredRow {
 /// the default for the next ingest.
 public struct ProfileRow: StoredRow {
     public var timezone: String
+    /// How many samples, workouts and sleep samples the user keeps (the `healthItemsPerUser` quota);
+    /// nil in rows written before it was kept, counted once when first needed.
+    public var items: Int64?
 
-    public init(timezone: String) { self.timezone = timezone }
-    public init(stored: JSON) throws(StorageError) { timezone = try StoredFields(stored, "profile").string("timezone") }
-    public var stored: JSON { ["timezone": .string(timezone)] }
+    public init(timezone: String, items: Int64? = nil) {
+        self.timezone = timezone
+        self.items = items
+    }
+    public init(stored: JSON) throws(StorageError) {
+        let f = try StoredFields(stored, "profile")
+        timezone = try f.string("timezone")
+        items = f.optionalInt("items")
+    }
+    public var stored: JSON { items.map { ["timezone": .string(timezone), "items": .int($0)] } ?? ["timezone": .string(timezone)] }
 }
 
 /// The health tables, registered with the store before it recovers.

@@ -34,6 +34,10 @@ public final class Dispatcher {
     public var current = RequestStream() {
         didSet { hub.current = current.events }
     }
+    /// The longest answer written (the line limit); a longer answer to a read is refused.
+    public var maxAnswerBytes = 16 << 20
+    /// Requests per user (`limits.requestsPerSecond`); nil: no limit.
+    public var rateLimiter: RateLimiter?
     /// Where slow parts run; started on first use.
     public lazy var workers = WorkerPool.perCore()
     /// Answers given since the journal was last flushed that depend on writes not yet durable.
@@ -204,7 +208,7 @@ public final class Dispatcher {
         stats.record(micros: monotonicMicros() - started, failed: outcome.failed)
         guard let id else { return false }
         let start = out.count
-        writeResponse(id: id, outcome: outcome, into: &out)
+        writeResponse(id: id, outcome: outcome, read: commits == nil, into: &out)
         if let commits { pendingWrites.append(PendingWrite(range: start..<out.count, id: id, commits: commits, slot: nil)) }
         return true
     }
@@ -321,13 +325,13 @@ public final class Dispatcher {
         }
         if let slot = slot ?? (current.ordering == .read && !current.slots.isEmpty ? newSlot() : nil) {
             slot.bytes.removeAll()
-            writeResponse(id: id, outcome: outcome, into: &slot.bytes)
+            writeResponse(id: id, outcome: outcome, read: commits == nil, into: &slot.bytes)
             slot.done = true
             if let commits { pendingWrites.append(PendingWrite(range: 0..<slot.bytes.count, id: id, commits: commits, slot: slot)) }
             return
         }
         let start = out.count
-        writeResponse(id: id, outcome: outcome, into: &out)
+        writeResponse(id: id, outcome: outcome, read: commits == nil, into: &out)
         if let commits { pendingWrites.append(PendingWrite(range: start..<out.count, id: id, commits: commits, slot: nil)) }
         out.append(UInt8(ascii: "\n"))
     }
@@ -444,6 +448,10 @@ public final class Dispatcher {
         let now = clock.now()
         do throws(RPCError) {
             let identity = try authenticator.authenticate(token: token, requirement: method.auth, now: now)
+            if let rateLimiter, let identity, identity.role != "service_role", let user = identity.userId,
+               let wait = rateLimiter.admit(user, now: now) {
+                throw RPCError.rateLimited(retryAfterMs: wait)
+            }
             let context = CallContext(identity: identity, now: now, registry: registry, stream: current)
             return .success(try method.invoke(&reader, context))
         } catch {
@@ -451,13 +459,25 @@ public final class Dispatcher {
         }
     }
 
-    private func writeResponse(id: JSON, outcome: Outcome, into out: inout [UInt8]) {
+    /// Writes a response. The answer to a `read` (a request that wrote nothing) that comes out longer
+    /// than `maxAnswerBytes` is replaced by -32602 `answer_too_large`: a host reading lines up to the
+    /// same limit could not take it, and a socket would be cut mid-answer. Methods that can answer
+    /// that much page by bytes or name the param to narrow first; this is the net below them.
+    private func writeResponse(id: JSON, outcome: Outcome, read: Bool = false, into out: inout [UInt8]) {
+        let start = out.count
         out.append(contentsOf: #"{"jsonrpc":"2.0","id":"#.utf8)
         id.write(to: &out)
         switch outcome {
         case .success(let result):
             out.append(contentsOf: #","result":"#.utf8)
             result.write(to: &out)
+            if read && out.count - start > maxAnswerBytes {
+                out.removeSubrange(start...)
+                let error = RPCError.invalidParams("params", reason: "answer_too_large",
+                                                   "the answer would be longer than \(maxAnswerBytes) bytes; ask for less (a narrower range, a smaller limit)")
+                writeResponse(id: id, outcome: .failure(error), into: &out)
+                return
+            }
         case .failure(let error):
             if error.code == RPCError.internalError.code { onInternalError(error.message) }
             out.append(contentsOf: #","error":"#.utf8)

@@ -24,6 +24,8 @@ public struct KernelConfig: Sendable, Equatable {
     public var enableTestMethods = false
     /// Accounts, tokens and identity providers.
     public var auth = AuthConfig()
+    /// What one user may ask and keep.
+    public var limits = UserLimits()
     /// Each domain's own configuration (say Screen Time's tolerance, penalty and exchange rates).
     public var domains = DomainConfigs()
     /// Test hook: log appends fail with ENOSPC past this many bytes (for machines without a tiny tmpfs).
@@ -98,6 +100,10 @@ extension KernelConfig {
             if top.has("auth") {
                 var auth = try top.object("auth")
                 self.auth = try AuthConfig.read(&auth, resolve: { files.resolve($0) })
+            }
+            if top.has("limits") {
+                var section = try top.object("limits")
+                try limits.read(&section)
             }
             for domain in Kernel.domains {
                 for name in domain.sections where top.has(name) {

@@ -50,7 +50,8 @@ public final class Kernel {
         }
         try auth.upgradeLegacyIndex()
         self.auth = auth
-        let context = DomainContext(store: store, cursorSecret: auth.cursorSecret, entities: EntityRenderers())
+        let context = DomainContext(store: store, cursorSecret: auth.cursorSecret, entities: EntityRenderers(), limits: config.limits,
+                                    maxAnswerBytes: config.maxLineBytes)
         let events = EventHub()
         registry = try MethodRegistry(
             Self.methods(config: config, store: store, tables: tables, auth: auth, events: events, stats: stats, startedAt: startedAt)
@@ -67,6 +68,10 @@ public final class Kernel {
         )
         dispatcher.journal = store
         dispatcher.hub = events
+        dispatcher.maxAnswerBytes = config.maxLineBytes
+        if config.limits.requestsPerSecond > 0 && config.limits.burst > 0 {
+            dispatcher.rateLimiter = RateLimiter(perSecond: config.limits.requestsPerSecond, burst: config.limits.burst)
+        }
         events.onSubscribersChanged = { [store] in store.collectsChanges = $0 }
     }
 

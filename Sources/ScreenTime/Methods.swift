@@ -55,6 +55,7 @@ extension ScreenTimeError {
             return .invalidParams("params.xp", reason: "out_of_range", "params.xp must be a positive multiple of \(rate)")
         case .notEnoughXP: return .conflict("insufficient_balance", "Not enough XP")
         case .notEnoughMinutes: return .conflict("insufficient_balance", "Not enough unlocked minutes")
+        case .rawQuota(let limit): return .quotaExceeded("bytes of Screen Time raw", limit: limit)
         case .storage(let error): return .from(error)
         }
     }
@@ -287,9 +288,17 @@ public struct ScreenTimeHistory: RPCMethod {
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
         let user = try c.userID()
-        return try answer { () throws(ScreenTimeError) -> JSON in
-            ["days": .array(try service.history(user, from: p.from, to: p.to).map { $0.json(includeRaw: p.includeRaw) })]
+        let days: [DayRecord]
+        do { days = try service.history(user, from: p.from, to: p.to) } catch { throw error.rpc }
+        if p.includeRaw {
+            // A year of 256 KiB `raw` is about 96 MB: past the answer limit, ask for a narrower range.
+            let bytes = days.reduce(0) { $0 + $1.day.raw.bytes.count + 256 }
+            if bytes > service.maxAnswerBytes - AnswerSize.margin {
+                throw RPCError.invalidParams("params.to", reason: "answer_too_large",
+                                             "params.to: the days from params.from to params.to with includeRaw would answer more than \(service.maxAnswerBytes) bytes; ask for fewer days")
+            }
         }
+        return ["days": .array(days.map { $0.json(includeRaw: p.includeRaw) })]
     }
 }
 

@@ -10,6 +10,9 @@ public struct ConnectionRow: StoredRow {
     public var lastSyncAt: Int64?
     /// Opaque app, category and web-domain tokens from the device picker; null when none.
     public var selection: BinaryJSON = .null
+    /// Bytes of `raw` the user's days keep (the `rawBytesPerUser` quota); nil in rows written before it
+    /// was kept, counted once when first needed.
+    public var rawBytes: Int64?
 
     public init() {}
     public init(stored: JSON) throws(StorageError) {
@@ -18,13 +21,15 @@ public struct ConnectionRow: StoredRow {
         timezone = try f.string("timezone")
         lastSyncAt = f.optionalInt("lastSyncAt")
         selection = BinaryJSON(f.object["selection"] ?? .null)
+        rawBytes = f.optionalInt("rawBytes")
     }
     public var stored: JSON {
-        ["enabled": .bool(enabled), "timezone": .string(timezone), "lastSyncAt": .optionalInt(lastSyncAt), "selection": selection.json]
+        ["enabled": .bool(enabled), "timezone": .string(timezone), "lastSyncAt": .optionalInt(lastSyncAt), "selection": selection.json,
+         "rawBytes": .optionalInt(rawBytes)]
     }
     /// Written on every upload, so written directly (the same bytes as `stored.writeBinary`).
     public func writeStored(to out: inout [UInt8]) {
-        Binary.writeObjectHeader(count: 4, to: &out)
+        Binary.writeObjectHeader(count: 5, to: &out)
         Binary.writeString("enabled", to: &out)
         Binary.writeBool(enabled, to: &out)
         Binary.writeString("timezone", to: &out)
@@ -33,6 +38,8 @@ public struct ConnectionRow: StoredRow {
         Binary.writeOptionalInt(lastSyncAt, to: &out)
         Binary.writeString("selection", to: &out)
         selection.write(to: &out)
+        Binary.writeString("rawBytes", to: &out)
+        Binary.writeOptionalInt(rawBytes, to: &out)
     }
     public init(binaryStored r: inout BinaryReader) throws(StorageError) {
         var sawTimezone = false
@@ -43,6 +50,7 @@ public struct ConnectionRow: StoredRow {
                 case "timezone": timezone = try r.stringValue(); sawTimezone = true
                 case "lastSyncAt": lastSyncAt = try r.optionalInt()
                 case "selection": selection = try r.value()
+                case "rawBytes": rawBytes = try r.optionalInt()
                 default: try r.skipValue()
                 }
             }

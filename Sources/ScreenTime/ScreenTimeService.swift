@@ -35,10 +35,17 @@ public final class ScreenTimeService: @unchecked Sendable {
     let config: ScreenTimeConfig
     let store: any Storage
     let tables: ScreenTimeTables
+    /// Most bytes of `raw` one user may keep; 0: no limit.
+    let maxRawBytes: Int64
+    /// Most bytes of one answer.
+    let maxAnswerBytes: Int
 
     /// A service over `tables`.
-    public init(config: ScreenTimeConfig, store: any Storage, tables: ScreenTimeTables) {
+    public init(config: ScreenTimeConfig, store: any Storage, tables: ScreenTimeTables, maxRawBytes: Int64 = 0,
+                maxAnswerBytes: Int = 16 << 20) {
         self.config = config
+        self.maxRawBytes = maxRawBytes
+        self.maxAnswerBytes = maxAnswerBytes
         self.store = store
         self.tables = tables
     }
@@ -127,16 +134,30 @@ public final class ScreenTimeService: @unchecked Sendable {
         guard conn.enabled else { throw .connectionDisabled }
         try checkNotFuture(date, conn, now: now)
         var day = try storedDay(user, date) ?? DayRow()
+        let before: Int64
+        if let kept = conn.rawBytes { before = kept } else { before = try keptRawBytes(user) }
+        let grows = Self.keptBytes(raw) - Self.keptBytes(day.raw)
+        if maxRawBytes > 0 && grows > 0 && before + grows > maxRawBytes { throw .rawQuota(maxRawBytes) }
         day.verifiedMinutes = verifiedMinutes
         day.uploadedAt = now.milliseconds
         day.raw = raw
         var tx = Transaction()
         let v = try save(user, date, day, &tx, now: now)
+        conn.rawBytes = before + grows
         conn.lastSyncAt = now.milliseconds
         tx.put(tables.connection, user: user, key: Self.connectionKey, conn)
         try commit(tx)
         return DayVerdict(date: date, verdict: v)
     }
+
+    /// Bytes of `raw` the user's days keep, counted: once per user whose connection predates the count (O(days)).
+    private func keptRawBytes(_ user: String) throws(ScreenTimeError) -> Int64 {
+        try storage(try tables.days.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max))
+            .reduce(0) { $0 + Self.keptBytes($1.row.raw) }
+    }
+
+    /// What a day's `raw` counts toward the quota: its stored bytes, none when there is none.
+    static func keptBytes(_ raw: BinaryJSON) -> Int64 { raw == .null ? 0 : Int64(raw.bytes.count) }
 
     /// Day `date`, if it has data.
     func record(_ user: String, date: CalendarDate) throws(ScreenTimeError) -> DayRecord? {
@@ -261,6 +282,8 @@ enum ScreenTimeError: Error, Equatable {
     case notAMultiple(xpPerMinute: Int64)
     case notEnoughXP
     case notEnoughMinutes
+    /// The upload's `raw` would take the user past this many bytes kept.
+    case rawQuota(Int64)
     /// Storage failed; nothing changed.
     case storage(StorageError)
 }

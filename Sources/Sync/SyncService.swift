@@ -12,10 +12,13 @@ public final class SyncService: @unchecked Sendable {
     /// How each entity is shown with `includeData`, by entity name: the record as its read method gives it.
     let renderers: EntityRenderers
     private let cursors: CursorSeal
+    /// Bytes of records a page with `includeData` carries at most; it ends early (`hasMore`) past them.
+    let pageBytes: Int
 
     /// A service over `store`'s feed; `cursorSecret` signs cursors so a foreign or altered one is refused.
-    public init(store: any Storage, renderers: EntityRenderers, cursorSecret: [UInt8]) {
+    public init(store: any Storage, renderers: EntityRenderers, cursorSecret: [UInt8], maxAnswerBytes: Int = 16 << 20) {
         self.store = store
+        pageBytes = maxAnswerBytes - AnswerSize.margin
         self.renderers = renderers
         cursors = CursorSeal(purpose: "sync", secret: cursorSecret)
     }
@@ -57,12 +60,26 @@ public final class SyncService: @unchecked Sendable {
         }
         var out: [JSON] = []
         out.reserveCapacity(page.entries.count)
-        for entry in page.entries { out.append(try json(user, entry, includeData: includeData, now: now)) }
+        var bytes = 0
+        var cut: UInt64?  // the last entry of a page ended early by its size
+        for entry in page.entries {
+            let change = try json(user, entry, includeData: includeData, now: now)
+            if includeData {
+                // Records with `raw` are up to 256 KiB: a page of 1,000 could pass the answer limit.
+                bytes += change.bytes.count + 1
+                if bytes > pageBytes, let last = out.last?["seq"]?.intValue {
+                    cut = UInt64(last)
+                    break
+                }
+            }
+            out.append(change)
+        }
         // Past the last entry, the cursor moves to the feed's horizon: every later change lies beyond it,
         // whatever the entities asked for, so a filtered feed does not rescan what it skipped.
-        let next = page.hasMore ? page.entries.last?.seq ?? position ?? 0 : store.feedHorizon
+        let more = page.hasMore || cut != nil
+        let next = cut ?? (page.hasMore ? page.entries.last?.seq ?? position ?? 0 : store.feedHorizon)
         return ["changes": .array(out), "cursor": .string(encodeCursor(user: user, position: next)),
-                "hasMore": .bool(page.hasMore)]
+                "hasMore": .bool(more)]
     }
 
     private func json(_ user: String, _ entry: FeedEntry, includeData: Bool, now: Timestamp) throws(RPCError) -> JSON {

@@ -72,10 +72,10 @@ test('a connection that stops reading is cut at its limit; the others go on', as
   const busy = await open(path);
   t.after(() => { busy.socket.destroy(); stalled.socket.destroy(); });
   const count = 6000;
-  const start = Date.UTC(2000, 0, 1);
+  const start = Date.UTC(2018, 0, 1); // Screen Time's date floor; 3,000 days, each claimed twice with other minutes
   for (let i = 0; i < count; i++) {
-    const date = new Date(start + i * 86_400_000).toISOString().slice(0, 10);
-    busy.send({ id: i, method: 'screentime.claim', params: { auth, date, minutes: 1 } });
+    const date = new Date(start + (i % 3000) * 86_400_000).toISOString().slice(0, 10);
+    busy.send({ id: i, method: 'screentime.claim', params: { auth, date, minutes: 1 + Math.floor(i / 3000) } });
   }
   await eventually(() => busy.lines.length >= count, 60_000, 'every answer on the busy connection');
   assert.ok(busy.lines.every((l) => l.result), 'the busy connection was never held up');
@@ -152,8 +152,9 @@ test('socket squatting: call --connect and Kernel.connect refuse a socket anothe
   const path = join(shared, 'hk.sock');
   const squatter = spawn('/usr/sbin/runuser', ['-u', 'nobody', '--', process.execPath, '-e',
     `const s = require('net').createServer((c) => c.on('data', (d) => { process.stdout.write('GOT ' + d); c.end('{}\\n'); })).listen(${JSON.stringify(path)}, () => process.stdout.write('ready\\n'));`],
-  { stdio: ['ignore', 'pipe', 'inherit'] });
-  t.after(() => squatter.kill('SIGKILL'));
+  { stdio: ['ignore', 'pipe', 'inherit'], detached: true });
+  // runuser keeps its child in a session of its own: end the whole process group, or node waits on it.
+  t.after(() => { try { process.kill(-squatter.pid, 'SIGKILL'); } catch {} });
   let heard = '';
   squatter.stdout.on('data', (d) => { heard += d; });
   await eventually(() => heard.includes('ready'), 10_000, 'the squatter to listen');

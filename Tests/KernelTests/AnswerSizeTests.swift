@@ -1,0 +1,72 @@
+import Foundation
+import JSON
+import JSONParsing
+import Testing
+import TestSupport
+@testable import Kernel
+
+/// Issue "Security and robustness defects", item 10: no answer is longer than the line limit. A year of
+/// `screentime.history {includeRaw: true}` once answered 96 MB and a socket connection was cut with every
+/// call in flight on it.
+@Suite struct AnswerSizeTests {
+    static let limit = 1 << 20
+    static let raw: JSON = ["pad": .string(String(repeating: "r", count: 200_000))]
+
+    /// A kernel answering lines of at most 1 MiB, with ten days of 200 KB `raw` for the test user.
+    func kernelWithTenDays() throws -> (Kernel, LimitsTests.Client) {
+        let kernel = try makeKernel { $0.maxLineBytes = Self.limit }
+        let client = LimitsTests.Client(kernel)
+        let auth = JSON.string(LimitsTests.userToken)
+        #expect(client.call("screentime.updateConnection", ["auth": auth, "enabled": true])["result"] != nil)
+        for d in 1...10 {
+            let date = JSON.string(String(format: "2025-03-%02d", d))
+            #expect(client.call("screentime.upload", ["auth": auth, "date": date, "verifiedMinutes": 5, "raw": Self.raw])["result"] != nil)
+        }
+        return (kernel, client)
+    }
+
+    @Test func historyWithRawAsksForFewerDaysPastTheLimit() throws {
+        let (_, client) = try kernelWithTenDays()
+        let auth = JSON.string(LimitsTests.userToken)
+        let all = client.call("screentime.history", ["auth": auth, "from": "2025-03-01", "to": "2025-03-31", "includeRaw": true])
+        #expect(all["error"]?["code"] == -32602)
+        #expect(all["error"]?["data"]?["reason"] == "answer_too_large")
+        #expect(all["error"]?["data"]?["field"] == "params.to")
+        let some = client.call("screentime.history", ["auth": auth, "from": "2025-03-01", "to": "2025-03-03", "includeRaw": true])
+        #expect(some["result"]?["days"]?.arrayValue?.count == 3)
+        let lean = client.call("screentime.history", ["auth": auth, "from": "2025-03-01", "to": "2025-03-31"])
+        #expect(lean["result"]?["days"]?.arrayValue?.count == 10, "without raw the whole range fits")
+    }
+
+    @Test func theFeedWithDataPagesByBytes() throws {
+        let (_, client) = try kernelWithTenDays()
+        let auth = JSON.string(LimitsTests.userToken)
+        var since: JSON? = nil
+        var days: [String] = []
+        var pages = 0
+        repeat {
+            var params: JSON = ["auth": auth, "limit": 1000, "includeData": true, "entities": ["screentime.day"]]
+            if let since, case .object(var o) = params {
+                o["since"] = since
+                params = .object(o)
+            }
+            let page = client.call("sync.changes", params)
+            let result = try #require(page["result"], "\(page)")
+            #expect(result.bytes.count < Self.limit)
+            days += result["changes"]?.arrayValue?.compactMap { $0["id"]?.stringValue } ?? []
+            since = result["cursor"]
+            pages += 1
+            if result["hasMore"] != .bool(true) { break }
+        } while pages < 20
+        #expect(pages > 1, "one page would have been about 2 MB")
+        #expect(days == (1...10).map { String(format: "2025-03-%02d", $0) }, "every day once, in order")
+    }
+
+    @Test func anyReadAnswerPastTheLimitIsRefusedNotCut() throws {
+        let kernel = try makeKernel { $0.maxLineBytes = 40_000 }
+        let client = LimitsTests.Client(kernel)
+        let discover = client.call("rpc.discover", [:])
+        #expect(discover["error"]?["data"]?["reason"] == "answer_too_large", "the OpenRPC document is larger than 40 KB")
+        #expect(client.call("kernel.info", [:])["result"] != nil)
+    }
+}

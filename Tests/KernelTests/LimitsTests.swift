@@ -1,0 +1,109 @@
+import Chrono
+import Foundation
+import JSON
+import JSONParsing
+import JSONRPC
+import Testing
+import TestSupport
+@testable import Kernel
+
+/// Issue "Security and robustness defects", item 11: per-user limits (PROTOCOL.md section 10,
+/// `limits`), checked before anything is stored, -32029 with `rate_limited` or `quota_exceeded`.
+@Suite struct LimitsTests {
+    /// User aaaaaaaa-…, signed with the test secret (the transcripts' token).
+    static let userToken = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJpc3MiOiJodHRwczovL2V4YW1wbGUuc3VwYWJhc2UuY28vYXV0aC92MSIsInN1YiI6ImFhYWFhYWFhLWFhYWEtNGFhYS04YWFhLWFhYWFhYWFhYWFhYSIsImF1ZCI6ImF1dGhlbnRpY2F0ZWQiLCJyb2xlIjoiYXV0aGVudGljYXRlZCIsImlhdCI6MTc2Mzc2OTYwMCwiZXhwIjo0MTAyNDQ0ODAwfQ.8ZA__W41avEdg3xBvAMUQx8I0VhsjhcPi2Fdts5TDTk"
+
+    /// Calls one method in process and returns the response.
+    final class Client {
+        var connection: Connection
+        var id = 0
+        init(_ kernel: Kernel) { connection = kernel.connection() }
+        func call(_ method: String, _ params: JSON) -> JSON {
+            id += 1
+            let request: JSON = ["jsonrpc": "2.0", "id": .int(Int64(id)), "method": .string(method), "params": params]
+            connection.receive(request.bytes + [0x0A])
+            _ = connection.endBatch()
+            defer { connection.output.removeAll() }
+            return (try? JSON.parse(Array(connection.output.dropLast()))) ?? .null
+        }
+    }
+
+    @Test func theRateLimiterRefillsAtItsRate() {
+        let limiter = RateLimiter(perSecond: 2, burst: 3)
+        let t0 = Timestamp(milliseconds: 1_000_000)
+        #expect((0..<3).map { _ in limiter.admit("u", now: t0) } == [nil, nil, nil])
+        #expect(limiter.admit("u", now: t0) == 500)
+        #expect(limiter.admit("other", now: t0) == nil, "one user's bucket is their own")
+        #expect(limiter.admit("u", now: t0.adding(seconds: 0).advanced(ms: 499)) == 1)
+        #expect(limiter.admit("u", now: t0.advanced(ms: 500)) == nil)
+        #expect(limiter.admit("u", now: t0.advanced(ms: 500)) != nil)
+        #expect((0..<3).map { _ in limiter.admit("u", now: t0.adding(seconds: 60)) } == [nil, nil, nil], "refilled to the burst, no more")
+        #expect(limiter.admit("u", now: t0.adding(seconds: 60)) != nil)
+    }
+
+    @Test func requestsPastTheRateAreRefusedForThatUserOnly() throws {
+        let kernel = try makeKernel { $0.limits.requestsPerSecond = 1; $0.limits.burst = 2 }
+        let client = Client(kernel)
+        let user: JSON = ["auth": .string(Self.userToken)]
+        #expect(client.call("rewards.balance", user)["result"] != nil)
+        #expect(client.call("rewards.balance", user)["result"] != nil)
+        let refused = client.call("rewards.earn", ["auth": .string(Self.userToken), "xp": 10, "reason": "r", "key": "k"])
+        #expect(refused["error"]?["code"] == -32029)
+        #expect(refused["error"]?["data"]?["reason"] == "rate_limited")
+        let wait = try #require(refused["error"]?["data"]?["retryAfterMs"]?.intValue)
+        #expect(wait > 0 && wait <= 1000)
+        #expect(client.call("rewards.balance", user)["error"]?["data"]?["reason"] == "rate_limited")
+        // Nothing of the refused write was stored, and a service token is never limited.
+        for _ in 0..<20 { #expect(client.call("kernel.info", ["auth": .string(testServiceToken)])["result"] != nil) }
+        #expect(client.call("sync.changes", user)["error"] != nil)
+        let other = client.call("auth.signUp", ["email": "b@example.com", "password": "password-b"])
+        let tokenB = try #require(other["result"]?["accessToken"]?.stringValue)
+        #expect(client.call("rewards.balance", ["auth": .string(tokenB)])["result"] != nil, "another user is served")
+    }
+
+    static func samples(_ uuids: ClosedRange<Int>) -> JSON {
+        .array(uuids.map { i in
+            ["uuid": .string(String(format: "0a000000-0000-4000-8000-%012d", i)), "type": "HKQuantityTypeIdentifierStepCount",
+             "value": 10, "unit": "count", "start": "2025-03-01T10:00:00Z", "end": "2025-03-01T10:01:00Z"]
+        })
+    }
+
+    @Test func healthItemsPastTheQuotaAreRefusedAndNothingIsStored() throws {
+        let kernel = try makeKernel { $0.limits.healthItemsPerUser = 3; $0.limits.requestsPerSecond = 0 }
+        let client = Client(kernel)
+        let auth = JSON.string(Self.userToken)
+        #expect(client.call("health.ingest", ["auth": auth, "samples": Self.samples(1...2)])["result"]?["accepted"]?["samples"] == 2)
+        let refused = client.call("health.ingest", ["auth": auth, "samples": Self.samples(2...4)])
+        #expect(refused["error"]?["code"] == -32029)
+        #expect(refused["error"]?["data"]?["reason"] == "quota_exceeded")
+        let summary = client.call("health.summary", ["auth": auth, "from": "2025-03-01", "to": "2025-03-01"])
+        #expect(summary["result"]?["days"]?.arrayValue?.first?["metrics"]?["HKQuantityTypeIdentifierStepCount"]?["sum"] == .double(20), "nothing of it was stored")
+        // Re-sending what is stored adds nothing; a delete makes room.
+        #expect(client.call("health.ingest", ["auth": auth, "samples": Self.samples(1...3)])["result"] != nil)
+        #expect(client.call("health.ingest", ["auth": auth, "samples": Self.samples(4...4)])["error"]?["data"]?["reason"] == "quota_exceeded")
+        #expect(client.call("health.delete", ["auth": auth, "uuids": [.string(String(format: "0a000000-0000-4000-8000-%012d", 1))]])["result"] != nil)
+        #expect(client.call("health.ingest", ["auth": auth, "samples": Self.samples(4...4)])["result"] != nil)
+        #expect(client.call("health.ingest", ["auth": auth, "samples": Self.samples(5...5), "dryRun": true])["error"]?["data"]?["reason"] == "quota_exceeded")
+    }
+
+    @Test func rawBytesPastTheQuotaAreRefusedAndNothingIsStored() throws {
+        let kernel = try makeKernel { $0.limits.rawBytesPerUser = 1000; $0.limits.requestsPerSecond = 0 }
+        let client = Client(kernel)
+        let auth = JSON.string(Self.userToken)
+        #expect(client.call("screentime.updateConnection", ["auth": auth, "enabled": true])["result"] != nil)
+        let raw: JSON = ["pad": .string(String(repeating: "x", count: 600))]
+        #expect(client.call("screentime.upload", ["auth": auth, "date": "2025-03-01", "verifiedMinutes": 5, "raw": raw])["result"] != nil)
+        let refused = client.call("screentime.upload", ["auth": auth, "date": "2025-03-02", "verifiedMinutes": 5, "raw": raw])
+        #expect(refused["error"]?["code"] == -32029)
+        #expect(refused["error"]?["data"]?["reason"] == "quota_exceeded")
+        #expect(client.call("screentime.day", ["auth": auth, "date": "2025-03-02"])["error"]?["code"] == -32004, "nothing was stored")
+        // Replacing a day's raw counts the difference; an upload without raw is always fine.
+        #expect(client.call("screentime.upload", ["auth": auth, "date": "2025-03-01", "verifiedMinutes": 5, "raw": ["small": 1]])["result"] != nil)
+        #expect(client.call("screentime.upload", ["auth": auth, "date": "2025-03-02", "verifiedMinutes": 5, "raw": raw])["result"] != nil)
+        #expect(client.call("screentime.upload", ["auth": auth, "date": "2025-03-03", "verifiedMinutes": 5])["result"] != nil)
+    }
+}
+
+private extension Timestamp {
+    func advanced(ms: Int64) -> Timestamp { Timestamp(milliseconds: milliseconds + ms) }
+}
