@@ -143,6 +143,12 @@ public enum MembershipRules {
             break  // DID_CHANGE_RENEWAL_STATUS: only whether it renews
         }
         if let apple = n.status, let said = status(apple: apple) { (row.status, row.error) = said }
+        // A revoked current transaction is revoked whatever `data.status` said (a REFUND notification
+        // may carry 1 or 2 while its transaction has a revocationDate), so the state never depends on
+        // the order the receipt and the notification arrived in.
+        if let tx = n.transaction, tx.revocationDate != nil, tx.transactionId == row.transactionId, n.type != "REFUND_REVERSED" {
+            (row.status, row.error) = ("inactive", "revoked")
+        }
         row.signedDate = max(row.signedDate, order)
         return stamped(settled(row, now: now), existing, now: now)
     }

@@ -244,6 +244,31 @@ func reason(_ body: () throws(SubscriptionsError) -> Membership) -> String {
         #expect(redelivered.duplicate && redelivered.userId == testUser)
     }
 
+    /// Issue "Security and robustness defects", item 14: a REFUND kept before anyone owned the purchase
+    /// left its verifier `inactive/expired` (its `data.status`), or even active while the period ran. The
+    /// same facts in every order must give the same state: a revoked current transaction is revoked.
+    @Test func theSameFactsInEveryOrderGiveTheSameVerdict() throws {
+        let refundAt = nov1 + 5 * dayMs
+        for dataStatus in [nil, 1, 2] as [Int64?] {
+            var verdicts: [String] = []
+            for receiptFirst in [true, false] {
+                let f = try Fixture()
+                let refund = f.notification("r1", "REFUND", transaction: f.receipt(1, signed: refundAt, revoked: refundAt),
+                                            signed: refundAt, status: dataStatus)
+                if receiptFirst {
+                    _ = try f.verify(f.receipt(), at: nov1 + dayMs)
+                    _ = try f.notify(refund, at: refundAt + dayMs)
+                } else {
+                    _ = try f.notify(refund, at: refundAt)
+                    _ = try f.verify(f.receipt(), at: refundAt + dayMs)
+                }
+                let m = try f.status(at: refundAt + 2 * dayMs)
+                verdicts.append("\(m.status)/\(m.error ?? "-")")
+            }
+            #expect(verdicts == ["inactive/revoked", "inactive/revoked"], "data.status \(dataStatus.map(String.init) ?? "absent")")
+        }
+    }
+
     @Test func notificationsAreCheckedLikeReceipts() throws {
         let f = try Fixture(environments: ["Production"], appAppleId: 1234)
         let tx = f.receipt(environment: "Production")
@@ -374,7 +399,8 @@ func reason(_ body: () throws(SubscriptionsError) -> Membership) -> String {
         #expect(Self.outcome { () throws(SubscriptionsError) in try sandboxOnly.notify(consumption, now: now) } == "environment_mismatch")
 
         // A real REFUND arrives before the app verified the purchase: kept, then applied. Apple says the
-        // subscription is still active (data.status 1), but the period this kernel knows ended in 2025.
+        // subscription is still active (data.status 1), but its transaction carries a revocationDate: the
+        // current transaction is revoked, whatever data.status said and whichever came first.
         let refund = try Self.entry("session-refund-sandbox-2025")
         let s = try Self.service(bundleId: "com.loki-project.loki-messenger")
         let kept = try s.notify(try #require(refund["jws"]?.stringValue), now: now)
@@ -382,7 +408,7 @@ func reason(_ body: () throws(SubscriptionsError) -> Membership) -> String {
         let payload = try SignedDataVerifier.object(try #require(refund["jws"]?.stringValue).split(separator: ".")[1], "payload")
         let transaction = try #require(payload["data"]?["signedTransactionInfo"]?.stringValue)
         let m = try s.verify(testUser, productId: "com.getsession.org.pro_sub", receipt: transaction, now: now)
-        #expect(m.transactionId == "2000001032604840" && m.status == "inactive" && m.error == "expired")
+        #expect(m.transactionId == "2000001032604840" && m.status == "inactive" && m.error == "revoked")
         #expect(try s.notify(try #require(refund["jws"]?.stringValue), now: now).duplicate)
     }
 }
