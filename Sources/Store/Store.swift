@@ -476,6 +476,7 @@ public final class Store: Storage, @unchecked Sendable {
     public func shutdown() {
         guard !memoryOnly else { return }
         let outcome = flush()
+        if journal.isCheckpointing { log("stopping: finishing the snapshot being written first") }
         journal.waitForCheckpoint()
         if !outcome.fatal, refuseWrites == nil, journal.recordsSinceCheckpoint > 0 {
             do {

@@ -558,7 +558,9 @@ export async function start({
     for (const own of [...streams.values()]) for (const stream of [...own]) stream.end();
     server.closeIdleConnections?.();
     if (inFlight > 0) await new Promise((resolve) => { draining = resolve; });
-    return kernel.close();
+    // The kernel's last act is a snapshot (and finishing one under way): a large store needs more than
+    // the client's default 5 s before SIGTERM and SIGKILL, which would leave a .tmp file behind.
+    return kernel.close({ timeout: 60_000 });
   }
   return { url, server, kernel, close, limits };
 }
