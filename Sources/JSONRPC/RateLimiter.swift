@@ -23,20 +23,21 @@ public final class RateLimiter {
     }
 
     /// Takes one request of `user` at `now`: nil when it may go, else milliseconds until it could.
+    /// One hash lookup: the bucket is updated in place.
     public func admit(_ user: String, now: Timestamp) -> Int64? {
         let ms = now.milliseconds
-        let full = burst * 1000
-        var bucket = buckets[user] ?? Bucket(milliTokens: full, at: ms)
-        let elapsed = max(0, ms - bucket.at)
-        bucket.milliTokens = min(full, bucket.milliTokens + elapsed * perSecond)
+        let (full, rate) = (burst * 1000, perSecond)
+        let before = buckets.count
+        let wait = Self.take(&buckets[user, default: Bucket(milliTokens: full, at: ms)], now: ms, full: full, rate: rate)
+        if buckets.count > before && buckets.count > pruneAbove { prune(now: ms) }
+        return wait
+    }
+
+    private static func take(_ bucket: inout Bucket, now ms: Int64, full: Int64, rate: Int64) -> Int64? {
+        bucket.milliTokens = min(full, bucket.milliTokens + max(0, ms - bucket.at) * rate)
         bucket.at = max(ms, bucket.at)
-        guard bucket.milliTokens >= 1000 else {
-            buckets[user] = bucket
-            return max(1, (1000 - bucket.milliTokens + perSecond - 1) / perSecond)
-        }
+        guard bucket.milliTokens >= 1000 else { return max(1, (1000 - bucket.milliTokens + rate - 1) / rate) }
         bucket.milliTokens -= 1000
-        buckets[user] = bucket
-        if buckets.count > pruneAbove { prune(now: ms) }
         return nil
     }
 

@@ -51,7 +51,7 @@ public final class Kernel {
         try auth.upgradeLegacyIndex()
         self.auth = auth
         let context = DomainContext(store: store, cursorSecret: auth.cursorSecret, entities: EntityRenderers(), limits: config.limits,
-                                    maxAnswerBytes: config.maxLineBytes)
+                                    maxAnswerBytes: config.maxAnswerBytes)
         let events = EventHub()
         registry = try MethodRegistry(
             Self.methods(config: config, store: store, tables: tables, auth: auth, events: events, stats: stats, startedAt: startedAt)
@@ -68,7 +68,7 @@ public final class Kernel {
         )
         dispatcher.journal = store
         dispatcher.hub = events
-        dispatcher.maxAnswerBytes = config.maxLineBytes
+        dispatcher.maxAnswerBytes = config.maxAnswerBytes
         if config.limits.requestsPerSecond > 0 && config.limits.burst > 0 {
             dispatcher.rateLimiter = RateLimiter(perSecond: config.limits.requestsPerSecond, burst: config.limits.burst)
         }

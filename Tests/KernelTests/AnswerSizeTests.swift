@@ -13,9 +13,9 @@ import TestSupport
     static let raw: JSON = ["pad": .string(String(repeating: "r", count: 200_000))]
 
     /// A kernel answering lines of at most 1 MiB, with ten days of 200 KB `raw` for the test user.
-    func kernelWithTenDays() throws -> (Kernel, LimitsTests.Client) {
+    func kernelWithTenDays() throws -> (Kernel, InProcessClient) {
         let kernel = try makeKernel { $0.maxLineBytes = Self.limit }
-        let client = LimitsTests.Client(kernel)
+        let client = InProcessClient(kernel)
         let auth = JSON.string(LimitsTests.userToken)
         #expect(client.call("screentime.updateConnection", ["auth": auth, "enabled": true])["result"] != nil)
         for d in 1...10 {
@@ -63,10 +63,15 @@ import TestSupport
     }
 
     @Test func anyReadAnswerPastTheLimitIsRefusedNotCut() throws {
-        let kernel = try makeKernel { $0.maxLineBytes = 40_000 }
-        let client = LimitsTests.Client(kernel)
-        let discover = client.call("rpc.discover", [:])
-        #expect(discover["error"]?["data"]?["reason"] == "answer_too_large", "the OpenRPC document is larger than 40 KB")
-        #expect(client.call("kernel.info", [:])["result"] != nil)
+        // The smallest answer limit there is (64 KiB), and about 200 KB of rows for test.dump to answer.
+        let kernel = try makeKernel { $0.maxLineBytes = 30_000; $0.enableTestMethods = true }
+        let client = InProcessClient(kernel)
+        let value = JSON.string(String(repeating: "d", count: 25_000))
+        for key in ["a", "b", "c", "d"] { #expect(client.call("test.write", ["key": .string(key), "value": value])["result"] != nil) }
+        let dump = client.call("test.dump", [:])
+        #expect(dump["error"]?["code"] == -32602)
+        #expect(dump["error"]?["data"]?["reason"] == "answer_too_large")
+        #expect(client.call("kernel.info", [:])["result"] != nil, "a short line limit still answers ordinary reads")
+        #expect(client.call("rpc.discover", [:])["result"] != nil)
     }
 }

@@ -61,16 +61,8 @@ import Testing
 
     @Test func userAcannotReachUserB() throws {
         let kernel = try makeKernel(AppStoreSetup.configure)
-        var connection = kernel.connection()
-        var nextID = 0
-        func call(_ method: String, _ params: JSON) -> JSON {
-            nextID += 1
-            let request: JSON = ["jsonrpc": "2.0", "id": .int(Int64(nextID)), "method": .string(method), "params": params]
-            connection.receive(request.bytes + [0x0A])
-            _ = connection.endBatch()
-            defer { connection.output.removeAll() }
-            return (try? JSON.parse(Array(connection.output.dropLast()))) ?? .null
-        }
+        let client = InProcessClient(kernel)
+        func call(_ method: String, _ params: JSON) -> JSON { client.call(method, params) }
         let a = call("auth.signUp", ["email": "a@example.com", "password": "password-a"])["result"]
         let b = call("auth.signUp", ["email": "b@example.com", "password": "password-b"])["result"]
         #expect(a?["accessToken"] != nil)

@@ -13,21 +13,6 @@ import TestSupport
     /// User aaaaaaaa-…, signed with the test secret (the transcripts' token).
     static let userToken = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJpc3MiOiJodHRwczovL2V4YW1wbGUuc3VwYWJhc2UuY28vYXV0aC92MSIsInN1YiI6ImFhYWFhYWFhLWFhYWEtNGFhYS04YWFhLWFhYWFhYWFhYWFhYSIsImF1ZCI6ImF1dGhlbnRpY2F0ZWQiLCJyb2xlIjoiYXV0aGVudGljYXRlZCIsImlhdCI6MTc2Mzc2OTYwMCwiZXhwIjo0MTAyNDQ0ODAwfQ.8ZA__W41avEdg3xBvAMUQx8I0VhsjhcPi2Fdts5TDTk"
 
-    /// Calls one method in process and returns the response.
-    final class Client {
-        var connection: Connection
-        var id = 0
-        init(_ kernel: Kernel) { connection = kernel.connection() }
-        func call(_ method: String, _ params: JSON) -> JSON {
-            id += 1
-            let request: JSON = ["jsonrpc": "2.0", "id": .int(Int64(id)), "method": .string(method), "params": params]
-            connection.receive(request.bytes + [0x0A])
-            _ = connection.endBatch()
-            defer { connection.output.removeAll() }
-            return (try? JSON.parse(Array(connection.output.dropLast()))) ?? .null
-        }
-    }
-
     @Test func theRateLimiterRefillsAtItsRate() {
         let limiter = RateLimiter(perSecond: 2, burst: 3)
         let t0 = Timestamp(milliseconds: 1_000_000)
@@ -43,7 +28,7 @@ import TestSupport
 
     @Test func requestsPastTheRateAreRefusedForThatUserOnly() throws {
         let kernel = try makeKernel { $0.limits.requestsPerSecond = 1; $0.limits.burst = 2 }
-        let client = Client(kernel)
+        let client = InProcessClient(kernel)
         let user: JSON = ["auth": .string(Self.userToken)]
         #expect(client.call("rewards.balance", user)["result"] != nil)
         #expect(client.call("rewards.balance", user)["result"] != nil)
@@ -70,7 +55,7 @@ import TestSupport
 
     @Test func healthItemsPastTheQuotaAreRefusedAndNothingIsStored() throws {
         let kernel = try makeKernel { $0.limits.healthItemsPerUser = 3; $0.limits.requestsPerSecond = 0 }
-        let client = Client(kernel)
+        let client = InProcessClient(kernel)
         let auth = JSON.string(Self.userToken)
         #expect(client.call("health.ingest", ["auth": auth, "samples": Self.samples(1...2)])["result"]?["accepted"]?["samples"] == 2)
         let refused = client.call("health.ingest", ["auth": auth, "samples": Self.samples(2...4)])
@@ -88,7 +73,7 @@ import TestSupport
 
     @Test func rawBytesPastTheQuotaAreRefusedAndNothingIsStored() throws {
         let kernel = try makeKernel { $0.limits.rawBytesPerUser = 1000; $0.limits.requestsPerSecond = 0 }
-        let client = Client(kernel)
+        let client = InProcessClient(kernel)
         let auth = JSON.string(Self.userToken)
         #expect(client.call("screentime.updateConnection", ["auth": auth, "enabled": true])["result"] != nil)
         let raw: JSON = ["pad": .string(String(repeating: "x", count: 600))]

@@ -1,6 +1,7 @@
 import Foundation
 import JSON
 import JSONParsing
+import JSONRPC
 import Kernel
 import Logging
 
@@ -39,6 +40,23 @@ func makeKernel(_ configure: (inout KernelConfig) -> Void = { _ in }) throws -> 
     var logger = Logger(label: "test")
     logger.logLevel = .critical
     return try Kernel(config: config, logger: logger)
+}
+
+/// Calls a kernel in this process, one request at a time, over a connection of its own.
+final class InProcessClient {
+    var connection: Connection
+    var id = 0
+    init(_ kernel: Kernel) { connection = kernel.connection() }
+
+    /// The response to one request.
+    func call(_ method: String, _ params: JSON) -> JSON {
+        id += 1
+        let request: JSON = ["jsonrpc": "2.0", "id": .int(Int64(id)), "method": .string(method), "params": params]
+        connection.receive(request.bytes + [0x0A])
+        _ = connection.endBatch()
+        defer { connection.output.removeAll() }
+        return (try? JSON.parse(Array(connection.output.dropLast()))) ?? .null
+    }
 }
 
 /// What a finished subprocess left behind.

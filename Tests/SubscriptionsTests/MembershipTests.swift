@@ -267,6 +267,17 @@ func reason(_ body: () throws(SubscriptionsError) -> Membership) -> String {
             }
             #expect(verdicts == ["inactive/revoked", "inactive/revoked"], "data.status \(dataStatus.map(String.init) ?? "absent")")
         }
+        // The owner deletes their account; another user verifies the refunded transaction as Apple signed it
+        // after the refund: the same verdict.
+        let f = try Fixture()
+        let revoked = f.receipt(1, signed: refundAt, revoked: refundAt)
+        _ = try f.notify(f.notification("r1", "REFUND", transaction: revoked, signed: refundAt, status: 1), at: refundAt)
+        _ = try f.verify(revoked, at: refundAt + dayMs)
+        var deletion = Transaction()
+        deletion.deleteUser(testUser)
+        try f.store.commit(deletion)
+        let b = try f.verify(revoked, user: otherUser, at: refundAt + dayMs)
+        #expect("\(b.status)/\(b.error ?? "-")" == "inactive/revoked")
     }
 
     @Test func notificationsAreCheckedLikeReceipts() throws {

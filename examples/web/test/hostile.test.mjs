@@ -6,6 +6,7 @@ import { createHmac, randomUUID } from 'node:crypto';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { start, EventStream } from '../server.mjs';
+import { requester } from './support.mjs';
 import { binary, env, secret, temporaryDirectory, token, userA, userB, day, eventually } from '../../../clients/node/test/support.mjs';
 
 const b64url = (value) => Buffer.from(JSON.stringify(value)).toString('base64url');
@@ -21,15 +22,7 @@ async function app(t, options = {}) {
   const dir = temporaryDirectory(t);
   const server = await start({ port: 0, dataDir: join(dir, 'data'), binary, env, log: () => {}, ...options });
   t.after(() => server.close());
-  const request = async (method, path, { body, auth, raw, headers = {} } = {}) => {
-    const res = await fetch(server.url + path, {
-      method,
-      headers: { ...(auth ? { authorization: `Bearer ${auth}` } : {}), ...(body !== undefined || raw !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
-      body: raw ?? (body === undefined ? undefined : JSON.stringify(body)),
-    });
-    const text = await res.text();
-    return { status: res.status, body: text ? JSON.parse(text) : null, headers: res.headers };
-  };
+  const request = requester(server);
   return { server, request };
 }
 

@@ -7,6 +7,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { start, httpStatus } from '../server.mjs';
+import { requester } from './support.mjs';
 import { binary, env, root, temporaryDirectory, token, userA, userB, day, eventually } from '../../../clients/node/test/support.mjs';
 
 const b64url = (value) => Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)).toString('base64url');
@@ -47,15 +48,7 @@ async function app(t) {
   const f = fixtures(dir);
   const server = await start({ port: 0, dataDir: join(dir, 'data'), binary, env: { ...env, HEALTHKERNEL_CONFIG: f.configPath }, log: () => {} });
   t.after(() => server.close());
-  const request = async (method, path, { body, auth, raw, headers = {} } = {}) => {
-    const res = await fetch(server.url + path, {
-      method,
-      headers: { ...(auth ? { authorization: `Bearer ${auth}` } : {}), ...(body !== undefined || raw !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
-      body: raw ?? (body === undefined ? undefined : JSON.stringify(body)),
-    });
-    const text = await res.text();
-    return { status: res.status, body: text ? JSON.parse(text) : null, headers: res.headers };
-  };
+  const request = requester(server);
   return { ...f, server, request };
 }
 
