@@ -1,63 +1,79 @@
-/// One user's rows of a table in key order: two parallel sorted arrays, searched by binary search. Keys
-/// written in order (dates, counters, timestamps) are appended without a search; range scans need no
-/// sorting. Keys compare as Swift strings, which for the ASCII keys the kernel makes is byte order.
+/// One user's rows of a table in key order, in chunks of at most `chunkMax` entries, each chunk a few
+/// parallel sorted arrays, found by binary search over the chunks' last keys. An insert, a delete or a
+/// lookup costs O(log n) comparisons and moves at most `chunkMax` entries, whatever the key order:
+/// HealthKit's random UUIDs land in the middle as cheaply as dates and counters land at the end (those
+/// append without a search). Range scans walk chunks in order and never sort. Keys compare as Swift
+/// strings, which for the ASCII keys the kernel makes is byte order.
 ///
-/// A synced table's partition also keeps each row's feed `Stamp` in a third parallel array (`setStamped`);
-/// other partitions leave it empty.
+/// Why chunks and not a B-tree: two levels (a sorted array of chunks) give the same O(log n) search,
+/// an insert that moves at most a chunk, and a scan that is a walk over plain arrays, in far less code;
+/// with 512 entries a chunk, 5 million rows are about 10,000 chunks, whose last keys search in 14 steps.
+/// swift-collections' `SortedDictionary` is an unstable, trait-gated prototype.
+///
+/// A synced table's partition also keeps each row's feed `Stamp` in a third parallel array
+/// (`setStamped`); other partitions leave it empty.
 @usableFromInline
 struct Partition<Row> {
-    @usableFromInline var keys: [String] = []
-    @usableFromInline var rows: [Row] = []
-    @usableFromInline var stamps: [Stamp] = []
+    /// Entries per chunk at most; a fuller chunk splits in two.
+    @usableFromInline static var chunkMax: Int { 512 }
+
+    @usableFromInline
+    struct Chunk {
+        @usableFromInline var keys: [String] = []
+        @usableFromInline var rows: [Row] = []
+        @usableFromInline var stamps: [Stamp] = []
+
+        @inlinable init() {}
+    }
+
+    /// The chunks, in key order; none is empty.
+    @usableFromInline var chunks: [Chunk] = []
+    /// The last key of each chunk.
+    @usableFromInline var lasts: [String] = []
+    @usableFromInline var count = 0
 
     @inlinable init() {}
 
-    @inlinable var count: Int { keys.count }
-    @inlinable var isEmpty: Bool { keys.isEmpty }
+    @inlinable var isEmpty: Bool { count == 0 }
 
-    /// The index of the first key not less than `key`.
+    /// Where `key` is or would go: the first chunk whose last key is not less than `key` (the last chunk
+    /// when every key is less), and the index of the first key not less than `key` in it.
     @inlinable
-    func lowerBound(_ key: String) -> Int {
-        guard let last = keys.last else { return 0 }
-        if last < key { return keys.count }  // appends, the common case, skip the search
-        var lo = 0, hi = keys.count
+    func locate(_ key: String) -> (chunk: Int, index: Int) {
+        guard let last = lasts.last else { return (0, 0) }
+        if last < key { return (chunks.count - 1, chunks[chunks.count - 1].keys.count) }  // appends skip the search
+        var lo = 0, hi = lasts.count - 1
         while lo < hi {
             let mid = (lo + hi) >> 1
-            if keys[mid] < key { lo = mid + 1 } else { hi = mid }
+            if lasts[mid] < key { lo = mid + 1 } else { hi = mid }
         }
-        return lo
-    }
-
-    /// The index of the first key greater than `key`.
-    @inlinable
-    func upperBound(_ key: String) -> Int {
-        let i = lowerBound(key)
-        return i < keys.count && keys[i] == key ? i + 1 : i
+        let keys = chunks[lo].keys
+        var a = 0, b = keys.count
+        while a < b {
+            let mid = (a + b) >> 1
+            if keys[mid] < key { a = mid + 1 } else { b = mid }
+        }
+        return (lo, a)
     }
 
     @inlinable
     subscript(key: String) -> Row? {
-        let i = lowerBound(key)
-        return i < keys.count && keys[i] == key ? rows[i] : nil
+        let (c, i) = locate(key)
+        guard c < chunks.count, i < chunks[c].keys.count, chunks[c].keys[i] == key else { return nil }
+        return chunks[c].rows[i]
     }
 
     /// Sets `key` to `row`; returns the row it replaced.
     @inlinable
     @discardableResult
     mutating func set(_ key: String, _ row: Row) -> Row? {
-        let i = lowerBound(key)
-        if i < keys.count && keys[i] == key {
-            let old = rows[i]
-            rows[i] = row
+        let (c, i) = locate(key)
+        if c < chunks.count, i < chunks[c].keys.count, chunks[c].keys[i] == key {
+            let old = chunks[c].rows[i]
+            chunks[c].rows[i] = row
             return old
         }
-        if i == keys.count {
-            keys.append(key)
-            rows.append(row)
-        } else {
-            keys.insert(key, at: i)
-            rows.insert(row, at: i)
-        }
+        insert(key, row, nil, chunk: c, at: i)
         return nil
     }
 
@@ -65,50 +81,157 @@ struct Partition<Row> {
     @inlinable
     @discardableResult
     mutating func setStamped(_ key: String, _ row: Row, _ stamp: Stamp) -> (Row, Stamp)? {
-        let i = lowerBound(key)
-        if i < keys.count && keys[i] == key {
-            let old = (rows[i], stamps[i])
-            rows[i] = row
-            stamps[i] = stamp
+        let (c, i) = locate(key)
+        if c < chunks.count, i < chunks[c].keys.count, chunks[c].keys[i] == key {
+            let old = (chunks[c].rows[i], chunks[c].stamps[i])
+            chunks[c].rows[i] = row
+            chunks[c].stamps[i] = stamp
             return old
         }
-        if i == keys.count {
-            keys.append(key)
-            rows.append(row)
-            stamps.append(stamp)
-        } else {
-            keys.insert(key, at: i)
-            rows.insert(row, at: i)
-            stamps.insert(stamp, at: i)
-        }
+        insert(key, row, stamp, chunk: c, at: i)
         return nil
+    }
+
+    @inlinable
+    mutating func insert(_ key: String, _ row: Row, _ stamp: Stamp?, chunk c: Int, at i: Int) {
+        count += 1
+        guard c < chunks.count else {
+            var first = Chunk()
+            first.keys.append(key)
+            first.rows.append(row)
+            if let stamp { first.stamps.append(stamp) }
+            chunks.append(first)
+            lasts.append(key)
+            return
+        }
+        if i == chunks[c].keys.count {
+            chunks[c].keys.append(key)
+            chunks[c].rows.append(row)
+            if let stamp { chunks[c].stamps.append(stamp) }
+            lasts[c] = key
+        } else {
+            chunks[c].keys.insert(key, at: i)
+            chunks[c].rows.insert(row, at: i)
+            if let stamp { chunks[c].stamps.insert(stamp, at: i) }
+        }
+        if chunks[c].keys.count > Self.chunkMax { split(c) }
+    }
+
+    /// Splits chunk `c` in two halves; O(chunkMax + chunks) (the chunk arrays shift by one).
+    @inlinable
+    mutating func split(_ c: Int) {
+        let half = chunks[c].keys.count / 2
+        var upper = Chunk()
+        upper.keys = Array(chunks[c].keys[half...])
+        upper.rows = Array(chunks[c].rows[half...])
+        if !chunks[c].stamps.isEmpty { upper.stamps = Array(chunks[c].stamps[half...]) }
+        chunks[c].keys.removeSubrange(half...)
+        chunks[c].rows.removeSubrange(half...)
+        if !chunks[c].stamps.isEmpty { chunks[c].stamps.removeSubrange(half...) }
+        chunks.insert(upper, at: c + 1)
+        lasts.insert(lasts[c], at: c + 1)
+        lasts[c] = chunks[c].keys[half - 1]
     }
 
     /// Removes `key`; returns its row, and its stamp if the partition keeps stamps.
     @inlinable
     mutating func remove(_ key: String) -> (row: Row, stamp: Stamp?)? {
-        let i = lowerBound(key)
-        guard i < keys.count && keys[i] == key else { return nil }
-        keys.remove(at: i)
-        return (rows.remove(at: i), stamps.isEmpty ? nil : stamps.remove(at: i))
+        let (c, i) = locate(key)
+        guard c < chunks.count, i < chunks[c].keys.count, chunks[c].keys[i] == key else { return nil }
+        count -= 1
+        chunks[c].keys.remove(at: i)
+        let row = chunks[c].rows.remove(at: i)
+        let stamp = chunks[c].stamps.isEmpty ? nil : chunks[c].stamps.remove(at: i)
+        if chunks[c].keys.isEmpty {
+            chunks.remove(at: c)
+            lasts.remove(at: c)
+        } else {
+            lasts[c] = chunks[c].keys[chunks[c].keys.count - 1]
+            // A chunk left small joins its successor when both fit one, so deletes never leave many
+            // near-empty chunks behind.
+            if chunks[c].keys.count < Self.chunkMax / 8, c + 1 < chunks.count,
+               chunks[c].keys.count + chunks[c + 1].keys.count <= Self.chunkMax {
+                let next = chunks.remove(at: c + 1)
+                lasts.remove(at: c + 1)
+                chunks[c].keys.append(contentsOf: next.keys)
+                chunks[c].rows.append(contentsOf: next.rows)
+                chunks[c].stamps.append(contentsOf: next.stamps)
+                lasts[c] = chunks[c].keys[chunks[c].keys.count - 1]
+            }
+        }
+        return (row, stamp)
     }
 
-    /// The positions of the keys in `from...to` (either end open) beyond `after` in the scan direction,
-    /// in scan order, at most `limit`.
+    /// The position of the first key not less than `key` (`strictly`: greater than `key`), as (chunk,
+    /// index); (chunks.count, 0) past the end.
     @inlinable
-    func positions(from: String?, to: String?, after: String?, reverse: Bool, limit: Int) -> [Int] {
-        var lo = from.map(lowerBound) ?? 0
-        var hi = to.map(upperBound) ?? keys.count
+    func position(_ key: String, strictly: Bool) -> (Int, Int) {
+        var (c, i) = locate(key)
+        guard c < chunks.count else { return (chunks.count, 0) }
+        if strictly, i < chunks[c].keys.count, chunks[c].keys[i] == key { i += 1 }
+        if i == chunks[c].keys.count { return (c + 1, 0) }
+        return (c, i)
+    }
+
+    /// The entries with keys in `from...to` (either end open) beyond `after` in the scan direction, in
+    /// scan order, at most `limit`: O(log n + page).
+    @inlinable
+    func entries(from: String?, to: String?, after: String?, reverse: Bool, limit: Int) -> [(key: String, row: Row)] {
+        var lo = from.map { position($0, strictly: false) } ?? (0, 0)
+        var hi = to.map { position($0, strictly: true) } ?? (chunks.count, 0)
         if let after {
-            if reverse { hi = min(hi, lowerBound(after)) } else { lo = max(lo, upperBound(after)) }
+            if reverse {
+                let p = position(after, strictly: false)
+                if p < hi { hi = p }
+            } else {
+                let p = position(after, strictly: true)
+                if p > lo { lo = p }
+            }
         }
         guard lo < hi, limit > 0 else { return [] }
-        let n = min(limit, hi - lo)
-        return reverse ? Array(((hi - n)..<hi).reversed()) : Array(lo..<(lo + n))
+        var out: [(key: String, row: Row)] = []
+        if reverse {
+            var (c, i) = hi  // exclusive
+            while out.count < limit {
+                if i == 0 {
+                    if c == 0 { break }
+                    c -= 1
+                    i = chunks[c].keys.count
+                }
+                i -= 1
+                guard (c, i) >= lo else { break }
+                out.append((chunks[c].keys[i], chunks[c].rows[i]))
+            }
+        } else {
+            var (c, i) = lo
+            while out.count < limit && (c, i) < hi {
+                out.append((chunks[c].keys[i], chunks[c].rows[i]))
+                i += 1
+                if i == chunks[c].keys.count { (c, i) = (c + 1, 0) }
+            }
+        }
+        return out
+    }
+
+    /// How many keys are not greater than `key`: O(log n + chunks).
+    @inlinable
+    func countThrough(_ key: String) -> Int {
+        let (c, i) = position(key, strictly: true)
+        return chunks[..<c].reduce(0) { $0 + $1.keys.count } + i
+    }
+
+    /// Calls `body` with every entry in key order (its stamp when the partition keeps them).
+    @inlinable
+    func forEach(_ body: (String, Row, Stamp?) -> Void) {
+        for chunk in chunks {
+            let stamped = !chunk.stamps.isEmpty
+            for i in chunk.keys.indices { body(chunk.keys[i], chunk.rows[i], stamped ? chunk.stamps[i] : nil) }
+        }
     }
 }
 
 extension Partition: Sendable where Row: Sendable {}
+extension Partition.Chunk: Sendable where Row: Sendable {}
 
 /// Where a synced row stands in its user's change feed: its feed position and commit time. Derived
 /// from the log when it is replayed (a record's changes take positions `record seq << 20` upwards; the

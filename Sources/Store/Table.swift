@@ -273,7 +273,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     public func scan(user: String, from: String? = nil, to: String? = nil, after: String? = nil, reverse: Bool = false,
                      limit: Int = .max) -> [(key: String, row: Row)] {
         guard let mine = rows[user] else { return [] }
-        return mine.positions(from: from, to: to, after: after, reverse: reverse, limit: limit).map { (mine.keys[$0], mine.rows[$0]) }
+        return mine.entries(from: from, to: to, after: after, reverse: reverse, limit: limit)
     }
 
     /// Rows of `user` in the table's second order (see `Store.table(_:of:orderedBy:)`), with `from`,
@@ -281,9 +281,8 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     public func scanOrdered(user: String, from: String? = nil, to: String? = nil, after: String? = nil, reverse: Bool = false,
                             limit: Int = .max) -> [(key: String, row: Row)] {
         guard let index = ordered[user], let mine = rows[user] else { return [] }
-        return index.positions(from: from, to: to, after: after, reverse: reverse, limit: limit).compactMap { i in
-            let key = index.rows[i]
-            return mine[key].map { (key, $0) }
+        return index.entries(from: from, to: to, after: after, reverse: reverse, limit: limit).compactMap { entry in
+            mine[entry.row].map { (entry.row, $0) }
         }
     }
 
@@ -294,9 +293,10 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         var total = 0
         var candidates: [(order: String, user: String, key: String)] = []
         for (user, index) in ordered {
-            let end = index.upperBound(through)
-            total += end
-            for i in 0..<min(end, limit) { candidates.append((index.keys[i], user, index.rows[i])) }
+            total += index.countThrough(through)
+            for entry in index.entries(from: nil, to: through, after: nil, reverse: false, limit: limit) {
+                candidates.append((entry.key, user, entry.row))
+            }
         }
         candidates.sort { ($0.order, $0.user) < ($1.order, $1.user) }
         let rows = candidates.prefix(limit).compactMap { c in self.rows[c.user]?[c.key].map { (c.user, c.key, $0) } }
@@ -338,8 +338,6 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     @inlinable
     func setGroup(_ user: String, _ count: Int, _ reader: inout BinaryReader, _ stamps: inout SnapshotStamps) throws(StorageError) {
         var mine = rows.removeValue(forKey: user) ?? Partition()
-        mine.keys.reserveCapacity(mine.count + count)
-        mine.rows.reserveCapacity(mine.count + count)
         for _ in 0..<count {
             let key = try reader.rowKey(of: name)
             // Snapshots list a partition's entries in key order, so these append. A table that stopped
@@ -450,15 +448,11 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     }
 
     func feed(user: String, after: UInt64, into out: inout [FeedCandidate]) {
-        if let mine = rows[user] {
-            for i in mine.stamps.indices where mine.stamps[i].seq > after {
-                out.append(FeedCandidate(stamp: mine.stamps[i], table: slot, key: mine.keys[i], deleted: false))
-            }
+        rows[user]?.forEach { key, _, stamp in
+            if let stamp, stamp.seq > after { out.append(FeedCandidate(stamp: stamp, table: slot, key: key, deleted: false)) }
         }
-        if let gone = deleted[user] {
-            for i in gone.rows.indices where gone.rows[i].seq > after {
-                out.append(FeedCandidate(stamp: gone.rows[i], table: slot, key: gone.keys[i], deleted: true))
-            }
+        deleted[user]?.forEach { key, stamp, _ in
+            if stamp.seq > after { out.append(FeedCandidate(stamp: stamp, table: slot, key: key, deleted: true)) }
         }
     }
 
@@ -469,7 +463,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         let count = storedCount + tombstones.values.reduce(0) { $0 + $1.count }
         return FrozenTable(name: name, rowCount: count, stamped: synced) { out, groupWritten in
             var group: [UInt8] = []
-            func write(_ user: String, _ keys: [String], _ entry: (Int, inout [UInt8]) -> Void) {
+            func write<R>(_ user: String, _ partition: Partition<R>, _ entry: (R, Stamp?, inout [UInt8]) -> Void) {
                 var count = 0
                 func emit() {
                     guard count > 0 else { return }
@@ -480,9 +474,9 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
                     groupWritten(&out, count)
                     count = 0
                 }
-                for i in keys.indices {
-                    Binary.writeString(keys[i], to: &group)
-                    entry(i, &group)
+                partition.forEach { key, row, stamp in
+                    Binary.writeString(key, to: &group)
+                    entry(row, stamp, &group)
                     count += 1
                     if group.count >= StoreFiles.snapshotRecordBytes { emit() }
                 }
@@ -490,19 +484,19 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
             }
             for (user, mine) in image {
                 guard synced else {
-                    write(user, mine.keys) { i, group in mine.rows[i].writeStored(to: &group) }
+                    write(user, mine) { row, _, group in row.writeStored(to: &group) }
                     continue
                 }
-                write(user, mine.keys) { i, group in
+                write(user, mine) { row, stamp, group in
                     group.append(SnapshotEntryKind.row.rawValue)
-                    mine.rows[i].writeStored(to: &group)
-                    mine.stamps[i].write(to: &group)
+                    row.writeStored(to: &group)
+                    (stamp ?? Stamp(seq: 0, at: 0)).write(to: &group)
                 }
             }
             for (user, gone) in tombstones {
-                write(user, gone.keys) { i, group in
+                write(user, gone) { stamp, _, group in
                     group.append(SnapshotEntryKind.tombstone.rawValue)
-                    gone.rows[i].write(to: &group)
+                    stamp.write(to: &group)
                 }
             }
         }

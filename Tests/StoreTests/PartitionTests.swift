@@ -1,0 +1,101 @@
+import Testing
+@testable import Store
+
+/// The chunked partition against a plain model (a dictionary, sorted on demand): random inserts,
+/// replacements and deletes with random and ordered keys, then every read compared, including scans in
+/// both directions with bounds, `after` and limits, across chunk splits and merges.
+@Suite struct PartitionTests {
+    /// A small deterministic generator, so a failure repeats.
+    struct Generator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            return state >> 11
+        }
+        mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
+        mutating func hexKey() -> String { String(next(), radix: 16) }
+    }
+
+    func check(_ p: Partition<Int>, _ model: [String: (Int, Stamp)], _ g: inout Generator, stamped: Bool) {
+        let keys = model.keys.sorted()
+        #expect(p.count == keys.count)
+        var walked: [String] = []
+        p.forEach { key, row, stamp in
+            walked.append(key)
+            if model[key]?.0 != row { Issue.record("row of \(key)") }
+            if stamped && stamp != model[key]?.1 { Issue.record("stamp of \(key)") }
+        }
+        #expect(walked == keys)
+        #expect(p.chunks.allSatisfy { !$0.keys.isEmpty && $0.keys.count <= Partition<Int>.chunkMax })
+        #expect(p.lasts == p.chunks.map { $0.keys.last! })
+        for _ in 0..<40 {
+            let probe = g.below(3) == 0 && !keys.isEmpty ? keys[g.below(keys.count)] : g.hexKey()
+            #expect(p[probe] == model[probe]?.0)
+            let from: String? = g.below(3) == 0 ? nil : (keys.isEmpty || g.below(2) == 0 ? g.hexKey() : keys[g.below(keys.count)])
+            let to: String? = g.below(3) == 0 ? nil : (keys.isEmpty || g.below(2) == 0 ? g.hexKey() : keys[g.below(keys.count)])
+            let after: String? = g.below(2) == 0 ? nil : (keys.isEmpty || g.below(2) == 0 ? g.hexKey() : keys[g.below(keys.count)])
+            let reverse = g.below(2) == 0
+            let limit = [0, 1, 7, 600, Int.max][g.below(5)]
+            var want = keys.filter { k in (from.map { k >= $0 } ?? true) && (to.map { k <= $0 } ?? true) }
+            if let after { want = want.filter { reverse ? $0 < after : $0 > after } }
+            if reverse { want.reverse() }
+            want = Array(want.prefix(limit))
+            let got = p.entries(from: from, to: to, after: after, reverse: reverse, limit: limit)
+            #expect(got.map(\.key) == want, "from \(from ?? "-") to \(to ?? "-") after \(after ?? "-") reverse \(reverse) limit \(limit)")
+            #expect(got.allSatisfy { model[$0.key]?.0 == $0.row })
+            let through = g.hexKey()
+            #expect(p.countThrough(through) == keys.filter { $0 <= through }.count)
+        }
+    }
+
+    @Test(arguments: [false, true])
+    func matchesAPlainModel(stamped: Bool) {
+        var g = Generator(state: stamped ? 7 : 42)
+        var p = Partition<Int>()
+        var model: [String: (Int, Stamp)] = [:]
+        for round in 0..<6 {
+            // Inserts: random keys (HealthKit UUIDs) and runs of ordered ones (dates, counters).
+            for i in 0..<3000 {
+                let key = round % 2 == 0 ? g.hexKey() : "z\(round)-" + String(100_000 + i)
+                let stamp = Stamp(seq: g.next(), at: Int64(i))
+                let old = stamped ? p.setStamped(key, i, stamp)?.0 : p.set(key, i)
+                #expect(old == model[key]?.0)
+                model[key] = (i, stamp)
+            }
+            // Replacements and deletes of existing keys, and deletes of absent ones.
+            let existing = Array(model.keys)
+            for _ in 0..<2500 {
+                let key = existing[g.below(existing.count)]
+                if g.below(3) == 0 {
+                    let stamp = Stamp(seq: g.next(), at: -1)
+                    if model[key] != nil {
+                        let old = stamped ? p.setStamped(key, -7, stamp)?.0 : p.set(key, -7)
+                        #expect(old == model[key]?.0)
+                        model[key] = (-7, stamp)
+                    }
+                } else {
+                    let removed = p.remove(key)
+                    #expect(removed?.row == model[key]?.0)
+                    if stamped, let removed { #expect(removed.stamp == model[key]?.1) }
+                    model[key] = nil
+                }
+            }
+            #expect(p.remove("absent-" + g.hexKey()) == nil)
+            check(p, model, &g, stamped: stamped)
+        }
+        // Everything removed: no chunk is left behind.
+        for key in model.keys { _ = p.remove(key) }
+        #expect(p.isEmpty && p.chunks.isEmpty && p.lasts.isEmpty)
+    }
+
+    /// Inserting a million random keys costs O(log n) each: this would take minutes with the sorted
+    /// arrays it replaces (every insert moved half of them). No timing is asserted; the suite's own time
+    /// limit is the check.
+    @Test func aMillionRandomKeys() {
+        var g = Generator(state: 1)
+        var p = Partition<Int>()
+        for i in 0..<1_000_000 { p.set(g.hexKey() + g.hexKey(), i) }
+        #expect(p.count == 1_000_000)
+        #expect(p.chunks.count >= 1_000_000 / Partition<Int>.chunkMax)
+    }
+}
