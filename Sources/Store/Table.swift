@@ -474,11 +474,14 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
                     groupWritten(&out, count)
                     count = 0
                 }
-                partition.forEach { key, row, stamp in
-                    Binary.writeString(key, to: &group)
-                    entry(row, stamp, &group)
-                    count += 1
-                    if group.count >= StoreFiles.snapshotRecordBytes { emit() }
+                for chunk in partition.chunks {
+                    let stamped = !chunk.stamps.isEmpty
+                    for i in chunk.keys.indices {
+                        Binary.writeString(chunk.keys[i], to: &group)
+                        entry(chunk.rows[i], stamped ? chunk.stamps[i] : nil, &group)
+                        count += 1
+                        if group.count >= StoreFiles.snapshotRecordBytes { emit() }
+                    }
                 }
                 emit()
             }
