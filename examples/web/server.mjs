@@ -416,7 +416,8 @@ export class EventStream {
 }
 
 /**
- * Starts the kernel and the HTTP server. Resolves with {url, server, kernel, close}; `close` drains
+ * Starts the kernel and the HTTP server. Resolves with {url, server, kernel, close, limits, bodies}
+ * (`bodies.used`: request body bytes buffered now); `close` drains
  * in-flight requests, ends the event streams and closes the kernel cleanly. `limits` overrides
  * `limitDefaults`.
  */
@@ -562,7 +563,7 @@ export async function start({
     // the client's default 5 s before SIGTERM and SIGKILL, which would leave a .tmp file behind.
     return kernel.close({ timeout: 60_000 });
   }
-  return { url, server, kernel, close, limits };
+  return { url, server, kernel, close, limits, bodies };
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {

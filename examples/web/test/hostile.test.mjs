@@ -123,8 +123,7 @@ test('4. memory before auth: a body without a valid token is refused before it i
   first.on('error', () => {});
   first.write(`POST /ingest/healthkit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${auth}\r\nContent-Type: application/json\r\nContent-Length: 800000\r\n\r\n{"samples":[`);
   t.after(() => first.destroy());
-  await eventually(async () => true, 10);
-  await new Promise((resolve) => setTimeout(resolve, 300));
+  await eventually(() => server.bodies.used >= 800_000, 10_000, 'the first body to take its share of the budget');
   const second = await rawHTTP(server.url, `POST /ingest/healthkit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${auth}\r\nContent-Type: application/json\r\nContent-Length: 800000\r\n\r\n`);
   assert.match(second, /^HTTP\/1\.1 503 /);
   assert.match(second, /retry-after: 1/i);
