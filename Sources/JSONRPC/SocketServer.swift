@@ -116,14 +116,18 @@ public final class SocketServer: @unchecked Sendable {
         }
         let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         defer { close(probe) }
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(probe, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        if connected == 0 {
+        if Self.connect(probe, to: &address) {
             let owner = Self.peer(probe).map { "pid \($0.pid), uid \($0.uid)" } ?? "uid \(status.st_uid)"
             throw SocketError(description: "another process (\(owner)) is listening on \(path)")
         }
         unlink(path)
+    }
+
+    /// Connects `fd` to the Unix socket at `address`; false with errno set when it cannot.
+    private static func connect(_ fd: Int32, to address: inout sockaddr_un) -> Bool {
+        withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        } == 0
     }
 
     /// The process at the other end of a connected Unix socket, as the operating system vouches for it.
@@ -141,10 +145,7 @@ public final class SocketServer: @unchecked Sendable {
         var address = try address(path)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SocketError(description: "cannot create a socket: \(String(cString: strerror(errno)))") }
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard connected == 0 else {
+        guard Self.connect(fd, to: &address) else {
             let e = errno
             close(fd)
             let hint = e == ENOENT ? " (is a kernel serving with --listen unix:\(path)?)" : ""
