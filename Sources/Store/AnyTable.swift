@@ -30,13 +30,16 @@ protocol AnyTable: AnyObject {
     func freeze() -> FrozenTable
     /// One user's rows as (key, stored value).
     func storedRows(of user: String) -> [(String, JSON)]
-    /// Appends `user`'s feed entries after position `after`: (stamp, row key, whether deleted).
-    func feed(user: String, after: UInt64, into out: inout [FeedCandidate])
+    /// Appends `user`'s first `limit` feed entries after position `after`, in position order.
+    func feed(user: String, after: UInt64, limit: Int, into out: inout [FeedCandidate])
+    /// Builds what is derived from the rows (second order, feed index) after a snapshot loaded them.
+    func buildIndexes()
 }
 
 extension AnyTable {
     var entity: Entity? { nil }
-    func feed(user: String, after: UInt64, into out: inout [FeedCandidate]) {}
+    func feed(user: String, after: UInt64, limit: Int, into out: inout [FeedCandidate]) {}
+    func buildIndexes() {}
 }
 
 /// A feed entry found in a table, before the page is chosen.

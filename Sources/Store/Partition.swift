@@ -1,4 +1,5 @@
-/// One user's rows of a table in key order, in chunks of at most `chunkMax` entries, each chunk a few
+/// One user's rows of a table in key order (or any other sorted map the store keeps: a second order, a
+/// feed index by position), in chunks of at most `chunkMax` entries, each chunk a few
 /// parallel sorted arrays, found by binary search over the chunks' last keys. An insert, a delete or a
 /// lookup costs O(log n) comparisons and moves at most `chunkMax` entries, whatever the key order:
 /// HealthKit's random UUIDs land in the middle as cheaply as dates and counters land at the end (those
@@ -13,13 +14,13 @@
 /// A synced table's partition also keeps each row's feed `Stamp` in a third parallel array
 /// (`setStamped`); other partitions leave it empty.
 @usableFromInline
-struct Partition<Row> {
+struct SortedChunks<Key: Comparable, Row> {
     /// Entries per chunk at most; a fuller chunk splits in two.
     @usableFromInline static var chunkMax: Int { 512 }
 
     @usableFromInline
     struct Chunk {
-        @usableFromInline var keys: [String] = []
+        @usableFromInline var keys: [Key] = []
         @usableFromInline var rows: [Row] = []
         @usableFromInline var stamps: [Stamp] = []
 
@@ -29,7 +30,7 @@ struct Partition<Row> {
     /// The chunks, in key order; none is empty.
     @usableFromInline var chunks: [Chunk] = []
     /// The last key of each chunk.
-    @usableFromInline var lasts: [String] = []
+    @usableFromInline var lasts: [Key] = []
     @usableFromInline var count = 0
 
     @inlinable init() {}
@@ -39,7 +40,7 @@ struct Partition<Row> {
     /// Where `key` is or would go: the first chunk whose last key is not less than `key` (the last chunk
     /// when every key is less), and the index of the first key not less than `key` in it.
     @inlinable
-    func locate(_ key: String) -> (chunk: Int, index: Int) {
+    func locate(_ key: Key) -> (chunk: Int, index: Int) {
         guard let last = lasts.last else { return (0, 0) }
         if last < key { return (chunks.count - 1, chunks[chunks.count - 1].keys.count) }  // appends skip the search
         var lo = 0, hi = lasts.count - 1
@@ -57,16 +58,37 @@ struct Partition<Row> {
     }
 
     @inlinable
-    subscript(key: String) -> Row? {
+    subscript(key: Key) -> Row? {
         let (c, i) = locate(key)
         guard c < chunks.count, i < chunks[c].keys.count, chunks[c].keys[i] == key else { return nil }
         return chunks[c].rows[i]
     }
 
+    /// The stamp of `key`, in a partition that keeps stamps.
+    @inlinable
+    func stamp(_ key: Key) -> Stamp? {
+        let (c, i) = locate(key)
+        guard c < chunks.count, i < chunks[c].keys.count, chunks[c].keys[i] == key, !chunks[c].stamps.isEmpty else { return nil }
+        return chunks[c].stamps[i]
+    }
+
+    /// A partition of `entries`, which are in increasing key order: a bulk load in O(n), every chunk
+    /// full but the last. An entry out of order (which sorted input never has) takes the general path.
+    @inlinable
+    init(sorted entries: some Sequence<(Key, Row)>) {
+        for (key, row) in entries {
+            if let last = lasts.last, !(last < key) {
+                set(key, row)
+            } else {
+                insert(key, row, nil, chunk: max(chunks.count - 1, 0), at: chunks.last?.keys.count ?? 0)
+            }
+        }
+    }
+
     /// Sets `key` to `row`; returns the row it replaced.
     @inlinable
     @discardableResult
-    mutating func set(_ key: String, _ row: Row) -> Row? {
+    mutating func set(_ key: Key, _ row: Row) -> Row? {
         let (c, i) = locate(key)
         if c < chunks.count, i < chunks[c].keys.count, chunks[c].keys[i] == key {
             let old = chunks[c].rows[i]
@@ -80,7 +102,7 @@ struct Partition<Row> {
     /// Sets `key` to `row` stamped `stamp`; returns the row and stamp it replaced.
     @inlinable
     @discardableResult
-    mutating func setStamped(_ key: String, _ row: Row, _ stamp: Stamp) -> (Row, Stamp)? {
+    mutating func setStamped(_ key: Key, _ row: Row, _ stamp: Stamp) -> (Row, Stamp)? {
         let (c, i) = locate(key)
         if c < chunks.count, i < chunks[c].keys.count, chunks[c].keys[i] == key {
             let old = (chunks[c].rows[i], chunks[c].stamps[i])
@@ -93,7 +115,7 @@ struct Partition<Row> {
     }
 
     @inlinable
-    mutating func insert(_ key: String, _ row: Row, _ stamp: Stamp?, chunk c: Int, at i: Int) {
+    mutating func insert(_ key: Key, _ row: Row, _ stamp: Stamp?, chunk c: Int, at i: Int) {
         count += 1
         guard c < chunks.count else {
             var first = Chunk()
@@ -105,6 +127,22 @@ struct Partition<Row> {
             return
         }
         if i == chunks[c].keys.count {
+            // Appending past a full last chunk starts a new one, so keys that arrive in order (dates,
+            // counters, feed positions, a bulk load) leave full chunks rather than halves.
+            if c == chunks.count - 1, chunks[c].keys.count == Self.chunkMax {
+                var next = Chunk()
+                next.keys.reserveCapacity(Self.chunkMax)
+                next.rows.reserveCapacity(Self.chunkMax)
+                next.keys.append(key)
+                next.rows.append(row)
+                if let stamp {
+                    next.stamps.reserveCapacity(Self.chunkMax)
+                    next.stamps.append(stamp)
+                }
+                chunks.append(next)
+                lasts.append(key)
+                return
+            }
             chunks[c].keys.append(key)
             chunks[c].rows.append(row)
             if let stamp { chunks[c].stamps.append(stamp) }
@@ -135,7 +173,7 @@ struct Partition<Row> {
 
     /// Removes `key`; returns its row, and its stamp if the partition keeps stamps.
     @inlinable
-    mutating func remove(_ key: String) -> (row: Row, stamp: Stamp?)? {
+    mutating func remove(_ key: Key) -> (row: Row, stamp: Stamp?)? {
         let (c, i) = locate(key)
         guard c < chunks.count, i < chunks[c].keys.count, chunks[c].keys[i] == key else { return nil }
         count -= 1
@@ -165,7 +203,7 @@ struct Partition<Row> {
     /// The position of the first key not less than `key` (`strictly`: greater than `key`), as (chunk,
     /// index); (chunks.count, 0) past the end.
     @inlinable
-    func position(_ key: String, strictly: Bool) -> (Int, Int) {
+    func position(_ key: Key, strictly: Bool) -> (Int, Int) {
         var (c, i) = locate(key)
         guard c < chunks.count else { return (chunks.count, 0) }
         if strictly, i < chunks[c].keys.count, chunks[c].keys[i] == key { i += 1 }
@@ -176,7 +214,7 @@ struct Partition<Row> {
     /// The entries with keys in `from...to` (either end open) beyond `after` in the scan direction, in
     /// scan order, at most `limit`: O(log n + page).
     @inlinable
-    func entries(from: String?, to: String?, after: String?, reverse: Bool, limit: Int) -> [(key: String, row: Row)] {
+    func entries(from: Key?, to: Key?, after: Key?, reverse: Bool, limit: Int) -> [(key: Key, row: Row)] {
         var lo = from.map { position($0, strictly: false) } ?? (0, 0)
         var hi = to.map { position($0, strictly: true) } ?? (chunks.count, 0)
         if let after {
@@ -189,7 +227,7 @@ struct Partition<Row> {
             }
         }
         guard lo < hi, limit > 0 else { return [] }
-        var out: [(key: String, row: Row)] = []
+        var out: [(key: Key, row: Row)] = []
         if reverse {
             var (c, i) = hi  // exclusive
             while out.count < limit {
@@ -215,14 +253,14 @@ struct Partition<Row> {
 
     /// How many keys are not greater than `key`: O(log n + chunks).
     @inlinable
-    func countThrough(_ key: String) -> Int {
+    func countThrough(_ key: Key) -> Int {
         let (c, i) = position(key, strictly: true)
         return chunks[..<c].reduce(0) { $0 + $1.keys.count } + i
     }
 
     /// Calls `body` with every entry in key order (its stamp when the partition keeps them).
     @inlinable
-    func forEach(_ body: (String, Row, Stamp?) -> Void) {
+    func forEach(_ body: (Key, Row, Stamp?) -> Void) {
         for chunk in chunks {
             let stamped = !chunk.stamps.isEmpty
             for i in chunk.keys.indices { body(chunk.keys[i], chunk.rows[i], stamped ? chunk.stamps[i] : nil) }
@@ -230,8 +268,12 @@ struct Partition<Row> {
     }
 }
 
-extension Partition: Sendable where Row: Sendable {}
-extension Partition.Chunk: Sendable where Row: Sendable {}
+extension SortedChunks: Sendable where Key: Sendable, Row: Sendable {}
+extension SortedChunks.Chunk: Sendable where Key: Sendable, Row: Sendable {}
+
+/// One user's rows of a table, by row key.
+@usableFromInline
+typealias Partition<Row> = SortedChunks<String, Row>
 
 /// Where a synced row stands in its user's change feed: its feed position and commit time. Derived
 /// from the log when it is replayed (a record's changes take positions `record seq << 20` upwards; the

@@ -176,10 +176,12 @@ public final class Store: Storage, @unchecked Sendable {
     // MARK: The change feed
 
     public func feed(user: String, after: UInt64?, limit: Int, entities: Set<String>?) -> FeedPage {
+        // Each synced table's index gives its first limit + 1 entries: O(tables × (log n + page)).
         var found: [FeedCandidate] = []
+        let take = limit == .max ? limit : limit + 1
         for table in slots {
             guard let entity = table.entity, entities?.contains(entity.name) ?? true else { continue }
-            table.feed(user: user, after: after ?? 0, into: &found)
+            table.feed(user: user, after: after ?? 0, limit: take, into: &found)
         }
         found.sort { $0.stamp.seq < $1.stamp.seq }
         return FeedPage(entries: found.prefix(limit).map(entry), hasMore: found.count > limit)
@@ -253,6 +255,7 @@ public final class Store: Storage, @unchecked Sendable {
                 let legacyAt = Timestamp(rfc3339: snapshot.createdAt) ?? now
                 try snapshot.loadRows(legacyAt: legacyAt.milliseconds) { (name) throws(StorageError) in try table(named: name) }
             }
+            for table in slots { table.buildIndexes() }
             for record in scan.records { try replay(record, legacyAt: now.milliseconds) }
         } catch {
             throw .damaged(StoreDamage(file: scan.records.last?.segment ?? scan.snapshotName ?? "the data dir", offset: 0,

@@ -18,6 +18,9 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     @usableFromInline let synced: Bool
     /// Per user, the stamps of deleted rows (synced tables): a delete's feed entry.
     @usableFromInline var deleted: [String: Partition<Stamp>] = [:]
+    /// Per user, feed position -> the row or tombstone stamped with it (synced tables), so that a feed
+    /// page is a range scan. Derived from the stamps, never stored: rebuilt at recovery.
+    @usableFromInline var feedIndex: [String: SortedChunks<UInt64, FeedRef>] = [:]
 
     /// Rows in the table.
     public var rowCount: Int { storedCount }
@@ -126,9 +129,59 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
             }
             let old = synced ? mine.setStamped(key, row, stamp ?? stamps.legacy())?.0 : mine.set(key, row)
             if old == nil { storedCount += 1 }
-            reorder(user, key, old: old, new: row)
         }
         if !mine.isEmpty { rows[user] = mine }
+    }
+
+    /// Builds the second order and the feed index from the rows and tombstones, after a snapshot has
+    /// loaded them (`setGroup` leaves both alone): per user, one sort of the entries and a bulk load,
+    /// O(n log n) comparisons of fixed-size or short keys instead of n inserts at random places.
+    func buildIndexes() {
+        if let orderKey {
+            ordered = [:]
+            for (user, mine) in rows {
+                var pairs: [(String, String)] = []
+                pairs.reserveCapacity(mine.count)
+                mine.forEach { key, row, _ in pairs.append((orderKey(key, row), key)) }
+                pairs.sort { $0.0 < $1.0 }
+                ordered[user] = Partition(sorted: pairs)
+            }
+        }
+        guard synced else { return }
+        feedIndex = [:]
+        for user in Set(rows.keys).union(deleted.keys) {
+            var refs: [(UInt64, FeedRef)] = []
+            rows[user]?.forEach { key, _, stamp in
+                if let stamp, stamp.seq > 0 { refs.append((stamp.seq, FeedRef(key: key, deleted: false))) }
+            }
+            deleted[user]?.forEach { key, stamp, _ in
+                if stamp.seq > 0 { refs.append((stamp.seq, FeedRef(key: key, deleted: true))) }
+            }
+            refs.sort { $0.0 < $1.0 }
+            if !refs.isEmpty { feedIndex[user] = SortedChunks(sorted: refs) }
+        }
+    }
+
+    /// Files a feed position under `user` (position 0, given by upgrades, never shows in a feed).
+    @inlinable
+    func indexFeed(_ user: String, _ stamp: Stamp, _ key: String, deleted: Bool) {
+        guard stamp.seq > 0 else { return }
+        feedIndex[user, default: SortedChunks()].set(stamp.seq, FeedRef(key: key, deleted: deleted))
+    }
+
+    /// Drops a feed position of `user` that a change replaced.
+    @inlinable
+    func unindexFeed(_ user: String, _ stamp: Stamp?) {
+        guard let stamp, stamp.seq > 0 else { return }
+        _ = feedIndex[user]?.remove(stamp.seq)
+        if feedIndex[user]?.isEmpty == true { feedIndex[user] = nil }
+    }
+
+    /// Leaves a tombstone for a deleted row of a synced table.
+    @inlinable
+    func setTombstone(_ user: String, _ key: String, _ stamp: Stamp) {
+        unindexFeed(user, deleted[user, default: Partition()].set(key, stamp))
+        indexFeed(user, stamp, key, deleted: true)
     }
 
     /// Sets a row (stamped, in a synced table, which also drops the key's tombstone).
@@ -144,6 +197,8 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         let old = rows[user, default: Partition()].setStamped(key, row, stamp)
         if old == nil { storedCount += 1 }
         reorder(user, key, old: old?.0, new: row)
+        unindexFeed(user, old?.1)
+        indexFeed(user, stamp, key, deleted: false)
         var tombstone: Stamp?
         if !deleted.isEmpty { tombstone = dropTombstone(user, key) }
         return Previous(row: old?.0, stamp: old?.1, tombstone: tombstone)
@@ -153,6 +208,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     func dropTombstone(_ user: String, _ key: String) -> Stamp? {
         guard let stamp = deleted[user]?.remove(key)?.row else { return nil }
         if deleted[user]?.isEmpty == true { deleted[user] = nil }
+        unindexFeed(user, stamp)
         return stamp
     }
 
@@ -162,12 +218,13 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         storedCount -= 1
         if rows[user]?.isEmpty == true { rows[user] = nil }
         reorder(user, key, old: old.row, new: nil)
+        unindexFeed(user, old.stamp)
         return old
     }
 
     func delete(user: String, key: String, stamp: Stamp) -> Previous {
         guard let old = unset(user, key) else { return Previous() }
-        if synced { deleted[user, default: Partition()].set(key, stamp) }
+        if synced { setTombstone(user, key, stamp) }
         return Previous(row: old.row, stamp: old.stamp)
     }
 
@@ -177,6 +234,8 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
                 let old = rows[user, default: Partition()].setStamped(key, row, stamp)
                 if old == nil { storedCount += 1 }
                 reorder(user, key, old: old?.0, new: row)
+                unindexFeed(user, old?.1)
+                indexFeed(user, stamp, key, deleted: false)
             } else {
                 set(user, key, row, Stamp(seq: 0, at: 0))
             }
@@ -185,19 +244,20 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         }
         guard synced else { return }
         _ = dropTombstone(user, key)
-        if let tombstone = previous.tombstone { deleted[user, default: Partition()].set(key, tombstone) }
+        if let tombstone = previous.tombstone { setTombstone(user, key, tombstone) }
     }
 
-    /// What `removeUser` takes away: the rows, their second order and their tombstones.
+    /// What `removeUser` takes away: the rows, their second order, their tombstones and feed index.
     private struct Removed {
         let rows: Partition<Row>?
         let ordered: Partition<String>?
         let deleted: Partition<Stamp>?
+        let feed: SortedChunks<UInt64, FeedRef>?
     }
 
     func removeUser(_ user: String) -> Any {
         let removed = Removed(rows: rows.removeValue(forKey: user), ordered: ordered.removeValue(forKey: user),
-                              deleted: deleted.removeValue(forKey: user))
+                              deleted: deleted.removeValue(forKey: user), feed: feedIndex.removeValue(forKey: user))
         storedCount -= removed.rows?.count ?? 0
         return removed
     }
@@ -207,6 +267,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         rows[user] = removed.rows
         ordered[user] = removed.ordered
         deleted[user] = removed.deleted
+        feedIndex[user] = removed.feed
         storedCount += removed.rows?.count ?? 0
     }
 
@@ -214,12 +275,12 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         scan(user: user).map { ($0.key, $0.row.stored) }
     }
 
-    func feed(user: String, after: UInt64, into out: inout [FeedCandidate]) {
-        rows[user]?.forEach { key, _, stamp in
-            if let stamp, stamp.seq > after { out.append(FeedCandidate(stamp: stamp, table: slot, key: key, deleted: false)) }
-        }
-        deleted[user]?.forEach { key, stamp, _ in
-            if stamp.seq > after { out.append(FeedCandidate(stamp: stamp, table: slot, key: key, deleted: true)) }
+    func feed(user: String, after: UInt64, limit: Int, into out: inout [FeedCandidate]) {
+        guard let index = feedIndex[user] else { return }
+        let mine = rows[user], gone = deleted[user]
+        for (seq, ref) in index.entries(from: nil, to: nil, after: after, reverse: false, limit: limit) {
+            let at = (ref.deleted ? gone?[ref.key] : mine?.stamp(ref.key))?.at ?? 0
+            out.append(FeedCandidate(stamp: Stamp(seq: seq, at: at), table: slot, key: ref.key, deleted: ref.deleted))
         }
     }
 
@@ -270,5 +331,17 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
                 }
             }
         }
+    }
+}
+
+/// Where a feed position of a synced table points: a row, or a deleted row's tombstone.
+@usableFromInline
+struct FeedRef: Sendable {
+    @usableFromInline let key: String
+    @usableFromInline let deleted: Bool
+
+    @inlinable init(key: String, deleted: Bool) {
+        self.key = key
+        self.deleted = deleted
     }
 }

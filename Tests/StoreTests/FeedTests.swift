@@ -14,11 +14,13 @@ final class TickingClock: Clock, @unchecked Sendable {
 
 /// The change feed as the store keeps it: stamps beside synced rows, tombstones for deleted ones.
 @Suite struct FeedTests {
-    /// A store with a synced table `notes` (entity `note`, id "n-" + key) and a table that is not synced.
+    /// A store with synced tables `notes` (entity `note`, id "n-" + key) and `tasks` (entity `task`,
+    /// id "t-" + key), and a table that is not synced.
     final class FeedHarness {
         let dir: String
         let store: Store
         let notes: Table<Note>
+        let tasks: Table<Note>
         let other: Table<Note>
 
         init(dir: String? = nil, failBeyond: Int? = nil) throws {
@@ -28,6 +30,7 @@ final class TickingClock: Clock, @unchecked Sendable {
             options.failAppendsBeyondBytes = failBeyond
             store = Store(options: options, clock: TickingClock(), log: { _ in })
             notes = store.table("notes", of: Note.self, entity: Entity("note", id: { "n-" + $0 }))
+            tasks = store.table("tasks", of: Note.self, entity: Entity("task", id: { "t-" + $0 }))
             other = store.table("other", of: Note.self)
             try store.open()
         }
@@ -44,6 +47,19 @@ final class TickingClock: Clock, @unchecked Sendable {
                 out += page.entries
                 after = page.entries.last?.seq ?? after
                 if !page.hasMore { return out }
+            }
+        }
+
+        /// Whether each synced table's feed index lists exactly the stamps of its rows and tombstones.
+        func indexesMatchStamps() -> Bool {
+            [notes, tasks].allSatisfy { t in
+                Set(t.rows.keys).union(t.deleted.keys).union(t.feedIndex.keys).allSatisfy { user in
+                    var want: [String] = [], got: [String] = []
+                    t.rows[user]?.forEach { key, _, stamp in want.append("\(stamp!.seq) \(key) row") }
+                    t.deleted[user]?.forEach { key, stamp, _ in want.append("\(stamp.seq) \(key) tombstone") }
+                    t.feedIndex[user]?.forEach { seq, ref, _ in got.append("\(seq) \(ref.key) \(ref.deleted ? "tombstone" : "row")") }
+                    return Set(want) == Set(got) && got.count == want.count
+                }
             }
         }
     }
@@ -71,8 +87,9 @@ final class TickingClock: Clock, @unchecked Sendable {
             rows[user] = nil
         }
 
+        /// Keys are entity ids ("n-k1", "t-k1").
         func expected(_ user: String) -> [String] {
-            (latest[user] ?? [:]).sorted { $0.value.order < $1.value.order }.map { "n-\($0.key) \($0.value.op.rawValue)" }
+            (latest[user] ?? [:]).sorted { $0.value.order < $1.value.order }.map { "\($0.key) \($0.value.op.rawValue)" }
         }
     }
 
@@ -87,13 +104,14 @@ final class TickingClock: Clock, @unchecked Sendable {
             for _ in 0..<Int.random(in: 1...4, using: &rng) {
                 let user = users.randomElement(using: &rng)!
                 let key = "k\(Int.random(in: 0..<12, using: &rng))"
+                let (table, id) = Bool.random(using: &rng) ? (h.notes, "n-" + key) : (h.tasks, "t-" + key)
                 switch Int.random(in: 0..<20, using: &rng) {
                 case 0..<11:
-                    tx.put(h.notes, user: user, key: key, Note("\(round)"))
-                    next.put(user, key)
+                    tx.put(table, user: user, key: key, Note("\(round)"))
+                    next.put(user, id)
                 case 11..<17:
-                    tx.delete(h.notes, user: user, key: key)
-                    next.delete(user, key)
+                    tx.delete(table, user: user, key: key)
+                    next.delete(user, id)
                 case 17, 18:
                     tx.put(h.other, user: user, key: key, Note("x"))  // not synced: no feed entry
                 default:
@@ -104,26 +122,33 @@ final class TickingClock: Clock, @unchecked Sendable {
             try h.store.commit(tx)
             model = next
             if round % 37 == 0 { _ = h.store.flush() }
+            if round % 50 == 0 { #expect(h.indexesMatchStamps()) }
         }
+        #expect(h.indexesMatchStamps())
         _ = h.store.flush()
         var before: [String: [FeedEntry]] = [:]
         for user in users {
             let entries = h.feed(user).entries
             #expect(entries.map { "\($0.id) \($0.op.rawValue)" } == model.expected(user))
             #expect(entries.map(\.seq) == entries.map(\.seq).sorted() && Set(entries.map(\.seq)).count == entries.count)
-            #expect(entries.allSatisfy { $0.entity == "note" && $0.seq <= h.store.feedHorizon })
+            #expect(entries.allSatisfy { ($0.entity == "note") == $0.id.hasPrefix("n-") && $0.seq <= h.store.feedHorizon })
             #expect(h.paged(user, size: 3) == entries, "pages of 3 differ from one read")
+            #expect(h.paged(user, size: 1) == entries, "pages of 1 differ from one read")
+            let tasks = h.store.feed(user: user, after: nil, limit: 1000, entities: ["task"]).entries
+            #expect(tasks == entries.filter { $0.entity == "task" }, "the entities filter")
             before[user] = entries
         }
         h.store.abandon()
         // Replayed from the log: the same positions and times.
         let replayed = try FeedHarness(dir: h.dir)
         for user in users { #expect(replayed.feed(user).entries == before[user]) }
+        #expect(replayed.indexesMatchStamps())
         _ = try replayed.store.snapshot()
         replayed.store.abandon()
         // Loaded from a snapshot: the same again, and new changes come after everything before.
         let loaded = try FeedHarness(dir: h.dir)
         for user in users { #expect(loaded.feed(user).entries == before[user]) }
+        #expect(loaded.indexesMatchStamps())
         let horizon = loaded.store.feedHorizon
         var tx = Transaction()
         tx.put(loaded.notes, user: "u1", key: "new", Note("n"))
@@ -156,6 +181,7 @@ final class TickingClock: Clock, @unchecked Sendable {
         #expect(h.feed("u1").entries.isEmpty)
         #expect(h.store.flush().failedCommits.count == 1)
         #expect(h.feed("u1").entries == before)
+        #expect(h.indexesMatchStamps())
         h.store.abandon()
     }
 
