@@ -158,6 +158,7 @@ public final class HealthService: @unchecked Sendable {
         if let named = request.zone { zone = named } else { zone = try self.zone(user) }
         var work = Work(service: self, user: user)
         var report = IngestReport(dryRun: request.dryRun)
+        try work.prefetch(request.samples.map(\.item.uuid) + request.workouts.map(\.item.uuid) + request.sleep.map(\.item.uuid))
 
         if let device = request.deviceId, !request.replaceDays.isEmpty {
             let incoming = Set(request.samples.map(\.item.uuid) + request.workouts.map(\.item.uuid) + request.sleep.map(\.item.uuid))
@@ -200,7 +201,9 @@ public final class HealthService: @unchecked Sendable {
     public func delete(_ user: String, uuids: [String]) throws(HealthError) -> DeleteReport {
         var work = Work(service: self, user: user)
         var report = DeleteReport()
-        for uuid in Set(uuids).sorted() {
+        let uuids = Set(uuids).sorted()
+        try work.prefetch(uuids)
+        for uuid in uuids {
             if try work.current(uuid) == nil { report.unknown += 1; continue }
             try work.remove(uuid)
             report.deleted += 1
@@ -274,6 +277,8 @@ public final class HealthService: @unchecked Sendable {
         var tx = Transaction()
         /// UUID -> the item as this request leaves it (nil: removed).
         var pending: [String: Item?] = [:]
+        /// UUID -> the item stored before this request (nil: none), for the UUIDs read in bulk.
+        var stored: [String: Item?] = [:]
         var touched: [Part: Set<CalendarDate>] = [:]
         var dayStarts: [String: Int64] = [:]
         /// Items this request adds, less those it removes.
@@ -288,9 +293,20 @@ public final class HealthService: @unchecked Sendable {
 
         func storage<T>(_ body: @autoclosure () throws(StorageError) -> T) throws(HealthError) -> T { try Health.storage(try body()) }
 
+        /// Reads the stored items of `uuids`, of every kind, in one call per table.
+        mutating func prefetch(_ uuids: [String]) throws(HealthError) {
+            guard !uuids.isEmpty else { return }
+            stored.reserveCapacity(uuids.count)
+            for uuid in uuids { stored[uuid] = .some(nil) }
+            for (uuid, r) in try storage(try tables.samples.get(user: user, keys: uuids)) { stored[uuid] = .sample(r, sameContent: false) }
+            for (uuid, r) in try storage(try tables.workouts.get(user: user, keys: uuids)) { stored[uuid] = .workout(r, sameContent: false) }
+            for (uuid, r) in try storage(try tables.sleep.get(user: user, keys: uuids)) { stored[uuid] = .sleep(r, sameContent: false) }
+        }
+
         /// The item `uuid` names now, of whichever kind.
         func current(_ uuid: String) throws(HealthError) -> Item? {
             if let p = pending[uuid] { return p }
+            if let known = stored[uuid] { return known }
             if let r = try storage(try tables.samples.get(user: user, key: uuid)) { return .sample(r, sameContent: false) }
             if let r = try storage(try tables.workouts.get(user: user, key: uuid)) { return .workout(r, sameContent: false) }
             if let r = try storage(try tables.sleep.get(user: user, key: uuid)) { return .sleep(r, sameContent: false) }
@@ -336,22 +352,30 @@ public final class HealthService: @unchecked Sendable {
 
         /// Removes what device `device` sent on `days` (by the day each item counts toward), except `keeping`.
         mutating func removeDevice(_ device: String, days: [CalendarDate], keeping: Set<String>) throws(HealthError) -> Int {
-            var doomed: [String] = []
-            for day in Set(days).sorted() {
-                let d = day.description
-                for type in HealthType.all {
-                    let prefix = HealthRules.typePrefix(type) + d + "|"
-                    for (uuid, row) in try storage(try tables.samples.scanOrdered(user: user, from: prefix, to: prefix + "~", after: nil, reverse: false, limit: .max))
-                    where row.placement.deviceId == device { doomed.append(uuid) }
-                }
-                for (uuid, row) in try storage(try tables.workouts.scanOrdered(user: user, from: d + "|", to: d + "|~", after: nil, reverse: false, limit: .max))
-                where row.placement.deviceId == device { doomed.append(uuid) }
-                for (uuid, row) in try storage(try tables.sleep.scanOrdered(user: user, from: d + "|", to: d + "|~", after: nil, reverse: false, limit: .max))
-                where row.placement.deviceId == device { doomed.append(uuid) }
+            // One call per table: every (type, day) range of samples, every day of workouts and sleep.
+            let days = Set(days).sorted().map(\.description)
+            let itemRanges = days.map { OrderRange(from: $0 + "|", to: $0 + "|~") }
+            let sampleRanges = HealthType.all.flatMap { type in
+                days.map { d in OrderRange(from: HealthRules.typePrefix(type) + d + "|", to: HealthRules.typePrefix(type) + d + "|~") }
             }
-            let removed = doomed.filter { !keeping.contains($0) }
-            for uuid in removed { try remove(uuid) }
-            return removed.count
+            var doomed: [String] = []
+            for (uuid, row) in try storage(try tables.samples.scanOrdered(user: user, ranges: sampleRanges))
+            where row.placement.deviceId == device && !keeping.contains(uuid) {
+                doomed.append(uuid)
+                stored[uuid] = .sample(row, sameContent: false)
+            }
+            for (uuid, row) in try storage(try tables.workouts.scanOrdered(user: user, ranges: itemRanges))
+            where row.placement.deviceId == device && !keeping.contains(uuid) {
+                doomed.append(uuid)
+                stored[uuid] = .workout(row, sameContent: false)
+            }
+            for (uuid, row) in try storage(try tables.sleep.scanOrdered(user: user, ranges: itemRanges))
+            where row.placement.deviceId == device && !keeping.contains(uuid) {
+                doomed.append(uuid)
+                stored[uuid] = .sleep(row, sameContent: false)
+            }
+            for uuid in doomed { try remove(uuid) }
+            return doomed.count
         }
 
         /// The first instant of local day `day` in `zone`, remembered for this request.
@@ -411,15 +435,17 @@ public final class HealthService: @unchecked Sendable {
                         days[d] = row
                     }
                 case .workouts:
+                    let byDay = try items(tables.workouts, days: set, pick: { if case .workout(let r, _) = $0 { r } else { nil } }, placement: \.placement)
                     for d in set {
                         var row = try load(d)
-                        row.workouts = HealthRules.workouts(try items(tables.workouts, day: d, pick: { if case .workout(let r, _) = $0 { r } else { nil } }).map(\.1))
+                        row.workouts = HealthRules.workouts(byDay[d.description] ?? [])
                         days[d] = row
                     }
                 case .sleep:
+                    let byDay = try items(tables.sleep, days: set, pick: { if case .sleep(let r, _) = $0 { r } else { nil } }, placement: \.placement)
                     for d in set {
                         var row = try load(d)
-                        let samples = try items(tables.sleep, day: d, pick: { if case .sleep(let r, _) = $0 { r } else { nil } }).map(\.1)
+                        let samples = byDay[d.description] ?? []
                         let ranks = HealthRules.ranks(samples.map(\.placement.origin))
                         row.sleep = HealthRules.sleep(samples.map { ($0.stage, $0.placement.start, $0.placement.end, ranks[$0.placement.origin]!) })
                         days[d] = row
@@ -440,13 +466,18 @@ public final class HealthService: @unchecked Sendable {
             return out
         }
 
-        /// The items of a workouts or sleep table counted toward day `day`, as this request leaves them.
-        func items<Row: StoredRow>(_ table: any StorageTable<Row>, day: CalendarDate, pick: (Item) -> Row?) throws(HealthError) -> [(String, Row)] {
-            let d = day.description
-            var out = try storage(try table.scanOrdered(user: user, from: d + "|", to: d + "|~", after: nil, reverse: false, limit: .max))
-                .filter { pending[$0.key] == nil }.map { ($0.key, $0.row) }
-            for (uuid, item) in pending {
-                if let item, let row = pick(item), (item.placement.day == d) { out.append((uuid, row)) }
+        /// The items of a workouts or sleep table counted toward each of `days`, as this request leaves
+        /// them, by day: one read of the table.
+        func items<Row: StoredRow>(_ table: any StorageTable<Row>, days: Set<CalendarDate>, pick: (Item) -> Row?,
+                                   placement: (Row) -> Placement) throws(HealthError) -> [String: [Row]] {
+            let names = Set(days.map(\.description))
+            let ranges = names.sorted().map { OrderRange(from: $0 + "|", to: $0 + "|~") }
+            var out: [String: [Row]] = [:]
+            for (uuid, row) in try storage(try table.scanOrdered(user: user, ranges: ranges)) where pending[uuid] == nil {
+                out[placement(row).day, default: []].append(row)
+            }
+            for (_, item) in pending {
+                if let item, let row = pick(item), names.contains(item.placement.day) { out[item.placement.day, default: []].append(row) }
             }
             return out
         }
@@ -456,13 +487,12 @@ public final class HealthService: @unchecked Sendable {
         mutating func metrics(_ type: HealthType, days: Set<CalendarDate>, pending: [(String, SampleRow)]) throws(HealthError) -> [(CalendarDate, Metric?)] {
             // Samples start at most 7 days (and a zone's offset) before a day they reach into.
             let lookback = type.aggregation == .cumulative ? 8 : 0
-            var rows: [(String, SampleRow)] = []
-            for (lo, hi) in clusters(days.sorted(), gap: lookback) {
-                let prefix = HealthRules.typePrefix(type)
-                rows += try storage(try tables.samples.scanOrdered(user: user, from: prefix + lo.adding(days: -lookback).description,
-                                                                  to: prefix + hi.description + "|~", after: nil, reverse: false, limit: .max))
-                    .filter { self.pending[$0.key] == nil }.map { ($0.key, $0.row) }
+            let prefix = HealthRules.typePrefix(type)
+            let ranges = clusters(days.sorted(), gap: lookback).map { lo, hi in
+                OrderRange(from: prefix + lo.adding(days: -lookback).description, to: prefix + hi.description + "|~")
             }
+            var rows = try storage(try tables.samples.scanOrdered(user: user, ranges: ranges))
+                .filter { self.pending[$0.key] == nil }.map { ($0.key, $0.row) }
             rows += pending
             var out: [(CalendarDate, Metric?)] = []
             switch type.aggregation {

@@ -106,6 +106,9 @@ public protocol StorageTable<Row>: TableHandle {
 
     /// Row `key` of `user`.
     func get(user: String, key: String) throws(StorageError) -> Row?
+    /// The rows of `user` among `keys` that exist, by key: many keys in one call (a network-backed
+    /// store makes it one round trip; a month of samples is 43,200 keys).
+    func get(user: String, keys: [String]) throws(StorageError) -> [String: Row]
     /// Rows of `user` in key order, or reverse key order: keys from `from` through `to` (either end open),
     /// beyond `after` in the scan direction (where the previous page ended), at most `limit`.
     func scan(user: String, from: String?, to: String?, after: String?, reverse: Bool, limit: Int)
@@ -113,6 +116,9 @@ public protocol StorageTable<Row>: TableHandle {
     /// The same over the table's second order (see `Storage.table(_:of:orderedBy:)`).
     func scanOrdered(user: String, from: String?, to: String?, after: String?, reverse: Bool, limit: Int)
         throws(StorageError) -> [(key: String, row: Row)]
+    /// Rows of `user` whose order keys fall in any of `ranges` (both ends included), range after range,
+    /// each in order: several runs of days in one call.
+    func scanOrdered(user: String, ranges: [OrderRange]) throws(StorageError) -> [(key: String, row: Row)]
     /// Rows of every user in the table's second order, order keys up to `through`: the first `limit` of
     /// them, and how many such rows there are in all. For work that spans users, such as the daily
     /// re-check of every App Store membership, least recently checked first.
@@ -126,6 +132,17 @@ extension StorageTable {
     @inlinable
     public func rows(of user: String) throws(StorageError) -> [(key: String, row: Row)] {
         try scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)
+    }
+}
+
+/// A range of order keys, both ends included.
+public struct OrderRange: Sendable, Equatable {
+    public var from: String
+    public var to: String
+
+    public init(from: String, to: String) {
+        self.from = from
+        self.to = to
     }
 }
 

@@ -38,6 +38,20 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         rows[user]?[key]
     }
 
+    /// The rows of `user` among `keys` that exist, by key: O(keys × log n).
+    public func get(user: String, keys: [String]) -> [String: Row] {
+        guard let mine = rows[user] else { return [:] }
+        var out: [String: Row] = [:]
+        out.reserveCapacity(keys.count)
+        for key in keys { if let row = mine[key] { out[key] = row } }
+        return out
+    }
+
+    /// Rows of `user` in the second order within each of `ranges`, range after range.
+    public func scanOrdered(user: String, ranges: [OrderRange]) -> [(key: String, row: Row)] {
+        ranges.flatMap { scanOrdered(user: user, from: $0.from, to: $0.to) }
+    }
+
     /// Rows of `user` in key order, or reverse key order: keys from `from` through `to` (either end open),
     /// beyond `after` in the scan direction (where the previous page ended), at most `limit`.
     public func scan(user: String, from: String? = nil, to: String? = nil, after: String? = nil, reverse: Bool = false,

@@ -488,6 +488,29 @@ func reopenError(_ dir: String) -> StoreOpenError? {
     }
 }
 
+/// The bulk reads of the storage interface give what the single reads give, in one call.
+@Suite struct BulkReadTests {
+    @Test func manyKeysAndManyRangesInOneCall() throws {
+        let store = Store(options: StoreOptions(dataDir: nil), clock: FixedClock(ms: 1_000), log: { _ in })
+        // Second order: the note's text, then its key (as the health tables order by day, then UUID).
+        let notes: Table<Note> = store.table("notes", of: Note.self, orderedBy: { key, row in row.text + "|" + key })
+        try store.open()
+        var tx = Transaction()
+        for i in 0..<2_000 { tx.put(notes, user: "u1", key: "k\(i)", Note("d\(i % 50)")) }
+        tx.put(notes, user: "u2", key: "k1", Note("d1"))
+        try store.commit(tx)
+        let keys = (0..<100).map { "k\($0 * 19)" } + ["absent", "k1"]
+        let got = notes.get(user: "u1", keys: keys)
+        #expect(got.count == Set(keys).count - 1)
+        for key in keys { #expect(got[key] == notes.get(user: "u1", key: key)) }
+        #expect(notes.get(user: "nobody", keys: keys).isEmpty)
+        let ranges = [OrderRange(from: "d3|", to: "d3|~"), OrderRange(from: "d10|", to: "d12|~"), OrderRange(from: "e", to: "f")]
+        let expected = ranges.flatMap { notes.scanOrdered(user: "u1", from: $0.from, to: $0.to) }
+        #expect(notes.scanOrdered(user: "u1", ranges: ranges).map(\.key) == expected.map(\.key))
+        #expect(expected.count == 40 * 4)
+    }
+}
+
 /// Unique keys: one holder at a time, claimed and released in transactions, released with the user,
 /// undone with a failed flush, and kept by the log and snapshots.
 @Suite struct UniqueKeyTests {
