@@ -171,6 +171,20 @@ public struct BinaryReader {
         return v
     }
 
+    /// The bytes of a string body (length, then bytes), not checked as UTF-8: for a caller that parses
+    /// them itself and otherwise reads the body again with `string()` after `rewind(to:)`.
+    public mutating func stringBytes() throws(BinaryDecodeError) -> UnsafeBufferPointer<UInt8> {
+        let n = try count()
+        defer { offset += n }
+        return UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + n)]).assumingMemoryBound(to: UInt8.self)
+    }
+
+    /// Moves back to an offset this reader was at.
+    public mutating func rewind(to offset: Int) {
+        precondition(offset <= self.offset, "rewind forwards")
+        self.offset = offset
+    }
+
     /// A string body (length, UTF-8); invalid UTF-8 is an error.
     public mutating func string() throws(BinaryDecodeError) -> String {
         let n = try count()

@@ -271,9 +271,9 @@ struct SortedChunks<Key: Comparable, Row> {
 extension SortedChunks: Sendable where Key: Sendable, Row: Sendable {}
 extension SortedChunks.Chunk: Sendable where Key: Sendable, Row: Sendable {}
 
-/// One user's rows of a table, by row key.
+/// One user's rows of a table, by row key (UUIDs packed: see `RowKey`).
 @usableFromInline
-typealias Partition<Row> = SortedChunks<String, Row>
+typealias Partition<Row> = SortedChunks<RowKey, Row>
 
 /// Where a synced row stands in its user's change feed: its feed position and commit time. Derived
 /// from the log when it is replayed (a record's changes take positions `record seq << 20` upwards; the

@@ -13,6 +13,22 @@ extension BinaryReader {
     }
 }
 
+extension BinaryReader {
+    /// A row key in a snapshot group of `table`, packed as the store keeps it, with no string made for
+    /// a UUID.
+    @inlinable
+    mutating func storeKey(of table: String) throws(StorageError) -> RowKey {
+        let start = offset
+        do {
+            if let packed = RowKey.packed(try stringBytes()) { return packed }
+        } catch {
+            throw StorageError.corrupt("\(table): \(error)")
+        }
+        rewind(to: start)
+        return RowKey(try rowKey(of: table))
+    }
+}
+
 /// How the rows of a snapshot group get their feed stamps.
 @usableFromInline
 struct SnapshotStamps {

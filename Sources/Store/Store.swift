@@ -191,7 +191,7 @@ public final class Store: Storage, @unchecked Sendable {
 
     private func entry(_ c: FeedCandidate) -> FeedEntry {
         let entity = slots[c.table].entity!
-        return FeedEntry(seq: c.stamp.seq, entity: entity.name, id: entity.id(c.key), op: c.deleted ? .delete : .upsert, at: c.stamp.at)
+        return FeedEntry(seq: c.stamp.seq, entity: entity.name, id: entity.id(c.key.string), op: c.deleted ? .delete : .upsert, at: c.stamp.at)
     }
 
     /// Changes made durable since the last call, in commit order, with their users (while
@@ -203,7 +203,7 @@ public final class Store: Storage, @unchecked Sendable {
 
     /// Notes a committed change to a synced row for `takeCommittedChanges`.
     private func collect(_ slot: Int, _ user: String, _ key: String, _ stamp: Stamp, deleted: Bool) {
-        let change = FeedCandidate(stamp: stamp, table: slot, key: key, deleted: deleted)
+        let change = FeedCandidate(stamp: stamp, table: slot, key: RowKey(key), deleted: deleted)
         if keepsRecords { unflushedChanges.append((lastCommitID + 1, user, change)) } else { committedChanges.append((user, change)) }
     }
 

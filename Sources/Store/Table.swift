@@ -12,7 +12,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     /// The second order rows are also kept in, if the table has one: the order key of a row.
     @usableFromInline let orderKey: (@Sendable (String, Row) -> String)?
     /// Per user, order key -> row key. Derived from the rows, never stored: rebuilt at recovery.
-    @usableFromInline var ordered: [String: Partition<String>] = [:]
+    @usableFromInline var ordered: [String: SortedChunks<String, RowKey>] = [:]
     /// The synced entity the rows are, if any.
     let entity: Entity?
     @usableFromInline let synced: Bool
@@ -35,7 +35,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
 
     /// Row `key` of `user`.
     public func get(user: String, key: String) -> Row? {
-        rows[user]?[key]
+        rows[user]?[RowKey(key)]
     }
 
     /// The rows of `user` among `keys` that exist, by key: O(keys × log n).
@@ -43,7 +43,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         guard let mine = rows[user] else { return [:] }
         var out: [String: Row] = [:]
         out.reserveCapacity(keys.count)
-        for key in keys { if let row = mine[key] { out[key] = row } }
+        for key in keys { if let row = mine[RowKey(key)] { out[key] = row } }
         return out
     }
 
@@ -57,7 +57,8 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     public func scan(user: String, from: String? = nil, to: String? = nil, after: String? = nil, reverse: Bool = false,
                      limit: Int = .max) -> [(key: String, row: Row)] {
         guard let mine = rows[user] else { return [] }
-        return mine.entries(from: from, to: to, after: after, reverse: reverse, limit: limit)
+        return mine.entries(from: from.map(RowKey.init), to: to.map(RowKey.init), after: after.map(RowKey.init), reverse: reverse,
+                            limit: limit).map { ($0.key.string, $0.row) }
     }
 
     /// Rows of `user` in the table's second order (see `Store.table(_:of:orderedBy:)`), with `from`,
@@ -66,7 +67,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
                             limit: Int = .max) -> [(key: String, row: Row)] {
         guard let index = ordered[user], let mine = rows[user] else { return [] }
         return index.entries(from: from, to: to, after: after, reverse: reverse, limit: limit).compactMap { entry in
-            mine[entry.row].map { (entry.row, $0) }
+            mine[entry.row].map { (entry.row.string, $0) }
         }
     }
 
@@ -75,7 +76,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     /// for a daily job, not for a request path.
     public func scanAllOrdered(through: String, limit: Int) -> (rows: [(user: String, key: String, row: Row)], total: Int) {
         var total = 0
-        var candidates: [(order: String, user: String, key: String)] = []
+        var candidates: [(order: String, user: String, key: RowKey)] = []
         for (user, index) in ordered {
             total += index.countThrough(through)
             for entry in index.entries(from: nil, to: through, after: nil, reverse: false, limit: limit) {
@@ -83,16 +84,18 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
             }
         }
         candidates.sort { ($0.order, $0.user) < ($1.order, $1.user) }
-        let rows = candidates.prefix(limit).compactMap { c in self.rows[c.user]?[c.key].map { (c.user, c.key, $0) } }
+        let rows = candidates.prefix(limit).compactMap { c in self.rows[c.user]?[c.key].map { (c.user, c.key.string, $0) } }
         return (rows, total)
     }
 
-    /// Keeps the second order in step with a row that changed from `old` to `new`.
+    /// Keeps the second order in step with row `key` (spelt `name`, if the caller has it) that changed
+    /// from `old` to `new`.
     @inlinable
-    func reorder(_ user: String, _ key: String, old: Row?, new: Row?) {
+    func reorder(_ user: String, _ key: RowKey, _ name: String?, old: Row?, new: Row?) {
         guard let orderKey else { return }
-        if let old { _ = ordered[user]?.remove(orderKey(key, old)) }
-        if let new { ordered[user, default: Partition()].set(orderKey(key, new), key) }
+        let name = name ?? key.string
+        if let old { _ = ordered[user]?.remove(orderKey(name, old)) }
+        if let new { ordered[user, default: SortedChunks()].set(orderKey(name, new), key) }
         if ordered[user]?.isEmpty == true { ordered[user] = nil }
     }
 
@@ -101,16 +104,16 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
 
     func put(user: String, key: String, row: any StoredRow, stamp: Stamp) -> Previous {
         if let ops { return ops.put(user, key, row, stamp) }
-        return set(user, key, row as! Row, stamp)
+        return set(user, RowKey(key), key, row as! Row, stamp)
     }
 
     func put(user: String, key: String, stored: JSON, stamp: Stamp) throws(StorageError) {
-        set(user, key, try Row(stored: stored), stamp)
+        set(user, RowKey(key), key, try Row(stored: stored), stamp)
     }
 
     func putBinary(user: String, key: String, from reader: inout BinaryReader, stamp: Stamp) throws(StorageError) {
         if let ops { return try ops.putBinary(user, key, &reader, stamp) }
-        set(user, key, try Row(binaryStored: &reader), stamp)
+        set(user, RowKey(key), key, try Row(binaryStored: &reader), stamp)
     }
 
     func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader, stamps: inout SnapshotStamps) throws(StorageError) {
@@ -123,7 +126,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     func setGroup(_ user: String, _ count: Int, _ reader: inout BinaryReader, _ stamps: inout SnapshotStamps) throws(StorageError) {
         var mine = rows.removeValue(forKey: user) ?? Partition()
         for _ in 0..<count {
-            let key = try reader.rowKey(of: name)
+            let key = try reader.storeKey(of: name)
             // Snapshots list a partition's entries in key order, so these append. A table that stopped
             // being synced drops the stamps it finds; one that became synced gives its rows new ones.
             let stamp: Stamp?
@@ -154,11 +157,11 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         if let orderKey {
             ordered = [:]
             for (user, mine) in rows {
-                var pairs: [(String, String)] = []
+                var pairs: [(String, RowKey)] = []
                 pairs.reserveCapacity(mine.count)
-                mine.forEach { key, row, _ in pairs.append((orderKey(key, row), key)) }
+                mine.forEach { key, row, _ in pairs.append((orderKey(key.string, row), key)) }
                 pairs.sort { $0.0 < $1.0 }
-                ordered[user] = Partition(sorted: pairs)
+                ordered[user] = SortedChunks(sorted: pairs)
             }
         }
         guard synced else { return }
@@ -178,7 +181,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
 
     /// Files a feed position under `user` (position 0, given by upgrades, never shows in a feed).
     @inlinable
-    func indexFeed(_ user: String, _ stamp: Stamp, _ key: String, deleted: Bool) {
+    func indexFeed(_ user: String, _ stamp: Stamp, _ key: RowKey, deleted: Bool) {
         guard stamp.seq > 0 else { return }
         feedIndex[user, default: SortedChunks()].set(stamp.seq, FeedRef(key: key, deleted: deleted))
     }
@@ -193,7 +196,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
 
     /// Leaves a tombstone for a deleted row of a synced table.
     @inlinable
-    func setTombstone(_ user: String, _ key: String, _ stamp: Stamp) {
+    func setTombstone(_ user: String, _ key: RowKey, _ stamp: Stamp) {
         unindexFeed(user, deleted[user, default: Partition()].set(key, stamp))
         indexFeed(user, stamp, key, deleted: true)
     }
@@ -201,16 +204,16 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     /// Sets a row (stamped, in a synced table, which also drops the key's tombstone).
     @inlinable
     @discardableResult
-    func set(_ user: String, _ key: String, _ row: Row, _ stamp: Stamp) -> Previous {
+    func set(_ user: String, _ key: RowKey, _ name: String?, _ row: Row, _ stamp: Stamp) -> Previous {
         guard synced else {
             let old = rows[user, default: Partition()].set(key, row)
             if old == nil { storedCount += 1 }
-            reorder(user, key, old: old, new: row)
+            reorder(user, key, name, old: old, new: row)
             return Previous(row: old)
         }
         let old = rows[user, default: Partition()].setStamped(key, row, stamp)
         if old == nil { storedCount += 1 }
-        reorder(user, key, old: old?.0, new: row)
+        reorder(user, key, name, old: old?.0, new: row)
         unindexFeed(user, old?.1)
         indexFeed(user, stamp, key, deleted: false)
         var tombstone: Stamp?
@@ -219,7 +222,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     }
 
     @usableFromInline
-    func dropTombstone(_ user: String, _ key: String) -> Stamp? {
+    func dropTombstone(_ user: String, _ key: RowKey) -> Stamp? {
         guard let stamp = deleted[user]?.remove(key)?.row else { return nil }
         if deleted[user]?.isEmpty == true { deleted[user] = nil }
         unindexFeed(user, stamp)
@@ -227,34 +230,36 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     }
 
     /// Removes a row, without leaving a tombstone.
-    private func unset(_ user: String, _ key: String) -> (row: Row, stamp: Stamp?)? {
+    private func unset(_ user: String, _ key: RowKey, _ name: String?) -> (row: Row, stamp: Stamp?)? {
         guard let old = rows[user]?.remove(key) else { return nil }
         storedCount -= 1
         if rows[user]?.isEmpty == true { rows[user] = nil }
-        reorder(user, key, old: old.row, new: nil)
+        reorder(user, key, name, old: old.row, new: nil)
         unindexFeed(user, old.stamp)
         return old
     }
 
-    func delete(user: String, key: String, stamp: Stamp) -> Previous {
-        guard let old = unset(user, key) else { return Previous() }
+    func delete(user: String, key name: String, stamp: Stamp) -> Previous {
+        let key = RowKey(name)
+        guard let old = unset(user, key, name) else { return Previous() }
         if synced { setTombstone(user, key, stamp) }
         return Previous(row: old.row, stamp: old.stamp)
     }
 
-    func restore(user: String, key: String, _ previous: Previous) {
+    func restore(user: String, key name: String, _ previous: Previous) {
+        let key = RowKey(name)
         if let row = previous.row as? Row {
             if synced, let stamp = previous.stamp {
                 let old = rows[user, default: Partition()].setStamped(key, row, stamp)
                 if old == nil { storedCount += 1 }
-                reorder(user, key, old: old?.0, new: row)
+                reorder(user, key, name, old: old?.0, new: row)
                 unindexFeed(user, old?.1)
                 indexFeed(user, stamp, key, deleted: false)
             } else {
-                set(user, key, row, Stamp(seq: 0, at: 0))
+                set(user, key, name, row, Stamp(seq: 0, at: 0))
             }
         } else {
-            _ = unset(user, key)
+            _ = unset(user, key, name)
         }
         guard synced else { return }
         _ = dropTombstone(user, key)
@@ -264,7 +269,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     /// What `removeUser` takes away: the rows, their second order, their tombstones and feed index.
     private struct Removed {
         let rows: Partition<Row>?
-        let ordered: Partition<String>?
+        let ordered: SortedChunks<String, RowKey>?
         let deleted: Partition<Stamp>?
         let feed: SortedChunks<UInt64, FeedRef>?
     }
@@ -319,7 +324,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
                 for chunk in partition.chunks {
                     let stamped = !chunk.stamps.isEmpty
                     for i in chunk.keys.indices {
-                        Binary.writeString(chunk.keys[i], to: &group)
+                        chunk.keys[i].write(to: &group)
                         entry(chunk.rows[i], stamped ? chunk.stamps[i] : nil, &group)
                         count += 1
                         if group.count >= StoreFiles.snapshotRecordBytes { emit() }
@@ -351,10 +356,10 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
 /// Where a feed position of a synced table points: a row, or a deleted row's tombstone.
 @usableFromInline
 struct FeedRef: Sendable {
-    @usableFromInline let key: String
+    @usableFromInline let key: RowKey
     @usableFromInline let deleted: Bool
 
-    @inlinable init(key: String, deleted: Bool) {
+    @inlinable init(key: RowKey, deleted: Bool) {
         self.key = key
         self.deleted = deleted
     }

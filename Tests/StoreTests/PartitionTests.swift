@@ -1,5 +1,6 @@
 import Testing
 @testable import Store
+import JSON
 
 /// The chunked partition against a plain model (a dictionary, sorted on demand): random inserts,
 /// replacements and deletes with random and ordered keys, then every read compared, including scans in
@@ -16,7 +17,7 @@ import Testing
         mutating func hexKey() -> String { String(next(), radix: 16) }
     }
 
-    func check(_ p: Partition<Int>, _ model: [String: (Int, Stamp)], _ g: inout Generator, stamped: Bool) {
+    func check(_ p: SortedChunks<String, Int>, _ model: [String: (Int, Stamp)], _ g: inout Generator, stamped: Bool) {
         let keys = model.keys.sorted()
         #expect(p.count == keys.count)
         var walked: [String] = []
@@ -26,7 +27,7 @@ import Testing
             if stamped && stamp != model[key]?.1 { Issue.record("stamp of \(key)") }
         }
         #expect(walked == keys)
-        #expect(p.chunks.allSatisfy { !$0.keys.isEmpty && $0.keys.count <= Partition<Int>.chunkMax })
+        #expect(p.chunks.allSatisfy { !$0.keys.isEmpty && $0.keys.count <= SortedChunks<String, Int>.chunkMax })
         #expect(p.lasts == p.chunks.map { $0.keys.last! })
         for _ in 0..<40 {
             let probe = g.below(3) == 0 && !keys.isEmpty ? keys[g.below(keys.count)] : g.hexKey()
@@ -51,7 +52,7 @@ import Testing
     @Test(arguments: [false, true])
     func matchesAPlainModel(stamped: Bool) {
         var g = Generator(state: stamped ? 7 : 42)
-        var p = Partition<Int>()
+        var p = SortedChunks<String, Int>()
         var model: [String: (Int, Stamp)] = [:]
         for round in 0..<6 {
             // Inserts: random keys (HealthKit UUIDs) and runs of ordered ones (dates, counters).
@@ -93,9 +94,45 @@ import Testing
     /// limit is the check.
     @Test func aMillionRandomKeys() {
         var g = Generator(state: 1)
-        var p = Partition<Int>()
+        var p = SortedChunks<String, Int>()
         for i in 0..<1_000_000 { p.set(g.hexKey() + g.hexKey(), i) }
         #expect(p.count == 1_000_000)
-        #expect(p.chunks.count >= 1_000_000 / Partition<Int>.chunkMax)
+        #expect(p.chunks.count >= 1_000_000 / SortedChunks<String, Int>.chunkMax)
+    }
+}
+
+/// Packed row keys round-trip and order exactly as their strings do, whatever the mix of spellings.
+@Suite struct RowKeyTests {
+    @Test func roundTripAndStringOrder() {
+        var g = PartitionTests.Generator(state: 99)
+        func hex(_ n: Int) -> String { (0..<n).map { _ in String(g.below(16), radix: 16) }.joined() }
+        var keys: [String] = ["", "profile", "2026-11-25", "~", "-", "0", "FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF",
+                              "00000000-0000-0000-0000-000000000000", "g0000000-0000-0000-0000-000000000000"]
+        for _ in 0..<400 {
+            let uuid = [hex(8), hex(4), hex(4), hex(4), hex(12)].joined(separator: "-")
+            switch g.below(5) {
+            case 0: keys.append(uuid.uppercased())
+            case 1: keys.append(uuid.lowercased())
+            case 2: keys.append(String(uuid.enumerated().map { $0.offset % 2 == 0 ? Character($0.element.uppercased()) : $0.element }))
+            case 3: keys.append(String(uuid.prefix(g.below(36))))
+            default: keys.append(uuid.uppercased().replacingOccurrences(of: "-", with: "_"))
+            }
+        }
+        for key in keys {
+            let packed = RowKey(key)
+            #expect(packed.string == key)
+            var bytes: [UInt8] = []
+            packed.write(to: &bytes)
+            var expected: [UInt8] = []
+            Binary.writeString(key, to: &expected)
+            #expect(bytes == expected)
+        }
+        #expect(RowKey("0A1B2C3D-0000-4000-8000-00000000000F") == .upper(0x0A1B_2C3D_0000_4000, 0x8000_0000_0000_000F))
+        #expect({ if case .lower = RowKey("0a1b2c3d-0000-4000-8000-00000000000f") { true } else { false } }())
+        for _ in 0..<20_000 {
+            let a = keys[g.below(keys.count)], b = keys[g.below(keys.count)]
+            #expect((RowKey(a) < RowKey(b)) == (a < b), "\(a) < \(b)")
+            #expect((RowKey(a) == RowKey(b)) == (a == b))
+        }
     }
 }
