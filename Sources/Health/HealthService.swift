@@ -12,6 +12,12 @@ public enum HealthError: Error, Equatable {
     case storage(StorageError)
 }
 
+/// The second-order range of one type's items (nil: workouts' or sleep's) on days `from` through `to`.
+func dayRange(_ type: HealthType?, _ from: CalendarDate, _ to: CalendarDate) -> OrderRange {
+    let r = HealthRules.dayRange(type, from: from, to: to)
+    return OrderRange(from: r.from, to: r.to)
+}
+
 /// Storage reads and commits, their failures answered as this domain's.
 func storage<T>(_ body: @autoclosure () throws(StorageError) -> T) throws(HealthError) -> T {
     do { return try body() } catch { throw .storage(error) }
@@ -133,15 +139,18 @@ public final class HealthService: @unchecked Sendable {
 
     /// Workouts whose local start day is from `from` through `to`, newest first.
     public func workouts(_ user: String, from: CalendarDate, to: CalendarDate, limit: Int, after: String?) throws(HealthError) -> WorkoutPage {
-        let rows = try storage(try tables.workouts.scanOrdered(user: user, from: from.description + "|", to: to.description + "|~",
+        let range = dayRange(nil, from, to)
+        let rows = try storage(try tables.workouts.scanOrdered(user: user, from: range.from, to: range.to,
                                                                after: after, reverse: true, limit: limit + 1))
         let page = rows.prefix(limit).map { Workout(uuid: $0.key, row: $0.row) }
-        let next = rows.count > limit ? page.last.map { cursors.seal(HealthRules.itemOrder(day: $0.row.placement.day, start: $0.row.placement.start, uuid: $0.uuid), user: user) } : nil
+        let next = rows.count > limit ? page.last.map { cursors.seal(HealthRules.itemOrder(day: $0.row.placement.calendarDay, start: $0.row.placement.start, uuid: $0.uuid), user: user) } : nil
         return WorkoutPage(workouts: page, nextCursor: next)
     }
 
     /// The position a cursor of `user` names, or nil when it is not one this kernel gave that user.
-    public func openCursor(_ cursor: String, user: String) -> String? { cursors.open(cursor, user: user) }
+    public func openCursor(_ cursor: String, user: String) -> String? {
+        cursors.open(cursor, user: user).flatMap { HealthRules.isItemOrder($0) ? $0 : nil }
+    }
 
     // MARK: Writes
 
@@ -353,11 +362,9 @@ public final class HealthService: @unchecked Sendable {
         /// Removes what device `device` sent on `days` (by the day each item counts toward), except `keeping`.
         mutating func removeDevice(_ device: String, days: [CalendarDate], keeping: Set<String>) throws(HealthError) -> Int {
             // One call per table: every (type, day) range of samples, every day of workouts and sleep.
-            let days = Set(days).sorted().map(\.description)
-            let itemRanges = days.map { OrderRange(from: $0 + "|", to: $0 + "|~") }
-            let sampleRanges = HealthType.all.flatMap { type in
-                days.map { d in OrderRange(from: HealthRules.typePrefix(type) + d + "|", to: HealthRules.typePrefix(type) + d + "|~") }
-            }
+            let days = Set(days).sorted()
+            let itemRanges = days.map { dayRange(nil, $0, $0) }
+            let sampleRanges = HealthType.all.flatMap { type in days.map { dayRange(type, $0, $0) } }
             var doomed: [String] = []
             for (uuid, row) in try storage(try tables.samples.scanOrdered(user: user, ranges: sampleRanges))
             where row.placement.deviceId == device && !keeping.contains(uuid) {
@@ -390,7 +397,7 @@ public final class HealthService: @unchecked Sendable {
         /// The local days a sample's share falls on, with the part of its interval on each.
         mutating func split(_ p: Placement) -> [(day: CalendarDate, start: Int64, end: Int64)] {
             let zone = Zone.named(p.zone) ?? .utc
-            let day = CalendarDate(p.day)!
+            let day = p.calendarDay
             // Most samples lie within their start day: no time zone arithmetic beyond one lookup.
             if p.end <= p.start || p.end <= dayStart(day.adding(days: 1), zone) { return [(day, p.start, p.end)] }
             var starts: [CalendarDate: Int64] = [:]
@@ -406,10 +413,10 @@ public final class HealthService: @unchecked Sendable {
         mutating func touch(_ item: Item) {
             switch item {
             case .sample(let r, _):
-                let days = r.type.aggregation == .cumulative ? split(r.placement).map(\.day) : [CalendarDate(r.placement.day)!]
+                let days = r.type.aggregation == .cumulative ? split(r.placement).map(\.day) : [r.placement.calendarDay]
                 touched[.metric(r.type.code), default: []].formUnion(days)
-            case .workout(let r, _): touched[.workouts, default: []].insert(CalendarDate(r.placement.day)!)
-            case .sleep(let r, _): touched[.sleep, default: []].insert(CalendarDate(r.placement.day)!)
+            case .workout(let r, _): touched[.workouts, default: []].insert(r.placement.calendarDay)
+            case .sleep(let r, _): touched[.sleep, default: []].insert(r.placement.calendarDay)
             }
         }
 
@@ -471,7 +478,7 @@ public final class HealthService: @unchecked Sendable {
         func items<Row: StoredRow>(_ table: any StorageTable<Row>, days: Set<CalendarDate>, pick: (Item) -> Row?,
                                    placement: (Row) -> Placement) throws(HealthError) -> [String: [Row]] {
             let names = Set(days.map(\.description))
-            let ranges = names.sorted().map { OrderRange(from: $0 + "|", to: $0 + "|~") }
+            let ranges = days.sorted().map { dayRange(nil, $0, $0) }
             var out: [String: [Row]] = [:]
             for (uuid, row) in try storage(try table.scanOrdered(user: user, ranges: ranges)) where pending[uuid] == nil {
                 out[placement(row).day, default: []].append(row)
@@ -487,10 +494,7 @@ public final class HealthService: @unchecked Sendable {
         mutating func metrics(_ type: HealthType, days: Set<CalendarDate>, pending: [(String, SampleRow)]) throws(HealthError) -> [(CalendarDate, Metric?)] {
             // Samples start at most 7 days (and a zone's offset) before a day they reach into.
             let lookback = type.aggregation == .cumulative ? 8 : 0
-            let prefix = HealthRules.typePrefix(type)
-            let ranges = clusters(days.sorted(), gap: lookback).map { lo, hi in
-                OrderRange(from: prefix + lo.adding(days: -lookback).description, to: prefix + hi.description + "|~")
-            }
+            let ranges = clusters(days.sorted(), gap: lookback).map { lo, hi in dayRange(type, lo.adding(days: -lookback), hi) }
             var rows = try storage(try tables.samples.scanOrdered(user: user, ranges: ranges))
                 .filter { self.pending[$0.key] == nil }.map { ($0.key, $0.row) }
             rows += pending
@@ -513,7 +517,8 @@ public final class HealthService: @unchecked Sendable {
             case .discrete:
                 var values: [CalendarDate: [(value: Double, duration: Int64)]] = [:]
                 for (_, r) in rows {
-                    guard let d = CalendarDate(r.placement.day), days.contains(d) else { continue }
+                    let d = r.placement.calendarDay
+                    guard days.contains(d) else { continue }
                     values[d, default: []].append((r.value, r.placement.end - r.placement.start))
                 }
                 for d in days { out.append((d, values[d].flatMap(HealthRules.stats))) }

@@ -1,4 +1,6 @@
+import Chrono
 import DomainSupport
+import Synchronization
 import JSON
 import Storage
 
@@ -30,31 +32,40 @@ public struct Origin: Sendable, Hashable {
 
 /// What every stored item has besides its content: its interval, the zone it was sent with, the local
 /// day it counts toward (in that zone), where it came from, and the `deviceId` of the ingest that sent it.
+///
+/// Held compactly, since a watch wearer keeps millions: the day as a day number, and the zone, origin
+/// and device id in one shared `Provenance` (the items of a request, and of a source, have the same one),
+/// so a placement is 32 bytes with no string of its own.
 public struct Placement: Sendable, Equatable {
     public var start: Int64
     public var end: Int64
-    public var zone: String
+    /// Days since 1970-01-01 of `day`.
+    var dayNumber: Int32
+    var provenance: Provenance
+
     /// `YYYY-MM-DD`: the local start day for samples and workouts, the night's wake day for sleep.
-    public var day: String
-    public var origin: Origin
-    public var deviceId: String?
+    public var day: String {
+        get { calendarDay.description }
+        set { dayNumber = Int32(CalendarDate(newValue)!.daysSinceEpoch) }
+    }
+    public var calendarDay: CalendarDate { CalendarDate(daysSinceEpoch: Int(dayNumber)) }
+    public var zone: String { provenance.zone }
+    public var origin: Origin { provenance.origin }
+    public var deviceId: String? { provenance.deviceId }
 
     init(_ f: StoredFields) throws(StorageError) {
         start = try f.int("start")
         end = try f.int("end")
-        zone = try f.string("zone")
-        day = try f.string("day")
-        origin = Origin(f)
-        deviceId = f.optionalString("deviceId")
+        guard let day = CalendarDate(try f.string("day")) else { throw StorageError.corrupt("bad day") }
+        dayNumber = Int32(day.daysSinceEpoch)
+        provenance = .interned(zone: try f.string("zone"), origin: Origin(f), deviceId: f.optionalString("deviceId"))
     }
 
     public init(start: Int64, end: Int64, zone: String, day: String, origin: Origin, deviceId: String?) {
         self.start = start
         self.end = end
-        self.zone = zone
-        self.day = day
-        self.origin = origin
-        self.deviceId = deviceId
+        dayNumber = Int32(CalendarDate(day)!.daysSinceEpoch)
+        provenance = .interned(zone: zone, origin: origin, deviceId: deviceId)
     }
 
     var stored: [(String, JSON)] {
@@ -90,6 +101,46 @@ public struct Placement: Sendable, Equatable {
     /// Whether two placements describe the same item as sent: the zone and day an item was first placed
     /// in stay with it, and which device id sent it is not part of what it is.
     func sameContent(_ other: Placement) -> Bool { start == other.start && end == other.end && origin == other.origin }
+}
+
+/// The zone, origin and device id items share, interned so that equal ones are one object: rows hold a
+/// reference instead of five strings. The intern table is bounded (emptied when full), so it never
+/// holds more than a few thousand entries however many sources users send; a provenance made after
+/// that is simply not shared with older rows.
+public final class Provenance: Sendable, Hashable {
+    public let zone: String
+    public let origin: Origin
+    public let deviceId: String?
+
+    private init(zone: String, origin: Origin, deviceId: String?) {
+        self.zone = zone
+        self.origin = origin
+        self.deviceId = deviceId
+    }
+
+    private static let table = Mutex<[Provenance: Provenance]>([:])
+    private static let tableMax = 4096
+
+    /// The shared provenance equal to these values.
+    static func interned(zone: String, origin: Origin, deviceId: String?) -> Provenance {
+        let made = Provenance(zone: zone, origin: origin, deviceId: deviceId)
+        return table.withLock { table in
+            if let known = table[made] { return known }
+            if table.count >= tableMax { table.removeAll(keepingCapacity: true) }
+            table[made] = made
+            return made
+        }
+    }
+
+    public static func == (a: Provenance, b: Provenance) -> Bool {
+        a === b || (a.zone == b.zone && a.origin == b.origin && a.deviceId == b.deviceId)
+    }
+
+    public func hash(into h: inout Hasher) {
+        h.combine(zone)
+        h.combine(origin)
+        h.combine(deviceId)
+    }
 }
 
 private func object(_ members: [(String, JSON)]) -> JSON {
@@ -334,13 +385,13 @@ public struct HealthTables: Sendable {
     @inlinable
     public init(_ store: some Storage) {
         samples = store.table("health.samples", of: SampleRow.self,
-                              orderedBy: { key, row in HealthRules.sampleOrder(row.type, day: row.placement.day, start: row.placement.start, uuid: key) },
+                              orderedBy: { key, row in HealthRules.sampleOrder(row.type, day: row.placement.calendarDay, start: row.placement.start, uuid: key) },
                               entity: Entity("health.sample"))
         workouts = store.table("health.workouts", of: WorkoutRow.self,
-                               orderedBy: { key, row in HealthRules.itemOrder(day: row.placement.day, start: row.placement.start, uuid: key) },
+                               orderedBy: { key, row in HealthRules.itemOrder(day: row.placement.calendarDay, start: row.placement.start, uuid: key) },
                                entity: Entity("health.workout"))
         sleep = store.table("health.sleep", of: SleepRow.self,
-                            orderedBy: { key, row in HealthRules.itemOrder(day: row.placement.day, start: row.placement.start, uuid: key) },
+                            orderedBy: { key, row in HealthRules.itemOrder(day: row.placement.calendarDay, start: row.placement.start, uuid: key) },
                             entity: Entity("health.sleep"))
         days = store.table("health.days", of: DayRow.self, entity: Entity("health.day"))
         profile = store.table("health.profile", of: ProfileRow.self)

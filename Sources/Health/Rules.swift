@@ -38,17 +38,47 @@ public enum HealthRules {
 
     /// A sample's place in its table's second order: by type, local day, start, uuid; so one type's
     /// samples of a run of days are one range.
-    public static func sampleOrder(_ type: HealthType, day: String, start: Int64, uuid: String) -> String {
+    public static func sampleOrder(_ type: HealthType, day: CalendarDate, start: Int64, uuid: String) -> String {
         typePrefix(type) + itemOrder(day: day, start: start, uuid: uuid)
     }
 
-    /// The order of workouts and sleep: local day, start, uuid.
-    public static func itemOrder(day: String, start: Int64, uuid: String) -> String {
-        let digits = String(start)
-        return day + "|" + String(repeating: "0", count: max(0, 14 - digits.count)) + digits + "|" + uuid
+    /// The order of workouts and sleep: local day, start, uuid. Fixed-width ASCII that sorts as the
+    /// values do: the day as 5 digits (days since 1970 plus 10,000, so a local day just before 1970
+    /// fits), the start as 8 characters of a sorted base 64. What precedes the uuid is at most 15
+    /// bytes, which the store keeps inline with no heap string (see `OrderKey` in the store).
+    public static func itemOrder(day: CalendarDate, start: Int64, uuid: String) -> String {
+        dayCode(day) + startCode(start) + uuid
     }
 
-    static func typePrefix(_ type: HealthType) -> String { (type.code < 10 ? "0" : "") + String(type.code) + "|" }
+    /// The order keys of one type's items (or, with nil, workouts' or sleep's) on days `from` through `to`.
+    public static func dayRange(_ type: HealthType?, from: CalendarDate, to: CalendarDate) -> (from: String, to: String) {
+        let prefix = type.map(typePrefix) ?? ""
+        return (prefix + dayCode(from), prefix + dayCode(to) + "~")
+    }
+
+    /// Whether a cursor's position has today's order key form (older kernels used `day|start|uuid`).
+    public static func isItemOrder(_ position: String) -> Bool { position.utf8.count > 13 && !position.contains("|") }
+
+    static func typePrefix(_ type: HealthType) -> String { (type.code < 10 ? "0" : "") + String(type.code) }
+
+    static func dayCode(_ day: CalendarDate) -> String {
+        let n = min(max(day.daysSinceEpoch + 10_000, 0), 99_999)
+        let digits = String(n)
+        return String(repeating: "0", count: 5 - digits.count) + digits
+    }
+
+    /// A sorted base 64 alphabet: ASCII order is digit order.
+    private static let sortedDigits = Array("-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz".utf8)
+
+    static func startCode(_ start: Int64) -> String {
+        var v = UInt64(max(start, 0))
+        var out = [UInt8](repeating: 0, count: 8)
+        for i in (0..<8).reversed() {
+            out[i] = sortedDigits[Int(v & 63)]
+            v >>= 6
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
 
     // MARK: Days
 

@@ -11,8 +11,9 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     @usableFromInline var ops: TableOps?
     /// The second order rows are also kept in, if the table has one: the order key of a row.
     @usableFromInline let orderKey: (@Sendable (String, Row) -> String)?
-    /// Per user, order key -> row key. Derived from the rows, never stored: rebuilt at recovery.
-    @usableFromInline var ordered: [String: SortedChunks<String, RowKey>] = [:]
+    /// Per user, the rows' order keys (each with its row). Derived from the rows, never stored: rebuilt
+    /// at recovery.
+    @usableFromInline var ordered: [String: SortedChunks<OrderKey, Void>] = [:]
     /// The synced entity the rows are, if any.
     let entity: Entity?
     @usableFromInline let synced: Bool
@@ -66,8 +67,9 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     public func scanOrdered(user: String, from: String? = nil, to: String? = nil, after: String? = nil, reverse: Bool = false,
                             limit: Int = .max) -> [(key: String, row: Row)] {
         guard let index = ordered[user], let mine = rows[user] else { return [] }
-        return index.entries(from: from, to: to, after: after, reverse: reverse, limit: limit).compactMap { entry in
-            mine[entry.row].map { (entry.row.string, $0) }
+        return index.entries(from: from.map(OrderKey.init(bound:)), to: to.map(OrderKey.init(bound:)), after: after.map(OrderKey.init(bound:)),
+                             reverse: reverse, limit: limit).compactMap { entry in
+            mine[entry.key.row].map { (entry.key.row.string, $0) }
         }
     }
 
@@ -78,9 +80,10 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         var total = 0
         var candidates: [(order: String, user: String, key: RowKey)] = []
         for (user, index) in ordered {
-            total += index.countThrough(through)
-            for entry in index.entries(from: nil, to: through, after: nil, reverse: false, limit: limit) {
-                candidates.append((entry.key, user, entry.row))
+            let bound = OrderKey(bound: through)
+            total += index.countThrough(bound)
+            for entry in index.entries(from: nil, to: bound, after: nil, reverse: false, limit: limit) {
+                candidates.append((entry.key.string, user, entry.key.row))
             }
         }
         candidates.sort { ($0.order, $0.user) < ($1.order, $1.user) }
@@ -94,8 +97,8 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     func reorder(_ user: String, _ key: RowKey, _ name: String?, old: Row?, new: Row?) {
         guard let orderKey else { return }
         let name = name ?? key.string
-        if let old { _ = ordered[user]?.remove(orderKey(name, old)) }
-        if let new { ordered[user, default: SortedChunks()].set(orderKey(name, new), key) }
+        if let old { _ = ordered[user]?.remove(OrderKey(orderKey(name, old), row: key, name: name)) }
+        if let new { ordered[user, default: SortedChunks()].set(OrderKey(orderKey(name, new), row: key, name: name), ()) }
         if ordered[user]?.isEmpty == true { ordered[user] = nil }
     }
 
@@ -157,11 +160,14 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         if let orderKey {
             ordered = [:]
             for (user, mine) in rows {
-                var pairs: [(String, RowKey)] = []
-                pairs.reserveCapacity(mine.count)
-                mine.forEach { key, row, _ in pairs.append((orderKey(key.string, row), key)) }
-                pairs.sort { $0.0 < $1.0 }
-                ordered[user] = SortedChunks(sorted: pairs)
+                var keys: [(OrderKey, Void)] = []
+                keys.reserveCapacity(mine.count)
+                mine.forEach { key, row, _ in
+                    let name = key.string
+                    keys.append((OrderKey(orderKey(name, row), row: key, name: name), ()))
+                }
+                keys.sort { $0.0 < $1.0 }
+                ordered[user] = SortedChunks(sorted: keys)
             }
         }
         guard synced else { return }
@@ -269,7 +275,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     /// What `removeUser` takes away: the rows, their second order, their tombstones and feed index.
     private struct Removed {
         let rows: Partition<Row>?
-        let ordered: SortedChunks<String, RowKey>?
+        let ordered: SortedChunks<OrderKey, Void>?
         let deleted: Partition<Stamp>?
         let feed: SortedChunks<UInt64, FeedRef>?
     }
