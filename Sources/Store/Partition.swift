@@ -116,6 +116,13 @@ struct SortedChunks<Key: Comparable, Row> {
 
     @inlinable
     mutating func insert(_ key: Key, _ row: Row, _ stamp: Stamp?, chunk c: Int, at i: Int) {
+        var (c, i) = (c, i)
+        // A full chunk splits before it takes the entry, so no chunk's arrays ever grow past `chunkMax`
+        // (growing to 513 would double their capacity, and the lower half would keep it).
+        if c < chunks.count, chunks[c].keys.count == Self.chunkMax, !(c == chunks.count - 1 && i == Self.chunkMax) {
+            let half = split(c)
+            if i > half { (c, i) = (c + 1, i - half) }
+        }
         count += 1
         guard c < chunks.count else {
             var first = Chunk()
@@ -152,12 +159,13 @@ struct SortedChunks<Key: Comparable, Row> {
             chunks[c].rows.insert(row, at: i)
             if let stamp { chunks[c].stamps.insert(stamp, at: i) }
         }
-        if chunks[c].keys.count > Self.chunkMax { split(c) }
     }
 
-    /// Splits chunk `c` in two halves; O(chunkMax + chunks) (the chunk arrays shift by one).
+    /// Splits chunk `c` in two halves; returns how many entries stay in `c`. O(chunkMax + chunks) (the
+    /// chunk arrays shift by one).
     @inlinable
-    mutating func split(_ c: Int) {
+    @discardableResult
+    mutating func split(_ c: Int) -> Int {
         let half = chunks[c].keys.count / 2
         var upper = Chunk()
         upper.keys = Array(chunks[c].keys[half...])
@@ -169,6 +177,7 @@ struct SortedChunks<Key: Comparable, Row> {
         chunks.insert(upper, at: c + 1)
         lasts.insert(lasts[c], at: c + 1)
         lasts[c] = chunks[c].keys[half - 1]
+        return half
     }
 
     /// Removes `key`; returns its row, and its stamp if the partition keeps stamps.
