@@ -155,6 +155,34 @@ public final class HealthService: @unchecked Sendable {
     // MARK: Writes
 
     public func ingest(_ user: String, _ request: IngestRequest, now: Timestamp) throws(HealthError) -> IngestReport {
+        let planned = try plan(user, request, now: now, tables: tables)
+        if !request.dryRun { try storage(try store.commit(planned.tx)) }
+        return planned.report
+    }
+
+    /// Starts an ingest whose placing and recomputing run on a worker thread (`PreparedIngest.plan`),
+    /// against a view of the user's rows as they are now: a month of samples never holds up the
+    /// requests of other users. O(1) here.
+    public func beginIngest(_ user: String, _ request: IngestRequest, now: Timestamp) -> PreparedIngest {
+        PreparedIngest(service: self, user: user, request: request, now: now, tables: tables.views(of: user, in: store),
+                       version: store.version(of: user))
+    }
+
+    /// Commits a planned ingest, on the serving thread. When the user's rows changed after the view was
+    /// made (a write of theirs on another connection), the plan read stale rows: it is planned again
+    /// here against the rows as they are.
+    public func finishIngest(_ prepared: PreparedIngest, _ planned: PlannedIngest) throws(HealthError) -> IngestReport {
+        guard store.version(of: prepared.user) == prepared.version else {
+            logger.info("health.ingest: the user's rows changed while it was planned; planning it again")
+            return try ingest(prepared.user, prepared.request, now: prepared.now)
+        }
+        let plan = try planned.result.get()
+        if !prepared.request.dryRun { try storage(try store.commit(plan.tx)) }
+        return plan.report
+    }
+
+    /// What an ingest would do to the rows `tables` reads: its report and its unit of work.
+    func plan(_ user: String, _ request: IngestRequest, now: Timestamp, tables: HealthTables) throws(HealthError) -> (report: IngestReport, tx: Transaction) {
         let began = monotonicMicros()
         let large = request.count > HealthRules.largeIngest
         if large { logger.info("health.ingest: \(request.count) items, placing them") }
@@ -164,8 +192,12 @@ public final class HealthService: @unchecked Sendable {
             throw .future(item.path + ".end")
         }
         let zone: Zone
-        if let named = request.zone { zone = named } else { zone = try self.zone(user) }
-        var work = Work(service: self, user: user)
+        if let named = request.zone {
+            zone = named
+        } else {
+            zone = try storage(try tables.profile.get(user: user, key: Self.profileKey)).flatMap { Zone.named($0.timezone) } ?? .utc
+        }
+        var work = Work(tables: tables, user: user)
         var report = IngestReport(dryRun: request.dryRun)
         try work.prefetch(request.samples.map(\.item.uuid) + request.workouts.map(\.item.uuid) + request.sleep.map(\.item.uuid))
 
@@ -200,15 +232,14 @@ public final class HealthService: @unchecked Sendable {
         if large { logger.info("health.ingest: placed \(request.count) items in \((monotonicMicros() - began) / 1000) ms, recomputing days") }
         report.daysRecomputed = try work.recompute()
         try saveProfile(&work, zone: request.zone)
-        if !request.dryRun { try storage(try store.commit(work.tx)) }
         if large {
-            logger.info("health.ingest: \(request.count) items (\(report.unchanged) unchanged), \(report.daysRecomputed.count) days recomputed, done in \((monotonicMicros() - began) / 1000) ms")
+            logger.info("health.ingest: \(request.count) items (\(report.unchanged) unchanged), \(report.daysRecomputed.count) days recomputed, planned in \((monotonicMicros() - began) / 1000) ms")
         }
-        return report
+        return (report, work.tx)
     }
 
     public func delete(_ user: String, uuids: [String]) throws(HealthError) -> DeleteReport {
-        var work = Work(service: self, user: user)
+        var work = Work(tables: tables, user: user)
         var report = DeleteReport()
         let uuids = Set(uuids).sorted()
         try work.prefetch(uuids)
@@ -226,10 +257,10 @@ public final class HealthService: @unchecked Sendable {
     /// Puts the user's profile into the unit of work when it changes: the zone last sent, and the item
     /// count after `work`, refused (nothing is stored) when it grows past the quota.
     private func saveProfile(_ work: inout Work, zone: Zone?) throws(HealthError) {
-        let user = work.user
+        let (user, tables) = (work.user, work.tables)
         let old = try storage(try tables.profile.get(user: user, key: Self.profileKey))
         let before: Int64
-        if let kept = old?.items { before = kept } else { before = try countItems(user) }
+        if let kept = old?.items { before = kept } else { before = try countItems(user, tables) }
         let after = before + work.itemDelta
         if maxItems > 0 && work.itemDelta > 0 && after > maxItems { throw .quota(maxItems) }
         let row = ProfileRow(timezone: zone?.identifier ?? old?.timezone ?? Zone.utc.identifier, items: after)
@@ -237,7 +268,7 @@ public final class HealthService: @unchecked Sendable {
     }
 
     /// The user's items, counted: once per user whose profile predates the count (O(items)).
-    private func countItems(_ user: String) throws(HealthError) -> Int64 {
+    private func countItems(_ user: String, _ tables: HealthTables) throws(HealthError) -> Int64 {
         let samples = try storage(try tables.samples.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count
         let workouts = try storage(try tables.workouts.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count
         let sleep = try storage(try tables.sleep.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count
@@ -281,7 +312,7 @@ public final class HealthService: @unchecked Sendable {
     /// One request's changes: items put and removed (by UUID), the day parts they touch, and the
     /// transaction that carries them with the recomputed days.
     struct Work {
-        let service: HealthService
+        let tables: HealthTables
         let user: String
         var tx = Transaction()
         /// UUID -> the item as this request leaves it (nil: removed).
@@ -293,12 +324,10 @@ public final class HealthService: @unchecked Sendable {
         /// Items this request adds, less those it removes.
         var itemDelta: Int64 = 0
 
-        init(service: HealthService, user: String) {
-            self.service = service
+        init(tables: HealthTables, user: String) {
+            self.tables = tables
             self.user = user
         }
-
-        var tables: HealthTables { service.tables }
 
         func storage<T>(_ body: @autoclosure () throws(StorageError) -> T) throws(HealthError) -> T { try Health.storage(try body()) }
 
@@ -327,7 +356,7 @@ public final class HealthService: @unchecked Sendable {
         func placement(_ item: ItemInput, _ existing: Item?, _ fallback: Zone, _ deviceId: String?) -> Placement {
             let zone = existing.flatMap { Zone.named($0.placement.zone) } ?? fallback
             return Placement(start: item.start.milliseconds, end: item.end.milliseconds, zone: zone.identifier,
-                             day: HealthRules.day(item.start.milliseconds, in: zone).description, origin: item.origin, deviceId: deviceId)
+                             day: HealthRules.day(item.start.milliseconds, in: zone), origin: item.origin, deviceId: deviceId)
         }
 
         /// Stores `item` under `uuid`, replacing `existing` (what `uuid` names now, of any kind).
@@ -535,4 +564,27 @@ public final class HealthService: @unchecked Sendable {
             return out
         }
     }
+}
+
+/// An ingest started on the serving thread (`HealthService.beginIngest`): `plan` runs on a worker
+/// thread and reads only the views it holds.
+public struct PreparedIngest: @unchecked Sendable {
+    let service: HealthService
+    let user: String
+    let request: IngestRequest
+    let now: Timestamp
+    let tables: HealthTables
+    /// The user's version (`Storage.version(of:)`) when the views were made.
+    let version: UInt64
+
+    /// Places, compares and recomputes against the views: safe on any thread.
+    public func plan() -> PlannedIngest {
+        PlannedIngest(result: Result { () throws(HealthError) in try service.plan(user, request, now: now, tables: tables) })
+    }
+}
+
+/// What a worker planned, handed once to the serving thread (a transaction holds class references,
+/// none of which the worker keeps).
+public struct PlannedIngest: @unchecked Sendable {
+    let result: Result<(report: IngestReport, tx: Transaction), HealthError>
 }

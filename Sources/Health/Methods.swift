@@ -189,7 +189,7 @@ enum Sent: Equatable {
 }
 
 /// `health.ingest`.
-public struct HealthIngest: RPCMethod {
+public struct HealthIngest: SlowRPCMethod {
     public struct Params: RPCParams {
         let request: IngestRequest
         public static let declaration = ParamList(
@@ -238,9 +238,16 @@ public struct HealthIngest: RPCMethod {
     """#
     let service: HealthService
     public init(_ service: HealthService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func orderingKeys(_ params: JSONObject) -> [String] { [] }
+    /// Placing and recomputing run on a worker against a view of the user's rows; the commit is on the
+    /// serving thread, in the user's order.
+    public func start(_ p: Params, _ c: CallContext) throws(RPCError) -> SlowCall<JSON> {
         let user = try c.userID()
-        return try answer { () throws(HealthError) in try service.ingest(user, p.request, now: c.now) }
+        let prepared = service.beginIngest(user, p.request, now: c.now)
+        let service = self.service
+        return SlowCall(users: [user], work: { prepared.plan() }) { (planned: PlannedIngest) throws(RPCError) -> JSON in
+            try answer { () throws(HealthError) in try service.finishIngest(prepared, planned) }
+        }
     }
 }
 

@@ -62,9 +62,13 @@ public struct Placement: Sendable, Equatable {
     }
 
     public init(start: Int64, end: Int64, zone: String, day: String, origin: Origin, deviceId: String?) {
+        self.init(start: start, end: end, zone: zone, day: CalendarDate(day)!, origin: origin, deviceId: deviceId)
+    }
+
+    init(start: Int64, end: Int64, zone: String, day: CalendarDate, origin: Origin, deviceId: String?) {
         self.start = start
         self.end = end
-        dayNumber = Int32(CalendarDate(day)!.daysSinceEpoch)
+        dayNumber = Int32(day.daysSinceEpoch)
         provenance = .interned(zone: zone, origin: origin, deviceId: deviceId)
     }
 
@@ -101,6 +105,36 @@ public struct Placement: Sendable, Equatable {
     /// Whether two placements describe the same item as sent: the zone and day an item was first placed
     /// in stay with it, and which device id sent it is not part of what it is.
     func sameContent(_ other: Placement) -> Bool { start == other.start && end == other.end && origin == other.origin }
+}
+
+/// A placement's members as `SampleRow.init(binaryStored:)` meets them.
+struct PlacementFields {
+    var start: Int64?, end: Int64?, zone: String?, day: String?
+    var sourceName: String?, bundleId: String?, deviceModel: String?, deviceName: String?, deviceId: String?
+
+    /// Reads the value of member `key` if it is a placement's.
+    mutating func read(_ key: UnsafeBufferPointer<UInt8>, _ r: inout BinaryReader) throws(BinaryDecodeError) -> Bool {
+        switch key.count {
+        case 3 where key.elementsEqual("end".utf8): end = try r.intValue()
+        case 3 where key.elementsEqual("day".utf8): day = try r.optionalStringValue()
+        case 4 where key.elementsEqual("zone".utf8): zone = try r.optionalStringValue()
+        case 5 where key.elementsEqual("start".utf8): start = try r.intValue()
+        case 8 where key.elementsEqual("bundleId".utf8): bundleId = try r.optionalStringValue()
+        case 8 where key.elementsEqual("deviceId".utf8): deviceId = try r.optionalStringValue()
+        case 10 where key.elementsEqual("sourceName".utf8): sourceName = try r.optionalStringValue()
+        case 10 where key.elementsEqual("deviceName".utf8): deviceName = try r.optionalStringValue()
+        case 11 where key.elementsEqual("deviceModel".utf8): deviceModel = try r.optionalStringValue()
+        default: return false
+        }
+        return true
+    }
+
+    func placement() throws(StorageError) -> Placement {
+        guard let start, let end, let zone, let day, let date = CalendarDate(day) else { throw StorageError.corrupt("bad placement") }
+        return Placement(start: start, end: end, zone: zone, day: date,
+                         origin: Origin(sourceName: sourceName, bundleId: bundleId, deviceModel: deviceModel, deviceName: deviceName),
+                         deviceId: deviceId)
+    }
 }
 
 /// The zone, origin and device id items share, interned so that equal ones are one object: rows hold a
@@ -170,6 +204,31 @@ public struct SampleRow: StoredRow {
     }
 
     public var stored: JSON { object([("type", .string(type.identifier)), ("value", .double(value))] + placement.stored) }
+
+    /// Reads the members straight from the binary form, without a JSON tree: recovery reads millions.
+    public init(binaryStored reader: inout BinaryReader) throws(StorageError) {
+        var fields = PlacementFields()
+        var type: HealthType?, value: Double?
+        do {
+            try reader.readObjectMembers { (key, r) throws(BinaryDecodeError) in
+                if key.elementsEqual("type".utf8) {
+                    type = try r.optionalStringValue().flatMap(HealthType.named)
+                } else if key.elementsEqual("value".utf8) {
+                    value = try r.numberValue()
+                } else {
+                    return try fields.read(key, &r)
+                }
+                return true
+            }
+        } catch {
+            throw StorageError.corrupt("sample: \(error)")
+        }
+        guard let type else { throw StorageError.corrupt("unknown sample type") }
+        guard let value else { throw StorageError.corrupt("missing value") }
+        self.type = type
+        self.value = value
+        placement = try fields.placement()
+    }
 
     public func writeStored(to out: inout [UInt8]) {
         Binary.writeObjectHeader(count: 2 + placement.memberCount, to: &out)
@@ -381,6 +440,17 @@ public struct HealthTables: Sendable {
     public let sleep: any StorageTable<SleepRow>
     public let days: any StorageTable<DayRow>
     public let profile: any StorageTable<ProfileRow>
+
+    init(samples: any StorageTable<SampleRow>, workouts: any StorageTable<WorkoutRow>, sleep: any StorageTable<SleepRow>,
+         days: any StorageTable<DayRow>, profile: any StorageTable<ProfileRow>) {
+        (self.samples, self.workouts, self.sleep, self.days, self.profile) = (samples, workouts, sleep, days, profile)
+    }
+
+    /// Read-only copies of `user`'s rows of every health table, for a worker thread (`Storage.view`).
+    func views(of user: String, in store: any Storage) -> HealthTables {
+        HealthTables(samples: store.view(samples, user: user), workouts: store.view(workouts, user: user), sleep: store.view(sleep, user: user),
+                     days: store.view(days, user: user), profile: store.view(profile, user: user))
+    }
 
     @inlinable
     public init(_ store: some Storage) {

@@ -39,7 +39,7 @@ public enum HealthRules {
     /// A sample's place in its table's second order: by type, local day, start, uuid; so one type's
     /// samples of a run of days are one range.
     public static func sampleOrder(_ type: HealthType, day: CalendarDate, start: Int64, uuid: String) -> String {
-        typePrefix(type) + itemOrder(day: day, start: start, uuid: uuid)
+        orderKey(type, day, start, uuid)
     }
 
     /// The order of workouts and sleep: local day, start, uuid. Fixed-width ASCII that sorts as the
@@ -47,7 +47,12 @@ public enum HealthRules {
     /// fits), the start as 8 characters of a sorted base 64. What precedes the uuid is at most 15
     /// bytes, which the store keeps inline with no heap string (see `OrderKey` in the store).
     public static func itemOrder(day: CalendarDate, start: Int64, uuid: String) -> String {
-        dayCode(day) + startCode(start) + uuid
+        orderKey(nil, day, start, uuid)
+    }
+
+    /// `typePrefix`, `dayCode` and `startCode` (15 bytes at most: a string with no heap storage), then the uuid.
+    private static func orderKey(_ type: HealthType?, _ day: CalendarDate, _ start: Int64, _ uuid: String) -> String {
+        (type.map(typePrefix) ?? "") + dayCode(day) + startCode(start) + uuid
     }
 
     /// The order keys of one type's items (or, with nil, workouts' or sleep's) on days `from` through `to`.
@@ -59,7 +64,10 @@ public enum HealthRules {
     /// Whether a cursor's position has today's order key form (older kernels used `day|start|uuid`).
     public static func isItemOrder(_ position: String) -> Bool { position.utf8.count > 13 && !position.contains("|") }
 
-    static func typePrefix(_ type: HealthType) -> String { (type.code < 10 ? "0" : "") + String(type.code) }
+    static func typePrefix(_ type: HealthType) -> String {
+        precondition(type.code < 100, "type codes are two digits in order keys")
+        return (type.code < 10 ? "0" : "") + String(type.code)
+    }
 
     static func dayCode(_ day: CalendarDate) -> String {
         let n = min(max(day.daysSinceEpoch + 10_000, 0), 99_999)
@@ -72,12 +80,13 @@ public enum HealthRules {
 
     static func startCode(_ start: Int64) -> String {
         var v = UInt64(max(start, 0))
-        var out = [UInt8](repeating: 0, count: 8)
-        for i in (0..<8).reversed() {
-            out[i] = sortedDigits[Int(v & 63)]
-            v >>= 6
+        return String(unsafeUninitializedCapacity: 8) { out in
+            for i in (0..<8).reversed() {
+                out[i] = sortedDigits[Int(v & 63)]
+                v >>= 6
+            }
+            return 8
         }
-        return String(decoding: out, as: UTF8.self)
     }
 
     // MARK: Days

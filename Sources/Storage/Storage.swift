@@ -26,6 +26,13 @@ public protocol Storage: AnyObject {
     func feed(user: String, after: UInt64?, limit: Int, entities: Set<String>?) throws(StorageError) -> FeedPage
     /// The last feed position committed so far: every later change has a greater one.
     var feedHorizon: UInt64 { get }
+    /// A read-only copy of `user`'s rows of `table` as they are now, which a worker thread may read
+    /// while requests go on being served: the slow part of a big request reads it. A transaction
+    /// written through it changes `table` itself.
+    func view<Row: StoredRow>(_ table: any StorageTable<Row>, user: String) -> any StorageTable<Row>
+    /// A number that changes whenever a commit, or the undo of one, changes `user`'s rows: reads made
+    /// through a view are still current at commit when it has not changed since the view was made.
+    func version(of user: String) -> UInt64
 }
 
 extension Storage {
@@ -157,6 +164,13 @@ public struct Transaction {
         case deleteUser(String)
         case claim(UniqueKey, user: String)
         case release(UniqueKey, user: String)
+
+        /// The user whose rows the change touches.
+        public var user: String? {
+            switch self {
+            case .put(_, let user, _, _), .delete(_, let user, _), .deleteUser(let user), .claim(_, let user), .release(_, let user): return user
+            }
+        }
     }
 
     /// The changes, in order.

@@ -107,6 +107,10 @@ public final class Store: Storage, @unchecked Sendable {
         case user(user: String, rows: [(AnyTable, Any)])
     }
 
+    /// Per user, the value of `changes` when a commit or an undo last changed the user's rows.
+    private var versions: [String: UInt64] = [:]
+    private var changes: UInt64 = 0
+
     /// Whether a host wants committed changes announced (`takeCommittedChanges`); off, nothing is kept.
     public var collectsChanges = false
     /// Changes of commits not yet flushed, with their commit ids; then those made durable, until
@@ -185,6 +189,19 @@ public final class Store: Storage, @unchecked Sendable {
         }
         found.sort { $0.stamp.seq < $1.stamp.seq }
         return FeedPage(entries: found.prefix(limit).map(entry), hasMore: found.count > limit)
+    }
+
+    public func view<Row: StoredRow>(_ table: any StorageTable<Row>, user: String) -> any StorageTable<Row> {
+        guard let table = slots[table.slot] as? Table<Row> else { preconditionFailure("\(table.name) is not a table of this store") }
+        return table.view(user: user)
+    }
+
+    public func version(of user: String) -> UInt64 { versions[user] ?? 0 }
+
+    /// Notes that `user`'s rows changed (see `version(of:)`).
+    private func touch(_ user: String) {
+        changes += 1
+        versions[user] = changes
     }
 
     public var feedHorizon: UInt64 { Stamp.position(record: seq, index: (1 << Stamp.positionBits) - 1) }
@@ -336,9 +353,14 @@ public final class Store: Storage, @unchecked Sendable {
         precondition(tx.entries.count < 1 << Stamp.positionBits, "a unit of work of over a million changes")
         let record = seq + 1
         let at = clock.now().milliseconds
+        var lastUser: String?
         for (i, entry) in tx.entries.enumerated() {
             let entryUndo = apply(entry, Stamp(seq: Stamp.position(record: record, index: i), at: at))
             if keepsRecords { undo.append(entryUndo) }
+            if let user = entry.user, user != lastUser {
+                touch(user)
+                lastUser = user
+            }
         }
         lastCommitID += 1
         seq = record
@@ -399,8 +421,10 @@ public final class Store: Storage, @unchecked Sendable {
             switch last {
             case .row(let table, let user, let key, let previous):
                 table.restore(user: user, key: key, previous)
+                touch(user)
             case .user(let user, let rows):
                 for (table, stored) in rows { table.restoreUser(user, stored) }
+                touch(user)
             }
         }
     }

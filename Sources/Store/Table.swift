@@ -34,6 +34,10 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         super.init(name: name, slot: slot)
     }
 
+    /// What reads of `user` go through.
+    @inlinable
+    func userRows(_ user: String) -> UserRows<Row> { UserRows(rows: rows[user], ordered: ordered[user]) }
+
     /// Row `key` of `user`.
     public func get(user: String, key: String) -> Row? {
         rows[user]?[RowKey(key)]
@@ -41,37 +45,30 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
 
     /// The rows of `user` among `keys` that exist, by key: O(keys × log n).
     public func get(user: String, keys: [String]) -> [String: Row] {
-        guard let mine = rows[user] else { return [:] }
-        var out: [String: Row] = [:]
-        out.reserveCapacity(keys.count)
-        for key in keys { if let row = mine[RowKey(key)] { out[key] = row } }
-        return out
+        userRows(user).get(keys)
     }
 
     /// Rows of `user` in the second order within each of `ranges`, range after range.
     public func scanOrdered(user: String, ranges: [OrderRange]) -> [(key: String, row: Row)] {
-        ranges.flatMap { scanOrdered(user: user, from: $0.from, to: $0.to) }
+        userRows(user).scanOrdered(ranges)
     }
 
     /// Rows of `user` in key order, or reverse key order: keys from `from` through `to` (either end open),
     /// beyond `after` in the scan direction (where the previous page ended), at most `limit`.
     public func scan(user: String, from: String? = nil, to: String? = nil, after: String? = nil, reverse: Bool = false,
                      limit: Int = .max) -> [(key: String, row: Row)] {
-        guard let mine = rows[user] else { return [] }
-        return mine.entries(from: from.map(RowKey.init), to: to.map(RowKey.init), after: after.map(RowKey.init), reverse: reverse,
-                            limit: limit).map { ($0.key.string, $0.row) }
+        userRows(user).scan(from: from, to: to, after: after, reverse: reverse, limit: limit)
     }
 
     /// Rows of `user` in the table's second order (see `Store.table(_:of:orderedBy:)`), with `from`,
     /// `to`, `after`, `reverse` and `limit` as in `scan` but over order keys.
     public func scanOrdered(user: String, from: String? = nil, to: String? = nil, after: String? = nil, reverse: Bool = false,
                             limit: Int = .max) -> [(key: String, row: Row)] {
-        guard let index = ordered[user], let mine = rows[user] else { return [] }
-        return index.entries(from: from.map(OrderKey.init(bound:)), to: to.map(OrderKey.init(bound:)), after: after.map(OrderKey.init(bound:)),
-                             reverse: reverse, limit: limit).compactMap { entry in
-            mine[entry.key.row].map { (entry.key.row.string, $0) }
-        }
+        userRows(user).scanOrdered(from: from, to: to, after: after, reverse: reverse, limit: limit)
     }
+
+    /// A read-only copy of `user`'s rows for another thread (see `TableView`).
+    func view(user: String) -> TableView<Row> { TableView(of: self, user: user) }
 
     /// Rows of every user in the second order, order keys up to `through`: the first `limit`, and how
     /// many there are. A scan of every user's index (the in-memory store keeps no cross-user index): fine

@@ -41,7 +41,7 @@ import TestSupport
         let expected: JSON = ["unit": "count/min", "avg": 74.5, "min": 55.0, "max": 94.0, "count": 1440]
         #expect(answers.last?["result"]?["days"]?.arrayValue?.first?["metrics"]?["HKQuantityTypeIdentifierHeartRate"] == expected)
         #expect(first.stderrText.contains("health.ingest: 44640 items, placing them"))
-        #expect(first.stderrText.contains("days recomputed, done in"))
+        #expect(first.stderrText.contains("days recomputed, planned in"))
 
         let second = try runBinary(["serve", "--data-dir", dir, "--jwt-secret", testSecret, "--log-level", "error"],
                                    input: stream([Self.request(3, "health.summary", day)]))
@@ -57,5 +57,61 @@ import TestSupport
         #expect(answers.first?["error"]?["code"] == -32602)
         #expect(answers.first?["error"]?["data"]?["field"] == "params.samples")
         #expect(answers.last?["result"]?["days"] == [])
+    }
+
+    /// Ten days of minute heart rate from `day` (2026-03-01 plus `day` days), with random version 4
+    /// UUIDs as HealthKit makes them.
+    static func randomDays(from day: Int) -> [JSON] {
+        let start = 1_772_323_200 + day * 86_400
+        let formatter = ISO8601DateFormatter()
+        return (0..<(10 * 1440)).map { i in
+            let t = formatter.string(from: Date(timeIntervalSince1970: TimeInterval(start + i * 60)))
+            return ["uuid": .string(UUID().uuidString), "type": "HKQuantityTypeIdentifierHeartRate", "value": .int(Int64(55 + i % 40)),
+                    "unit": "count/min", "start": .string(t), "end": .string(t), "source": ["name": "Jane Appleseed's Apple Watch"]]
+        }
+    }
+
+    /// Random UUIDs through the real binary: three ingests, a snapshot after the second, a delete, kill
+    /// -9; the restarted kernel gives the same summaries and the same feed, position for position.
+    @Test func randomUUIDsSurviveASnapshotAndAKill() throws {
+        let dir = temporaryDirectory("health-random")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let args = ["serve", "--data-dir", dir, "--jwt-secret", testSecret, "--log-level", "error"]
+        let service = try runBinary(["token", "--role", "service_role", "--jwt-secret", testSecret, "--memory-only"])
+            .stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        var d = Driver(k: try LiveKernel(args), token: Self.token)
+        var sent: [JSON] = []
+        for part in 0..<3 {
+            let samples = Self.randomDays(from: part * 10)
+            sent += samples
+            #expect(d.call("health.ingest", ["timezone": "Europe/Berlin", "samples": .array(samples)])["result"]?["accepted"]?["samples"] == 14_400)
+            if part == 1 { #expect(d.call("kernel.snapshot", ["auth": .string(service)])["result"] != nil) }
+        }
+        let doomed = stride(from: 0, to: sent.count, by: 431).map { sent[$0]["uuid"]! }
+        #expect(d.call("health.delete", ["uuids": .array(doomed)])["result"]?["deleted"] == .int(Int64(doomed.count)))
+        func state(_ d: inout Driver) -> (JSON?, [JSON]) {
+            let summary = d.call("health.summary", ["from": "2026-02-28", "to": "2026-04-01"])["result"]
+            var feed: [JSON] = [], since: JSON?
+            while true {
+                var params = JSONObject([("limit", 1000), ("entities", ["health.sample", "health.day"])])
+                if let since { params["since"] = since }
+                let page = d.call("sync.changes", .object(params))["result"]
+                feed += page?["changes"]?.arrayValue ?? []
+                since = page?["cursor"]
+                if page?["hasMore"] != true { return (summary, feed) }
+            }
+        }
+        let before = state(&d)
+        #expect(before.0?["days"]?.arrayValue?.count == 31)
+        #expect(before.1.filter { $0["entity"] == "health.sample" && $0["op"] == "delete" }.count == doomed.count)
+        #expect(before.1.count == sent.count + 31)
+        d.k.kill9()
+        _ = d.k.finish()
+        var again = Driver(k: try LiveKernel(args), token: Self.token)
+        let after = state(&again)
+        #expect(after.0 == before.0)
+        #expect(after.1 == before.1, "the feed, position for position")
+        again.k.closeInput()
+        #expect(again.k.finish() == 0)
     }
 }
