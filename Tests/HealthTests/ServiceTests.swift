@@ -95,6 +95,29 @@ final class Harness {
         #expect(try h.days().isEmpty)  // a day with nothing left is gone
     }
 
+    /// The slow path: planned against a view while the user's rows change, the plan is not committed
+    /// as it stands (it read stale rows) but planned again; unchanged rows commit the plan as made.
+    @Test func aPlanMadeOnStaleRowsIsMadeAgain() throws {
+        let h = try Harness()
+        let first = IngestRequest(samples: [try sample(1, 1000, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z", model: "iPhone")])
+        let prepared = h.service.beginIngest(h.user, first, now: now)
+        // Meanwhile, on another connection: a watch's steps over the same ten minutes.
+        try h.ingest(samples: [try sample(2, 600, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z", model: "Watch")])
+        let planned = prepared.plan()
+        #expect(try planned.result.get().report.daysRecomputed == ["2026-03-02"])
+        // The plan alone would store 1000 (it never saw the watch); made again, the two merge and the
+        // watch's 600 wins the interval they share.
+        let report = try h.service.finishIngest(prepared, planned)
+        #expect(report.samples == 1)
+        #expect(try h.sum("2026-03-02") == 600)
+        #expect(try h.service.sample(h.user, uuid(2)) != nil && h.service.sample(h.user, uuid(1)) != nil)
+        // Unchanged rows: the plan commits as made.
+        let third = IngestRequest(samples: [try sample(3, 50, "2026-03-03T10:00:00Z", "2026-03-03T10:10:00Z")])
+        let again = h.service.beginIngest(h.user, third, now: now)
+        _ = try h.service.finishIngest(again, again.plan())
+        #expect(try h.sum("2026-03-03") == 50)
+    }
+
     @Test func reSentDaysChangeNothing() throws {
         let h = try Harness()
         let items = [try sample(1, 1000, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z"),
