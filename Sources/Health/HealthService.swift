@@ -163,21 +163,23 @@ public final class HealthService: @unchecked Sendable {
     /// Starts an ingest whose placing and recomputing run on a worker thread (`PreparedIngest.plan`),
     /// against a view of the user's rows as they are now: a month of samples never holds up the
     /// requests of other users. O(1) here.
-    public func beginIngest(_ user: String, _ request: IngestRequest, now: Timestamp) -> PreparedIngest {
-        PreparedIngest(service: self, user: user, request: request, now: now, tables: tables.views(of: user, in: store),
-                       version: store.version(of: user))
+    public func beginIngest(_ user: String, now: Timestamp) -> PreparedIngest {
+        PreparedIngest(service: self, user: user, now: now, views: Views(tables.views(of: user, in: store)), version: store.version(of: user))
     }
 
     /// Commits a planned ingest, on the serving thread. When the user's rows changed after the view was
     /// made (a write of theirs on another connection), the plan read stale rows: it is planned again
     /// here against the rows as they are.
     public func finishIngest(_ prepared: PreparedIngest, _ planned: PlannedIngest) throws(HealthError) -> IngestReport {
+        // Let go of the views first: while they hold the user's partitions, the commit would copy every
+        // chunk it touches (copy on write), which for random UUIDs is all of them.
+        prepared.views.tables = nil
         guard store.version(of: prepared.user) == prepared.version else {
             logger.info("health.ingest: the user's rows changed while it was planned; planning it again")
-            return try ingest(prepared.user, prepared.request, now: prepared.now)
+            return try ingest(prepared.user, planned.request, now: prepared.now)
         }
         let plan = try planned.result.get()
-        if !prepared.request.dryRun { try storage(try store.commit(plan.tx)) }
+        if !planned.request.dryRun { try storage(try store.commit(plan.tx)) }
         return plan.report
     }
 
@@ -197,7 +199,7 @@ public final class HealthService: @unchecked Sendable {
         } else {
             zone = try storage(try tables.profile.get(user: user, key: Self.profileKey)).flatMap { Zone.named($0.timezone) } ?? .utc
         }
-        var work = Work(tables: tables, user: user)
+        var work = Work(tables: tables, writes: self.tables, user: user)
         var report = IngestReport(dryRun: request.dryRun)
         try work.prefetch(request.samples.map(\.item.uuid) + request.workouts.map(\.item.uuid) + request.sleep.map(\.item.uuid))
 
@@ -239,7 +241,7 @@ public final class HealthService: @unchecked Sendable {
     }
 
     public func delete(_ user: String, uuids: [String]) throws(HealthError) -> DeleteReport {
-        var work = Work(tables: tables, user: user)
+        var work = Work(tables: tables, writes: tables, user: user)
         var report = DeleteReport()
         let uuids = Set(uuids).sorted()
         try work.prefetch(uuids)
@@ -264,7 +266,7 @@ public final class HealthService: @unchecked Sendable {
         let after = before + work.itemDelta
         if maxItems > 0 && work.itemDelta > 0 && after > maxItems { throw .quota(maxItems) }
         let row = ProfileRow(timezone: zone?.identifier ?? old?.timezone ?? Zone.utc.identifier, items: after)
-        if row != old { work.tx.put(tables.profile, user: user, key: Self.profileKey, row) }
+        if row != old { work.tx.put(work.writes.profile, user: user, key: Self.profileKey, row) }
     }
 
     /// The user's items, counted: once per user whose profile predates the count (O(items)).
@@ -312,7 +314,10 @@ public final class HealthService: @unchecked Sendable {
     /// One request's changes: items put and removed (by UUID), the day parts they touch, and the
     /// transaction that carries them with the recomputed days.
     struct Work {
+        /// What the work reads: the live tables, or views of the user's rows.
         let tables: HealthTables
+        /// What its transaction writes: the live tables (so it never holds on to a view).
+        let writes: HealthTables
         let user: String
         var tx = Transaction()
         /// UUID -> the item as this request leaves it (nil: removed).
@@ -324,8 +329,9 @@ public final class HealthService: @unchecked Sendable {
         /// Items this request adds, less those it removes.
         var itemDelta: Int64 = 0
 
-        init(tables: HealthTables, user: String) {
+        init(tables: HealthTables, writes: HealthTables, user: String) {
             self.tables = tables
+            self.writes = writes
             self.user = user
         }
 
@@ -365,9 +371,9 @@ public final class HealthService: @unchecked Sendable {
             itemDelta += 1
             pending[uuid] = item
             switch item {
-            case .sample(let r, _): tx.put(tables.samples, user: user, key: uuid, r)
-            case .workout(let r, _): tx.put(tables.workouts, user: user, key: uuid, r)
-            case .sleep(let r, _): tx.put(tables.sleep, user: user, key: uuid, r)
+            case .sample(let r, _): tx.put(writes.samples, user: user, key: uuid, r)
+            case .workout(let r, _): tx.put(writes.workouts, user: user, key: uuid, r)
+            case .sleep(let r, _): tx.put(writes.sleep, user: user, key: uuid, r)
             }
             touch(item)
         }
@@ -379,9 +385,9 @@ public final class HealthService: @unchecked Sendable {
 
         private mutating func remove(_ uuid: String, _ old: Item) {
             switch old {
-            case .sample: tx.delete(tables.samples, user: user, key: uuid)
-            case .workout: tx.delete(tables.workouts, user: user, key: uuid)
-            case .sleep: tx.delete(tables.sleep, user: user, key: uuid)
+            case .sample: tx.delete(writes.samples, user: user, key: uuid)
+            case .workout: tx.delete(writes.workouts, user: user, key: uuid)
+            case .sleep: tx.delete(writes.sleep, user: user, key: uuid)
             }
             itemDelta -= 1
             pending[uuid] = .some(nil)
@@ -490,7 +496,7 @@ public final class HealthService: @unchecked Sendable {
             }
             for d in days.keys.sorted() where days[d] != original[d] {
                 let row = days[d]!
-                if row.isEmpty { tx.delete(tables.days, user: user, key: d.description) } else { tx.put(tables.days, user: user, key: d.description, row) }
+                if row.isEmpty { tx.delete(writes.days, user: user, key: d.description) } else { tx.put(writes.days, user: user, key: d.description, row) }
             }
             return days.keys.sorted().map(\.description)
         }
@@ -571,20 +577,29 @@ public final class HealthService: @unchecked Sendable {
 public struct PreparedIngest: @unchecked Sendable {
     let service: HealthService
     let user: String
-    let request: IngestRequest
     let now: Timestamp
-    let tables: HealthTables
+    let views: Views
     /// The user's version (`Storage.version(of:)`) when the views were made.
     let version: UInt64
 
     /// Places, compares and recomputes against the views: safe on any thread.
-    public func plan() -> PlannedIngest {
-        PlannedIngest(result: Result { () throws(HealthError) in try service.plan(user, request, now: now, tables: tables) })
+    public func plan(_ request: IngestRequest) -> PlannedIngest {
+        PlannedIngest(request: request, result: Result { () throws(HealthError) in
+            guard let tables = views.tables else { preconditionFailure("an ingest planned after it finished") }
+            return try service.plan(user, request, now: now, tables: tables)
+        })
     }
+}
+
+/// The views an ingest plans against, dropped (on the serving thread) once it has been planned.
+final class Views: @unchecked Sendable {
+    var tables: HealthTables?
+    init(_ tables: HealthTables) { self.tables = tables }
 }
 
 /// What a worker planned, handed once to the serving thread (a transaction holds class references,
 /// none of which the worker keeps).
 public struct PlannedIngest: @unchecked Sendable {
+    let request: IngestRequest
     let result: Result<(report: IngestReport, tx: Transaction), HealthError>
 }

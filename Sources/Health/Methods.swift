@@ -189,7 +189,7 @@ enum Sent: Equatable {
 }
 
 /// `health.ingest`.
-public struct HealthIngest: SlowRPCMethod {
+public struct HealthIngest: BulkRPCMethod {
     public struct Params: RPCParams {
         let request: IngestRequest
         public static let declaration = ParamList(
@@ -238,16 +238,14 @@ public struct HealthIngest: SlowRPCMethod {
     """#
     let service: HealthService
     public init(_ service: HealthService) { self.service = service }
-    public func orderingKeys(_ params: JSONObject) -> [String] { [] }
-    /// Placing and recomputing run on a worker against a view of the user's rows; the commit is on the
-    /// serving thread, in the user's order.
-    public func start(_ p: Params, _ c: CallContext) throws(RPCError) -> SlowCall<JSON> {
-        let user = try c.userID()
-        let prepared = service.beginIngest(user, p.request, now: c.now)
-        let service = self.service
-        return SlowCall(users: [user], work: { prepared.plan() }) { (planned: PlannedIngest) throws(RPCError) -> JSON in
-            try answer { () throws(HealthError) in try service.finishIngest(prepared, planned) }
-        }
+    /// Reading the params, placing and recomputing run on a worker against a view of the user's rows;
+    /// the commit is on the serving thread, in the user's order.
+    public func prepare(_ c: CallContext) throws(RPCError) -> PreparedIngest {
+        service.beginIngest(try c.userID(), now: c.now)
+    }
+    public func work(_ p: Params, _ prepared: PreparedIngest) -> PlannedIngest { prepared.plan(p.request) }
+    public func apply(_ planned: PlannedIngest, _ prepared: PreparedIngest, _ c: CallContext) throws(RPCError) -> JSON {
+        try answer { () throws(HealthError) in try service.finishIngest(prepared, planned) }
     }
 }
 

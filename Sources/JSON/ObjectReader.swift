@@ -27,7 +27,7 @@ public struct FieldError: Error, Sendable, Equatable {
 
 /// Reads the members of one JSON object by name, checking types, tracking which members were used
 /// so that `finish()` can reject the ones nobody asked for (a typo never silently does nothing).
-public struct ObjectReader {
+public struct ObjectReader: Sendable {
     /// Path of the object itself, e.g. "params".
     public let path: String
     /// The object being read.

@@ -143,6 +143,24 @@ public protocol SlowRPCMethod: RPCMethodDeclaration {
     func start(_ params: Params, _ context: CallContext) throws(RPCError) -> SlowCall<Result>
 }
 
+/// A method whose params can be large (a month of HealthKit samples: decoding them takes as long as
+/// the work): `prepare` runs on the serving thread and takes what the work reads (say a view of the
+/// user's rows), then the params are decoded on a worker thread and `work` runs there, then `apply`
+/// runs on the serving thread and writes. Invalid params are answered -32602 as for any method, once the
+/// worker has read them. Requests of the caller's user that the stream reads after it wait for it.
+public protocol BulkRPCMethod: RPCMethodDeclaration {
+    associatedtype Params
+    associatedtype Result
+    associatedtype Prepared: Sendable
+    associatedtype Value: Sendable
+    /// On the serving thread, before the params are read; throwing answers the call at once.
+    func prepare(_ context: CallContext) throws(RPCError) -> Prepared
+    /// On a worker thread: must not touch stored state except through what `prepare` took.
+    func work(_ params: Params, _ prepared: Prepared) -> Value
+    /// On the serving thread, with the state as it is then.
+    func apply(_ value: Value, _ prepared: Prepared, _ context: CallContext) throws(RPCError) -> Result
+}
+
 /// The rest of a slow call: `work` for a worker thread, then `apply` on the serving thread with its value.
 public struct SlowCall<Result> {
     /// Users the call turned out to touch (found by `start`): later requests of theirs wait for it.

@@ -26,6 +26,13 @@ public struct RegisteredMethod: Sendable {
 
     private init<M: RPCMethodDeclaration>(_ type: M.Type, slow: Bool, orderingKeys: @escaping @Sendable (JSONObject) -> [String],
                                           invoke: @escaping @Sendable (M.Params, CallContext) throws(RPCError) -> Invocation) {
+        self.init(M.self, slow: slow, orderingKeys: orderingKeys) { (reader: inout ObjectReader, context: CallContext) throws(RPCError) -> Invocation in
+            try invoke(try Self.decode(M.self, &reader), context)
+        }
+    }
+
+    private init<M: RPCMethodDeclaration>(_ type: M.Type, slow: Bool, orderingKeys: @escaping @Sendable (JSONObject) -> [String],
+                                          reading: @escaping @Sendable (inout ObjectReader, CallContext) throws(RPCError) -> Invocation) {
         name = M.name
         summary = M.summary
         mutates = M.mutates
@@ -36,16 +43,17 @@ public struct RegisteredMethod: Sendable {
         readsState = M.readsState
         self.slow = slow
         self.orderingKeys = orderingKeys
-        self.invoke = { (reader: inout ObjectReader, context: CallContext) throws(RPCError) -> Invocation in
-            let params: M.Params
-            do throws(FieldError) {
-                let values = try M.Params.declaration.decode(&reader)
-                try reader.finish()
-                params = try M.Params(values)
-            } catch {
-                throw RPCError.invalidParams(error)
-            }
-            return try invoke(params, context)
+        invoke = reading
+    }
+
+    /// The params `reader` holds, checked as `M` declares them.
+    private static func decode<M: RPCMethodDeclaration>(_ type: M.Type, _ reader: inout ObjectReader) throws(RPCError) -> M.Params {
+        do throws(FieldError) {
+            let values = try M.Params.declaration.decode(&reader)
+            try reader.finish()
+            return try M.Params(values)
+        } catch {
+            throw RPCError.invalidParams(error)
         }
     }
 
@@ -53,6 +61,21 @@ public struct RegisteredMethod: Sendable {
     public init<M: RPCMethod>(_ method: M) {
         self.init(M.self, slow: false, orderingKeys: { _ in [] }) { (params, context) throws(RPCError) in
             .done(try method.call(params, context).json)
+        }
+    }
+
+    /// Wraps a method whose params are read on a worker thread.
+    public init<M: BulkRPCMethod>(_ method: M) {
+        self.init(M.self, slow: true, orderingKeys: { _ in [] }) { (reader: inout ObjectReader, context: CallContext) throws(RPCError) -> Invocation in
+            let prepared = try method.prepare(context)
+            let raw = reader
+            let call = SlowCall(work: { () -> Swift.Result<M.Value, RPCError> in
+                var reader = raw
+                return Swift.Result { () throws(RPCError) in method.work(try Self.decode(M.self, &reader), prepared) }
+            }) { (value: Swift.Result<M.Value, RPCError>) throws(RPCError) -> M.Result in
+                try method.apply(try value.get(), prepared, context)
+            }
+            return .slow(call.erased())
         }
     }
 

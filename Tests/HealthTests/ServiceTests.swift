@@ -100,10 +100,10 @@ final class Harness {
     @Test func aPlanMadeOnStaleRowsIsMadeAgain() throws {
         let h = try Harness()
         let first = IngestRequest(samples: [try sample(1, 1000, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z", model: "iPhone")])
-        let prepared = h.service.beginIngest(h.user, first, now: now)
+        let prepared = h.service.beginIngest(h.user, now: now)
         // Meanwhile, on another connection: a watch's steps over the same ten minutes.
         try h.ingest(samples: [try sample(2, 600, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z", model: "Watch")])
-        let planned = prepared.plan()
+        let planned = prepared.plan(first)
         #expect(try planned.result.get().report.daysRecomputed == ["2026-03-02"])
         // The plan alone would store 1000 (it never saw the watch); made again, the two merge and the
         // watch's 600 wins the interval they share.
@@ -113,8 +113,8 @@ final class Harness {
         #expect(try h.service.sample(h.user, uuid(2)) != nil && h.service.sample(h.user, uuid(1)) != nil)
         // Unchanged rows: the plan commits as made.
         let third = IngestRequest(samples: [try sample(3, 50, "2026-03-03T10:00:00Z", "2026-03-03T10:10:00Z")])
-        let again = h.service.beginIngest(h.user, third, now: now)
-        _ = try h.service.finishIngest(again, again.plan())
+        let again = h.service.beginIngest(h.user, now: now)
+        _ = try h.service.finishIngest(again, again.plan(third))
         #expect(try h.sum("2026-03-03") == 50)
     }
 
