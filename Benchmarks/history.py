@@ -78,7 +78,9 @@ class Kernel:
 
 
 class OtherHost(threading.Thread):
-    """Uploads Screen Time days for another user on its own socket connection, one request at a time."""
+    """Another host: uploads Screen Time days for another user on its own socket connection at a
+    steady 200 a second, whether or not earlier ones were answered (as a web app's users would), so a
+    stall shows in every upload queued behind it. Latency counts from when each upload was due."""
     def __init__(self, sock):
         super().__init__(daemon=True)
         self.sock, self.latencies, self.stop = sock, [], threading.Event()
@@ -91,16 +93,31 @@ class OtherHost(threading.Thread):
         f.write(line("e", "screentime.updateConnection", {"auth": tok, "enabled": True}))
         f.flush()
         f.readline()
-        i = 0
+        sent = {}
+        done = threading.Event()
+
+        def read():
+            while True:
+                l = f.readline()
+                if not l:
+                    return
+                i = json.loads(l)["id"]
+                self.latencies.append(time.monotonic() - sent.pop(i))
+                if self.stop.is_set() and not sent:
+                    done.set()
+                    return
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        i, due = 0, time.monotonic()
         while not self.stop.is_set():
             i += 1
             date = "2025-%02d-%02d" % (1 + (i // 28) % 12, 1 + i % 28)
-            t = time.monotonic()
+            sent[i] = due
             f.write(line(i, "screentime.upload", {"auth": tok, "date": date, "verifiedMinutes": i % 600}))
             f.flush()
-            f.readline()
-            self.latencies.append(time.monotonic() - t)
-            time.sleep(0.005)
+            due += 0.005
+            time.sleep(max(0, due - time.monotonic()))
+        done.wait(30)
         s.close()
 
 
@@ -198,8 +215,9 @@ def main():
                 ("sync.changes limit 100, after 3,000 entries", "%.2f ms" % (r["deep"] * 1000), "under 1 ms"),
                 ("health.delete of 1,000 UUIDs", "%.1f ms" % (r["delete"] * 1000), "under 50 ms"),
                 ("restart from the snapshot after kill -9", "%.2f s%s" % (r["restart"], "" if r["same"] else " (SUMMARIES DIFFER)"), "under 10 s at 5 million"),
-                ("other host's upload p99 / median during the sync (%d uploads)" % len(r["other"]),
-                 "%.1f / %.1f ms" % (p99(r["other"]) * 1000, statistics.median(r["other"]) * 1000 if r["other"] else float("nan")), "p99 under 100 ms"),
+                ("other host's uploads during the sync, 200/s (%d): p99 / median / max" % len(r["other"]),
+                 "%.1f / %.1f / %.0f ms" % (p99(r["other"]) * 1000, statistics.median(r["other"]) * 1000, max(r["other"]) * 1000),
+                 "p99 under 100 ms"),
             ]
             for what, figure, target in rows:
                 print("  %-82s %-22s %s" % (what, figure, target))
