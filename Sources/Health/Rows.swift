@@ -455,13 +455,13 @@ public struct HealthTables: Sendable {
     @inlinable
     public init(_ store: some Storage) {
         samples = store.table("health.samples", of: SampleRow.self,
-                              orderedBy: { key, row in HealthRules.sampleOrder(row.type, day: row.placement.calendarDay, start: row.placement.start, uuid: key) },
+                              orderedBy: { row in HealthRules.orderHead(row.type, day: row.placement.calendarDay, start: row.placement.start) },
                               entity: Entity("health.sample"))
         workouts = store.table("health.workouts", of: WorkoutRow.self,
-                               orderedBy: { key, row in HealthRules.itemOrder(day: row.placement.calendarDay, start: row.placement.start, uuid: key) },
+                               orderedBy: { row in HealthRules.orderHead(nil, day: row.placement.calendarDay, start: row.placement.start) },
                                entity: Entity("health.workout"))
         sleep = store.table("health.sleep", of: SleepRow.self,
-                            orderedBy: { key, row in HealthRules.itemOrder(day: row.placement.calendarDay, start: row.placement.start, uuid: key) },
+                            orderedBy: { row in HealthRules.orderHead(nil, day: row.placement.calendarDay, start: row.placement.start) },
                             entity: Entity("health.sleep"))
         days = store.table("health.days", of: DayRow.self, entity: Entity("health.day"))
         profile = store.table("health.profile", of: ProfileRow.self)

@@ -50,9 +50,14 @@ public enum HealthRules {
         orderKey(nil, day, start, uuid)
     }
 
-    /// `typePrefix`, `dayCode` and `startCode` (15 bytes at most: a string with no heap storage), then the uuid.
     private static func orderKey(_ type: HealthType?, _ day: CalendarDate, _ start: Int64, _ uuid: String) -> String {
-        (type.map(typePrefix) ?? "") + dayCode(day) + startCode(start) + uuid
+        orderHead(type, day: day, start: start) + uuid
+    }
+
+    /// What precedes the uuid in an order key (the store's second order of the health tables):
+    /// `typePrefix` (samples), `dayCode` and `startCode`, 15 bytes at most (a string with no heap storage).
+    public static func orderHead(_ type: HealthType?, day: CalendarDate, start: Int64) -> String {
+        (type.map(typePrefix) ?? "") + dayCode(day) + startCode(start)
     }
 
     /// The order keys of one type's items (or, with nil, workouts' or sleep's) on days `from` through `to`.

@@ -82,7 +82,7 @@ public struct SessionTables: Sendable {
     @inlinable
     public init(_ store: some Storage) {
         records = store.table("sessions.records", of: MeditationRow.self,
-                              orderedBy: { key, row in SessionRules.listOrder(startTime: row.startTime, sessionId: key) },
+                              orderedBy: { row in SessionRules.listOrder(startTime: row.startTime) + "|" },
                               entity: Entity("sessions.session"))
         timer = store.table("sessions.timer", of: TimerRow.self, entity: Entity("sessions.timer", id: { _ in "timer" }))
         clientIds = store.table("sessions.clientIds", of: ClientIDRow.self)

@@ -5,12 +5,13 @@ import JSON
 /// fail (a network-backed store will), and then nothing changed. The in-memory store (`Store`) is one
 /// implementation; PostgreSQL is to be the other.
 public protocol Storage: AnyObject {
-    /// Registers a table before the storage opens. With `orderedBy`, each user's rows are also kept in
-    /// the order of the key that function gives a row (derived, never stored), for `scanOrdered`.
+    /// Registers a table before the storage opens. With `orderedBy`, each user's rows are also kept in a
+    /// second order, for `scanOrdered`: the string that function gives a row, then the row's key (an
+    /// order key is the two together; derived, never stored).
     ///
     /// With `entity`, the table's rows are synced entities: every committed change to one appears in its
     /// user's change feed under that entity name (see `feed`).
-    func table<Row: StoredRow>(_ name: String, of type: Row.Type, orderedBy orderKey: (@Sendable (String, Row) -> String)?,
+    func table<Row: StoredRow>(_ name: String, of type: Row.Type, orderedBy orderKey: (@Sendable (Row) -> String)?,
                                entity: Entity?) -> any StorageTable<Row>
     /// Applies a request's unit of work all together, or nothing of it; it is durable (as the fsync
     /// policy says) before the request is answered.
@@ -44,7 +45,7 @@ extension Storage {
 
     /// Registers a table with a second order (see `table(_:of:orderedBy:entity:)`).
     @inlinable
-    public func table<Row: StoredRow>(_ name: String, of type: Row.Type, orderedBy orderKey: @escaping @Sendable (String, Row) -> String,
+    public func table<Row: StoredRow>(_ name: String, of type: Row.Type, orderedBy orderKey: @escaping @Sendable (Row) -> String,
                                       entity: Entity? = nil) -> any StorageTable<Row> {
         table(name, of: type, orderedBy: .some(orderKey), entity: entity)
     }

@@ -61,9 +61,9 @@ struct TableOps {
 
     @inlinable
     init<Row: StoredRow>(_ table: Table<Row>) {
-        put = { [unowned table] user, key, row, stamp in table.set(user, RowKey(key), key, row as! Row, stamp) }
+        put = { [unowned table] user, key, row, stamp in table.set(user, RowKey(key), row as! Row, stamp) }
         putBinary = { [unowned table] (user, key, reader, stamp) throws(StorageError) in
-            table.set(user, RowKey(key), key, try Row(binaryStored: &reader), stamp)
+            table.set(user, RowKey(key), try Row(binaryStored: &reader), stamp)
         }
         putBinaryGroup = { [unowned table] (user, count, reader, stamps) throws(StorageError) in
             try table.setGroup(user, count, &reader, &stamps)

@@ -140,15 +140,15 @@ public final class Store: Storage, @unchecked Sendable {
     /// Registers a table; every table must be registered before `open()`. Inlinable so that it is
     /// compiled where `Row` is known: the table's per-row operations are made there (`TableOps`).
     ///
-    /// With `orderedBy`, the table also keeps each user's rows in the order of the key that function gives
-    /// a row (say its start time, then its key), for `Table.scanOrdered`. That order is derived from the
-    /// rows in memory and never stored.
+    /// With `orderedBy`, the table also keeps each user's rows in a second order, for
+    /// `Table.scanOrdered`: the string that function gives a row (say its start time), then the row's
+    /// key. That order is derived from the rows in memory and never stored.
     ///
     /// With `entity`, the rows are synced entities: each keeps the feed stamp of its last change, and
     /// a deleted one a tombstone, from which `feed` reads.
     @inlinable
     public func table<Row: StoredRow>(_ name: String, of type: Row.Type,
-                                      orderedBy orderKey: (@Sendable (String, Row) -> String)? = nil,
+                                      orderedBy orderKey: (@Sendable (Row) -> String)? = nil,
                                       entity: Entity? = nil) -> Table<Row> {
         let t = Table<Row>(name: name, slot: nextSlot, orderKey: orderKey, entity: entity)
         t.ops = TableOps(t)
@@ -158,7 +158,7 @@ public final class Store: Storage, @unchecked Sendable {
 
     /// `Storage`'s view of `table(_:of:orderedBy:entity:)`.
     @inlinable
-    public func table<Row: StoredRow>(_ name: String, of type: Row.Type, orderedBy orderKey: (@Sendable (String, Row) -> String)?,
+    public func table<Row: StoredRow>(_ name: String, of type: Row.Type, orderedBy orderKey: (@Sendable (Row) -> String)?,
                                       entity: Entity?) -> any StorageTable<Row> {
         let t: Table<Row> = table(name, of: type, orderedBy: orderKey, entity: entity)
         return t

@@ -10,7 +10,9 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     /// Set once by `Store.table`.
     @usableFromInline var ops: TableOps?
     /// The second order rows are also kept in, if the table has one: the order key of a row.
-    @usableFromInline let orderKey: (@Sendable (String, Row) -> String)?
+    /// The second order rows are also kept in, if the table has one: what precedes the row key in a
+    /// row's order key.
+    @usableFromInline let orderKey: (@Sendable (Row) -> String)?
     /// Per user, the rows' order keys (each with its row). Derived from the rows, never stored: rebuilt
     /// at recovery.
     @usableFromInline var ordered: [String: SortedChunks<OrderKey, Void>] = [:]
@@ -27,7 +29,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     public var rowCount: Int { storedCount }
 
     @usableFromInline
-    init(name: String, slot: Int, orderKey: (@Sendable (String, Row) -> String)? = nil, entity: Entity? = nil) {
+    init(name: String, slot: Int, orderKey: (@Sendable (Row) -> String)? = nil, entity: Entity? = nil) {
         self.orderKey = orderKey
         self.entity = entity
         synced = entity != nil
@@ -88,14 +90,12 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         return (rows, total)
     }
 
-    /// Keeps the second order in step with row `key` (spelt `name`, if the caller has it) that changed
-    /// from `old` to `new`.
+    /// Keeps the second order in step with row `key` that changed from `old` to `new`.
     @inlinable
-    func reorder(_ user: String, _ key: RowKey, _ name: String?, old: Row?, new: Row?) {
+    func reorder(_ user: String, _ key: RowKey, old: Row?, new: Row?) {
         guard let orderKey else { return }
-        let name = name ?? key.string
-        if let old { _ = ordered[user]?.remove(OrderKey(orderKey(name, old), row: key, name: name)) }
-        if let new { ordered[user, default: SortedChunks()].set(OrderKey(orderKey(name, new), row: key, name: name), ()) }
+        if let old { _ = ordered[user]?.remove(OrderKey(head: orderKey(old), row: key)) }
+        if let new { ordered[user, default: SortedChunks()].set(OrderKey(head: orderKey(new), row: key), ()) }
         if ordered[user]?.isEmpty == true { ordered[user] = nil }
     }
 
@@ -104,16 +104,16 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
 
     func put(user: String, key: String, row: any StoredRow, stamp: Stamp) -> Previous {
         if let ops { return ops.put(user, key, row, stamp) }
-        return set(user, RowKey(key), key, row as! Row, stamp)
+        return set(user, RowKey(key), row as! Row, stamp)
     }
 
     func put(user: String, key: String, stored: JSON, stamp: Stamp) throws(StorageError) {
-        set(user, RowKey(key), key, try Row(stored: stored), stamp)
+        set(user, RowKey(key), try Row(stored: stored), stamp)
     }
 
     func putBinary(user: String, key: String, from reader: inout BinaryReader, stamp: Stamp) throws(StorageError) {
         if let ops { return try ops.putBinary(user, key, &reader, stamp) }
-        set(user, RowKey(key), key, try Row(binaryStored: &reader), stamp)
+        set(user, RowKey(key), try Row(binaryStored: &reader), stamp)
     }
 
     func putBinaryGroup(user: String, count: Int, from reader: inout BinaryReader, stamps: inout SnapshotStamps) throws(StorageError) {
@@ -159,10 +159,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
             for (user, mine) in rows {
                 var keys: [(OrderKey, Void)] = []
                 keys.reserveCapacity(mine.count)
-                mine.forEach { key, row, _ in
-                    let name = key.string
-                    keys.append((OrderKey(orderKey(name, row), row: key, name: name), ()))
-                }
+                mine.forEach { key, row, _ in keys.append((OrderKey(head: orderKey(row), row: key), ())) }
                 keys.sort { $0.0 < $1.0 }
                 ordered[user] = SortedChunks(sorted: keys)
             }
@@ -207,16 +204,16 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     /// Sets a row (stamped, in a synced table, which also drops the key's tombstone).
     @inlinable
     @discardableResult
-    func set(_ user: String, _ key: RowKey, _ name: String?, _ row: Row, _ stamp: Stamp) -> Previous {
+    func set(_ user: String, _ key: RowKey, _ row: Row, _ stamp: Stamp) -> Previous {
         guard synced else {
             let old = rows[user, default: Partition()].set(key, row)
             if old == nil { storedCount += 1 }
-            reorder(user, key, name, old: old, new: row)
+            reorder(user, key, old: old, new: row)
             return Previous(row: old)
         }
         let old = rows[user, default: Partition()].setStamped(key, row, stamp)
         if old == nil { storedCount += 1 }
-        reorder(user, key, name, old: old?.0, new: row)
+        reorder(user, key, old: old?.0, new: row)
         unindexFeed(user, old?.1)
         indexFeed(user, stamp, key, deleted: false)
         var tombstone: Stamp?
@@ -233,18 +230,18 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     }
 
     /// Removes a row, without leaving a tombstone.
-    private func unset(_ user: String, _ key: RowKey, _ name: String?) -> (row: Row, stamp: Stamp?)? {
+    private func unset(_ user: String, _ key: RowKey) -> (row: Row, stamp: Stamp?)? {
         guard let old = rows[user]?.remove(key) else { return nil }
         storedCount -= 1
         if rows[user]?.isEmpty == true { rows[user] = nil }
-        reorder(user, key, name, old: old.row, new: nil)
+        reorder(user, key, old: old.row, new: nil)
         unindexFeed(user, old.stamp)
         return old
     }
 
     func delete(user: String, key name: String, stamp: Stamp) -> Previous {
         let key = RowKey(name)
-        guard let old = unset(user, key, name) else { return Previous() }
+        guard let old = unset(user, key) else { return Previous() }
         if synced { setTombstone(user, key, stamp) }
         return Previous(row: old.row, stamp: old.stamp)
     }
@@ -255,14 +252,14 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
             if synced, let stamp = previous.stamp {
                 let old = rows[user, default: Partition()].setStamped(key, row, stamp)
                 if old == nil { storedCount += 1 }
-                reorder(user, key, name, old: old?.0, new: row)
+                reorder(user, key, old: old?.0, new: row)
                 unindexFeed(user, old?.1)
                 indexFeed(user, stamp, key, deleted: false)
             } else {
-                set(user, key, name, row, Stamp(seq: 0, at: 0))
+                set(user, key, row, Stamp(seq: 0, at: 0))
             }
         } else {
-            _ = unset(user, key, name)
+            _ = unset(user, key)
         }
         guard synced else { return }
         _ = dropTombstone(user, key)

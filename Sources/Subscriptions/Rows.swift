@@ -123,7 +123,7 @@ public struct SubscriptionTables: Sendable {
     public init(_ store: some Storage) {
         memberships = store.table("subscriptions.memberships", of: MembershipRow.self, entity: Entity("subscriptions.membership"))
         checks = store.table("subscriptions.checks", of: CheckRow.self,
-                             orderedBy: { key, row in MembershipRules.checkOrder(checkedAt: row.checkedAt, key: key) })
+                             orderedBy: { row in MembershipRules.checkOrderHead(checkedAt: row.checkedAt) })
         notifications = store.table("subscriptions.notifications", of: NotificationRow.self)
     }
 }

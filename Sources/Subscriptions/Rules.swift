@@ -184,7 +184,12 @@ public enum MembershipRules {
     /// The refresh order of a membership: least recently checked first, then by key. Fixed-width, so
     /// that string order is time order.
     public static func checkOrder(checkedAt: Int64, key: String) -> String {
+        checkOrderHead(checkedAt: checkedAt) + key
+    }
+
+    /// What precedes the key in `checkOrder`: the store's second order of memberships.
+    public static func checkOrderHead(checkedAt: Int64) -> String {
         let digits = String(max(checkedAt, 0))
-        return String(repeating: "0", count: max(0, 15 - digits.count)) + digits + "|" + key
+        return String(repeating: "0", count: max(0, 15 - digits.count)) + digits + "|"
     }
 }

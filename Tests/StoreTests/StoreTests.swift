@@ -493,7 +493,7 @@ func reopenError(_ dir: String) -> StoreOpenError? {
     @Test func manyKeysAndManyRangesInOneCall() throws {
         let store = Store(options: StoreOptions(dataDir: nil), clock: FixedClock(ms: 1_000), log: { _ in })
         // Second order: the note's text, then its key (as the health tables order by day, then UUID).
-        let notes: Table<Note> = store.table("notes", of: Note.self, orderedBy: { key, row in row.text + "|" + key })
+        let notes: Table<Note> = store.table("notes", of: Note.self, orderedBy: { row in row.text + "|" })
         try store.open()
         var tx = Transaction()
         for i in 0..<2_000 { tx.put(notes, user: "u1", key: "k\(i)", Note("d\(i % 50)")) }
@@ -594,7 +594,7 @@ func reopenError(_ dir: String) -> StoreOpenError? {
             options.fsync = .never
             options.failAppendsBeyondBytes = failBeyond
             store = Store(options: options, clock: FixedClock(ms: 1), log: { _ in })
-            notes = store.table("notes", of: Note.self, orderedBy: { key, row in row.text + "|" + key })
+            notes = store.table("notes", of: Note.self, orderedBy: { row in row.text + "|" })
             try store.open()
         }
         func put(_ user: String, _ key: String, _ text: String) throws {
