@@ -24,6 +24,9 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     /// Per user, feed position -> the row or tombstone stamped with it (synced tables), so that a feed
     /// page is a range scan. Derived from the stamps, never stored: rebuilt at recovery.
     @usableFromInline var feedIndex: [String: SortedChunks<UInt64, FeedRef>] = [:]
+    /// Users whose feed index is not built yet: after a snapshot load, each is built when first needed
+    /// (O(the user's rows)), so a start-up pays for none and users who never sync cost no index.
+    @usableFromInline var unindexed: Set<String> = []
 
     /// Rows in the table.
     public var rowCount: Int { storedCount }
@@ -166,23 +169,41 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         }
         guard synced else { return }
         feedIndex = [:]
-        for user in Set(rows.keys).union(deleted.keys) {
-            var refs: [(UInt64, FeedRef)] = []
-            rows[user]?.forEach { key, _, stamp in
-                if let stamp, stamp.seq > 0 { refs.append((stamp.seq, FeedRef(key: key, deleted: false))) }
-            }
-            deleted[user]?.forEach { key, stamp, _ in
-                if stamp.seq > 0 { refs.append((stamp.seq, FeedRef(key: key, deleted: true))) }
-            }
-            refs.sort { $0.0 < $1.0 }
-            if !refs.isEmpty { feedIndex[user] = SortedChunks(sorted: refs) }
+        unindexed = Set(rows.keys).union(deleted.keys)
+    }
+
+    /// Builds `user`'s feed index if it is not built yet.
+    @inlinable
+    func feedIndexReady(_ user: String) {
+        if !unindexed.isEmpty, unindexed.remove(user) != nil { buildFeedIndex(user) }
+    }
+
+    /// `user`'s feed index from the stamps of the user's rows and tombstones: one sort, or none when
+    /// they were written in key order (days, counters), then a bulk load.
+    @usableFromInline
+    func buildFeedIndex(_ user: String) {
+        var refs: [(UInt64, FeedRef)] = []
+        refs.reserveCapacity((rows[user]?.count ?? 0) + (deleted[user]?.count ?? 0))
+        var inOrder = true
+        func add(_ seq: UInt64, _ ref: FeedRef) {
+            if let last = refs.last, last.0 > seq { inOrder = false }
+            refs.append((seq, ref))
         }
+        rows[user]?.forEach { key, _, stamp in
+            if let stamp, stamp.seq > 0 { add(stamp.seq, FeedRef(key: key, deleted: false)) }
+        }
+        deleted[user]?.forEach { key, stamp, _ in
+            if stamp.seq > 0 { add(stamp.seq, FeedRef(key: key, deleted: true)) }
+        }
+        if !inOrder { refs.sort { $0.0 < $1.0 } }
+        if !refs.isEmpty { feedIndex[user] = SortedChunks(sorted: refs) }
     }
 
     /// Files a feed position under `user` (position 0, given by upgrades, never shows in a feed).
     @inlinable
     func indexFeed(_ user: String, _ stamp: Stamp, _ key: RowKey, deleted: Bool) {
         guard stamp.seq > 0 else { return }
+        feedIndexReady(user)
         feedIndex[user, default: SortedChunks()].set(stamp.seq, FeedRef(key: key, deleted: deleted))
     }
 
@@ -190,6 +211,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     @inlinable
     func unindexFeed(_ user: String, _ stamp: Stamp?) {
         guard let stamp, stamp.seq > 0 else { return }
+        feedIndexReady(user)
         _ = feedIndex[user]?.remove(stamp.seq)
         if feedIndex[user]?.isEmpty == true { feedIndex[user] = nil }
     }
@@ -275,6 +297,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     }
 
     func removeUser(_ user: String) -> Any {
+        feedIndexReady(user)
         let removed = Removed(rows: rows.removeValue(forKey: user), ordered: ordered.removeValue(forKey: user),
                               deleted: deleted.removeValue(forKey: user), feed: feedIndex.removeValue(forKey: user))
         storedCount -= removed.rows?.count ?? 0
@@ -295,6 +318,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     }
 
     func feed(user: String, after: UInt64, limit: Int, into out: inout [FeedCandidate]) {
+        feedIndexReady(user)
         guard let index = feedIndex[user] else { return }
         let mine = rows[user], gone = deleted[user]
         for (seq, ref) in index.entries(from: nil, to: nil, after: after, reverse: false, limit: limit) {

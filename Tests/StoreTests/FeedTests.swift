@@ -23,8 +23,9 @@ final class TickingClock: Clock, @unchecked Sendable {
         let tasks: Table<Note>
         let other: Table<Note>
 
-        init(dir: String? = nil, failBeyond: Int? = nil) throws {
+        init(dir: String? = nil, copying source: String? = nil, failBeyond: Int? = nil) throws {
             self.dir = dir ?? FileManager.default.temporaryDirectory.appendingPathComponent("hk-feed-\(UUID().uuidString)").path
+            if let source { try FileManager.default.copyItem(atPath: source, toPath: self.dir) }
             var options = StoreOptions(dataDir: self.dir)
             options.fsync = .never
             options.failAppendsBeyondBytes = failBeyond
@@ -54,6 +55,7 @@ final class TickingClock: Clock, @unchecked Sendable {
         func indexesMatchStamps() -> Bool {
             [notes, tasks].allSatisfy { t in
                 Set(t.rows.keys).union(t.deleted.keys).union(t.feedIndex.keys).allSatisfy { user in
+                    t.feedIndexReady(user)
                     var want: [String] = [], got: [String] = []
                     t.rows[user]?.forEach { key, _, stamp in want.append("\(stamp!.seq) \(key) row") }
                     t.deleted[user]?.forEach { key, stamp, _ in want.append("\(stamp.seq) \(key) tombstone") }
@@ -153,6 +155,16 @@ final class TickingClock: Clock, @unchecked Sendable {
         var tx = Transaction()
         tx.put(loaded.notes, user: "u1", key: "new", Note("n"))
         try loaded.store.commit(tx)
+        // Loaded again, a user's first change comes before any feed read: the index is built then.
+        let lazy = try FeedHarness(dir: h.dir + "-copy", copying: h.dir)
+        var first = Transaction()
+        for user in users {
+            first.put(lazy.notes, user: user, key: "k1", Note("again"))
+            first.delete(lazy.tasks, user: user, key: "k2")
+        }
+        try lazy.store.commit(first)
+        #expect(lazy.indexesMatchStamps())
+        lazy.store.abandon()
         let after = loaded.feed("u1", after: horizon).entries
         #expect(after.map(\.id) == ["n-new"] && after[0].seq > horizon)
         loaded.store.abandon()
