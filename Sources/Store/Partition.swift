@@ -64,6 +64,13 @@ struct SortedChunks<Key: Comparable, Row> {
         return chunks[c].rows[i]
     }
 
+    /// Moves an entry from `old` (if any) to `key`: a removal and an insert in one access.
+    @inlinable
+    mutating func reposition(_ old: Key?, to key: Key, _ row: Row) {
+        if let old, old != key { _ = remove(old) }
+        set(key, row)
+    }
+
     /// The stamp of `key`, in a partition that keeps stamps.
     @inlinable
     func stamp(_ key: Key) -> Stamp? {

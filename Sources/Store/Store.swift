@@ -152,6 +152,7 @@ public final class Store: Storage, @unchecked Sendable {
                                       entity: Entity? = nil) -> Table<Row> {
         let t = Table<Row>(name: name, slot: nextSlot, orderKey: orderKey, entity: entity)
         t.ops = TableOps(t)
+        t.lookup = { [unowned t] user, key in t.rows[user]?[RowKey(key)] }
         register(t)
         return t
     }

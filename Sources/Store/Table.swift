@@ -9,6 +9,9 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     @usableFromInline var storedCount = 0
     /// Set once by `Store.table`.
     @usableFromInline var ops: TableOps?
+    /// `get`, made by `Store.table` where `Row` is known, so that the lookup runs code specialised for
+    /// the row (generic code compares packed keys through witness tables).
+    @usableFromInline var lookup: ((String, String) -> Row?)?
     /// The second order rows are also kept in, if the table has one: the order key of a row.
     /// The second order rows are also kept in, if the table has one: what precedes the row key in a
     /// row's order key.
@@ -45,7 +48,8 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
 
     /// Row `key` of `user`.
     public func get(user: String, key: String) -> Row? {
-        rows[user]?[RowKey(key)]
+        if let lookup { return lookup(user, key) }
+        return rows[user]?[RowKey(key)]
     }
 
     /// The rows of `user` among `keys` that exist, by key: O(keys × log n).
@@ -201,10 +205,11 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
 
     /// Files a feed position under `user` (position 0, given by upgrades, never shows in a feed).
     @inlinable
-    func indexFeed(_ user: String, _ stamp: Stamp, _ key: RowKey, deleted: Bool) {
-        guard stamp.seq > 0 else { return }
+    func indexFeed(_ user: String, _ stamp: Stamp, _ key: RowKey, deleted: Bool, replacing old: Stamp? = nil) {
+        guard stamp.seq > 0 else { return unindexFeed(user, old) }
         feedIndexReady(user)
-        feedIndex[user, default: SortedChunks()].set(stamp.seq, FeedRef(key: key, deleted: deleted))
+        // One access to the user's index for both: a put replaces its row's previous position.
+        feedIndex[user, default: SortedChunks()].reposition(old.map(\.seq), to: stamp.seq, FeedRef(key: key, deleted: deleted))
     }
 
     /// Drops a feed position of `user` that a change replaced.
@@ -236,8 +241,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         let old = rows[user, default: Partition()].setStamped(key, row, stamp)
         if old == nil { storedCount += 1 }
         reorder(user, key, old: old?.0, new: row)
-        unindexFeed(user, old?.1)
-        indexFeed(user, stamp, key, deleted: false)
+        indexFeed(user, stamp, key, deleted: false, replacing: old?.1)
         var tombstone: Stamp?
         if !deleted.isEmpty { tombstone = dropTombstone(user, key) }
         return Previous(row: old?.0, stamp: old?.1, tombstone: tombstone)
