@@ -115,10 +115,10 @@ struct PlacementFields {
     /// Reads the value of member `key` if it is a placement's.
     mutating func read(_ key: UnsafeBufferPointer<UInt8>, _ r: inout BinaryReader) throws(BinaryDecodeError) -> Bool {
         switch key.count {
-        case 3 where key.elementsEqual("end".utf8): end = try r.intValue()
+        case 3 where key.elementsEqual("end".utf8): end = try r.int()
         case 3 where key.elementsEqual("day".utf8): day = try r.optionalStringValue()
         case 4 where key.elementsEqual("zone".utf8): zone = try r.optionalStringValue()
-        case 5 where key.elementsEqual("start".utf8): start = try r.intValue()
+        case 5 where key.elementsEqual("start".utf8): start = try r.int()
         case 8 where key.elementsEqual("bundleId".utf8): bundleId = try r.optionalStringValue()
         case 8 where key.elementsEqual("deviceId".utf8): deviceId = try r.optionalStringValue()
         case 10 where key.elementsEqual("sourceName".utf8): sourceName = try r.optionalStringValue()

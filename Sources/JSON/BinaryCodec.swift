@@ -180,36 +180,22 @@ public struct BinaryReader {
     }
 
     /// Reads an object in the binary form member by member without building it: `member` gets each
-    /// key's bytes and reads the value when it knows the key (returning true), else the value is read
-    /// and dropped. For rows decoded by the million at recovery.
+    /// key's bytes and reads the value when it knows the key (returning true), else the value is
+    /// skipped. For rows decoded by the million at recovery.
     public mutating func readObjectMembers(_ member: (UnsafeBufferPointer<UInt8>, inout BinaryReader) throws(BinaryDecodeError) -> Bool)
         throws(BinaryDecodeError) {
-        guard try byte() == JSON.BinaryTag.object.rawValue else { throw BinaryDecodeError(offset: offset - 1, "not an object") }
-        let n = try count()
-        for _ in 0..<n {
+        for _ in 0..<(try objectCount()) {
             let key = try stringBytes()
-            if try !member(key, &self) { _ = try JSON.readBinary(&self) }
+            if try !member(key, &self) { try skipValue() }
         }
     }
 
     /// A number value (int or double) in the binary form.
     public mutating func numberValue() throws(BinaryDecodeError) -> Double {
-        switch try byte() {
-        case JSON.BinaryTag.double.rawValue: return Double(bitPattern: try fixed64())
-        case JSON.BinaryTag.int.rawValue: return Double(try intBody())
-        default: throw BinaryDecodeError(offset: offset - 1, "not a number")
-        }
-    }
-
-    /// An integer value in the binary form.
-    public mutating func intValue() throws(BinaryDecodeError) -> Int64 {
-        guard try byte() == JSON.BinaryTag.int.rawValue else { throw BinaryDecodeError(offset: offset - 1, "not an integer") }
-        return try intBody()
-    }
-
-    private mutating func intBody() throws(BinaryDecodeError) -> Int64 {
-        let z = try varint()
-        return Int64(bitPattern: z >> 1) ^ -Int64(bitPattern: z & 1)
+        let at = offset
+        if try byte() == JSON.BinaryTag.double.rawValue { return Double(bitPattern: try fixed64()) }
+        rewind(to: at)
+        return Double(try int())
     }
 
     /// A string value in the binary form, or nil for null.

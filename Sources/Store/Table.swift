@@ -224,8 +224,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     /// Leaves a tombstone for a deleted row of a synced table.
     @inlinable
     func setTombstone(_ user: String, _ key: RowKey, _ stamp: Stamp) {
-        unindexFeed(user, deleted[user, default: Partition()].set(key, stamp))
-        indexFeed(user, stamp, key, deleted: true)
+        indexFeed(user, stamp, key, deleted: true, replacing: deleted[user, default: Partition()].set(key, stamp))
     }
 
     /// Sets a row (stamped, in a synced table, which also drops the key's tombstone).
