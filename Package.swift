@@ -5,7 +5,7 @@ import PackageDescription
 // JSON (the value type, its binary form and serializer; pure Swift) -> JSONParsing (text to values with jansson,
 // the only module that touches it, through CJansson) -> (Chrono, Threads, JSONRPC, Store <- CCRC32C) -> DomainSupport
 // -> domains (Auth, ScreenTime, Sessions, Subscriptions, Health, Sync), which see storage only through Storage (the interface; Store is the
-// in-memory implementation with its journal, which only the composition root knows)
+// in-memory implementation with its journal; Postgres <- CLibPQ the other; only the composition root knows them)
 //   -> Kernel (composition root: configuration and the one list of methods) -> healthkernel (executable).
 // jwt-kit is a test dependency only: the tests use it as an independent JWT implementation.
 // Release builds of the kernel's own modules optimise across module boundaries, so generic store code
@@ -32,6 +32,11 @@ let package = Package(
             pkgConfig: "jansson",
             providers: [.apt(["libjansson-dev"])]
         ),
+        .systemLibrary(
+            name: "CLibPQ",
+            pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]
+        ),
         .target(name: "JSON", swiftSettings: optimized),
         .target(name: "JSONParsing", dependencies: ["CJansson", "JSON"], swiftSettings: optimized),
         .target(name: "Chrono", swiftSettings: optimized),
@@ -40,6 +45,11 @@ let package = Package(
         .target(name: "CCRC32C"),
         .target(name: "Storage", dependencies: ["JSON"], swiftSettings: optimized),
         .target(name: "Store", dependencies: ["JSON", "JSONParsing", "Chrono", "Threads", "CCRC32C", "Storage"], swiftSettings: optimized),
+        .target(
+            name: "Postgres",
+            dependencies: ["CLibPQ", "JSON", "JSONParsing", "Chrono", "Storage"],
+            swiftSettings: optimized
+        ),
         .target(
             name: "DomainSupport",
             dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", .product(name: "Crypto", package: "swift-crypto")],
@@ -83,7 +93,7 @@ let package = Package(
         .target(
             name: "Kernel",
             dependencies: [
-                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "Store", "DomainSupport", "Auth", "ScreenTime", "Sessions", "Subscriptions", "Sync", "Health",
+                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "Store", "Postgres", "DomainSupport", "Auth", "ScreenTime", "Sessions", "Subscriptions", "Sync", "Health",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: optimized
@@ -91,7 +101,7 @@ let package = Package(
         .executableTarget(
             name: "healthkernel",
             dependencies: [
-                "Kernel", "JSON", "JSONParsing", "JSONRPC", "Store",
+                "Kernel", "JSON", "JSONParsing", "JSONRPC", "Store", "Postgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -100,7 +110,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "Chrono", "JSON", "Storage", "Store",
+                "Chrono", "JSON", "Storage", "Store", "Postgres",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),

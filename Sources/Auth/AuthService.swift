@@ -71,7 +71,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     public let cursorSecret: [UInt8]
 
     /// Number of accounts.
-    public var userCount: Int { tables.users.userCount }
+    public func userCount() throws(StorageError) -> Int { try tables.users.userCount() }
 
     // MARK: Verifying access tokens
 

@@ -8,6 +8,7 @@ extension RPCError {
     public static func from(_ error: StorageError) -> RPCError {
         switch error {
         case .unavailable(let m): return .storageUnavailable("Storage unavailable: \(m); nothing was applied")
+        case .conflict(let m): return .storageConflict(m)
         case .corrupt: return .internalError
         // Domains check a key before they claim it; this answers the race a shared database can have.
         case .taken(let key): return .conflict("unique_key_taken", "The \(key.namespace) is already held by another user")

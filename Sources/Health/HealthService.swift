@@ -163,8 +163,9 @@ public final class HealthService: @unchecked Sendable {
     /// Starts an ingest whose placing and recomputing run on a worker thread (`PreparedIngest.plan`),
     /// against a view of the user's rows as they are now: a month of samples never holds up the
     /// requests of other users. O(1) here.
-    public func beginIngest(_ user: String, now: Timestamp) -> PreparedIngest {
-        PreparedIngest(service: self, user: user, now: now, views: Views(tables.views(of: user, in: store)), version: store.version(of: user))
+    public func beginIngest(_ user: String, now: Timestamp) throws(HealthError) -> PreparedIngest {
+        PreparedIngest(service: self, user: user, now: now, views: Views(tables.views(of: user, in: store)),
+                       version: try storage(try store.version(of: user)))
     }
 
     /// Commits a planned ingest, on the serving thread. When the user's rows changed after the view was
@@ -174,7 +175,7 @@ public final class HealthService: @unchecked Sendable {
         // Let go of the views first: while they hold the user's partitions, the commit would copy every
         // chunk it touches (copy on write), which for random UUIDs is all of them.
         prepared.views.tables = nil
-        guard store.version(of: prepared.user) == prepared.version else {
+        guard try storage(try store.version(of: prepared.user)) == prepared.version else {
             logger.info("health.ingest: the user's rows changed while it was planned; planning it again")
             return try ingest(prepared.user, planned.request, now: prepared.now)
         }

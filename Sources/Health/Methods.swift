@@ -241,7 +241,8 @@ public struct HealthIngest: BulkRPCMethod {
     /// Reading the params, placing and recomputing run on a worker against a view of the user's rows;
     /// the commit is on the serving thread, in the user's order.
     public func prepare(_ c: CallContext) throws(RPCError) -> PreparedIngest {
-        service.beginIngest(try c.userID(), now: c.now)
+        let user = try c.userID()
+        do { return try service.beginIngest(user, now: c.now) } catch { throw error.rpc }
     }
     public func work(_ p: Params, _ prepared: PreparedIngest) -> PlannedIngest { prepared.plan(p.request) }
     public func apply(_ planned: PlannedIngest, _ prepared: PreparedIngest, _ c: CallContext) throws(RPCError) -> JSON {

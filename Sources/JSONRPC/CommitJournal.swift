@@ -7,6 +7,9 @@ public protocol CommitJournal: AnyObject {
     func flushCommits() -> (failed: [ClosedRange<UInt64>], fatal: Bool)
     /// Changes made durable since the last call, in commit order (for `events.changed`).
     func takeChanges() -> [ChangeNotice]
+    /// Called after every request (and after each part of a slow one): a store that opened a
+    /// transaction for the request's reads ends it when the request did not commit.
+    func endRequest()
 }
 
 /// A committed change, as an `events.changed` notification announces it.

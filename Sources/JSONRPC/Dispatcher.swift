@@ -185,7 +185,7 @@ public final class Dispatcher {
             deliver(id: id, outcome, commits: commits, started: started, slot: element, into: &out)
         case .slow(let call):
             let entry = Entry(ticket: nextTicket(), id: id, slot: element ?? newSlot(), keys: keys, started: started,
-                              state: .running(method, call))
+                              state: .running(method, params, call))
             stream.entries.append(entry)
             run(entry, call)
         }
@@ -242,20 +242,33 @@ public final class Dispatcher {
     /// flush (group commit), so: a read first flushes the writes before it (it then sees only durable
     /// state), and the answer of a write method that commits nothing itself (an idempotent repeat, a
     /// refusal) shares the fate of the unflushed writes it saw: -32050 if they fail.
-    private func execute(_ method: RegisteredMethod, _ params: JSONObject) -> Step {
+    private func execute(_ method: RegisteredMethod, _ params: JSONObject, attempts: Int = 0) -> Step {
         var slow: SlowCall<JSON>?
-        let (outcome, commits) = tracked(method) {
-            switch call(method, params) {
-            case .success(.done(let result)): return .success(result)
-            case .success(.slow(let call)):
-                slow = call
-                return .success(.null)
-            case .failure(let error): return .failure(error)
+        var attempt = attempts
+        while true {
+            let (outcome, commits) = tracked(method) {
+                defer { journal?.endRequest() }
+                switch call(method, params) {
+                case .success(.done(let result)): return .success(result)
+                case .success(.slow(let call)):
+                    slow = call
+                    return .success(.null)
+                case .failure(let error): return .failure(error)
+                }
             }
+            if let slow { return .slow(slow) }
+            // Lost a race with another kernel: nothing was applied, and the request runs again from its
+            // first read, so that no decision rests on what the other request changed.
+            if case .failure(let error) = outcome, error.isConflict, attempt < Self.attempts {
+                attempt += 1
+                continue
+            }
+            return .answered(outcome, commits: commits)
         }
-        if let slow { return .slow(slow) }
-        return .answered(outcome, commits: commits)
     }
+
+    /// Runs of a request that lost races (`RPCError.isConflict`) before its answer is the -32050 itself.
+    static let attempts = 3
 
     private func tracked(_ method: RegisteredMethod, _ body: () -> Outcome) -> (Outcome, ClosedRange<UInt64>?) {
         if !method.mutates, let journal, journal.lastCommitID > settledCommitID { settle() }
@@ -282,11 +295,26 @@ public final class Dispatcher {
         let stream = current
         for done in stream.finished.takeAll(wait: wait) {
             guard let index = stream.entries.firstIndex(where: { $0.ticket == done.ticket }),
-                  case .running(let method, let call) = stream.entries[index].state else { continue }
-            let entry = stream.entries.remove(at: index)
+                  case .running(let method, let params, let call) = stream.entries[index].state else { continue }
+            let entry = stream.entries[index]
             let (outcome, commits) = tracked(method) {
+                defer { journal?.endRequest() }
                 do throws(RPCError) { return .success(try call.apply(done.value)) } catch { return .failure(error) }
             }
+            // Lost a race with another kernel: the whole request runs again, its slow part included.
+            if case .failure(let error) = outcome, error.isConflict, entry.attempts < Self.attempts {
+                entry.attempts += 1
+                switch execute(method, params, attempts: entry.attempts) {
+                case .slow(let again):
+                    entry.state = .running(method, params, again)
+                    run(entry, again)
+                case .answered(let outcome, let commits):
+                    stream.entries.remove(at: index)
+                    deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
+                }
+                continue
+            }
+            stream.entries.remove(at: index)
             deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
         }
         release(into: &out)
@@ -307,7 +335,7 @@ public final class Dispatcher {
                 stream.entries.remove(at: i)
                 deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
             case .slow(let call):
-                entry.state = .running(method, call)
+                entry.state = .running(method, params, call)
                 run(entry, call)
                 i += 1
             }

@@ -98,6 +98,17 @@ extension RPCError {
     public static func storageUnavailable(_ message: String) -> RPCError {
         RPCError(code: -32050, message: message, reason: "storage_unavailable")
     }
+
+    /// The request lost a race with a concurrent one (another kernel on the same database) and changed
+    /// nothing: the dispatcher runs it again, reads included, a bounded number of times; a host sees
+    /// it only when every attempt lost, as -32050.
+    public static func storageConflict(_ message: String) -> RPCError {
+        RPCError(code: -32050, message: "Storage unavailable: \(message); nothing was applied", reason: "storage_unavailable",
+                 extra: [("retried", .bool(true))])
+    }
+
+    /// Whether running the request again may succeed (`storageConflict`).
+    public var isConflict: Bool { code == -32050 && extra.first?.0 == "retried" }
 }
 
 /// Documentation of one error a method can return, for the OpenRPC document.

@@ -114,7 +114,7 @@ final class Entry {
         /// Waiting for earlier requests with a shared key.
         case held(RegisteredMethod, JSONObject)
         /// Its slow part runs on a worker.
-        case running(RegisteredMethod, SlowCall<JSON>)
+        case running(RegisteredMethod, JSONObject, SlowCall<JSON>)
     }
 
     let ticket: UInt64
@@ -124,6 +124,8 @@ final class Entry {
     var keys: Set<String>?
     let started: UInt64
     var state: State
+    /// Runs of it that lost a race with another kernel (see `Dispatcher.attempts`).
+    var attempts = 0
 
     init(ticket: UInt64, id: JSON?, slot: Slot, keys: Set<String>?, started: UInt64, state: State) {
         self.ticket = ticket

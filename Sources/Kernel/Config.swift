@@ -10,6 +10,12 @@ public struct KernelConfig: Sendable, Equatable {
     public var dataDir: String = "data"
     /// Keep everything in memory and write no files.
     public var memoryOnly = false
+    /// PostgreSQL instead of the data dir (`store.url`, `HEALTHKERNEL_STORE_URL`, `--store`).
+    public var storeURL: String?
+    /// The PostgreSQL schema every object lives in.
+    public var storeSchema = "healthkernel"
+    /// How long start-up retries an unreachable PostgreSQL.
+    public var storeConnectTimeoutSeconds = 30
     /// Durability of acknowledged writes.
     public var fsync: FsyncMode = .always
     /// Longest request line accepted, in bytes.
@@ -50,6 +56,7 @@ public struct ConfigOverrides: Sendable {
     public var configFile: String?
     public var dataDir: String?
     public var memoryOnly: Bool?
+    public var storeURL: String?
     public var fsync: String?
     public var maxLineBytes: Int?
     public var logLevel: String?
@@ -118,6 +125,14 @@ extension KernelConfig {
                 var store = try top.object("store")
                 if let v: String = try store.optional("dataDir") { dataDir = files.resolve(v) }
                 if let v: Bool = try store.optional("memoryOnly") { memoryOnly = v }
+                if let v: String = try store.optional("url") { storeURL = v }
+                if let v: String = try store.optional("schema") {
+                    guard !v.isEmpty, v.utf8.count <= 63, !v.hasPrefix("pg_") else {
+                        throw FieldError.outOfRange(store.path("schema"), "must be 1 to 63 bytes and not start with pg_")
+                    }
+                    storeSchema = v
+                }
+                if let v = try store.optional("connectTimeoutSeconds", in: 0...3600) { storeConnectTimeoutSeconds = Int(v) }
                 if let v: String = try store.optional("fsync") {
                     guard let mode = FsyncMode(rawValue: v) else {
                         throw FieldError.outOfRange(store.path("fsync"), "must be always, everysec or never")
@@ -137,6 +152,7 @@ extension KernelConfig {
 
     mutating func apply(environment env: [String: String]) throws(ConfigError) {
         if let v = env["HEALTHKERNEL_DATA_DIR"] { dataDir = v }
+        if let v = env["HEALTHKERNEL_STORE_URL"], !v.isEmpty { storeURL = v }
         if let v = env["HEALTHKERNEL_MEMORY_ONLY"] {
             guard let b = ["1": true, "true": true, "0": false, "false": false][v] else {
                 throw ConfigError("HEALTHKERNEL_MEMORY_ONLY must be true or false")
@@ -152,6 +168,7 @@ extension KernelConfig {
     mutating func apply(overrides o: ConfigOverrides) throws(ConfigError) {
         if let v = o.dataDir { dataDir = v }
         if let v = o.memoryOnly { memoryOnly = v }
+        if let v = o.storeURL { storeURL = v }
         if let v = o.fsync { try setFsync(v, source: "--fsync") }
         if let v = o.maxLineBytes { try setMaxLineBytes(v, source: "--max-line-bytes") }
         if let v = o.logLevel { try setLogLevel(v, source: "--log-level") }

@@ -4,6 +4,7 @@ import JSON
 import JSONRPC
 import ScreenTime
 import Sessions
+import Postgres
 import Store
 import Subscriptions
 import Sync
@@ -28,6 +29,8 @@ struct DomainEntry: Sendable {
     let readSection: @Sendable (String, inout ObjectReader, ConfigFiles, inout DomainConfigs) throws(FieldError) -> Void
     /// Registers its tables; returns what builds it once the store has recovered.
     let register: @Sendable (Store) -> (DomainConfigs, DomainContext) -> [RegisteredMethod]
+    /// The same on PostgreSQL.
+    let registerOnPostgres: @Sendable (PostgresStore) -> (DomainConfigs, DomainContext) -> [RegisteredMethod]
 
     /// The entry of domain `D`. Generic, so the call that registers `D`'s tables is compiled for the
     /// concrete store and rows (as a direct call would be).
@@ -40,6 +43,10 @@ struct DomainEntry: Sendable {
                 configs[D.Config.self] = config
             },
             register: { store in
+                let tables = D.tables(store)
+                return { configs, context in D(config: configs[D.Config.self], tables: tables, context: context).methods }
+            },
+            registerOnPostgres: { store in
                 let tables = D.tables(store)
                 return { configs, context in D(config: configs[D.Config.self], tables: tables, context: context).methods }
             })

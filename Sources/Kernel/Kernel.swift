@@ -4,6 +4,7 @@ import JSON
 import JSONRPC
 import Logging
 import DomainSupport
+import Postgres
 import Storage
 import Store
 #if canImport(Glibc)
@@ -19,8 +20,10 @@ public final class Kernel {
     public let registry: MethodRegistry
     /// The request dispatcher all connections share.
     public let dispatcher: Dispatcher
-    /// The data.
-    public let store: Store
+    /// The data: the in-memory store with its data dir, or PostgreSQL.
+    let storage: any KernelStore
+    /// The in-memory store, when it is the one in use (snapshots, its data dir).
+    public let store: Store?
     /// Accounts and tokens.
     public let auth: AuthService
     /// When the kernel started.
@@ -31,32 +34,51 @@ public final class Kernel {
         self.config = config
         let stats = RequestStats()
         startedAt = clock.now()
-        var options = StoreOptions(dataDir: config.memoryOnly ? nil : config.dataDir)
-        options.fsync = config.fsync
-        options.snapshotEveryRecords = config.snapshotEveryRecords
-        options.snapshotEverySeconds = config.snapshotEverySeconds
-        options.failAppendsBeyondBytes = config.failLogAppendsBeyondBytes
-        let store = Store(options: options, clock: clock, log: { [logger] in logger.warning("\($0)") })
-        self.store = store
-        let tables = Tables(store)
-        let builders = Self.domains.map { $0.register(store) }
-        try store.open()
+        let storage: any KernelStore
+        let tables: Tables
+        let builders: [(DomainConfigs, DomainContext) -> [RegisteredMethod]]
+        let sharedSecret: [UInt8]?
+        if let url = config.storeURL {
+            var options = PostgresOptions(url: url)
+            options.schema = config.storeSchema
+            options.connectTimeoutSeconds = config.storeConnectTimeoutSeconds
+            let postgres = try PostgresStore(options: options, clock: clock, log: { [logger] in logger.warning("\($0)") })
+            tables = Tables(postgres)
+            builders = Self.domains.map { $0.registerOnPostgres(postgres) }
+            // Kernels on one database sign and check each other's tokens and cursors.
+            sharedSecret = config.auth.jwtSecret == nil ? try postgres.sharedSecret(named: "jwt-secret") : nil
+            (storage, store) = (postgres, nil)
+        } else {
+            var options = StoreOptions(dataDir: config.memoryOnly ? nil : config.dataDir)
+            options.fsync = config.fsync
+            options.snapshotEveryRecords = config.snapshotEveryRecords
+            options.snapshotEverySeconds = config.snapshotEverySeconds
+            options.failAppendsBeyondBytes = config.failLogAppendsBeyondBytes
+            let memory = Store(options: options, clock: clock, log: { [logger] in logger.warning("\($0)") })
+            tables = Tables(memory)
+            builders = Self.domains.map { $0.register(memory) }
+            try memory.open()
+            (storage, store, sharedSecret) = (memory, memory, nil)
+        }
+        self.storage = storage
         let auth: AuthService
         do {
-            auth = try Self.makeAuth(config: config, store: store, tables: tables.auth)
+            auth = try Self.makeAuth(config: config, store: storage, secret: sharedSecret, tables: tables.auth)
         } catch {
-            store.abandon()
+            store?.abandon()
             throw error
         }
         try auth.upgradeLegacyIndex()
+        // Start-up reads ran outside any request: their scope (and, on PostgreSQL, its locks) ends here.
+        storage.endRequest()
         self.auth = auth
-        let context = DomainContext(store: store, cursorSecret: auth.cursorSecret, entities: EntityRenderers(), limits: config.limits,
+        let context = DomainContext(store: storage, cursorSecret: auth.cursorSecret, entities: EntityRenderers(), limits: config.limits,
                                     maxAnswerBytes: config.maxAnswerBytes)
         let events = EventHub()
         registry = try MethodRegistry(
-            Self.methods(config: config, store: store, tables: tables, auth: auth, events: events, stats: stats, startedAt: startedAt)
+            Self.methods(config: config, store: storage, auth: auth, events: events, stats: stats, startedAt: startedAt)
                 + builders.flatMap { $0(config.domains, context) }
-                + Self.testMethods(config: config, store: store, tables: tables),
+                + Self.testMethods(config: config, store: storage, tables: tables),
             info: [
                 "title": "healthkernel",
                 "version": .string(KernelVersion.version),
@@ -66,28 +88,28 @@ public final class Kernel {
             registry: registry, authenticator: auth, clock: clock, stats: stats,
             onInternalError: { [logger] message in logger.error("internal error: \(message)") }
         )
-        dispatcher.journal = store
+        dispatcher.journal = storage
         dispatcher.hub = events
         dispatcher.maxAnswerBytes = config.maxAnswerBytes
         if config.limits.requestsPerSecond > 0 && config.limits.burst > 0 {
             dispatcher.rateLimiter = RateLimiter(perSecond: config.limits.requestsPerSecond, burst: config.limits.burst)
         }
-        events.onSubscribersChanged = { [store] in store.collectsChanges = $0 }
+        events.onSubscribersChanged = { [storage] in storage.collectsChanges = $0 }
     }
 
     /// The tables of the kernel's own layers (the domains register theirs), registered with the store
     /// before it recovers.
     struct Tables {
         let auth: AuthTables
-        let test: Table<TestValue>
-        init(_ store: Store) {
+        let test: any StorageTable<TestValue>
+        init(_ store: some Storage) {
             auth = AuthTables(store)
             test = store.table("test.values", of: TestValue.self)
         }
     }
 
     /// Loads the signing secret and the JWKS files the configuration names.
-    static func makeAuth(config: KernelConfig, store: Store, tables: AuthTables) throws -> AuthService {
+    static func makeAuth(config: KernelConfig, store: any KernelStore, secret shared: [UInt8]?, tables: AuthTables) throws -> AuthService {
         func keys(_ path: String) throws -> KeySet {
             guard let bytes = readFile(path) else { throw AuthSetupError("cannot read JWKS file \(path)") }
             do {
@@ -96,7 +118,7 @@ public final class Kernel {
                 throw AuthSetupError("JWKS file \(path) is not usable: \(error)")
             }
         }
-        let secret = try JWTSecret.resolve(configured: config.auth.jwtSecret, dataDir: store.options.dataDir)
+        let secret = try shared ?? JWTSecret.resolve(configured: config.auth.jwtSecret, dataDir: (store as? Store)?.options.dataDir)
         let issuerKeys = try config.auth.jwksPath.map(keys) ?? KeySet()
         var providerKeys: [String: KeySet] = [:]
         for provider in config.auth.providers { providerKeys[provider.name] = try keys(provider.jwksPath) }
@@ -106,7 +128,7 @@ public final class Kernel {
 
     /// The methods of the kernel's own layers, before the domains' (`domains`). A duplicate name stops
     /// start-up.
-    static func methods(config: KernelConfig, store: Store, tables: Tables, auth: AuthService,
+    static func methods(config: KernelConfig, store: any KernelStore, auth: AuthService,
                         events: EventHub, stats: RequestStats, startedAt: Timestamp) -> [RegisteredMethod] {
         [
             RegisteredMethod(RPCDiscover()),
@@ -126,7 +148,7 @@ public final class Kernel {
     }
 
     /// `test.*`, when the configuration asks for them.
-    static func testMethods(config: KernelConfig, store: Store, tables: Tables) -> [RegisteredMethod] {
+    static func testMethods(config: KernelConfig, store: any KernelStore, tables: Tables) -> [RegisteredMethod] {
         guard config.enableTestMethods else { return [] }
         return [RegisteredMethod(TestWrite(store: store, table: tables.test)), RegisteredMethod(TestDump(table: tables.test))]
     }
@@ -148,7 +170,7 @@ public final class Kernel {
 
     /// Clean shutdown: makes everything durable (final snapshot) and releases the data dir.
     public func shutdown() {
-        store.shutdown()
+        storage.shutdown()
     }
 }
 

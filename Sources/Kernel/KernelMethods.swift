@@ -48,6 +48,11 @@ struct KernelInfo: RPCMethod {
            "fsync": {"enum": ["always", "everysec", "never", null]},
            "lastSnapshotAt": {"type": ["string", "null"], "format": "date-time"},
            "walBytes": {"type": "integer", "minimum": 0}}},
+       "store": {"type": "object", "additionalProperties": false, "required": ["kind"],
+         "description": "which store keeps the data: memory (memory-only), dataDir, or postgres with where it is (never a password)",
+         "properties": {
+           "kind": {"enum": ["memory", "dataDir", "postgres"]},
+           "host": {"type": "string"}, "port": {"type": "string"}, "database": {"type": "string"}, "schema": {"type": "string"}}},
        "counts": {"type": "object", "required": ["users", "records"],
          "additionalProperties": {"type": "integer", "minimum": 0}},
        "requests": {"type": "object", "additionalProperties": false,
@@ -61,19 +66,8 @@ struct KernelInfo: RPCMethod {
 
     let startedAt: Timestamp
     let stats: RequestStats
-    let store: Store
+    let store: any KernelStore
     let auth: AuthService
-
-    var durability: JSON {
-        guard let dir = store.options.dataDir else {
-            return ["dataDir": nil, "fsync": nil, "lastSnapshotAt": nil, "walBytes": 0]
-        }
-        let (walBytes, lastSnapshotAt) = store.durability
-        return [
-            "dataDir": .string(dir), "fsync": .string(store.options.fsync.rawValue),
-            "lastSnapshotAt": .optional(lastSnapshotAt?.description), "walBytes": .int(Int64(walBytes)),
-        ]
-    }
 
     func call(_ params: NoParams, _ context: CallContext) throws(RPCError) -> JSON {
         [
@@ -82,8 +76,10 @@ struct KernelInfo: RPCMethod {
             "protocolVersion": .string(KernelVersion.protocolVersion),
             "startedAt": .string(startedAt.description),
             "uptimeSeconds": .int(max(0, context.now.seconds - startedAt.seconds)),
-            "durability": durability,
-            "counts": ["users": .int(Int64(auth.userCount)), "records": .int(Int64(store.rowCount))],
+            "durability": store.durabilityInfo,
+            "store": store.storeInfo,
+            "counts": ["users": .int(Int64(try count { () throws(StorageError) in try auth.userCount() })),
+                       "records": .int(Int64(try count { () throws(StorageError) in try store.recordCount() }))],
             "requests": [
                 "total": .int(Int64(stats.total)),
                 "errors": .int(Int64(stats.errors)),
@@ -92,6 +88,11 @@ struct KernelInfo: RPCMethod {
             ],
         ]
     }
+}
+
+/// A count for `kernel.info`, or -32050 when the store cannot give it.
+private func count(_ body: () throws(StorageError) -> Int) throws(RPCError) -> Int {
+    do { return try body() } catch { throw RPCError.from(error) }
 }
 
 /// Version numbers reported by `kernel.info`, `version` and the OpenRPC document.
@@ -117,11 +118,11 @@ struct KernelSnapshot: RPCMethod {
        "durationMs": {"type": "integer", "minimum": 0}}}
     """#
 
-    let store: Store
+    let store: any KernelStore
 
     func call(_ params: NoParams, _ context: CallContext) throws(RPCError) -> JSON {
         do {
-            let info = try store.snapshot()
+            let info = try store.takeSnapshot()
             return ["seq": .int(Int64(info.seq)), "bytes": .int(Int64(info.bytes)), "durationMs": .int(Int64(info.durationMs))]
         } catch {
             throw RPCError.from(error)
@@ -150,10 +151,11 @@ struct EventsSubscribe: RPCMethod {
     """#
 
     let events: EventHub
-    let store: Store
+    let store: any KernelStore
 
     func call(_ p: Params, _ context: CallContext) throws(RPCError) -> JSON {
-        let horizon = store.feedHorizon
+        let horizon: UInt64
+        do { horizon = try store.lastFeedPosition(of: nil) } catch { throw RPCError.from(error) }
         events.current.subscribe(p.topics ?? [], after: horizon)
         store.collectsChanges = true
         return ["subscribed": true, "seq": .int(Int64(horizon))]
@@ -169,7 +171,7 @@ struct EventsUnsubscribe: RPCMethod {
     static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["subscribed"], "properties": {"subscribed": {"const": false}}}"#
 
     let events: EventHub
-    let store: Store
+    let store: any KernelStore
 
     func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> JSON {
         events.current.unsubscribe()

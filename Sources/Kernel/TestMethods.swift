@@ -39,8 +39,8 @@ struct TestWrite: RPCMethod {
     static let auth = AuthRequirement.none
     static let resultSchema = #"{"type":"object","required":["seq"],"properties":{"seq":{"type":"integer"}}}"#
 
-    let store: Store
-    let table: Table<TestValue>
+    let store: any KernelStore
+    let table: any StorageTable<TestValue>
 
     func call(_ p: Params, _ context: CallContext) throws(RPCError) -> JSON {
         var tx = Transaction()
@@ -51,7 +51,7 @@ struct TestWrite: RPCMethod {
         } catch {
             throw RPCError.from(error)
         }
-        return ["seq": .int(Int64(store.seq))]
+        return ["seq": .int(Int64((store as? Store)?.seq ?? store.lastCommitID))]
     }
 }
 
@@ -63,15 +63,21 @@ struct TestDump: RPCMethod {
     static let auth = AuthRequirement.none
     static let resultSchema = #"{"type":"object","required":["rows"],"properties":{"rows":{"type":"array"}}}"#
 
-    let table: Table<TestValue>
+    let table: any StorageTable<TestValue>
 
     func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> JSON {
         var keys = Set<String>()
-        for (k, _) in table.scan(user: testUser) { keys.insert(String(k.dropFirst(2))) }
-        let list: [JSON] = keys.sorted().map { k in
-            ["key": .string(k), "a": .optional(table.get(user: testUser, key: "a/" + k)?.value),
-             "b": .optional(table.get(user: testUser, key: "b/" + k)?.value)]
+        do throws(StorageError) {
+            var keys = Set<String>()
+            for (k, _) in try table.rows(of: testUser) { keys.insert(String(k.dropFirst(2))) }
+            var list: [JSON] = []
+            for k in keys.sorted() {
+                list.append(["key": .string(k), "a": .optional(try table.get(user: testUser, key: "a/" + k)?.value),
+                             "b": .optional(try table.get(user: testUser, key: "b/" + k)?.value)])
+            }
+            return ["rows": .array(list)]
+        } catch {
+            throw RPCError.from(error)
         }
-        return ["rows": .array(list)]
     }
 }

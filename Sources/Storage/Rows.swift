@@ -38,12 +38,16 @@ public enum StorageError: Error, Equatable, CustomStringConvertible {
     case corrupt(String)
     /// A claimed unique key is held by another user: nothing was applied.
     case taken(UniqueKey)
+    /// The request raced another one (on another kernel) and lost: nothing was applied, and running the
+    /// whole request again, reads included, may succeed.
+    case conflict(String)
 
     public var description: String {
         switch self {
         case .unavailable(let m): return "storage unavailable: \(m)"
         case .corrupt(let m): return "corrupt data: \(m)"
         case .taken(let key): return "\(key.namespace) is held by another user"
+        case .conflict(let m): return "conflict with a concurrent request: \(m)"
         }
     }
 }

@@ -25,15 +25,20 @@ public protocol Storage: AnyObject {
     /// `limit` entries, of the entities named (every entity when nil). The feed holds the latest
     /// committed change of each synced record, a delete included.
     func feed(user: String, after: UInt64?, limit: Int, entities: Set<String>?) throws(StorageError) -> FeedPage
-    /// The last feed position committed so far: every later change has a greater one.
-    var feedHorizon: UInt64 { get }
+    /// The last feed position committed so far for `user` (every later change of the user has a greater
+    /// one), or over every user when nil (informational on a shared database).
+    func lastFeedPosition(of user: String?) throws(StorageError) -> UInt64
     /// A read-only copy of `user`'s rows of `table` as they are now, which a worker thread may read
     /// while requests go on being served: the slow part of a big request reads it. A transaction
     /// written through it changes `table` itself.
     func view<Row: StoredRow>(_ table: any StorageTable<Row>, user: String) -> any StorageTable<Row>
     /// A number that changes whenever a commit, or the undo of one, changes `user`'s rows: reads made
     /// through a view are still current at commit when it has not changed since the view was made.
-    func version(of user: String) -> UInt64
+    func version(of user: String) throws(StorageError) -> UInt64
+    /// Ends the current request's scope. The scope opened with the request's first read: on a shared
+    /// database a transaction holding the lock of every user read. A commit closes it too; this ends one
+    /// that did not commit (reads only, or a refusal), and is harmless after a commit.
+    func endRequest()
 }
 
 extension Storage {
@@ -132,7 +137,7 @@ public protocol StorageTable<Row>: TableHandle {
     /// re-check of every App Store membership, least recently checked first.
     func scanAllOrdered(through: String, limit: Int) throws(StorageError) -> (rows: [(user: String, key: String, row: Row)], total: Int)
     /// How many users have rows.
-    var userCount: Int { get }
+    func userCount() throws(StorageError) -> Int
 }
 
 extension StorageTable {

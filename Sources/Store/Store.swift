@@ -207,6 +207,12 @@ public final class Store: Storage, @unchecked Sendable {
 
     public var feedHorizon: UInt64 { Stamp.position(record: seq, index: (1 << Stamp.positionBits) - 1) }
 
+    /// Positions are kernel-wide here: the horizon holds for every user.
+    public func lastFeedPosition(of user: String?) -> UInt64 { feedHorizon }
+
+    /// Nothing to end: the serving thread is the only writer, so a request's reads cannot go stale.
+    public func endRequest() {}
+
     private func entry(_ c: FeedCandidate) -> FeedEntry {
         let entity = slots[c.table].entity!
         return FeedEntry(seq: c.stamp.seq, entity: entity.name, id: entity.id(c.key.string), op: c.deleted ? .delete : .upsert, at: c.stamp.at)

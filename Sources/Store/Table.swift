@@ -107,7 +107,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     }
 
     /// How many users have rows.
-    public var userCount: Int { rows.count }
+    public func userCount() -> Int { rows.count }
 
     func put(user: String, key: String, row: any StoredRow, stamp: Stamp) -> Previous {
         if let ops { return ops.put(user, key, row, stamp) }

@@ -84,5 +84,5 @@ final class TableView<Row: StoredRow>: TableHandle, StorageTable, @unchecked Sen
         return (rows.prefix(limit).map { (user, $0.key, $0.row) }, rows.count)
     }
 
-    var userCount: Int { mine.rows == nil ? 0 : 1 }
+    func userCount() -> Int { mine.rows == nil ? 0 : 1 }
 }

@@ -47,7 +47,7 @@ public final class SyncService: @unchecked Sendable {
             guard let p = decodeCursor(user: user, since) else {
                 throw RPCError.invalidParams("params.since", reason: "invalid_params", "params.since is not a cursor of this feed")
             }
-            guard p <= store.feedHorizon else {
+            guard p <= (try horizon(user)) else {
                 throw RPCError.invalidParams("params.since", reason: "out_of_range", "params.since is ahead of this feed")
             }
             position = p
@@ -77,9 +77,15 @@ public final class SyncService: @unchecked Sendable {
         // Past the last entry, the cursor moves to the feed's horizon: every later change lies beyond it,
         // whatever the entities asked for, so a filtered feed does not rescan what it skipped.
         let more = page.hasMore || cut != nil
-        let next = cut ?? (page.hasMore ? page.entries.last?.seq ?? position ?? 0 : store.feedHorizon)
+        let next: UInt64
+        if let cut { next = cut } else if page.hasMore { next = page.entries.last?.seq ?? position ?? 0 } else { next = try horizon(user) }
         return ["changes": .array(out), "cursor": .string(encodeCursor(user: user, position: next)),
                 "hasMore": .bool(more)]
+    }
+
+    /// The user's last feed position: a cursor past the end of a page points there.
+    private func horizon(_ user: String) throws(RPCError) -> UInt64 {
+        do { return try store.lastFeedPosition(of: user) } catch { throw RPCError.from(error) }
     }
 
     private func json(_ user: String, _ entry: FeedEntry, includeData: Bool, now: Timestamp) throws(RPCError) -> JSON {

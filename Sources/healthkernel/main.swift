@@ -5,6 +5,7 @@ import JSON
 import JSONParsing
 import JSONRPC
 import Kernel
+import Postgres
 import Logging
 import Storage
 import Store
@@ -29,6 +30,9 @@ struct KernelOptions: ParsableArguments {
 
     @Flag(help: "Keep everything in memory; write no files.")
     var memoryOnly = false
+
+    @Option(help: "PostgreSQL URL (postgres://user@host/db): store everything there instead of the data dir (default: $HEALTHKERNEL_STORE_URL).")
+    var store: String?
 
     @Option(help: "When acknowledged writes reach the disk: always, everysec or never (default: always).")
     var fsync: String?
@@ -67,6 +71,7 @@ struct KernelOptions: ParsableArguments {
         o.configFile = config
         o.dataDir = dataDir
         o.memoryOnly = memoryOnly ? true : nil
+        o.storeURL = store
         o.fsync = fsync
         o.maxLineBytes = maxLineBytes
         o.logLevel = logLevel
@@ -88,6 +93,8 @@ struct KernelOptions: ParsableArguments {
         do {
             return try Kernel(config: config, clock: SystemClock(offsetMilliseconds: clockOffsetSeconds * 1000), logger: logger)
         } catch let error as AuthSetupError {
+            fail("healthkernel: \(error)", status: ExitStatus.startupFailed)
+        } catch let error as PostgresOpenError {
             fail("healthkernel: \(error)", status: ExitStatus.startupFailed)
         } catch let error as StoreOpenError {
             switch error {
@@ -166,9 +173,10 @@ struct Serve: ParsableCommand {
         }
         let server = StdioServer(connection: kernel.connection(ordering: ordering), inputFD: inputFD, outputFD: outputFD)
         server.log = { logger.warning("\($0)") }
-        server.afterWrite = { kernel.store.snapshotIfDue() }
-        let store = kernel.store
-        server.mayBusyWait = { !store.isSnapshotRunning }
+        if let store = kernel.store {
+            server.afterWrite = { store.snapshotIfDue() }
+            server.mayBusyWait = { !store.isSnapshotRunning }
+        }
         var sockets: SocketServer?
         if let listen {
             let lock = ServingLock()

@@ -100,7 +100,7 @@ final class Harness {
     @Test func aPlanMadeOnStaleRowsIsMadeAgain() throws {
         let h = try Harness()
         let first = IngestRequest(samples: [try sample(1, 1000, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z", model: "iPhone")])
-        let prepared = h.service.beginIngest(h.user, now: now)
+        let prepared = try h.service.beginIngest(h.user, now: now)
         // Meanwhile, on another connection: a watch's steps over the same ten minutes.
         try h.ingest(samples: [try sample(2, 600, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z", model: "Watch")])
         let planned = prepared.plan(first)
@@ -113,7 +113,7 @@ final class Harness {
         #expect(try h.service.sample(h.user, uuid(2)) != nil && h.service.sample(h.user, uuid(1)) != nil)
         // Unchanged rows: the plan commits as made.
         let third = IngestRequest(samples: [try sample(3, 50, "2026-03-03T10:00:00Z", "2026-03-03T10:10:00Z")])
-        let again = h.service.beginIngest(h.user, now: now)
+        let again = try h.service.beginIngest(h.user, now: now)
         _ = try h.service.finishIngest(again, again.plan(third))
         #expect(try h.sum("2026-03-03") == 50)
     }

@@ -134,7 +134,7 @@ import Testing
     /// Every row stored under a user's partition, in every table.
     func partition(_ kernel: Kernel, _ user: String) -> [String: JSON] {
         var rows: [String: JSON] = [:]
-        for (table, key, value) in kernel.store.rows(of: user) { rows["\(table)/\(key)"] = value }
+        for (table, key, value) in kernel.store!.rows(of: user) { rows["\(table)/\(key)"] = value }
         return rows
     }
 }

@@ -4,6 +4,7 @@ import JSONParsing
 import JSONRPC
 import Kernel
 import Logging
+import TestSupport
 
 /// Paths of the package, found from this file so tests run from any working directory.
 enum Paths {
@@ -42,8 +43,30 @@ func makeKernel(_ configure: (inout KernelConfig) -> Void = { _ in }) throws -> 
     return try Kernel(config: config, logger: logger)
 }
 
+/// The stores a kernel can run on, for tests that run once per store.
+enum StoreKind: String, CaseIterable, CustomStringConvertible, Sendable {
+    case memory, postgres
+    var description: String { rawValue }
+
+    /// Points `config` at this store (a fresh schema of the test server for PostgreSQL).
+    func configure(_ config: inout KernelConfig) {
+        guard self == .postgres else { return }
+        config.memoryOnly = false
+        config.storeURL = TestPostgres.url
+        config.storeSchema = TestPostgres.freshSchema()
+    }
+}
+
+/// A kernel in this process on `store`, for in-process transcripts.
+func makeKernel(on store: StoreKind, _ configure: (inout KernelConfig) -> Void = { _ in }) throws -> Kernel {
+    try makeKernel { config in
+        configure(&config)
+        store.configure(&config)
+    }
+}
+
 /// Calls a kernel in this process, one request at a time, over a connection of its own.
-final class InProcessClient {
+final class InProcessClient: @unchecked Sendable {
     var connection: Connection
     var id = 0
     init(_ kernel: Kernel) { connection = kernel.connection() }

@@ -10,9 +10,9 @@ import Testing
         #expect(Transcript.all().count >= 3)
     }
 
-    @Test(arguments: Transcript.all())
-    func inProcess(_ transcript: Transcript) throws {
-        let kernel = try makeKernel(AppStoreSetup.configure)
+    @Test(arguments: Transcript.all(), StoreKind.allCases)
+    func inProcess(_ transcript: Transcript, on store: StoreKind) throws {
+        let kernel = try makeKernel(on: store, AppStoreSetup.configure)
         var connection = kernel.connection()
         let (problems, pairs) = transcript.run(given: AppStoreSetup.transcriptVariables()) { line, _ in
             connection.receive(Array((line + "\n").utf8))

@@ -525,6 +525,14 @@ export interface Methods {
         lastSnapshotAt: string | null;
         walBytes: number;
       };
+      /** which store keeps the data: memory (memory-only), dataDir, or postgres with where it is (never a password) */
+      store?: {
+        kind: "memory" | "dataDir" | "postgres";
+        host?: string;
+        port?: string;
+        database?: string;
+        schema?: string;
+      };
       counts: {
         [key: string]: number;
       };

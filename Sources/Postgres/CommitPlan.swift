@@ -1,0 +1,166 @@
+import Storage
+
+/// A unit of work as the statements of one pipeline. Consecutive puts (and deletes) of one table and
+/// user become one statement over arrays, so a month of samples is a handful of statements, not 43,200.
+///
+/// Feed positions: every user the work touches has its `users` row moved first (`feed_seq` by the
+/// number of synced changes, `version` by one), under the user's lock; change k of the user (from 1)
+/// then gets `feed_seq - n + k`, computed by the server in the same pipeline.
+struct CommitPlan {
+    let at: Int64
+    private(set) var statements: [Statement] = []
+    /// Users in the order first touched, and their synced change counts.
+    private(set) var users: [String] = []
+    private var counts: [String: Int] = [:]
+    /// For each statement that claims a unique key, the key (to report `taken`).
+    private(set) var claims: [Int: UniqueKey] = [:]
+    /// The open group of puts or deletes: table, user, whether deleting, keys, bodies, orders, offsets.
+    private var group: Group?
+    /// Synced changes: user, table, key, offset among the user's changes, whether a delete.
+    private var synced: [(user: String, table: PostgresTableBase, key: String, offset: Int, deleted: Bool)] = []
+    /// Statement index of each user's `users` update (its `feed_seq` after the commit).
+    private var userStatements: [String: Int] = [:]
+    private var header: [Statement] = []
+
+    private struct Group {
+        let table: PostgresTableBase
+        let user: String
+        let deleting: Bool
+        var keys: [String] = []
+        var seen: Set<String> = []
+        var bodies: [String] = []
+        var orders: [String?] = []
+        var offsets: [String] = []
+    }
+
+    init(at: Int64) { self.at = at }
+
+    mutating func add(_ entry: Transaction.Entry, _ slots: [PostgresTableBase]) {
+        switch entry {
+        case .put(let handle, let user, let key, let row):
+            let table = slots[handle.slot]
+            let offset = touch(user, synced: table.entity != nil)
+            let (body, order) = table.stored(row, key: key)
+            join(table, user, deleting: false, key: key)
+            group!.bodies.append(body)
+            group!.orders.append(order)
+            group!.offsets.append(String(offset))
+        case .delete(let handle, let user, let key):
+            let table = slots[handle.slot]
+            let offset = touch(user, synced: table.entity != nil)
+            join(table, user, deleting: true, key: key)
+            group!.offsets.append(String(offset))
+        case .deleteUser(let user):
+            _ = touch(user, synced: false)
+            close()
+            for sql in ["DELETE FROM rows WHERE usr = $1", "DELETE FROM tombstones WHERE usr = $1", "DELETE FROM unique_keys WHERE usr = $1"] {
+                statements.append(Statement(sql, [user]))
+            }
+        case .claim(let key, let user):
+            _ = touch(user, synced: false)
+            close()
+            claims[statements.count] = key
+            statements.append(Statement("SELECT claim($1, $2, $3)", [key.namespace, key.value, user]))
+        case .release(let key, let user):
+            _ = touch(user, synced: false)
+            close()
+            statements.append(Statement("DELETE FROM unique_keys WHERE namespace = $1 AND value = $2 AND usr = $3", [key.namespace, key.value, user]))
+        }
+    }
+
+    /// Notes a change of `user`; returns its offset among the user's synced changes (0: not synced).
+    private mutating func touch(_ user: String, synced: Bool) -> Int {
+        if counts[user] == nil {
+            counts[user] = 0
+            users.append(user)
+        }
+        guard synced else { return 0 }
+        counts[user]! += 1
+        return counts[user]!
+    }
+
+    /// Continues the open group, or closes it and opens another (a key twice in one group would make
+    /// one statement change a row twice, which PostgreSQL refuses).
+    private mutating func join(_ table: PostgresTableBase, _ user: String, deleting: Bool, key: String) {
+        if let g = group, g.table === table, g.user == user, g.deleting == deleting, !g.seen.contains(key) {
+        } else {
+            close()
+            group = Group(table: table, user: user, deleting: deleting)
+        }
+        group!.keys.append(key)
+        group!.seen.insert(key)
+        if table.entity != nil {
+            synced.append((user, table, key, counts[user]!, deleting))
+        }
+    }
+
+    private mutating func close() {
+        guard let g = group else { return }
+        group = nil
+        let name = g.table.name, keys = PostgresStore.array(g.keys), offsets = "{" + g.offsets.joined(separator: ",") + "}"
+        let position = "(SELECT feed_seq FROM users WHERE usr = $2) - $5 + t.i"
+        if g.deleting {
+            if g.table.entity != nil {
+                statements.append(Statement("""
+                    WITH d AS (DELETE FROM rows WHERE tbl = $1 AND usr = $2 AND key = ANY($3::text[]) RETURNING key)
+                    INSERT INTO tombstones (tbl, usr, key, seq, at)
+                    SELECT $1, $2, t.k, \(position), $6 FROM unnest($3::text[], $4::bigint[]) AS t(k, i) JOIN d ON d.key = t.k
+                    ON CONFLICT (tbl, usr, key) DO UPDATE SET seq = excluded.seq, at = excluded.at
+                    """, [name, g.user, keys, offsets, nil, String(at)]))
+            } else {
+                statements.append(Statement("DELETE FROM rows WHERE tbl = $1 AND usr = $2 AND key = ANY($3::text[])", [name, g.user, keys]))
+            }
+            return
+        }
+        let bodies = PostgresStore.array(g.bodies)
+        let orders = PostgresStore.array(g.orders)
+        if g.table.entity != nil {
+            statements.append(Statement("""
+                INSERT INTO rows (tbl, usr, key, ord, body, seq, at)
+                SELECT $1, $2, t.k, t.o, t.b, \(position), $6 FROM unnest($3::text[], $4::bigint[], $7::text[], $8::text[]) AS t(k, i, o, b)
+                ON CONFLICT (tbl, usr, key) DO UPDATE SET ord = excluded.ord, body = excluded.body, seq = excluded.seq, at = excluded.at
+                """, [name, g.user, keys, offsets, nil, String(at), orders, bodies]))
+            statements.append(Statement("DELETE FROM tombstones WHERE tbl = $1 AND usr = $2 AND key = ANY($3::text[])", [name, g.user, keys]))
+        } else {
+            statements.append(Statement("""
+                INSERT INTO rows (tbl, usr, key, ord, body)
+                SELECT $1, $2, t.k, t.o, t.b FROM unnest($3::text[], $4::text[], $5::text[]) AS t(k, o, b)
+                ON CONFLICT (tbl, usr, key) DO UPDATE SET ord = excluded.ord, body = excluded.body
+                """, [name, g.user, keys, orders, bodies]))
+        }
+    }
+
+    /// The statements, after the users' counters are moved: `users` rows first, then the changes, with
+    /// each user's count filled in (parameter $5 of the statements that compute positions).
+    mutating func finish() -> [Statement] {
+        close()
+        var out: [Statement] = []
+        for user in users {
+            userStatements[user] = out.count
+            out.append(Statement("""
+                INSERT INTO users (usr, feed_seq, version) VALUES ($1, $2, 1)
+                ON CONFLICT (usr) DO UPDATE SET feed_seq = users.feed_seq + $2, version = users.version + 1 RETURNING feed_seq
+                """, [user, String(counts[user]!)]))
+        }
+        let shift = out.count
+        claims = Dictionary(uniqueKeysWithValues: claims.map { ($0.key + shift, $0.value) })
+        for var s in statements {
+            if s.params.count >= 5, s.params[4] == nil, let user = s.params[1] { s.params[4] = String(counts[user]!) }
+            out.append(s)
+        }
+        return out
+    }
+
+    /// The committed changes, for host events: positions from each user's counter after the commit.
+    /// A delete of a row that did not exist made no change, but still took a position (a gap is harmless).
+    func changes(_ results: ArraySlice<StatementResult>) -> [(user: String, entry: FeedEntry)] {
+        var out: [(user: String, entry: FeedEntry)] = []
+        for change in synced {
+            guard let index = userStatements[change.user], let last = results[results.startIndex + index].scalar.flatMap({ UInt64($0) }),
+                  let entity = change.table.entity else { continue }
+            let seq = last - UInt64(counts[change.user]!) + UInt64(change.offset)
+            out.append((change.user, FeedEntry(seq: seq, entity: entity.name, id: entity.id(change.key), op: change.deleted ? .delete : .upsert, at: at)))
+        }
+        return out
+    }
+}

@@ -1,0 +1,158 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CLibPQ
+import Storage
+
+/// One statement of a pipeline: SQL with `$n` placeholders and its parameters as text (nil: NULL).
+public struct Statement {
+    public var sql: String
+    public var params: [String?]
+
+    public init(_ sql: String, _ params: [String?] = []) {
+        self.sql = sql
+        self.params = params
+    }
+}
+
+/// What one statement gave: its rows as text (nil: NULL), or the server's error.
+public struct StatementResult {
+    public var rows: [[String?]] = []
+    /// SQLSTATE and message when the statement failed; `skipped` when an earlier one in its pipeline failed.
+    public var error: (state: String, message: String)?
+    public var skipped = false
+
+    /// The first column of the first row.
+    public var scalar: String? { rows.first?.first ?? nil }
+}
+
+/// A connection to PostgreSQL through libpq, in pipeline mode: the statements of one `run` go to the
+/// server together and their results come back together, one round trip for all of them. Used by one
+/// thread at a time (its owner serialises calls).
+final class Connection: @unchecked Sendable {
+    private var conn: OpaquePointer?
+    let url: String
+    /// Whether the connection was found broken: the next `run` reconnects first.
+    private(set) var broken = false
+
+    /// Connects to `url`; throws `unavailable` with libpq's message (never the password) when it cannot.
+    init(url: String) throws(StorageError) {
+        self.url = url
+        try connect()
+    }
+
+    deinit { PQfinish(conn) }
+
+    private func connect() throws(StorageError) {
+        if conn != nil { PQfinish(conn) }
+        conn = PQconnectdb(url)
+        guard PQstatus(conn) == CONNECTION_OK else {
+            let message = Self.message(conn)
+            PQfinish(conn)
+            conn = nil
+            broken = true
+            throw StorageError.unavailable("cannot connect to PostgreSQL: \(message)")
+        }
+        guard PQenterPipelineMode(conn) == 1 else {
+            throw StorageError.unavailable("PostgreSQL connection refused pipeline mode: \(Self.message(conn))")
+        }
+        broken = false
+    }
+
+    private static func message(_ conn: OpaquePointer?) -> String {
+        guard let text = PQerrorMessage(conn) else { return "unknown error" }
+        return String(cString: text).trimmingWhitespace
+    }
+
+    /// Host (or socket folder), port and database: what logs may show of the URL.
+    var endpoint: (host: String, port: String, database: String) {
+        func text(_ p: UnsafeMutablePointer<CChar>?) -> String { p.map { String(cString: $0) } ?? "" }
+        return (text(PQhost(conn)), text(PQport(conn)), text(PQdb(conn)))
+    }
+
+    /// Whether the server is in the middle of a transaction block on this connection.
+    var inTransaction: Bool {
+        guard let conn else { return false }
+        let status = PQtransactionStatus(conn)
+        return status == PQTRANS_INTRANS || status == PQTRANS_INERROR
+    }
+
+    /// Sends `statements` in one pipeline and returns their results in order. Throws `unavailable` when
+    /// the connection fails (the connection is then marked broken; what the server did is unknown).
+    func run(_ statements: [Statement]) throws(StorageError) -> [StatementResult] {
+        if broken || conn == nil { try connect() }
+        guard !statements.isEmpty else { return [] }
+        for statement in statements {
+            guard send(statement) else { return try fail() }
+        }
+        guard PQpipelineSync(conn) == 1 else { return try fail() }
+        var results: [StatementResult] = []
+        results.reserveCapacity(statements.count)
+        for _ in statements {
+            var result = StatementResult()
+            var got = false
+            while let res = PQgetResult(conn) {
+                got = true
+                defer { PQclear(res) }
+                switch PQresultStatus(res) {
+                case PGRES_TUPLES_OK:
+                    let rows = PQntuples(res), columns = PQnfields(res)
+                    result.rows.reserveCapacity(Int(rows))
+                    for r in 0..<rows {
+                        var row: [String?] = []
+                        row.reserveCapacity(Int(columns))
+                        for c in 0..<columns {
+                            row.append(PQgetisnull(res, r, c) == 1 ? nil : String(cString: PQgetvalue(res, r, c)))
+                        }
+                        result.rows.append(row)
+                    }
+                case PGRES_COMMAND_OK:
+                    break
+                case PGRES_PIPELINE_ABORTED:
+                    result.skipped = true
+                case PGRES_FATAL_ERROR:
+                    let state = PQresultErrorField(res, Int32(UInt8(ascii: "C"))).map { String(cString: $0) } ?? "?????"
+                    let message = PQresultErrorField(res, Int32(UInt8(ascii: "M"))).map { String(cString: $0) } ?? "unknown error"
+                    result.error = (state, message)
+                default:
+                    result.error = ("?????", String(cString: PQresultErrorMessage(res)).trimmingWhitespace)
+                }
+            }
+            if !got { return try fail() }
+            results.append(result)
+        }
+        // The sync point closes the pipeline.
+        guard let sync = PQgetResult(conn) else { return try fail() }
+        let status = PQresultStatus(sync)
+        PQclear(sync)
+        guard status == PGRES_PIPELINE_SYNC else { return try fail() }
+        return results
+    }
+
+    private func send(_ statement: Statement) -> Bool {
+        // The C strings live until PQsendQueryParams has copied them into libpq's output buffer.
+        var cStrings = statement.params.map { $0.map { strdup($0) } ?? nil }
+        defer { for p in cStrings { free(p) } }
+        if cStrings.isEmpty { return PQsendQueryParams(conn, statement.sql, 0, nil, nil, nil, nil, 0) == 1 }
+        return cStrings.withUnsafeMutableBufferPointer { buffer in
+            buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: buffer.count) { values in
+                PQsendQueryParams(conn, statement.sql, Int32(statement.params.count), nil, values, nil, nil, 0) == 1
+            }
+        }
+    }
+
+    private func fail() throws(StorageError) -> [StatementResult] {
+        let message = Self.message(conn)
+        broken = true
+        throw StorageError.unavailable("PostgreSQL connection failed: \(message)")
+    }
+}
+
+extension String {
+    var trimmingWhitespace: String {
+        var s = Substring(self)
+        while let c = s.last, c.isWhitespace { s.removeLast() }
+        while let c = s.first, c.isWhitespace { s.removeFirst() }
+        return String(s)
+    }
+}

@@ -1,0 +1,341 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Chrono
+import JSON
+import Storage
+import Synchronization
+
+/// Where and how to reach PostgreSQL.
+public struct PostgresOptions: Sendable {
+    /// A libpq connection URL (`postgres://user:password@host/db`).
+    public var url: String
+    /// The schema every object lives in.
+    public var schema: String = "healthkernel"
+    /// How long start-up retries an unreachable server.
+    public var connectTimeoutSeconds: Int = 30
+
+    public init(url: String) { self.url = url }
+}
+
+/// Storage on PostgreSQL: the system of record when several kernels serve one user base.
+///
+/// A request's reads and its commit run in one PostgreSQL transaction on the serving thread's
+/// connection. The first statement that names a user takes `pg_advisory_xact_lock` on that user, in the
+/// same pipeline as the statement itself, so every read a request makes of a user is covered by the lock
+/// that its commit holds too: two kernels serving one user take turns. Feed positions come from a
+/// per-user counter taken under that lock, so a user's feed is in commit order across kernels.
+/// `endRequest()` ends a transaction that committed nothing (it held only reads and locks).
+public final class PostgresStore: Storage, @unchecked Sendable {
+    public let options: PostgresOptions
+    let clock: Clock
+    private let log: (String) -> Void
+    /// The serving thread's connection.
+    let main: Connection
+    /// Connections for the worker threads that read through views, taken one per read.
+    private let pool: Mutex<[Connection]>
+    var slots: [PostgresTableBase] = []
+    /// Whether `main` has a transaction open, and the users it has locked.
+    private var open = false
+    private var locked: Set<String> = []
+    /// Commits made so far (the dispatcher's acknowledgement counter).
+    public private(set) var lastCommitID: UInt64 = 0
+    /// Whether committed changes are kept for `takeCommittedChanges` (some host subscribed).
+    public var collectsChanges = false
+    private var committedChanges: [(user: String, entry: FeedEntry)] = []
+    /// The schema, quoted for SQL.
+    let schema: String
+
+    /// Connects (retrying for `connectTimeoutSeconds`, a line in the log per attempt) and brings the
+    /// schema to this binary's version.
+    public init(options: PostgresOptions, clock: Clock, log: @escaping (String) -> Void) throws(PostgresOpenError) {
+        self.options = options
+        self.clock = clock
+        self.log = log
+        schema = Schema.quote(options.schema)
+        let deadline = monotonicMicros() + UInt64(options.connectTimeoutSeconds) * 1_000_000
+        var attempt = 0
+        var connection: Connection?
+        while connection == nil {
+            attempt += 1
+            do {
+                connection = try Connection(url: options.url)
+            } catch {
+                guard monotonicMicros() < deadline else { throw .unreachable(error.description) }
+                log("attempt \(attempt): \(error.description); retrying")
+                sleep(1)
+            }
+        }
+        main = connection!
+        pool = Mutex([])
+        try Self.refuseTransactionPooler(main)
+        do {
+            let (from, to) = try Schema.migrate(main, schema: options.schema)
+            if from != to { log("schema \(options.schema) migrated from version \(from) to \(to)") }
+        } catch {
+            throw .schema(error)
+        }
+        do {
+            try Schema.check(main.run([Statement("SET search_path TO \(schema)")]))
+        } catch {
+            throw .unreachable(error.description)
+        }
+    }
+
+    /// A transaction-mode pooler hands each transaction to any server connection, so session settings
+    /// (the search path) and prepared state would be lost between requests.
+    private static func refuseTransactionPooler(_ connection: Connection) throws(PostgresOpenError) {
+        do {
+            let results = try connection.run([Statement("SET application_name TO 'healthkernel'"),
+                                              Statement("SELECT pg_backend_pid()"), Statement("SELECT pg_backend_pid()")])
+            if results.contains(where: { $0.error != nil }) || results[1].scalar != results[2].scalar {
+                throw PostgresOpenError.pooler
+            }
+        } catch let error as PostgresOpenError {
+            throw error
+        } catch {
+            throw .unreachable("\(error)")
+        }
+    }
+
+    // MARK: Tables
+
+    public func table<Row: StoredRow>(_ name: String, of type: Row.Type, orderedBy orderKey: (@Sendable (Row) -> String)?,
+                                      entity: Entity?) -> any StorageTable<Row> {
+        let t = PostgresTable<Row>(name: name, slot: slots.count, store: self, orderKey: orderKey, entity: entity)
+        slots.append(t)
+        return t
+    }
+
+    public func view<Row: StoredRow>(_ table: any StorageTable<Row>, user: String) -> any StorageTable<Row> {
+        guard let table = slots[table.slot] as? PostgresTable<Row> else { preconditionFailure("\(table.name) is not a table of this store") }
+        return table.onPool()
+    }
+
+    // MARK: Reading
+
+    /// Runs `statements` on the serving connection inside the request's transaction, after taking the
+    /// locks of `users` it does not hold yet: one round trip. Returns the statements' results.
+    func read(users: [String], _ statements: [Statement]) throws(StorageError) -> [StatementResult] {
+        var all = scope(users)
+        let skip = all.count
+        all += statements
+        let results: [StatementResult]
+        do {
+            results = try main.run(all)
+        } catch {
+            forget()
+            throw error
+        }
+        if let failed = results.first(where: { $0.error != nil }) {
+            endRequest()
+            throw Self.error(failed.error!)
+        }
+        return Array(results[skip...])
+    }
+
+    /// Runs `statements` on a pooled connection, outside any request (a view's read on a worker).
+    func readPooled(_ statements: [Statement]) throws(StorageError) -> [StatementResult] {
+        var connection = pool.withLock { $0.popLast() }
+        if connection == nil {
+            connection = try Connection(url: options.url)
+            try Schema.check(connection!.run([Statement("SET search_path TO \(schema)")]))
+        }
+        let c = connection!
+        let results = try c.run(statements)
+        if !c.broken { pool.withLock { $0.append(c) } }
+        if let failed = results.first(where: { $0.error != nil }) { throw Self.error(failed.error!) }
+        return results
+    }
+
+    /// The statements that open the request's transaction and lock `users` not yet locked.
+    private func scope(_ users: [String]) -> [Statement] {
+        var out: [Statement] = []
+        if !open {
+            out.append(Statement("BEGIN"))
+            open = true
+        }
+        for user in users where !locked.contains(user) {
+            locked.insert(user)
+            out.append(Statement("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [user]))
+        }
+        return out
+    }
+
+    /// Ends the request's transaction when it is still open (it made reads only, or failed).
+    public func endRequest() {
+        guard open else { return }
+        do {
+            _ = try main.run([Statement("ROLLBACK")])
+        } catch {
+            log("ending a read transaction: \(error)")
+        }
+        forget()
+    }
+
+    private func forget() {
+        open = false
+        locked.removeAll(keepingCapacity: true)
+    }
+
+    static func error(_ e: (state: String, message: String)) -> StorageError {
+        switch e.state {
+        case "40001", "40P01": return .conflict(e.message)
+        default: return .unavailable(e.message)
+        }
+    }
+
+    public func holder(of key: UniqueKey) throws(StorageError) -> String? {
+        try read(users: [], [Statement("SELECT usr FROM unique_keys WHERE namespace = $1 AND value = $2", [key.namespace, key.value])])[0].scalar
+    }
+
+    public func version(of user: String) throws(StorageError) -> UInt64 {
+        UInt64(try read(users: [user], [Statement("SELECT version FROM users WHERE usr = $1", [user])])[0].scalar ?? "0") ?? 0
+    }
+
+    public func lastFeedPosition(of user: String?) throws(StorageError) -> UInt64 {
+        guard let user else {
+            return UInt64(try read(users: [], [Statement("SELECT coalesce(max(feed_seq), 0) FROM users")])[0].scalar ?? "0") ?? 0
+        }
+        return UInt64(try read(users: [user], [Statement("SELECT feed_seq FROM users WHERE usr = $1", [user])])[0].scalar ?? "0") ?? 0
+    }
+
+    public func feed(user: String, after: UInt64?, limit: Int, entities: Set<String>?) throws(StorageError) -> FeedPage {
+        let synced = slots.filter { t in t.entity.map { entities?.contains($0.name) ?? true } ?? false }
+        guard !synced.isEmpty else { return FeedPage(entries: [], hasMore: false) }
+        let names = Self.array(synced.map(\.name))
+        let take = limit == .max ? "ALL" : String(limit + 1)
+        let sql = """
+            (SELECT tbl, key, seq, at, false FROM rows WHERE usr = $1 AND seq > $2 AND tbl = ANY($3::text[]) ORDER BY seq LIMIT \(take))
+            UNION ALL
+            (SELECT tbl, key, seq, at, true FROM tombstones WHERE usr = $1 AND seq > $2 AND tbl = ANY($3::text[]) ORDER BY seq LIMIT \(take))
+            ORDER BY 3 LIMIT \(take)
+            """
+        let rows = try read(users: [user], [Statement(sql, [user, String(after ?? 0), names])])[0].rows
+        let byName = Dictionary(uniqueKeysWithValues: synced.map { ($0.name, $0.entity!) })
+        var entries: [FeedEntry] = []
+        for row in rows.prefix(limit) {
+            guard let name = row[0], let entity = byName[name], let key = row[1], let seq = row[2].flatMap({ UInt64($0) }) else { continue }
+            entries.append(FeedEntry(seq: seq, entity: entity.name, id: entity.id(key), op: row[4] == "t" ? .delete : .upsert,
+                                     at: row[3].flatMap { Int64($0) } ?? 0))
+        }
+        return FeedPage(entries: entries, hasMore: rows.count > limit)
+    }
+
+    /// Changes committed since the last call, in commit order, with their users (while `collectsChanges`).
+    public func takeCommittedChanges() -> [(user: String, entry: FeedEntry)] {
+        defer { committedChanges.removeAll(keepingCapacity: true) }
+        return committedChanges
+    }
+
+    // MARK: Writing
+
+    public func commit(_ tx: Transaction) throws(StorageError) {
+        guard !tx.isEmpty else { return }
+        let at = clock.now().milliseconds
+        var plan = CommitPlan(at: at)
+        for entry in tx.entries { plan.add(entry, slots) }
+        var statements = scope(plan.users)
+        let first = statements.count
+        statements += plan.finish()
+        statements.append(Statement("COMMIT"))
+        let results: [StatementResult]
+        do {
+            results = try main.run(statements)
+        } catch {
+            forget()
+            throw error
+        }
+        forget()
+        if let index = results.firstIndex(where: { $0.error != nil }) {
+            _ = try? main.run([Statement("ROLLBACK")])
+            let failed = results[index].error!
+            if failed.state == "HK001", let key = plan.claims[index - first] { throw StorageError.taken(key) }
+            if failed.state == "23505" { throw StorageError.conflict(failed.message) }
+            throw Self.error(failed)
+        }
+        lastCommitID += 1
+        if collectsChanges { committedChanges += plan.changes(results[first...]) }
+    }
+
+    public func upgrade(_ tx: Transaction) {
+        do {
+            try commit(tx)
+        } catch {
+            log("upgrade of stored data failed: \(error)")
+        }
+    }
+
+    /// A PostgreSQL array literal of `values` (text).
+    static func array(_ values: [String?]) -> String {
+        var out = "{"
+        for (i, v) in values.enumerated() {
+            if i > 0 { out += "," }
+            guard let v else {
+                out += "NULL"
+                continue
+            }
+            out += "\""
+            for c in v.unicodeScalars {
+                if c == "\"" || c == "\\" { out += "\\" }
+                out.unicodeScalars.append(c)
+            }
+            out += "\""
+        }
+        return out + "}"
+    }
+
+    /// Where the data lives, for `kernel.info` and logs: host, database and schema, never the password.
+    public var description: String {
+        let e = endpoint
+        return "postgresql host \(e.host) port \(e.port) database \(e.database) schema \(options.schema)"
+    }
+
+    /// Host (or socket folder), port and database of the connection.
+    public var endpoint: (host: String, port: String, database: String) { main.endpoint }
+
+    /// Rows in every table, as PostgreSQL estimates them.
+    public func estimatedRowCount() throws(StorageError) -> Int {
+        let sql = "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = to_regclass('\(schema).rows')"
+        return Int(try read(users: [], [Statement(sql)])[0].scalar ?? "0") ?? 0
+    }
+
+    /// A secret every kernel on the database shares (made by the first that needs it): the signing
+    /// secret of tokens when none is configured, so kernels accept each other's tokens and cursors.
+    public func sharedSecret(named name: String) throws(StorageError) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: 48)
+        var rng = SystemRandomNumberGenerator()
+        for i in bytes.indices { bytes[i] = rng.next() }
+        let fresh = bytes.map { String($0, radix: 16) }.joined()
+        let results = try main.run([
+            Statement("INSERT INTO shared (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING", [name, fresh]),
+            Statement("SELECT value FROM shared WHERE name = $1", [name]),
+        ])
+        try Schema.check(results)
+        guard let value = results[1].scalar, value.utf8.count >= 32 else { throw StorageError.corrupt("shared \(name) is too short") }
+        return Array(value.utf8)
+    }
+
+    /// Closes the connections.
+    public func shutdown() {
+        endRequest()
+        pool.withLock { $0.removeAll() }
+    }
+}
+
+/// Why the PostgreSQL store could not open.
+public enum PostgresOpenError: Error, CustomStringConvertible {
+    case unreachable(String)
+    case schema(MigrationError)
+    case pooler
+
+    public var description: String {
+        switch self {
+        case .unreachable(let m): return m
+        case .schema(let e): return e.description
+        case .pooler:
+            return "the connection goes through a transaction-mode pooler (consecutive statements ran on different server "
+                + "connections): use a direct connection or a session-mode pooler"
+        }
+    }
+}

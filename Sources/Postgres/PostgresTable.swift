@@ -1,0 +1,139 @@
+import JSON
+import JSONParsing
+import Storage
+
+/// What the store needs of a table whatever its rows: its name, entity, and how a row is stored.
+class PostgresTableBase: TableHandle, @unchecked Sendable {
+    let entity: Entity?
+    /// The second order's key of a row (head and key), when the table has a second order.
+    let ordered: Bool
+
+    init(name: String, slot: Int, entity: Entity?, ordered: Bool) {
+        self.entity = entity
+        self.ordered = ordered
+        super.init(name: name, slot: slot)
+    }
+
+    /// The row's stored JSON as text, and its order key.
+    func stored(_ row: any StoredRow, key: String) -> (body: String, order: String?) { fatalError("abstract") }
+}
+
+/// A table on PostgreSQL: rows of the generic `rows` table under the table's name, one partition per
+/// user, keys in byte order (`COLLATE "C"`), and the second order in an index over `ord` (the order
+/// function's head, then the key: the string the in-memory store orders by).
+final class PostgresTable<Row: StoredRow>: PostgresTableBase, StorageTable, @unchecked Sendable {
+    unowned let store: PostgresStore
+    let orderKey: (@Sendable (Row) -> String)?
+    /// Whether reads go to a pooled connection without locks (a view, read on a worker thread).
+    let pooled: Bool
+
+    init(name: String, slot: Int, store: PostgresStore, orderKey: (@Sendable (Row) -> String)?, entity: Entity?, pooled: Bool = false) {
+        self.store = store
+        self.orderKey = orderKey
+        self.pooled = pooled
+        super.init(name: name, slot: slot, entity: entity, ordered: orderKey != nil)
+    }
+
+    /// The same table, read from a pooled connection: for a worker thread (`Storage.view`). Its reads
+    /// take no lock; the request validates them at commit through `version(of:)`.
+    func onPool() -> PostgresTable<Row> {
+        PostgresTable(name: name, slot: slot, store: store, orderKey: orderKey, entity: entity, pooled: true)
+    }
+
+    override func stored(_ row: any StoredRow, key: String) -> (body: String, order: String?) {
+        let row = row as! Row
+        return (String(decoding: row.stored.bytes, as: UTF8.self), orderKey.map { $0(row) + key })
+    }
+
+    private func run(_ user: String?, _ statement: Statement) throws(StorageError) -> [[String?]] {
+        if pooled { return try store.readPooled([statement])[0].rows }
+        return try store.read(users: user.map { [$0] } ?? [], [statement])[0].rows
+    }
+
+    private func decode(_ body: String?) throws(StorageError) -> Row {
+        guard let body else { throw StorageError.corrupt("\(name): a row without a body") }
+        let value: JSON
+        do {
+            value = try JSON.parse(body)
+        } catch {
+            throw StorageError.corrupt("\(name): \(error)")
+        }
+        return try Row(stored: value)
+    }
+
+    private func pairs(_ rows: [[String?]]) throws(StorageError) -> [(key: String, row: Row)] {
+        var out: [(key: String, row: Row)] = []
+        out.reserveCapacity(rows.count)
+        for r in rows { out.append((r[0] ?? "", try decode(r[1]))) }
+        return out
+    }
+
+    func get(user: String, key: String) throws(StorageError) -> Row? {
+        let rows = try run(user, Statement("SELECT body FROM rows WHERE tbl = $1 AND usr = $2 AND key = $3", [name, user, key]))
+        guard let first = rows.first else { return nil }
+        return try decode(first[0])
+    }
+
+    func get(user: String, keys: [String]) throws(StorageError) -> [String: Row] {
+        guard !keys.isEmpty else { return [:] }
+        let rows = try run(user, Statement("SELECT key, body FROM rows WHERE tbl = $1 AND usr = $2 AND key = ANY($3::text[])",
+                                           [name, user, PostgresStore.array(keys)]))
+        var out: [String: Row] = [:]
+        out.reserveCapacity(rows.count)
+        for r in rows { out[r[0] ?? ""] = try decode(r[1]) }
+        return out
+    }
+
+    func scan(user: String, from: String?, to: String?, after: String?, reverse: Bool, limit: Int) throws(StorageError) -> [(key: String, row: Row)] {
+        try pairs(run(user, range(column: "key", user: user, from: from, to: to, after: after, reverse: reverse, limit: limit)))
+    }
+
+    func scanOrdered(user: String, from: String?, to: String?, after: String?, reverse: Bool, limit: Int) throws(StorageError) -> [(key: String, row: Row)] {
+        try pairs(run(user, range(column: "ord", user: user, from: from, to: to, after: after, reverse: reverse, limit: limit)))
+    }
+
+    /// A range scan over `column` (`key`, or `ord` for the second order), either direction.
+    private func range(column: String, user: String, from: String?, to: String?, after: String?, reverse: Bool, limit: Int) -> Statement {
+        var sql = "SELECT key, body FROM rows WHERE tbl = $1 AND usr = $2"
+        var params: [String?] = [name, user]
+        func bound(_ op: String, _ value: String?) {
+            guard let value else { return }
+            params.append(value)
+            sql += " AND \(column) \(op) $\(params.count)"
+        }
+        if column == "ord" { sql += " AND ord IS NOT NULL" }
+        bound(">=", from)
+        bound("<=", to)
+        bound(reverse ? "<" : ">", after)
+        sql += " ORDER BY \(column)" + (reverse ? " DESC" : "")
+        if limit != .max { sql += " LIMIT \(limit)" }
+        return Statement(sql, params)
+    }
+
+    func scanOrdered(user: String, ranges: [OrderRange]) throws(StorageError) -> [(key: String, row: Row)] {
+        guard !ranges.isEmpty else { return [] }
+        let statements = ranges.map {
+            Statement("SELECT key, body FROM rows WHERE tbl = $1 AND usr = $2 AND ord >= $3 AND ord <= $4 ORDER BY ord", [name, user, $0.from, $0.to])
+        }
+        let results = pooled ? try store.readPooled(statements) : try store.read(users: [user], statements)
+        var out: [(key: String, row: Row)] = []
+        for result in results { out += try pairs(result.rows) }
+        return out
+    }
+
+    func scanAllOrdered(through: String, limit: Int) throws(StorageError) -> (rows: [(user: String, key: String, row: Row)], total: Int) {
+        let statements = [
+            Statement("SELECT usr, key, body FROM rows WHERE tbl = $1 AND ord IS NOT NULL AND ord <= $2 ORDER BY ord, usr LIMIT \(limit)",
+                      [name, through]),
+            Statement("SELECT count(*) FROM rows WHERE tbl = $1 AND ord IS NOT NULL AND ord <= $2", [name, through]),
+        ]
+        let results = pooled ? try store.readPooled(statements) : try store.read(users: [], statements)
+        var rows: [(user: String, key: String, row: Row)] = []
+        for r in results[0].rows { rows.append((r[0] ?? "", r[1] ?? "", try decode(r[2]))) }
+        return (rows, Int(results[1].scalar ?? "0") ?? 0)
+    }
+
+    func userCount() throws(StorageError) -> Int {
+        Int(try run(nil, Statement("SELECT count(DISTINCT usr) FROM rows WHERE tbl = $1", [name])).first?[0] ?? "0") ?? 0
+    }
+}

@@ -1,0 +1,79 @@
+import Foundation
+import JSON
+import JSONRPC
+import Testing
+import Threads
+import TestSupport
+@testable import Kernel
+
+/// Two kernels on one PostgreSQL database serving the same users at once, each on its own thread, as two
+/// web-app instances behind a load balancer would: the per-user lock, the retry of lost races and the
+/// unique constraints must leave exactly what one kernel would.
+@Suite struct ScaleOutTests {
+    /// Two kernels on one fresh schema.
+    func pair() throws -> (Kernel, Kernel) {
+        let schema = TestPostgres.freshSchema()
+        func one() throws -> Kernel {
+            try makeKernel { config in
+                config.memoryOnly = false
+                config.storeURL = TestPostgres.url
+                config.storeSchema = schema
+            }
+        }
+        return (try one(), try one())
+    }
+
+    /// Runs `a` and `b` at the same time on two threads and waits for both.
+    func together(_ a: @escaping @Sendable () -> Void, _ b: @escaping @Sendable () -> Void) {
+        let done = DispatchGroup()
+        for body in [a, b] {
+            done.enter()
+            Thread.detachNewThread {
+                body()
+                done.leave()
+            }
+        }
+        done.wait()
+    }
+
+    @Test func oneEmailSignedUpOnBothKernelsGetsOneAccount() throws {
+        let (a, b) = try pair()
+        let ca = InProcessClient(a), cb = InProcessClient(b)
+        let results = Locked<[JSON]>([])
+        for i in 0..<20 {
+            let params: JSON = ["email": .string("race\(i)@example.com"), "password": "correct horse battery"]
+            together({ results.append(ca.call("auth.signUp", params)) }, { results.append(cb.call("auth.signUp", params)) })
+        }
+        let answers = results.value
+        #expect(answers.filter { $0["result"] != nil }.count == 20, "one account per email")
+        // The loser saw the account (email_taken), or raced it to the unique constraint (unique_key_taken).
+        #expect(answers.filter { $0["error"]?["code"] == -32009 }.count == 20)
+    }
+
+    @Test func aTimerStartedFromBothKernelsRunsOnce() throws {
+        let (a, b) = try pair()
+        let ca = InProcessClient(a), cb = InProcessClient(b)
+        var tokens: [JSON] = []
+        for i in 0..<20 {
+            let up = ca.call("auth.signUp", ["email": .string("timer\(i)@example.com"), "password": "correct horse battery"])
+            tokens.append(try #require(up["result"]?["accessToken"]))
+        }
+        let results = Locked<[JSON]>([])
+        for token in tokens {
+            together({ results.append(ca.call("sessions.start", ["auth": token, "clientSessionId": "a"])) },
+                     { results.append(cb.call("sessions.start", ["auth": token, "clientSessionId": "b"])) })
+        }
+        let answers = results.value
+        #expect(answers.filter { $0["result"] != nil }.count == 20, "exactly one timer per user")
+        #expect(answers.filter { $0["error"]?["data"]?["reason"] == "session_active" }.count == 20)
+    }
+}
+
+/// A value two test threads append to.
+final class Locked<Value: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: Value
+    init(_ value: Value) { stored = value }
+    var value: Value { lock.withLock { stored } }
+    func append<T>(_ element: T) where Value == [T] { lock.withLock { stored.append(element) } }
+}
