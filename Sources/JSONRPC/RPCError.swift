@@ -108,7 +108,7 @@ extension RPCError {
     }
 
     /// Whether running the request again may succeed (`storageConflict`).
-    public var isConflict: Bool { code == -32050 && extra.first?.0 == "retried" }
+    public var isConflict: Bool { code == -32050 && extra.contains { $0.0 == "retried" } }
 }
 
 /// Documentation of one error a method can return, for the OpenRPC document.

@@ -33,7 +33,13 @@ struct CommitPlan {
         var offsets: [String] = []
     }
 
-    init(at: Int64) { self.at = at }
+    /// Whether to keep the synced changes for host events (`changes`).
+    let collects: Bool
+
+    init(at: Int64, collects: Bool) {
+        self.at = at
+        self.collects = collects
+    }
 
     mutating func add(_ entry: Transaction.Entry, _ slots: [PostgresTableBase]) {
         switch entry {
@@ -89,7 +95,7 @@ struct CommitPlan {
         }
         group!.keys.append(key)
         group!.seen.insert(key)
-        if table.entity != nil {
+        if collects, table.entity != nil {
             synced.append((user, table, key, counts[user]!, deleting))
         }
     }

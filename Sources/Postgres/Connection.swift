@@ -18,9 +18,9 @@ public struct Statement {
 /// What one statement gave: its rows as text (nil: NULL), or the server's error.
 public struct StatementResult {
     public var rows: [[String?]] = []
-    /// SQLSTATE and message when the statement failed; `skipped` when an earlier one in its pipeline failed.
+    /// SQLSTATE and message when the statement failed (a statement after it in the pipeline was skipped
+    /// and reports none).
     public var error: (state: String, message: String)?
-    public var skipped = false
 
     /// The first column of the first row.
     public var scalar: String? { rows.first?.first ?? nil }
@@ -70,13 +70,6 @@ final class Connection: @unchecked Sendable {
         return (text(PQhost(conn)), text(PQport(conn)), text(PQdb(conn)))
     }
 
-    /// Whether the server is in the middle of a transaction block on this connection.
-    var inTransaction: Bool {
-        guard let conn else { return false }
-        let status = PQtransactionStatus(conn)
-        return status == PQTRANS_INTRANS || status == PQTRANS_INERROR
-    }
-
     /// Sends `statements` in one pipeline and returns their results in order. Throws `unavailable` when
     /// the connection fails (the connection is then marked broken; what the server did is unknown).
     func run(_ statements: [Statement]) throws(StorageError) -> [StatementResult] {
@@ -109,7 +102,7 @@ final class Connection: @unchecked Sendable {
                 case PGRES_COMMAND_OK:
                     break
                 case PGRES_PIPELINE_ABORTED:
-                    result.skipped = true
+                    break
                 case PGRES_FATAL_ERROR:
                     let state = PQresultErrorField(res, Int32(UInt8(ascii: "C"))).map { String(cString: $0) } ?? "?????"
                     let message = PQresultErrorField(res, Int32(UInt8(ascii: "M"))).map { String(cString: $0) } ?? "unknown error"

@@ -117,21 +117,25 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// Runs `statements` on the serving connection inside the request's transaction, after taking the
     /// locks of `users` it does not hold yet: one round trip. Returns the statements' results.
     func read(users: [String], _ statements: [Statement]) throws(StorageError) -> [StatementResult] {
-        var all = scope(users)
-        let skip = all.count
-        all += statements
-        let results: [StatementResult]
-        do {
-            results = try main.run(all)
-        } catch {
-            forget()
-            throw error
-        }
+        let (results, first) = try pipeline(locking: users, statements)
         if let failed = results.first(where: { $0.error != nil }) {
             endRequest()
             throw Self.error(failed.error!)
         }
-        return Array(results[skip...])
+        return Array(results[first...])
+    }
+
+    /// Sends the statements that open the scope and lock `users`, then `statements`, in one pipeline;
+    /// returns every result and where those of `statements` begin. A broken connection ends the scope
+    /// (the server rolls its transaction back).
+    private func pipeline(locking users: [String], _ statements: [Statement]) throws(StorageError) -> (results: [StatementResult], first: Int) {
+        let opening = scope(users)
+        do {
+            return (try main.run(opening + statements), opening.count)
+        } catch {
+            forget()
+            throw error
+        }
     }
 
     /// Runs `statements` on a pooled connection, outside any request (a view's read on a worker).
@@ -233,19 +237,10 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     public func commit(_ tx: Transaction) throws(StorageError) {
         guard !tx.isEmpty else { return }
         let at = clock.now().milliseconds
-        var plan = CommitPlan(at: at)
+        var plan = CommitPlan(at: at, collects: collectsChanges)
         for entry in tx.entries { plan.add(entry, slots) }
-        var statements = scope(plan.users)
-        let first = statements.count
-        statements += plan.finish()
-        statements.append(Statement("COMMIT"))
-        let results: [StatementResult]
-        do {
-            results = try main.run(statements)
-        } catch {
-            forget()
-            throw error
-        }
+        let statements = plan.finish() + [Statement("COMMIT")]
+        let (results, first) = try pipeline(locking: plan.users, statements)
         forget()
         if let index = results.firstIndex(where: { $0.error != nil }) {
             _ = try? main.run([Statement("ROLLBACK")])
