@@ -215,7 +215,11 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             (SELECT tbl, key, seq, at, true FROM tombstones WHERE usr = $1 AND seq > $2 AND tbl = ANY($3::text[]) ORDER BY seq LIMIT \(take))
             ORDER BY 3 LIMIT \(take)
             """
-        let rows = try read(users: [user], [Statement(sql, [user, String(after ?? 0), names])])[0].rows
+        // Without sorts the page walks the (usr, seq) indexes from the cursor, O(log n + page). Left to
+        // its statistics, PostgreSQL reads every row of the user and sorts them while a freshly loaded
+        // table has none yet (43.5 ms against 0.47 ms at 130,000 rows). SET LOCAL lasts to the scope's end.
+        let rows = try read(users: [user], [Statement("SET LOCAL enable_sort = off"), Statement(sql, [user, String(after ?? 0), names]),
+                                            Statement("SET LOCAL enable_sort = on")])[1].rows
         let byName = Dictionary(uniqueKeysWithValues: synced.map { ($0.name, $0.entity!) })
         var entries: [FeedEntry] = []
         for row in rows.prefix(limit) {
