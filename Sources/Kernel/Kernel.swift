@@ -43,6 +43,9 @@ public final class Kernel {
             options.schema = config.storeSchema
             options.connectTimeoutSeconds = config.storeConnectTimeoutSeconds
             let postgres = try PostgresStore(options: options, clock: clock, log: { [logger] in logger.warning("\($0)") })
+            if postgres.migration.from != postgres.migration.to {
+                logger.info("schema \(options.schema) migrated from version \(postgres.migration.from) to \(postgres.migration.to)")
+            }
             tables = Tables(postgres)
             builders = Self.domains.map { $0.registerOnPostgres(postgres) }
             // Kernels on one database sign and check each other's tokens and cursors.

@@ -8,10 +8,14 @@ import Storage
 public struct Statement {
     public var sql: String
     public var params: [String?]
+    /// Asks the server to send every result so far before it runs the next statement, so that they reach
+    /// the client even when the connection breaks later in the pipeline.
+    public var flushAfter = false
 
-    public init(_ sql: String, _ params: [String?] = []) {
+    public init(_ sql: String, _ params: [String?] = [], flushAfter: Bool = false) {
         self.sql = sql
         self.params = params
+        self.flushAfter = flushAfter
     }
 }
 
@@ -32,12 +36,18 @@ public struct StatementResult {
 final class Connection: @unchecked Sendable {
     private var conn: OpaquePointer?
     let url: String
+    /// Session settings run after every connect (the search path), so a reconnect restores them.
+    private let setup: [Statement]
     /// Whether the connection was found broken: the next `run` reconnects first.
     private(set) var broken = false
+    /// The results a failed `run` received before the connection broke.
+    private(set) var received: [StatementResult] = []
 
-    /// Connects to `url`; throws `unavailable` with libpq's message (never the password) when it cannot.
-    init(url: String) throws(StorageError) {
+    /// Connects to `url` and runs `setup`; throws `unavailable` with libpq's message (never the password)
+    /// when it cannot.
+    init(url: String, setup: [Statement] = []) throws(StorageError) {
         self.url = url
+        self.setup = setup
         try connect()
     }
 
@@ -53,10 +63,17 @@ final class Connection: @unchecked Sendable {
             broken = true
             throw StorageError.unavailable("cannot connect to PostgreSQL: \(message)")
         }
+        // Notices ("already exists, skipping") would go to stderr unformatted: the kernel logs through swift-log.
+        PQsetNoticeProcessor(conn, { _, _ in }, nil)
         guard PQenterPipelineMode(conn) == 1 else {
             throw StorageError.unavailable("PostgreSQL connection refused pipeline mode: \(Self.message(conn))")
         }
         broken = false
+        guard !setup.isEmpty else { return }
+        if let failed = try run(setup).first(where: { $0.error != nil })?.error {
+            broken = true
+            throw StorageError.unavailable("setting up the PostgreSQL session failed: \(failed.message)")
+        }
     }
 
     private static func message(_ conn: OpaquePointer?) -> String {
@@ -75,8 +92,10 @@ final class Connection: @unchecked Sendable {
     func run(_ statements: [Statement]) throws(StorageError) -> [StatementResult] {
         if broken || conn == nil { try connect() }
         guard !statements.isEmpty else { return [] }
+        received.removeAll()
         for statement in statements {
             guard send(statement) else { return try fail() }
+            if statement.flushAfter && PQsendFlushRequest(conn) != 1 { return try fail() }
         }
         guard PQpipelineSync(conn) == 1 else { return try fail() }
         var results: [StatementResult] = []
@@ -111,14 +130,20 @@ final class Connection: @unchecked Sendable {
                     result.error = ("?????", String(cString: PQresultErrorMessage(res)).trimmingWhitespace)
                 }
             }
-            if !got { return try fail() }
+            if !got {
+                received = results
+                return try fail()
+            }
             results.append(result)
         }
         // The sync point closes the pipeline.
         guard let sync = PQgetResult(conn) else { return try fail() }
         let status = PQresultStatus(sync)
         PQclear(sync)
-        guard status == PGRES_PIPELINE_SYNC else { return try fail() }
+        guard status == PGRES_PIPELINE_SYNC else {
+            received = results
+            return try fail()
+        }
         return results
     }
 

@@ -45,6 +45,8 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     private var committedChanges: [(user: String, entry: FeedEntry)] = []
     /// The schema, quoted for SQL.
     let schema: String
+    /// The schema's version before and after start-up (equal when it was current).
+    public private(set) var migration = (from: 0, to: 0)
 
     /// Connects (retrying for `connectTimeoutSeconds`, a line in the log per attempt) and brings the
     /// schema to this binary's version.
@@ -59,7 +61,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         while connection == nil {
             attempt += 1
             do {
-                connection = try Connection(url: options.url)
+                connection = try Connection(url: options.url, setup: Self.session(Schema.quote(options.schema)))
             } catch {
                 guard monotonicMicros() < deadline else { throw .unreachable(error.description) }
                 log("attempt \(attempt): \(error.description); retrying")
@@ -70,25 +72,24 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         pool = Mutex([])
         try Self.refuseTransactionPooler(main)
         do {
-            let (from, to) = try Schema.migrate(main, schema: options.schema)
-            if from != to { log("schema \(options.schema) migrated from version \(from) to \(to)") }
+            migration = try Schema.migrate(main, schema: options.schema)
         } catch {
             throw .schema(error)
         }
-        do {
-            try Schema.check(main.run([Statement("SET search_path TO \(schema)")]))
-        } catch {
-            throw .unreachable(error.description)
-        }
+    }
+
+    /// Session settings of every connection, run again after a reconnect. A search path naming a schema
+    /// that does not exist yet is allowed: the migration creates it before any query uses it.
+    private static func session(_ schema: String) -> [Statement] {
+        [Statement("SET application_name TO 'healthkernel'"), Statement("SET search_path TO \(schema)")]
     }
 
     /// A transaction-mode pooler hands each transaction to any server connection, so session settings
     /// (the search path) and prepared state would be lost between requests.
     private static func refuseTransactionPooler(_ connection: Connection) throws(PostgresOpenError) {
         do {
-            let results = try connection.run([Statement("SET application_name TO 'healthkernel'"),
-                                              Statement("SELECT pg_backend_pid()"), Statement("SELECT pg_backend_pid()")])
-            if results.contains(where: { $0.error != nil }) || results[1].scalar != results[2].scalar {
+            let results = try connection.run([Statement("SELECT pg_backend_pid()"), Statement("SELECT pg_backend_pid()")])
+            if results.contains(where: { $0.error != nil }) || results[0].scalar != results[1].scalar {
                 throw PostgresOpenError.pooler
             }
         } catch let error as PostgresOpenError {
@@ -141,10 +142,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// Runs `statements` on a pooled connection, outside any request (a view's read on a worker).
     func readPooled(_ statements: [Statement]) throws(StorageError) -> [StatementResult] {
         var connection = pool.withLock { $0.popLast() }
-        if connection == nil {
-            connection = try Connection(url: options.url)
-            try Schema.check(connection!.run([Statement("SET search_path TO \(schema)")]))
-        }
+        if connection == nil { connection = try Connection(url: options.url, setup: Self.session(schema)) }
         let c = connection!
         let results = try c.run(statements)
         if !c.broken { pool.withLock { $0.append(c) } }
@@ -243,9 +241,24 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         let at = clock.now().milliseconds
         var plan = CommitPlan(at: at, collects: collectsChanges)
         for entry in tx.entries { plan.add(entry, slots) }
-        let statements = plan.finish() + [Statement("COMMIT")]
-        let (results, first) = try pipeline(locking: plan.users, statements)
+        // The transaction's id comes back before COMMIT runs (the flush request), so that a connection
+        // lost during the commit can ask the server whether it happened.
+        let statements = plan.finish() + [Statement("SELECT pg_current_xact_id()::text", flushAfter: true), Statement("COMMIT")]
+        let opening = scope(plan.users)
+        let results: [StatementResult]
+        do {
+            results = try main.run(opening + statements)
+        } catch {
+            forget()
+            let xidIndex = opening.count + statements.count - 2
+            guard main.received.count > xidIndex, let xid = main.received[xidIndex].scalar else { throw error }
+            guard try committed(xid) else { throw error }
+            log("the connection broke during a commit that the server made (transaction \(xid))")
+            lastCommitID += 1
+            return
+        }
         forget()
+        let first = opening.count
         if let index = results.firstIndex(where: { $0.error != nil }) {
             _ = try? main.run([Statement("ROLLBACK")])
             let failed = results[index].error!
@@ -255,6 +268,19 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         }
         lastCommitID += 1
         if collectsChanges { committedChanges += plan.changes(results[first...]) }
+    }
+
+    /// Whether transaction `xid` committed, asked on a new connection after the old one broke. Throws
+    /// `unavailable` when the server cannot say (it is still down): the outcome is then unknown.
+    private func committed(_ xid: String) throws(StorageError) -> Bool {
+        do {
+            let status = try main.run([Statement("SELECT pg_xact_status($1::xid8)", [xid])])
+            if let failed = status[0].error { throw StorageError.unavailable(failed.message) }
+            return status[0].scalar == "committed"
+        } catch {
+            throw .unavailable("the connection to PostgreSQL broke during a commit, and whether transaction \(xid) committed "
+                + "cannot be learnt yet (\(error))")
+        }
     }
 
     public func upgrade(_ tx: Transaction) {

@@ -363,8 +363,8 @@ struct Token: ParsableCommand {
 struct StoreCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "store",
-        abstract: "Look into or repair a data dir offline.",
-        subcommands: [Inspect.self, Verify.self, Export.self, Repair.self]
+        abstract: "Look into or repair a data dir offline; bring a PostgreSQL schema to this binary's version.",
+        subcommands: [Inspect.self, Verify.self, Export.self, Repair.self, Migrate.self]
     )
 
     struct DirOption: ParsableArguments {
@@ -415,6 +415,37 @@ struct StoreCommand: ParsableCommand {
             } catch {
                 let status = if case .locked = error { ExitStatus.dataDirLocked } else { ExitStatus.startupFailed }
                 fail("healthkernel store repair: \(error)", status: status)
+            }
+        }
+    }
+}
+
+extension StoreCommand {
+    struct Migrate: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create or upgrade the PostgreSQL schema (--store or store.url) and print its versions as JSON.",
+            discussion: "Kernels migrate at start too; this runs it ahead, e.g. in a deploy step. Exit 2 when the "
+                + "database is unreachable or its schema is newer than this binary.")
+        @OptionGroup var options: KernelOptions
+
+        func run() throws {
+            let config = options.load()
+            let logger = bootstrapLogging(level: config.logLevel)
+            guard let url = config.storeURL else {
+                fail("healthkernel store migrate: no PostgreSQL URL (--store, HEALTHKERNEL_STORE_URL or store.url)",
+                     status: ExitStatus.startupFailed)
+            }
+            var postgres = PostgresOptions(url: url)
+            postgres.schema = config.storeSchema
+            postgres.connectTimeoutSeconds = config.storeConnectTimeoutSeconds
+            do {
+                let store = try PostgresStore(options: postgres, clock: SystemClock(), log: { logger.warning("\($0)") })
+                defer { store.shutdown() }
+                let out: JSON = ["schema": .string(config.storeSchema), "from": .int(Int64(store.migration.from)),
+                                 "to": .int(Int64(store.migration.to))]
+                writeStdout(out.serialized + "\n")
+            } catch {
+                fail("healthkernel store migrate: \(error)", status: ExitStatus.startupFailed)
             }
         }
     }

@@ -7,27 +7,40 @@ public enum TestPostgres {
     /// The server's URL.
     public static let url: String = {
         if let url = ProcessInfo.processInfo.environment["HEALTHKERNEL_TEST_PG_URL"], !url.isEmpty { return url }
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let dir = "/tmp/hk-pg-\(getpid())"
-        let process = Process()
-        process.executableURL = root.appendingPathComponent("scripts/pg-server")
-        process.arguments = ["start", dir]
-        let out = Pipe()
-        process.standardOutput = out
-        try! process.run()
-        process.waitUntilExit()
-        precondition(process.terminationStatus == 0, "scripts/pg-server start failed")
-        atexit {
-            let stop = Process()
-            stop.executableURL = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-                .deletingLastPathComponent().appendingPathComponent("scripts/pg-server")
-            stop.arguments = ["stop", "/tmp/hk-pg-\(getpid())"]
-            try? stop.run()
-            stop.waitUntilExit()
-        }
-        return String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let url = pgServer("start", dir)
+        atexit { _ = TestPostgres.pgServer("stop", "/tmp/hk-pg-\(getpid())") }
+        return url
     }()
+
+    /// Runs `scripts/pg-server COMMAND DIR` and returns what it printed. Through system(3): Foundation's
+    /// Process waits forever here once the script has left a server running.
+    @discardableResult
+    static func pgServer(_ command: String, _ dir: String) -> String {
+        let out = dir + ".out"
+        let status = system("'\(root.path)/scripts/pg-server' \(command) '\(dir)' > '\(out)'")
+        precondition(status == 0, "scripts/pg-server \(command) failed")
+        defer { unlink(out) }
+        return ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// A server of the calling test's own, which it may stop and start (`halt`, `resume`) without
+    /// disturbing the others; `stop` removes it.
+    public final class Private: @unchecked Sendable {
+        public let dir: String
+        public let url: String
+
+        public init() {
+            dir = "/tmp/hk-pg-private-\(getpid())-\(UUID().uuidString.prefix(8))"
+            url = TestPostgres.pgServer("start", dir)
+        }
+
+        public func halt() { TestPostgres.pgServer("halt", dir) }
+        public func resume() { TestPostgres.pgServer("resume", dir) }
+        public func stop() { TestPostgres.pgServer("stop", dir) }
+    }
+
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
     /// A schema name no other test uses.
     public static func freshSchema() -> String {
