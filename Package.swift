@@ -47,7 +47,7 @@ let package = Package(
         .target(name: "Store", dependencies: ["JSON", "JSONParsing", "Chrono", "Threads", "CCRC32C", "Storage"], swiftSettings: optimized),
         .target(
             name: "Postgres",
-            dependencies: ["CLibPQ", "JSON", "JSONParsing", "Chrono", "Storage"],
+            dependencies: ["CLibPQ", "JSON", "JSONParsing", "Chrono", "Storage", "Threads"],
             swiftSettings: optimized
         ),
         .target(

@@ -43,7 +43,16 @@ public final class StdioServer {
         self.connection = connection
         self.inputFD = inputFD
         self.outputFD = outputFD
+        (wakeFD, wake) = Self.makeWakePipe()
+        connection.events.wake = wake
+        connection.stream.wake = wake
     }
+
+    /// Read end of the pipe that wakes the reader thread.
+    private let wakeFD: Int32
+    /// Makes the server run an empty batch soon (from any thread): other streams' changes, finished slow
+    /// work or other kernels' changes wait for this stream.
+    public let wake: @Sendable () -> Void
 
     /// Moves the protocol stream off fd 1: returns a private duplicate of stdout for responses and points
     /// fd 1 at stderr, so a stray print from any library can never corrupt the protocol.
@@ -113,7 +122,7 @@ public final class StdioServer {
         let reader = connection.reader
         let (inputFD, log, mayBusyWait) = (self.inputFD, self.log, self.mayBusyWait)
         nonisolated(unsafe) let unsafeLog = log
-        let wakeFD = makeWakePipe()
+        let wakeFD = self.wakeFD
         spawnThread {
             Self.readLoop(reader: reader, inputFD: inputFD, wakeFD: wakeFD, bufferBytes: readBufferBytes, queue: queue,
                           answered: answered, mayBusyWait: mayBusyWait, log: unsafeLog)
@@ -148,22 +157,19 @@ public final class StdioServer {
     }
 
     /// A pipe whose write end is poked when other streams' changes or finished slow work wait for this
-    /// stream; returns the read end, which the reader thread polls.
-    private func makeWakePipe() -> Int32 {
+    /// stream: the read end, which the reader thread polls, and the poke.
+    private static func makeWakePipe() -> (Int32, @Sendable () -> Void) {
         var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { return -1 }
+        guard pipe(&fds) == 0 else { return (-1, {}) }
         for fd in fds {
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
             _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         }
         let writeEnd = fds[1]
-        let wake: @Sendable () -> Void = {
+        return (fds[0], {
             var byte: UInt8 = 1
             _ = write(writeEnd, &byte, 1)
-        }
-        connection.events.wake = wake
-        connection.stream.wake = wake
-        return fds[0]
+        })
     }
 
     /// The reader thread: reads until EOF or a stop signal, handing each read's parsed lines over (and

@@ -171,6 +171,12 @@ public final class Kernel {
         return connection.output
     }
 
+    /// Called from another thread when changes other kernels committed wait to be announced to this
+    /// kernel's subscribed hosts (PostgreSQL): the server runs an empty batch, which announces them.
+    public func onOtherKernelsChanges(_ wake: @escaping @Sendable () -> Void) {
+        (storage as? PostgresStore)?.onRemoteChanges = wake
+    }
+
     /// Clean shutdown: makes everything durable (final snapshot) and releases the data dir.
     public func shutdown() {
         storage.shutdown()

@@ -36,9 +36,13 @@ struct CommitPlan {
     /// Whether to keep the synced changes for host events (`changes`).
     let collects: Bool
 
-    init(at: Int64, collects: Bool) {
+    /// The channel commits are announced on (while some kernel listens).
+    let channel: String
+
+    init(at: Int64, collects: Bool, channel: String) {
         self.at = at
         self.collects = collects
+        self.channel = channel
     }
 
     mutating func add(_ entry: Transaction.Entry, _ slots: [PostgresTableBase]) {
@@ -153,6 +157,28 @@ struct CommitPlan {
         for var s in statements {
             if s.params.count >= 5, s.params[4] == nil, let user = s.params[1] { s.params[4] = String(counts[user]!) }
             out.append(s)
+        }
+        // Announce each user's new positions to listening kernels ("<last> <count> <user>"); PostgreSQL
+        // sends them at commit, in commit order. NOTIFY serialises commits, so only while a kernel listens.
+        for user in users where counts[user]! > 0 && user.utf8.count < 7000 {
+            out.append(Statement("""
+                SELECT pg_notify($1, u.feed_seq || ' ' || $2 || ' ' || u.usr) FROM users u
+                WHERE u.usr = $3 AND EXISTS (SELECT 1 FROM listeners)
+                """, [channel, String(counts[user]!), user]))
+        }
+        return out
+    }
+
+    /// Users whose synced changes this plan announces, with their counts.
+    var announced: [(user: String, count: Int)] {
+        users.compactMap { counts[$0]! > 0 && $0.utf8.count < 7000 ? ($0, counts[$0]!) : nil }
+    }
+
+    /// Each announced user's feed position after the commit, from the commit's results.
+    func lastPositions(_ results: ArraySlice<StatementResult>) -> [String: UInt64] {
+        var out: [String: UInt64] = [:]
+        for (user, index) in userStatements {
+            out[user] = results[results.startIndex + index].scalar.flatMap { UInt64($0) }
         }
         return out
     }

@@ -81,6 +81,32 @@ final class Connection: @unchecked Sendable {
         return String(cString: text).trimmingWhitespace
     }
 
+    /// The server process serving this connection (what a notification names as its sender).
+    var backendPID: Int32 { PQbackendPID(conn) }
+
+    /// Waits up to `timeoutMilliseconds` for notifications (after `LISTEN`) and returns each sender's
+    /// process id and payload. Throws `unavailable` when the connection breaks.
+    func notifications(timeoutMilliseconds: Int32) throws(StorageError) -> [(pid: Int32, payload: String)] {
+        if broken || conn == nil { try connect() }
+        var out: [(pid: Int32, payload: String)] = []
+        func drain() {
+            while let n = PQnotifies(conn) {
+                out.append((n.pointee.be_pid, String(cString: n.pointee.extra)))
+                PQfreemem(n)
+            }
+        }
+        drain()
+        guard out.isEmpty else { return out }
+        var fds = [pollfd(fd: PQsocket(conn), events: Int16(POLLIN), revents: 0)]
+        guard poll(&fds, 1, timeoutMilliseconds) > 0 else { return out }
+        guard PQconsumeInput(conn) == 1 else {
+            _ = try fail()
+            return out
+        }
+        drain()
+        return out
+    }
+
     /// Host (or socket folder), port and database: what logs may show of the URL.
     var endpoint: (host: String, port: String, database: String) {
         func text(_ p: UnsafeMutablePointer<CChar>?) -> String { p.map { String(cString: $0) } ?? "" }

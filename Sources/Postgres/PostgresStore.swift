@@ -29,7 +29,7 @@ public struct PostgresOptions: Sendable {
 public final class PostgresStore: Storage, @unchecked Sendable {
     public let options: PostgresOptions
     let clock: Clock
-    private let log: (String) -> Void
+    private let log: @Sendable (String) -> Void
     /// The serving thread's connection.
     let main: Connection
     /// Connections for the worker threads that read through views, taken one per read.
@@ -40,17 +40,36 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     private var locked: Set<String> = []
     /// Commits made so far (the dispatcher's acknowledgement counter).
     public private(set) var lastCommitID: UInt64 = 0
-    /// Whether committed changes are kept for `takeCommittedChanges` (some host subscribed).
-    public var collectsChanges = false
+    /// Whether committed changes are kept for `takeCommittedChanges` and other kernels' changes heard
+    /// (some host subscribed).
+    public var collectsChanges = false {
+        didSet {
+            guard collectsChanges != oldValue else { return }
+            if collectsChanges { listener.start() } else { listener.stop() }
+        }
+    }
     private var committedChanges: [(user: String, entry: FeedEntry)] = []
+    /// Hears every kernel's commits while some host subscribed.
+    private let listener: ChangeListener
+    /// The announcement of this kernel's latest commit with synced changes, not yet heard back; and the
+    /// server processes the serving connection has had (its announcements are not fetched again).
+    private var awaited: (pid: Int32, user: String, last: UInt64)?
+    private var ownPIDs: Set<Int32> = []
+    /// Called on another thread when other kernels' changes arrive, to wake the serving thread.
+    public var onRemoteChanges: @Sendable () -> Void {
+        get { listener.onArrival }
+        set { listener.onArrival = newValue }
+    }
     /// The schema, quoted for SQL.
     let schema: String
+    /// The channel commits are announced on: one per schema, since channels are per database.
+    let channel: String
     /// The schema's version before and after start-up (equal when it was current).
     public private(set) var migration = (from: 0, to: 0)
 
     /// Connects (retrying for `connectTimeoutSeconds`, a line in the log per attempt) and brings the
     /// schema to this binary's version.
-    public init(options: PostgresOptions, clock: Clock, log: @escaping (String) -> Void) throws(PostgresOpenError) {
+    public init(options: PostgresOptions, clock: Clock, log: @escaping @Sendable (String) -> Void) throws(PostgresOpenError) {
         self.options = options
         self.clock = clock
         self.log = log
@@ -70,6 +89,10 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         }
         main = connection!
         pool = Mutex([])
+        let channel = String(("hk_" + options.schema).utf8.prefix(63))!
+        self.channel = channel
+        listener = ChangeListener(url: options.url, setup: Self.session(Schema.quote(options.schema)), channel: channel,
+                                  log: { log($0) })
         try Self.refuseTransactionPooler(main)
         do {
             migration = try Schema.migrate(main, schema: options.schema)
@@ -203,6 +226,12 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     }
 
     public func feed(user: String, after: UInt64?, limit: Int, entities: Set<String>?) throws(StorageError) -> FeedPage {
+        try feedPage(user: user, after: after, limit: limit, entities: entities, pooled: false)
+    }
+
+    /// A feed page, read in the request's scope under the user's lock, or (`pooled`) on a pooled
+    /// connection outside any request.
+    private func feedPage(user: String, after: UInt64?, limit: Int, entities: Set<String>?, pooled: Bool) throws(StorageError) -> FeedPage {
         let synced = slots.filter { t in t.entity.map { entities?.contains($0.name) ?? true } ?? false }
         guard !synced.isEmpty else { return FeedPage(entries: [], hasMore: false) }
         let names = Self.array(synced.map(\.name))
@@ -216,8 +245,10 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         // Without sorts the page walks the (usr, seq) indexes from the cursor, O(log n + page). Left to
         // its statistics, PostgreSQL reads every row of the user and sorts them while a freshly loaded
         // table has none yet (43.5 ms against 0.47 ms at 130,000 rows). SET LOCAL lasts to the scope's end.
-        let rows = try read(users: [user], [Statement("SET LOCAL enable_sort = off"), Statement(sql, [user, String(after ?? 0), names]),
-                                            Statement("SET LOCAL enable_sort = on")])[1].rows
+        let statements = [Statement("SET LOCAL enable_sort = off"), Statement(sql, [user, String(after ?? 0), names]),
+                          Statement("SET LOCAL enable_sort = on")]
+        let rows = try pooled ? readPooled([Statement("BEGIN")] + statements + [Statement("COMMIT")])[2].rows
+            : read(users: [user], statements)[1].rows
         let byName = Dictionary(uniqueKeysWithValues: synced.map { ($0.name, $0.entity!) })
         var entries: [FeedEntry] = []
         for row in rows.prefix(limit) {
@@ -229,9 +260,52 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     }
 
     /// Changes committed since the last call, in commit order, with their users (while `collectsChanges`).
+    ///
+    /// Every kernel's commits are heard in commit order on the change channel. This kernel's own changes
+    /// are announced once their announcement is heard back (waiting up to a second for it), so that
+    /// changes other kernels committed before them come first: each user's changes go out in `seq` order.
+    /// Other kernels' changes are read from the feed (one query per heard commit, on a pooled
+    /// connection); a row changed again since shows up at its later position only.
     public func takeCommittedChanges() -> [(user: String, entry: FeedEntry)] {
-        defer { committedChanges.removeAll(keepingCapacity: true) }
-        return committedChanges
+        var heard = listener.inbox.takeAll(wait: false)
+        if let awaited, listener.isConnected {
+            let deadline = monotonicMicros() + 1_000_000
+            while !heard.contains(where: { $0.pid == awaited.pid && $0.user == awaited.user && $0.last == awaited.last }) {
+                let now = monotonicMicros()
+                guard now < deadline else { break }
+                heard += listener.inbox.takeAll(waitingUpTo: Int(deadline - now))
+            }
+        }
+        awaited = nil
+        guard !heard.isEmpty else {
+            defer { committedChanges.removeAll(keepingCapacity: true) }
+            return committedChanges
+        }
+        var own: [String: [FeedEntry]] = [:]
+        for (user, entry) in committedChanges { own[user, default: []].append(entry) }
+        committedChanges.removeAll(keepingCapacity: true)
+        var out: [(user: String, entry: FeedEntry)] = []
+        for a in heard {
+            let after = a.last >= a.count ? a.last - a.count : 0
+            if ownPIDs.contains(a.pid) {
+                guard let entries = own[a.user] else { continue }
+                let (mine, rest) = (entries.filter { $0.seq > after && $0.seq <= a.last }, entries.filter { $0.seq <= after || $0.seq > a.last })
+                out += mine.map { (a.user, $0) }
+                own[a.user] = rest.isEmpty ? nil : rest
+            } else {
+                do {
+                    let page = try feedPage(user: a.user, after: after, limit: Int(a.count), entities: nil, pooled: true)
+                    out += page.entries.filter { $0.seq <= a.last }.map { (a.user, $0) }
+                } catch {
+                    log("reading another kernel's changes of a user: \(error)")
+                }
+            }
+        }
+        // Own changes whose announcement was not heard (the listener was down): last, in commit order.
+        for (user, entries) in own.sorted(by: { ($0.value.first?.seq ?? 0) < ($1.value.first?.seq ?? 0) }) {
+            out += entries.map { (user, $0) }
+        }
+        return out
     }
 
     // MARK: Writing
@@ -239,7 +313,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     public func commit(_ tx: Transaction) throws(StorageError) {
         guard !tx.isEmpty else { return }
         let at = clock.now().milliseconds
-        var plan = CommitPlan(at: at, collects: collectsChanges)
+        var plan = CommitPlan(at: at, collects: collectsChanges, channel: channel)
         for entry in tx.entries { plan.add(entry, slots) }
         // The transaction's id comes back before COMMIT runs (the flush request), so that a connection
         // lost during the commit can ask the server whether it happened.
@@ -267,7 +341,13 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             throw Self.error(failed)
         }
         lastCommitID += 1
-        if collectsChanges { committedChanges += plan.changes(results[first...]) }
+        guard collectsChanges else { return }
+        committedChanges += plan.changes(results[first...])
+        if let user = plan.announced.last?.user, let last = plan.lastPositions(results[first...])[user] {
+            let pid = main.backendPID
+            ownPIDs.insert(pid)
+            awaited = (pid, user, last)
+        }
     }
 
     /// Whether transaction `xid` committed, asked on a new connection after the old one broke. Throws
@@ -343,6 +423,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     /// Closes the connections.
     public func shutdown() {
+        listener.stop(wait: true)
         endRequest()
         pool.withLock { $0.removeAll() }
     }

@@ -58,6 +58,12 @@ enum Schema {
             "ALTER TABLE unique_keys ENABLE ROW LEVEL SECURITY",
             "ALTER TABLE shared ENABLE ROW LEVEL SECURITY",
         ],
+        [
+            // Server processes of kernels listening for changes (some host subscribed): commits announce
+            // their changes only while there is one.
+            "CREATE TABLE listeners (pid int PRIMARY KEY)",
+            "ALTER TABLE listeners ENABLE ROW LEVEL SECURITY",
+        ],
     ]
 
     /// The version this binary brings a database to.

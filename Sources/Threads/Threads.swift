@@ -158,6 +158,22 @@ public final class Inbox<Item: Sendable>: @unchecked Sendable {
         pthread_mutex_unlock(lock)
     }
 
+    /// Every queued item, oldest first, after waiting up to `microseconds` for there to be one.
+    public func takeAll(waitingUpTo microseconds: Int) -> [Item] {
+        var deadline = timespec()
+        clock_gettime(CLOCK_REALTIME, &deadline)
+        let nanos = Int(deadline.tv_nsec) + (microseconds % 1_000_000) * 1000
+        deadline.tv_sec += microseconds / 1_000_000 + nanos / 1_000_000_000
+        deadline.tv_nsec = nanos % 1_000_000_000
+        pthread_mutex_lock(lock)
+        defer { pthread_mutex_unlock(lock) }
+        while items.isEmpty && pthread_cond_timedwait(notEmpty, lock, &deadline) == 0 {}
+        var taken: [Item] = []
+        swap(&taken, &items)
+        queued.store(0, ordering: .releasing)
+        return taken
+    }
+
     /// Every queued item, oldest first; with `wait`, sleeps until there is at least one.
     public func takeAll(wait: Bool) -> [Item] {
         if !wait && isEmpty { return [] }

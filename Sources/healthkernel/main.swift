@@ -173,6 +173,7 @@ struct Serve: ParsableCommand {
         }
         let server = StdioServer(connection: kernel.connection(ordering: ordering), inputFD: inputFD, outputFD: outputFD)
         server.log = { logger.warning("\($0)") }
+        kernel.onOtherKernelsChanges(server.wake)
         if let store = kernel.store {
             server.afterWrite = { store.snapshotIfDue() }
             server.mayBusyWait = { !store.isSnapshotRunning }

@@ -10,15 +10,59 @@ import TestSupport
         let args = ["store", "migrate", "--store", TestPostgres.url, "--config", try configFile(schema)]
         let first = try runBinary(args)
         #expect(first.status == 0, "\(first.stderrText)")
-        #expect(try JSON.parse(first.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)) == ["schema": .string(schema), "from": 0, "to": 1])
+        #expect(try JSON.parse(first.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)) == ["schema": .string(schema), "from": 0, "to": 2])
         let again = try runBinary(args)
-        #expect(try JSON.parse(again.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines))["from"] == 1)
+        #expect(try JSON.parse(again.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines))["from"] == 2)
 
         // A database migrated by a newer binary: this one must not touch it.
         #expect(psql("UPDATE \(schema).schema_version SET version = 99") == 0)
         let refused = try runBinary(args)
         #expect(refused.status == 2)
-        #expect(refused.stderrText.contains("version 99") && refused.stderrText.contains("binary's 1"), "\(refused.stderrText)")
+        #expect(refused.stderrText.contains("version 99") && refused.stderrText.contains("binary's 2"), "\(refused.stderrText)")
+    }
+
+    @Test func aHostSubscribedToOneKernelHearsEveryKernelsChangesInOrder() throws {
+        let config = try configFile(TestPostgres.freshSchema())
+        let args = ["serve", "--store", TestPostgres.url, "--config", config, "--jwt-secret", testSecret, "--log-level", "error"]
+        let a = try LiveKernel(args), b = try LiveKernel(args)
+        defer {
+            a.closeInput()
+            b.closeInput()
+            _ = a.finish()
+            _ = b.finish()
+        }
+        let user = ScreenTimeBinaryTests.userToken
+        var id = 0
+        /// Sends one request to `k` and returns its response, keeping notifications read on the way.
+        var heard: [JSON] = []
+        func call(_ k: LiveKernel, _ method: String, _ params: JSON) -> JSON? {
+            id += 1
+            k.send([JSON.object(JSONObject([("jsonrpc", "2.0"), ("id", .int(Int64(id))), ("method", .string(method)), ("params", params)])).serialized])
+            while let text = k.readRawLine(timeoutSeconds: 10), let line = try? JSON.parse(text) {
+                if line["id"] == nil { if k === a { heard.append(line) }; continue }
+                return line
+            }
+            return nil
+        }
+        func claim(_ k: LiveKernel, _ date: String) {
+            #expect(call(k, "screentime.claim", ["auth": .string(user), "date": .string(date), "minutes": 10])?["result"] != nil)
+        }
+        #expect(call(a, "events.subscribe", ["auth": .string(testServiceToken)])?["result"]?["subscribed"] == true)
+        claim(b, "2025-04-01")
+        claim(a, "2025-04-02")
+        claim(b, "2025-04-03")
+        claim(b, "2025-04-04")
+        claim(a, "2025-04-05")
+        // The other kernel's last changes arrive without a request to wake the subscribed one.
+        let deadline = Date().addingTimeInterval(10)
+        while heard.count < 5 && Date() < deadline {
+            if let text = a.readRawLine(timeoutSeconds: 1), let line = try? JSON.parse(text) { heard.append(line) }
+        }
+        #expect(heard.compactMap { $0["params"]?["id"]?.stringValue } == ["2025-04-01", "2025-04-02", "2025-04-03", "2025-04-04", "2025-04-05"])
+        let seqs = heard.compactMap { $0["params"]?["seq"]?.intValue }
+        #expect(seqs == seqs.sorted() && Set(seqs).count == seqs.count, "out of order or repeated: \(seqs)")
+        let feed = call(b, "sync.changes", ["auth": .string(user)])?["result"]?["changes"]?.arrayValue ?? []
+        #expect(feed.compactMap { $0["seq"]?.intValue } == seqs, "the notifications and the feed disagree")
     }
 
     /// A config file naming `schema` (the schema has no flag of its own).
