@@ -123,8 +123,12 @@ final class PostgresTable<Row: StoredRow>: PostgresTableBase, StorageTable, @unc
 
     func scanAllOrdered(through: String, limit: Int) throws(StorageError) -> (rows: [(user: String, key: String, row: Row)], total: Int) {
         let statements = [
-            Statement("SELECT usr, key, body FROM rows WHERE tbl = $1 AND ord IS NOT NULL AND ord <= $2 ORDER BY ord, usr LIMIT \(limit)",
-                      [name, through]),
+            // Claimed for the request (rows another kernel's request claimed are skipped), so that two
+            // kernels' daily re-checks never work on the same rows.
+            Statement("""
+                SELECT usr, key, body FROM rows WHERE tbl = $1 AND ord IS NOT NULL AND ord <= $2 ORDER BY ord, usr LIMIT \(limit)
+                \(pooled ? "" : "FOR UPDATE SKIP LOCKED")
+                """, [name, through]),
             Statement("SELECT count(*) FROM rows WHERE tbl = $1 AND ord IS NOT NULL AND ord <= $2", [name, through]),
         ]
         let results = pooled ? try store.readPooled(statements) : try store.read(users: [], statements)

@@ -134,7 +134,8 @@ public protocol StorageTable<Row>: TableHandle {
     func scanOrdered(user: String, ranges: [OrderRange]) throws(StorageError) -> [(key: String, row: Row)]
     /// Rows of every user in the table's second order, order keys up to `through`: the first `limit` of
     /// them, and how many such rows there are in all. For work that spans users, such as the daily
-    /// re-check of every App Store membership, least recently checked first.
+    /// re-check of every App Store membership, least recently checked first. On a store several kernels
+    /// share, the rows returned are claimed until the request ends: another request's scan skips them.
     func scanAllOrdered(through: String, limit: Int) throws(StorageError) -> (rows: [(user: String, key: String, row: Row)], total: Int)
     /// How many users have rows.
     func userCount() throws(StorageError) -> Int

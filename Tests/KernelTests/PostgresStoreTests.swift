@@ -1,0 +1,47 @@
+import Chrono
+import JSON
+import Postgres
+import Storage
+import Testing
+import TestSupport
+
+/// The PostgreSQL store's promises to several kernels, checked on two stores over one schema.
+@Suite struct PostgresStoreTests {
+    struct Due: StoredRow {
+        let at: String
+        init(at: String) { self.at = at }
+        init(stored: JSON) throws(StorageError) {
+            guard let at = stored["at"]?.stringValue else { throw StorageError.corrupt("no at") }
+            self.at = at
+        }
+        var stored: JSON { ["at": .string(at)] }
+    }
+
+    func open(_ schema: String) throws -> (PostgresStore, any StorageTable<Due>) {
+        var options = PostgresOptions(url: TestPostgres.url)
+        options.schema = schema
+        let store = try PostgresStore(options: options, clock: SystemClock(), log: { _ in })
+        return (store, store.table("test.due", of: Due.self, orderedBy: { $0.at }))
+    }
+
+    @Test func twoKernelsScanningDueRowsNeverGetTheSameRow() throws {
+        let schema = TestPostgres.freshSchema()
+        let (a, dueA) = try open(schema)
+        let (b, dueB) = try open(schema)
+        defer { a.shutdown(); b.shutdown() }
+        var t = Transaction()
+        for i in 0..<10 { t.put(dueA, user: "user\(i)", key: "m", Due(at: String(format: "%03d", i))) }
+        try a.commit(t)
+
+        let first = try dueA.scanAllOrdered(through: "~", limit: 4)
+        let second = try dueB.scanAllOrdered(through: "~", limit: 4)
+        #expect(first.rows.map(\.user) == ["user0", "user1", "user2", "user3"])
+        #expect(second.rows.map(\.user) == ["user4", "user5", "user6", "user7"], "rows another request holds are skipped")
+        #expect(first.total == 10 && second.total == 10)
+        a.endRequest()
+        b.endRequest()
+        // Once the requests end, the rows are free again.
+        #expect(try dueB.scanAllOrdered(through: "~", limit: 20).rows.count == 10)
+        b.endRequest()
+    }
+}
