@@ -13,6 +13,7 @@ public struct AuthTables: Sendable {
     @usableFromInline let legacyIndex: any StorageTable<IndexRow>
     public let sessions: any StorageTable<SignInRow>
     public let refresh: any StorageTable<RefreshRow>
+    public let throttle: any StorageTable<ThrottleRow>
 
     /// Registers the tables. Inlinable, so that the composition root's call is specialised for its
     /// storage and each table's row operations are compiled for their row type.
@@ -22,6 +23,7 @@ public struct AuthTables: Sendable {
         legacyIndex = store.table("auth.index", of: IndexRow.self)
         sessions = store.table("auth.sessions", of: SignInRow.self)
         refresh = store.table("auth.refresh", of: RefreshRow.self)
+        throttle = store.table("auth.throttle", of: ThrottleRow.self)
     }
 }
 
@@ -45,7 +47,6 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     let issuerKeys: KeySet
     let providerKeys: [String: KeySet]
     private var cache: [String: VerifiedToken] = [:]
-    private var failures: [String: [Int64]] = [:]
 
     /// What a verified access token says, kept so the signature is checked once per token.
     struct VerifiedToken {
@@ -279,13 +280,16 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         return try finishSignIn(attempt, passwordMatches: Passwords.verify(password, against: attempt.passwordHash), now: now)
     }
 
-    /// Checks the throttle and finds the account. The attempt counts as a failure until it succeeds, so
-    /// attempts verified concurrently cannot get past the limit.
+    /// Checks the throttle and finds the account. The attempt is stored as a failure until it succeeds,
+    /// so attempts verified concurrently, on this kernel or another, cannot get past the limit.
     func beginSignIn(email: String, now: Timestamp) throws(AuthError) -> SignInAttempt {
-        let recent = (failures[email] ?? []).filter { now.milliseconds - $0 < Self.failureWindowMs }
-        failures[email] = recent.isEmpty ? nil : recent
+        let partition = Self.throttlePartition(email)
+        let stored = try storage(try tables.throttle.get(user: partition, key: Self.throttleKey))?.failures ?? []
+        let recent = stored.filter { now.milliseconds - $0 < Self.failureWindowMs }
         guard recent.count < Self.maxFailures else { throw .tooManyAttempts }
-        failures[email, default: []].append(now.milliseconds)
+        var tx = Transaction()
+        tx.put(tables.throttle, user: partition, key: Self.throttleKey, ThrottleRow(failures: recent + [now.milliseconds]))
+        try commit(tx)
         let user = try owner(of: .email(email)).map { (id) throws(AuthError) in try account(id) } ?? nil
         return SignInAttempt(email: email, userId: user?.id, passwordHash: user?.passwordHash ?? Passwords.decoy)
     }
@@ -294,12 +298,16 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     func finishSignIn(_ attempt: SignInAttempt, passwordMatches: Bool, now: Timestamp) throws(AuthError) -> SignedIn {
         guard passwordMatches, let id = attempt.userId, let user = try account(id),
               user.passwordHash == attempt.passwordHash, user.email == attempt.email else { throw .invalidCredentials }
-        failures[attempt.email] = nil
         var tx = Transaction()
+        tx.delete(tables.throttle, user: Self.throttlePartition(attempt.email), key: Self.throttleKey)
         let session = startSession(user, &tx, now: now)
         try commit(tx)
         return session
     }
+
+    /// The partition an email's failed sign-ins live in (no user id starts so).
+    static func throttlePartition(_ email: String) -> String { "throttle:" + email }
+    static let throttleKey = "failures"
 
     func refresh(_ token: String, now: Timestamp) throws(AuthError) -> SignedIn {
         guard let dot = token.firstIndex(of: "."), let userId = Identifiers.canonicalUUID(String(token[..<dot])),

@@ -95,3 +95,16 @@ public struct RefreshRow: StoredRow {
         return .object(o)
     }
 }
+
+/// Failed sign-ins of one email in the throttle window (`auth.throttle`, in the email's own partition
+/// `throttle:<email>`, key `failures`): in the store, so that every kernel on one database counts them.
+public struct ThrottleRow: StoredRow {
+    /// When each failure happened (ms since 1970), oldest first.
+    public var failures: [Int64]
+    public init(failures: [Int64]) { self.failures = failures }
+    public init(stored: JSON) throws(StorageError) {
+        let f = try StoredFields(stored, "throttle")
+        failures = f.object["failures"]?.arrayValue?.compactMap(\.intValue) ?? []
+    }
+    public var stored: JSON { ["failures": .array(failures.map(JSON.int))] }
+}

@@ -69,6 +69,22 @@ import TestSupport
     }
 }
 
+extension ScaleOutTests {
+    @Test func failedSignInsCountOnEveryKernel() throws {
+        let (a, b) = try pair()
+        let ca = InProcessClient(a), cb = InProcessClient(b)
+        #expect(ca.call("auth.signUp", ["email": "throttle@example.com", "password": "correct horse battery"])["result"] != nil)
+        let wrong: JSON = ["email": "throttle@example.com", "password": "wrong horse battery"]
+        for i in 0..<5 {
+            #expect((i % 2 == 0 ? ca : cb).call("auth.signIn", wrong)["error"]?["code"] == -32001)
+        }
+        // Five failures spread over two kernels: both refuse the sixth, even with the right password.
+        let right: JSON = ["email": "throttle@example.com", "password": "correct horse battery"]
+        #expect(ca.call("auth.signIn", right)["error"]?["code"] == -32029)
+        #expect(cb.call("auth.signIn", right)["error"]?["code"] == -32029)
+    }
+}
+
 /// A value two test threads append to.
 final class Locked<Value: Sendable>: @unchecked Sendable {
     private let lock = NSLock()
