@@ -85,6 +85,38 @@ extension ScaleOutTests {
     }
 }
 
+extension ScaleOutTests {
+    /// Per user, from both kernels at once: one earn key, a redeem and a spend each worth more than half
+    /// the balance. Exactly one of each pair applies; the balance ends where one kernel alone would leave it.
+    @Test func racingForOneBalanceNeverOverspends() throws {
+        let (a, b) = try pair()
+        let ca = InProcessClient(a), cb = InProcessClient(b)
+        var tokens: [JSON] = []
+        for i in 0..<10 {
+            let up = ca.call("auth.signUp", ["email": .string("balance\(i)@example.com"), "password": "correct horse battery"])
+            tokens.append(try #require(up["result"]?["accessToken"]))
+        }
+        let earned = Locked<[JSON]>([]), redeemed = Locked<[JSON]>([]), spent = Locked<[JSON]>([])
+        for token in tokens {
+            let earn: JSON = ["auth": token, "xp": 100, "reason": "walk", "key": "day-1"]
+            together({ earned.append(ca.call("rewards.earn", earn)) }, { earned.append(cb.call("rewards.earn", earn)) })
+            let redeem: JSON = ["auth": token, "xp": 80]
+            together({ redeemed.append(ca.call("rewards.redeem", redeem)) }, { redeemed.append(cb.call("rewards.redeem", redeem)) })
+            let spend: JSON = ["auth": token, "minutes": 5]
+            together({ spent.append(ca.call("rewards.spend", spend)) }, { spent.append(cb.call("rewards.spend", spend)) })
+        }
+        #expect(earned.value.allSatisfy { $0["result"]?["xp"] == 100 }, "the key credits once; both see the same balance")
+        #expect(redeemed.value.filter { $0["result"] != nil }.count == 10)
+        #expect(redeemed.value.filter { $0["error"]?["data"]?["reason"] == "insufficient_balance" }.count == 10)
+        #expect(spent.value.filter { $0["result"] != nil }.count == 10)
+        #expect(spent.value.filter { $0["error"]?["data"]?["reason"] == "insufficient_balance" }.count == 10)
+        for (i, token) in tokens.enumerated() {
+            let balance = (i % 2 == 0 ? ca : cb).call("rewards.balance", ["auth": token])["result"]
+            #expect(balance == ["xp": 20, "minutes": 3], "user \(i): \(String(describing: balance))")
+        }
+    }
+}
+
 /// A value two test threads append to.
 final class Locked<Value: Sendable>: @unchecked Sendable {
     private let lock = NSLock()
