@@ -62,6 +62,9 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     }
     /// The schema, quoted for SQL.
     let schema: String
+    /// Seeds the user locks' hash with the schema: advisory locks are per database, and deployments in
+    /// other schemas of it must not wait for each other's users.
+    let lockSeed: Int64
     /// The channel commits are announced on: one per schema, since channels are per database.
     let channel: String
     /// The schema's version before and after start-up (equal when it was current).
@@ -89,6 +92,9 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         }
         main = connection!
         pool = Mutex([])
+        var seed: UInt64 = 0xcbf2_9ce4_8422_2325  // FNV-1a of the schema name
+        for byte in options.schema.utf8 { seed = (seed ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        lockSeed = Int64(bitPattern: seed)
         let channel = String(("hk_" + options.schema).utf8.prefix(63))!
         self.channel = channel
         listener = ChangeListener(url: options.url, setup: Self.session(Schema.quote(options.schema)), channel: channel,
@@ -182,7 +188,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         }
         for user in users where !locked.contains(user) {
             locked.insert(user)
-            out.append(Statement("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [user]))
+            out.append(Statement("SELECT pg_advisory_xact_lock(hashtextextended($1, \(lockSeed)))", [user]))
         }
         return out
     }

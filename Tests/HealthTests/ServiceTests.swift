@@ -50,13 +50,13 @@ func workout(_ n: Int, _ activity: String, _ start: String, _ end: String, secon
 }
 
 final class Harness {
-    let store: Store
+    let store: any Storage
     let tables: HealthTables
     let service: HealthService
     let user: String
 
     init(user: String = testUser) throws {
-        (store, tables) = try memoryStore(HealthTables.init)
+        (store, tables) = try testStore { HealthTables($0) }
         service = HealthService(store: store, tables: tables, cursorSecret: Array("cursor test secret".utf8))
         self.user = user
     }
@@ -123,10 +123,10 @@ final class Harness {
         let items = [try sample(1, 1000, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z"),
                      try quantity(2, heartRate, 72, unit: "count/min", "2026-03-02T10:00:00Z", "2026-03-02T10:00:00Z")]
         try h.ingest(samples: items)
-        let horizon = h.store.feedHorizon
+        let horizon = try h.store.lastFeedPosition(of: nil)
         let again = try h.ingest(samples: items)
         #expect(again.unchanged == 2 && again.samples == 0 && again.daysRecomputed.isEmpty)
-        #expect(h.store.feedHorizon == horizon)  // nothing committed: no log record, no feed entry
+        #expect(try h.store.lastFeedPosition(of: nil) == horizon)  // nothing committed: no log record, no feed entry
     }
 
     @Test func theSameUUIDWithNewContentReplacesItAndRecomputesBothDays() throws {

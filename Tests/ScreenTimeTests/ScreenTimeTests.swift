@@ -57,13 +57,13 @@ import TestSupport
 
 /// A screen time service over a memory-only store.
 final class Harness {
-    let store: Store
+    let store: any Storage
     let service: ScreenTimeService
     init(_ configure: (inout ScreenTimeConfig) -> Void = { _ in }) throws {
         var config = ScreenTimeConfig()
         configure(&config)
         let tables: ScreenTimeTables
-        (store, tables) = try memoryStore(ScreenTimeTables.init)
+        (store, tables) = try testStore { ScreenTimeTables($0) }
         service = ScreenTimeService(config: config, store: store, tables: tables)
     }
 }

@@ -9,11 +9,11 @@ import TestSupport
 
 
 final class Harness {
-    let store: Store
+    let store: any Storage
     let service: SessionsService
     init() throws {
         let tables: SessionTables
-        (store, tables) = try memoryStore(SessionTables.init)
+        (store, tables) = try testStore { SessionTables($0) }
         service = SessionsService(store: store, tables: tables, cursorSecret: Array("cursor test secret".utf8))
     }
     func record(_ start: String, _ seconds: Int64, now: Timestamp = at("2025-12-01T00:00:00Z")) throws -> String {

@@ -16,7 +16,7 @@ let otherUser = "bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb"
 /// A subscriptions service on a memory-only store, trusting a fresh test CA.
 struct Fixture {
     let ca = AppStoreTestCA()
-    let store: Store
+    let store: any Storage
     let service: SubscriptionsService
 
     init(environments: [String] = ["Production", "Sandbox"], appAppleId: Int64? = nil, bundleId: String? = AppStorePayloads.bundleId) throws {
@@ -25,7 +25,7 @@ struct Fixture {
         config.environments = environments
         config.appAppleId = appAppleId
         config.rootsPEM = [ca.rootPEM]
-        let (store, tables) = try memoryStore { SubscriptionTables($0) }
+        let (store, tables) = try testStore { SubscriptionTables($0) }
         self.store = store
         service = SubscriptionsService(config: config, store: store, tables: tables)
     }
@@ -86,9 +86,9 @@ func reason(_ body: () throws(SubscriptionsError) -> Membership) -> String {
         #expect(try f.status(at: nov1 + 31 * dayMs).status == "inactive")
         #expect(try f.status(at: nov1 + 31 * dayMs).error == "expired")
         // The same receipt again changes nothing and answers the same.
-        let before = f.store.feedHorizon
+        let before = (try f.store.lastFeedPosition(of: nil))
         #expect(try f.verify(f.receipt()) == m)
-        #expect(f.store.feedHorizon == before)
+        #expect((try f.store.lastFeedPosition(of: nil)) == before)
     }
 
     @Test func theReceiptMustBeThisAppsProductInAnAllowedEnvironment() throws {
@@ -103,7 +103,9 @@ func reason(_ body: () throws(SubscriptionsError) -> Membership) -> String {
         #expect(reason { () throws(SubscriptionsError) in try f.verify(f.ca.sign(["signedDate": .int(nov1)])) } == "malformed_jws")
         // Nothing was stored by any of these.
         #expect(try f.status(at: nov1) == .none)
-        #expect(f.store.feedHorizon == 0 || (try f.store.feed(user: testUser, after: nil, limit: 10, entities: nil).entries.isEmpty))
+        let horizon = try f.store.lastFeedPosition(of: nil)
+        let entries = try f.store.feed(user: testUser, after: nil, limit: 10, entities: nil).entries
+        #expect(horizon == 0 || entries.isEmpty)
         // Without a configured bundle id nothing verifies.
         let unconfigured = try Fixture(bundleId: nil)
         #expect(reason { () throws(SubscriptionsError) in try unconfigured.verify(unconfigured.receipt()) } == "bundle_mismatch")
@@ -194,11 +196,11 @@ func reason(_ body: () throws(SubscriptionsError) -> Membership) -> String {
         #expect(renewed.status == "active")
         #expect(try f.status(at: end1 + 21 * dayMs).transactionId == "1000-2")
         // The same notification again: acknowledged, nothing applied.
-        let before = f.store.feedHorizon
+        let before = (try f.store.lastFeedPosition(of: nil))
         let again = try apply("n3", "DID_RENEW", subtype: "BILLING_RECOVERY",
                               tx: f.receipt(2, purchase: end1 + 20 * dayMs, signed: end1 + 20 * dayMs), signed: end1 + 20 * dayMs)
         #expect(again.duplicate && again.userId == testUser && again.status == "active")
-        #expect(f.store.feedHorizon == before)
+        #expect((try f.store.lastFeedPosition(of: nil)) == before)
         // An EXPIRED signed before the renewal arrives late: recorded, not applied.
         let stale = try apply("n4", "EXPIRED", subtype: "BILLING_RETRY", tx: f.receipt(signed: end1 + 19 * dayMs), signed: end1 + 19 * dayMs)
         #expect(stale.status == "active" && !stale.duplicate)
@@ -360,7 +362,7 @@ func reason(_ body: () throws(SubscriptionsError) -> Membership) -> String {
         config.bundleId = bundleId
         config.environments = environments
         config.appAppleId = appAppleId
-        let (store, tables) = try memoryStore { SubscriptionTables($0) }
+        let (store, tables) = try testStore { SubscriptionTables($0) }
         return SubscriptionsService(config: config, store: store, tables: tables)
     }
 

@@ -1,5 +1,6 @@
 import Chrono
 import Foundation
+import Postgres
 import Store
 import Storage
 
@@ -35,4 +36,27 @@ public func memoryStore<Tables>(_ register: (Store) -> Tables) throws -> (Store,
     let tables = register(store)
     try store.open()
     return (store, tables)
+}
+
+/// The store domain service tests run on: memory-only, or with `HEALTHKERNEL_TEST_STORE=postgres` a
+/// fresh schema on the test PostgreSQL (the README's test command runs the domain suites both ways).
+public func testStore<Tables>(_ register: (any Storage) -> Tables) throws -> (any Storage, Tables) {
+    guard testStoreKind == "postgres" else {
+        let (store, tables) = try memoryStore { register($0) }
+        return (store, tables)
+    }
+    var options = PostgresOptions(url: TestPostgres.url)
+    options.schema = TestPostgres.freshSchema()
+    let store = try PostgresStore(options: options, clock: SystemClock(), log: { _ in })
+    return (store, register(store))
+}
+
+/// `memory` or `postgres`: the store `testStore` opens.
+public let testStoreKind = ProcessInfo.processInfo.environment["HEALTHKERNEL_TEST_STORE"] ?? "memory"
+
+/// How many commits `store` has made: tests check that a refused request changed nothing.
+public func commitCount(_ store: any Storage) -> UInt64 {
+    if let store = store as? Store { return store.seq }
+    if let store = store as? PostgresStore { return store.lastCommitID }
+    preconditionFailure("no commit counter for \(type(of: store))")
 }
