@@ -65,6 +65,57 @@ import TestSupport
         #expect(feed.compactMap { $0["seq"]?.intValue } == seqs, "the notifications and the feed disagree")
     }
 
+    @Test func killingOneKernelUnderLoadLosesNothingItAnsweredAndTheOtherServesOn() throws {
+        let config = try configFile(TestPostgres.freshSchema())
+        let args = ["serve", "--store", TestPostgres.url, "--config", config, "--enable-test-methods", "--log-level", "error"]
+        let a = try LiveKernel(args), b = try LiveKernel(args)
+        defer {
+            b.closeInput()
+            _ = b.finish()
+        }
+        func writes(_ prefix: String, _ range: Range<Int>) -> [String] {
+            range.map { i in
+                JSON.object(JSONObject([("jsonrpc", "2.0"), ("id", .string("\(prefix)\(i)")), ("method", "test.write"),
+                                        ("params", ["key": .string("\(prefix)\(i)"), "value": .string("v\(i)")])])).serialized
+            }
+        }
+        /// Reads up to `count` responses; returns the ids answered with a result.
+        func answered(_ k: LiveKernel, _ count: Int) -> [String] {
+            var ids: [String] = []
+            for _ in 0..<count {
+                guard let text = k.readRawLine(timeoutSeconds: 10), let line = try? JSON.parse(text) else { break }
+                if line["result"] != nil, let id = line["id"]?.stringValue { ids.append(id) }
+            }
+            return ids
+        }
+        var fromA: [String] = [], fromB: [String] = []
+        for round in 0..<3 {
+            a.send(writes("a", round * 200..<(round + 1) * 200))
+            b.send(writes("b", round * 200..<(round + 1) * 200))
+            fromA += answered(a, 200)
+            fromB += answered(b, 200)
+        }
+        // The fourth round: A dies with requests in flight, some answered.
+        a.send(writes("a", 600..<800))
+        b.send(writes("b", 600..<800))
+        fromA += answered(a, 50)
+        a.kill9()
+        _ = a.finish()
+        fromB += answered(b, 200)
+        b.send(writes("b", 800..<1000))
+        fromB += answered(b, 200)
+        #expect(fromB.count == 1000, "the other kernel answers every request")
+
+        b.send([#"{"jsonrpc":"2.0","id":"dump","method":"test.dump"}"#])
+        let dump = try #require(b.readRawLine(timeoutSeconds: 60).flatMap { try? JSON.parse($0) })
+        let rows = dump["result"]?["rows"]?.arrayValue ?? []
+        let stored = Set(rows.compactMap { $0["key"]?.stringValue })
+        #expect(fromA.count >= 650)
+        #expect(fromA.allSatisfy(stored.contains), "a write the killed kernel answered is missing")
+        #expect(fromB.allSatisfy(stored.contains))
+        #expect(rows.allSatisfy { $0["a"] == $0["b"] }, "no write half-applied")
+    }
+
     /// A config file naming `schema` (the schema has no flag of its own).
     func configFile(_ schema: String) throws -> String {
         let path = NSTemporaryDirectory() + "hk-config-\(schema).json"
