@@ -261,6 +261,7 @@ public final class Dispatcher {
             // first read, so that no decision rests on what the other request changed.
             if case .failure(let error) = outcome, error.isConflict, attempt < Self.attempts {
                 attempt += 1
+                stats.recordRetry()
                 continue
             }
             return .answered(outcome, commits: commits)
@@ -304,6 +305,7 @@ public final class Dispatcher {
             // Lost a race with another kernel: the whole request runs again, its slow part included.
             if case .failure(let error) = outcome, error.isConflict, entry.attempts < Self.attempts {
                 entry.attempts += 1
+                stats.recordRetry()
                 switch execute(method, params, attempts: entry.attempts) {
                 case .slow(let again):
                     entry.state = .running(method, params, again)

@@ -5,11 +5,16 @@ public final class RequestStats: @unchecked Sendable {
     public private(set) var total: UInt64 = 0
     /// Requests answered with an error.
     public private(set) var errors: UInt64 = 0
+    /// Runs of requests that lost a race with another kernel and ran again.
+    public private(set) var retries: UInt64 = 0
     // Log-linear buckets: exact below 128 µs, then 64 buckets per power of two (about 1.5% resolution).
     private var buckets = [UInt64](repeating: 0, count: 128 + 64 * 57)
 
     /// Empty statistics.
     public init() {}
+
+    /// Records one run again after a storage conflict.
+    public func recordRetry() { retries += 1 }
 
     /// Records one request that took `micros` microseconds.
     public func record(micros: UInt64, failed: Bool) {

@@ -56,10 +56,11 @@ struct KernelInfo: RPCMethod {
        "counts": {"type": "object", "required": ["users", "records"],
          "additionalProperties": {"type": "integer", "minimum": 0}},
        "requests": {"type": "object", "additionalProperties": false,
-         "required": ["total", "errors", "p50Micros", "p99Micros"],
+         "required": ["total", "errors", "retries", "p50Micros", "p99Micros"],
          "properties": {
            "total": {"type": "integer", "minimum": 0},
            "errors": {"type": "integer", "minimum": 0},
+           "retries": {"type": "integer", "minimum": 0},
            "p50Micros": {"type": "integer", "minimum": 0},
            "p99Micros": {"type": "integer", "minimum": 0}}}}}
     """#
@@ -83,6 +84,7 @@ struct KernelInfo: RPCMethod {
             "requests": [
                 "total": .int(Int64(stats.total)),
                 "errors": .int(Int64(stats.errors)),
+                "retries": .int(Int64(stats.retries)),
                 "p50Micros": .int(Int64(stats.percentile(0.5))),
                 "p99Micros": .int(Int64(stats.percentile(0.99))),
             ],

@@ -539,6 +539,7 @@ export interface Methods {
       requests: {
         total: number;
         errors: number;
+        retries: number;
         p50Micros: number;
         p99Micros: number;
       };
