@@ -74,6 +74,8 @@ public final class Kernel {
         try auth.upgradeLegacyIndex()
         // Start-up reads ran outside any request: their scope (and, on PostgreSQL, its locks) ends here.
         storage.endRequest()
+        // From here the dispatcher flushes after every batch: the batch's requests share one commit.
+        (storage as? PostgresStore)?.groupCommit = true
         self.auth = auth
         let context = DomainContext(store: storage, cursorSecret: auth.cursorSecret, entities: EntityRenderers(), limits: config.limits,
                                     maxAnswerBytes: config.maxAnswerBytes)

@@ -53,8 +53,8 @@ extension Store: KernelStore {
 }
 
 extension PostgresStore: KernelStore {
-    /// Every commit is a PostgreSQL commit, durable when it returns: nothing is queued.
-    public func flushCommits() -> (failed: [ClosedRange<UInt64>], fatal: Bool) { ([], false) }
+    /// Commits the batch's transaction: a failed one fails its requests' answers, and the kernel goes on.
+    public func flushCommits() -> (failed: [ClosedRange<UInt64>], fatal: Bool) { (flushBatch(), false) }
 
     public func takeChanges() -> [ChangeNotice] { Self.notices(takeCommittedChanges()) }
 

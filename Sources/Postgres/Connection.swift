@@ -55,6 +55,7 @@ final class Connection: @unchecked Sendable {
 
     private func connect() throws(StorageError) {
         if conn != nil { PQfinish(conn) }
+        prepared.removeAll()
         conn = PQconnectdb(url)
         guard PQstatus(conn) == CONNECTION_OK else {
             let message = Self.message(conn)
@@ -119,14 +120,42 @@ final class Connection: @unchecked Sendable {
         if broken || conn == nil { try connect() }
         guard !statements.isEmpty else { return [] }
         received.removeAll()
+        var preparing: [Bool] = []
+        preparing.reserveCapacity(statements.count)
+        var added: [String] = []
         for statement in statements {
-            guard send(statement) else { return try fail() }
+            var name = prepared[statement.sql]
+            var prepare = false
+            if name == nil, !statement.params.isEmpty, prepared.count < Self.maxPrepared {
+                // A statement with parameters is parsed and planned once per connection, not per run.
+                name = "hk\(prepared.count)"
+                prepared[statement.sql] = name
+                added.append(statement.sql)
+                prepare = true
+                guard PQsendPrepare(conn, name, statement.sql, Int32(statement.params.count), nil) == 1 else { return try fail() }
+            }
+            preparing.append(prepare)
+            guard send(statement, as: name) else { return try fail() }
             if statement.flushAfter && PQsendFlushRequest(conn) != 1 { return try fail() }
         }
         guard PQpipelineSync(conn) == 1 else { return try fail() }
         var results: [StatementResult] = []
         results.reserveCapacity(statements.count)
-        for _ in statements {
+        var failedPrepare = false
+        for index in statements.indices {
+            if preparing[index] {
+                // The Prepare's own result comes first; a statement that did not prepare is forgotten below.
+                var got = false
+                while let res = PQgetResult(conn) {
+                    got = true
+                    if PQresultStatus(res) != PGRES_COMMAND_OK { failedPrepare = true }
+                    PQclear(res)
+                }
+                if !got {
+                    received = results
+                    return try fail()
+                }
+            }
             var result = StatementResult()
             var got = false
             while let res = PQgetResult(conn) {
@@ -170,20 +199,31 @@ final class Connection: @unchecked Sendable {
             received = results
             return try fail()
         }
+        if failedPrepare || results.contains(where: { $0.error != nil }) {
+            // A statement skipped after an error was never prepared.
+            for sql in added { prepared[sql] = nil }
+        }
         return results
     }
 
-    private func send(_ statement: Statement) -> Bool {
-        // The C strings live until PQsendQueryParams has copied them into libpq's output buffer.
+    private func send(_ statement: Statement, as name: String?) -> Bool {
+        // The C strings live until libpq has copied them into its output buffer.
         var cStrings = statement.params.map { $0.map { strdup($0) } ?? nil }
         defer { for p in cStrings { free(p) } }
         if cStrings.isEmpty { return PQsendQueryParams(conn, statement.sql, 0, nil, nil, nil, nil, 0) == 1 }
         return cStrings.withUnsafeMutableBufferPointer { buffer in
             buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: buffer.count) { values in
-                PQsendQueryParams(conn, statement.sql, Int32(statement.params.count), nil, values, nil, nil, 0) == 1
+                let n = Int32(statement.params.count)
+                if let name { return PQsendQueryPrepared(conn, name, n, values, nil, nil, 0) == 1 }
+                return PQsendQueryParams(conn, statement.sql, n, nil, values, nil, nil, 0) == 1
             }
         }
     }
+
+    /// Statements prepared on this connection, by SQL text (gone with the connection), up to
+    /// `maxPrepared`: the kernel's statements are a few dozen texts, and texts that vary (a LIMIT) stop there.
+    private var prepared: [String: String] = [:]
+    static let maxPrepared = 256
 
     private func fail() throws(StorageError) -> [StatementResult] {
         let message = Self.message(conn)

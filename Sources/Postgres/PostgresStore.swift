@@ -35,9 +35,25 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// Connections for the worker threads that read through views, taken one per read.
     private let pool: Mutex<[Connection]>
     var slots: [PostgresTableBase] = []
-    /// Whether `main` has a transaction open, and the users it has locked.
+    /// Whether the current request's scope is open (its transaction, or with `groupCommit` its
+    /// savepoint), the users locked so far (in the batch's transaction), and those the current request
+    /// locked (released if it rolls back).
     private var open = false
     private var locked: Set<String> = []
+    private var requestLocks: [String] = []
+    /// Whether the requests of one batch share one transaction, a savepoint each, committed when the
+    /// dispatcher flushes (one commit, one WAL flush, for every write the batch answers). Off, every
+    /// request commits on its own (tools, tests that drive the store directly).
+    public var groupCommit = false
+    /// The batch's transaction: whether open, the commits made in it, their changes for host events and
+    /// announcement to await, and commits whose batch failed (reported by the next flush).
+    private var batchOpen = false
+    private var batchCommits: ClosedRange<UInt64>?
+    private var batchChanges: [(user: String, entry: FeedEntry)] = []
+    private var batchAwaited: (pid: Int32, user: String, last: UInt64)?
+    private var failedCommits: [ClosedRange<UInt64>] = []
+    /// Statements that end a request's savepoint, sent ahead of the next pipeline (no round trip).
+    private var deferred: [Statement] = []
     /// Commits made so far (the dispatcher's acknowledgement counter).
     public private(set) var lastCommitID: UInt64 = 0
     /// Whether committed changes are kept for `takeCommittedChanges` and other kernels' changes heard
@@ -148,12 +164,37 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// locks of `users` it does not hold yet: one round trip. Returns the statements' results.
     func read(users: [String], _ statements: [Statement]) throws(StorageError) -> [StatementResult] {
         let (results, first) = try pipeline(locking: users, statements)
-        if let failed = results.first(where: { $0.error != nil }) {
+        if let failed = results.first(where: { $0.error != nil })?.error {
             endRequest()
-            throw Self.error(failed.error!)
+            if failed.state == Self.busy { commitBatch() }
+            throw Self.error(failed)
         }
         return Array(results[first...])
     }
+
+    /// Fetches `rows` in one round trip and keeps them for the request's `get`s (until it commits or
+    /// ends): `prefetched[slot][user + NUL + key]` is the body, or nil where there is no such row.
+    public func prefetch(_ rows: [(table: TableHandle, user: String, key: String)]) throws(StorageError) {
+        guard !rows.isEmpty else { return }
+        var users: [String] = []
+        for row in rows where !users.contains(row.user) { users.append(row.user) }
+        let results = try read(users: users, rows.map {
+            Statement("SELECT body FROM rows WHERE tbl = $1 AND usr = $2 AND key = $3", [$0.table.name, $0.user, $0.key])
+        })
+        for (row, result) in zip(rows, results) {
+            prefetched[row.table.slot, default: [:]][row.user + "\u{0}" + row.key] = .some(result.scalar)
+        }
+    }
+
+    /// A prefetched row's body: `.some(nil)` when prefetched and absent, nil when not prefetched.
+    func prefetchedBody(slot: Int, user: String, key: String) -> String?? {
+        prefetched[slot]?[user + "\u{0}" + key]
+    }
+
+    private var prefetched: [Int: [String: String?]] = [:]
+
+    /// SQLSTATE of a user lock another kernel holds while this batch holds others (`lock_or_busy`).
+    static let busy = "HK002"
 
     /// Sends the statements that open the scope and lock `users`, then `statements`, in one pipeline;
     /// returns every result and where those of `statements` begin. A broken connection ends the scope
@@ -163,7 +204,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         do {
             return (try main.run(opening + statements), opening.count)
         } catch {
-            forget()
+            loseBatch()
             throw error
         }
     }
@@ -179,39 +220,123 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         return results
     }
 
-    /// The statements that open the request's transaction and lock `users` not yet locked.
+    /// The statements that open the request's scope and lock `users` not yet locked, after any deferred
+    /// end of the previous request's savepoint. While the batch holds locks of earlier requests, a lock
+    /// another kernel holds is not waited for (`lock_or_busy`): two batches each holding a user the other
+    /// wants would deadlock. The request then runs again in a fresh batch, where it waits.
     private func scope(_ users: [String]) -> [Statement] {
-        var out: [Statement] = []
-        if !open {
+        var out = deferred
+        deferred.removeAll()
+        if groupCommit && !batchOpen {
             out.append(Statement("BEGIN"))
+            batchOpen = true
+        }
+        if !open {
+            out.append(Statement(groupCommit ? "SAVEPOINT request" : "BEGIN"))
             open = true
         }
+        let holdsOthers = locked.count > requestLocks.count
         for user in users where !locked.contains(user) {
             locked.insert(user)
-            out.append(Statement("SELECT pg_advisory_xact_lock(hashtextextended($1, \(lockSeed)))", [user]))
+            requestLocks.append(user)
+            let lock = holdsOthers ? "lock_or_busy" : "pg_advisory_xact_lock"
+            out.append(Statement("SELECT \(lock)(hashtextextended($1, \(lockSeed)))", [user]))
         }
         return out
     }
 
-    /// Ends the request's transaction when it is still open (it made reads only, or failed).
+    /// Ends the request's scope when it is still open (it made reads only, or failed): with
+    /// `groupCommit` by rolling back to its savepoint ahead of the next pipeline, which also lets go of
+    /// the users it locked; else by rolling its transaction back now.
     public func endRequest() {
         guard open else { return }
-        do {
-            _ = try main.run([Statement("ROLLBACK")])
-        } catch {
-            log("ending a read transaction: \(error)")
+        guard groupCommit else {
+            do {
+                _ = try main.run(deferred + [Statement("ROLLBACK")])
+            } catch {
+                log("ending a read transaction: \(error)")
+            }
+            deferred.removeAll()
+            forget()
+            return
         }
-        forget()
+        rollBackRequest()
+    }
+
+    /// Queues the end of a failed or read-only request's savepoint; its locks go with it.
+    private func rollBackRequest() {
+        prefetched.removeAll()
+        open = false
+        deferred += [Statement("ROLLBACK TO SAVEPOINT request"), Statement("RELEASE SAVEPOINT request")]
+        for user in requestLocks { locked.remove(user) }
+        requestLocks.removeAll(keepingCapacity: true)
     }
 
     private func forget() {
+        prefetched.removeAll()
         open = false
         locked.removeAll(keepingCapacity: true)
+        requestLocks.removeAll(keepingCapacity: true)
+    }
+
+    /// Commits the batch (`groupCommit`) and returns the commits that failed since the last call: the
+    /// dispatcher's flush at the end of every batch of requests.
+    public func flushBatch() -> [ClosedRange<UInt64>] {
+        commitBatch()
+        defer { failedCommits.removeAll() }
+        return failedCommits
+    }
+
+    /// The connection broke: the server rolled the batch back, so its commits failed.
+    private func loseBatch() {
+        if let commits = batchCommits { failedCommits.append(commits) }
+        resetBatch()
+        deferred.removeAll()
+        forget()
+    }
+
+    private func resetBatch() {
+        batchOpen = false
+        batchCommits = nil
+        batchChanges.removeAll(keepingCapacity: true)
+        batchAwaited = nil
+    }
+
+    /// Commits the batch's transaction (`groupCommit`): every commit made in it becomes durable at once,
+    /// or fails together (reported by `flushCommits`). A connection lost during the commit is asked
+    /// again whether it happened (`pg_xact_status`).
+    func commitBatch() {
+        guard batchOpen else { return }
+        let statements = deferred + [Statement("SELECT pg_current_xact_id()::text", flushAfter: true), Statement("COMMIT")]
+        deferred.removeAll()
+        var made: Bool
+        do {
+            let results = try main.run(statements)
+            made = !results.contains { $0.error != nil }
+            if !made {
+                log("committing a batch failed: \(results.first { $0.error != nil }!.error!.message)")
+                _ = try? main.run([Statement("ROLLBACK")])
+            }
+        } catch {
+            let xidIndex = statements.count - 2
+            made = main.received.count > xidIndex && main.received[xidIndex].scalar.map { xid in (try? committed(xid)) ?? false } == true
+            log("the connection broke while committing a batch; \(made ? "the server made the commit" : "it is lost"): \(error)")
+        }
+        if made {
+            if collectsChanges {
+                committedChanges += batchChanges
+                if let a = batchAwaited { awaited = a }
+            }
+        } else if let commits = batchCommits {
+            failedCommits.append(commits)
+        }
+        resetBatch()
+        forget()
     }
 
     static func error(_ e: (state: String, message: String)) -> StorageError {
         switch e.state {
-        case "40001", "40P01": return .conflict(e.message)
+        case "40001", "40P01", busy: return .conflict(e.message)
         default: return .unavailable(e.message)
         }
     }
@@ -321,8 +446,44 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         let at = clock.now().milliseconds
         var plan = CommitPlan(at: at, collects: collectsChanges, channel: channel)
         for entry in tx.entries { plan.add(entry, slots) }
-        // The transaction's id comes back before COMMIT runs (the flush request), so that a connection
-        // lost during the commit can ask the server whether it happened.
+        guard groupCommit else { return try commitAlone(plan) }
+        let statements = plan.finish() + [Statement("RELEASE SAVEPOINT request")]
+        let opening = scope(plan.users)
+        let results: [StatementResult]
+        do {
+            results = try main.run(opening + statements)
+        } catch {
+            loseBatch()
+            throw error
+        }
+        let first = opening.count
+        if let index = results.firstIndex(where: { $0.error != nil }) {
+            rollBackRequest()
+            let failed = results[index].error!
+            if failed.state == "HK001", index >= first, let key = plan.claims[index - first] { throw StorageError.taken(key) }
+            if failed.state == "23505" { throw StorageError.conflict(failed.message) }
+            if failed.state == Self.busy { commitBatch() }
+            throw Self.error(failed)
+        }
+        open = false
+        prefetched.removeAll()
+        requestLocks.removeAll(keepingCapacity: true)
+        lastCommitID += 1
+        batchCommits = (batchCommits?.lowerBound ?? lastCommitID)...lastCommitID
+        guard collectsChanges else { return }
+        batchChanges += plan.changes(results[first...])
+        if let user = plan.announced.last?.user, let last = plan.lastPositions(results[first...])[user] {
+            let pid = main.backendPID
+            ownPIDs.insert(pid)
+            batchAwaited = (pid, user, last)
+        }
+    }
+
+    /// A commit in a transaction of its own (without `groupCommit`). The transaction's id comes back
+    /// before COMMIT runs (the flush request), so that a connection lost during the commit can ask the
+    /// server whether it happened.
+    private func commitAlone(_ plan: CommitPlan) throws(StorageError) {
+        var plan = plan
         let statements = plan.finish() + [Statement("SELECT pg_current_xact_id()::text", flushAfter: true), Statement("COMMIT")]
         let opening = scope(plan.users)
         let results: [StatementResult]
@@ -342,7 +503,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         if let index = results.firstIndex(where: { $0.error != nil }) {
             _ = try? main.run([Statement("ROLLBACK")])
             let failed = results[index].error!
-            if failed.state == "HK001", let key = plan.claims[index - first] { throw StorageError.taken(key) }
+            if failed.state == "HK001", index >= first, let key = plan.claims[index - first] { throw StorageError.taken(key) }
             if failed.state == "23505" { throw StorageError.conflict(failed.message) }
             throw Self.error(failed)
         }
@@ -431,6 +592,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     public func shutdown() {
         listener.stop(wait: true)
         endRequest()
+        commitBatch()
         pool.withLock { $0.removeAll() }
     }
 }

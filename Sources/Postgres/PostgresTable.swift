@@ -69,6 +69,7 @@ final class PostgresTable<Row: StoredRow>: PostgresTableBase, StorageTable, @unc
     }
 
     func get(user: String, key: String) throws(StorageError) -> Row? {
+        if !pooled, let body = store.prefetchedBody(slot: slot, user: user, key: key) { return try body.map(decode) }
         let rows = try run(user, Statement("SELECT body FROM rows WHERE tbl = $1 AND usr = $2 AND key = $3", [name, user, key]))
         guard let first = rows.first else { return nil }
         return try decode(first[0])

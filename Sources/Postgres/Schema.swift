@@ -64,6 +64,18 @@ enum Schema {
             "CREATE TABLE listeners (pid int PRIMARY KEY)",
             "ALTER TABLE listeners ENABLE ROW LEVEL SECURITY",
         ],
+        [
+            // A user's lock taken only if free: a batch that already holds other users' locks must not
+            // wait for another kernel's batch (each could hold what the other waits for).
+            """
+            CREATE FUNCTION lock_or_busy(k bigint) RETURNS void LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NOT pg_try_advisory_xact_lock(k) THEN
+                    RAISE EXCEPTION USING ERRCODE = 'HK002', MESSAGE = 'the user is busy on another kernel';
+                END IF;
+            END $$
+            """,
+        ],
     ]
 
     /// The version this binary brings a database to.

@@ -114,11 +114,19 @@ public final class ScreenTimeService: @unchecked Sendable {
         return v
     }
 
+    /// What a claim or an upload reads of `date`: the connection, the day and its penalty, together.
+    private func prefetchDay(_ user: String, _ date: CalendarDate) throws(ScreenTimeError) {
+        let key = date.description
+        try storage(try store.prefetch([(tables.connection, user, Self.connectionKey), (tables.days, user, key),
+                                        (tables.penalties, user, key)]))
+    }
+
     private func storedDay(_ user: String, _ date: CalendarDate) throws(ScreenTimeError) -> DayRow? {
         try storage(try tables.days.get(user: user, key: date.description))
     }
 
     func claim(_ user: String, date: CalendarDate, minutes: Int64, now: Timestamp) throws(ScreenTimeError) -> DayVerdict {
+        try prefetchDay(user, date)
         try checkNotFuture(date, connection(user), now: now)
         var day = try storedDay(user, date) ?? DayRow()
         day.claimedMinutes = minutes
@@ -130,6 +138,7 @@ public final class ScreenTimeService: @unchecked Sendable {
     }
 
     func upload(_ user: String, date: CalendarDate, verifiedMinutes: Int64, raw: BinaryJSON, now: Timestamp) throws(ScreenTimeError) -> DayVerdict {
+        try prefetchDay(user, date)
         var conn = try connection(user)
         guard conn.enabled else { throw .connectionDisabled }
         try checkNotFuture(date, conn, now: now)

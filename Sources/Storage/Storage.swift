@@ -39,9 +39,14 @@ public protocol Storage: AnyObject {
     /// database a transaction holding the lock of every user read. A commit closes it too; this ends one
     /// that did not commit (reads only, or a refusal), and is harmless after a commit.
     func endRequest()
+    /// Says which rows the request is about to `get`, so that a store whose reads cross the network
+    /// fetches them together (one round trip, not one each). The in-memory store ignores it.
+    func prefetch(_ rows: [(table: TableHandle, user: String, key: String)]) throws(StorageError)
 }
 
 extension Storage {
+    public func prefetch(_ rows: [(table: TableHandle, user: String, key: String)]) throws(StorageError) {}
+
     /// Registers a table kept in key order only.
     @inlinable
     public func table<Row: StoredRow>(_ name: String, of type: Row.Type, entity: Entity? = nil) -> any StorageTable<Row> {
