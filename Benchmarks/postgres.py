@@ -43,11 +43,20 @@ def memory_args(data_dir):
 
 
 def pipe(args, path, expected):
-    """Runs a kernel on the lines of `path`; returns (seconds until `expected` answers, the last line)."""
-    cat = subprocess.Popen(["cat", path], stdout=subprocess.PIPE)
+    """Starts a kernel, waits for its first answer (start-up and migrations are not timed), then streams
+    the lines of `path` into it; returns (seconds until `expected` answers, the last line)."""
+    k = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    k.stdin.write(b'{"jsonrpc":"2.0","id":"ready","method":"kernel.info"}\n')
+    k.stdin.flush()
+    k.stdout.readline()
+
+    def feed():
+        with open(path, "rb") as f:
+            shutil.copyfileobj(f, k.stdin, 1 << 20)
+        k.stdin.close()
     start = time.perf_counter()
-    k = subprocess.Popen(args, stdin=cat.stdout, stdout=subprocess.PIPE)
-    cat.stdout.close()
+    writer = threading.Thread(target=feed)
+    writer.start()
     data = b""
     seen = 0
     while seen < expected:
@@ -57,6 +66,7 @@ def pipe(args, path, expected):
         seen += chunk.count(b"\n")
         data = (data + chunk)[-65536:]
     elapsed = time.perf_counter() - start
+    writer.join()
     k.stdout.close()
     k.wait()
     assert seen == expected, f"{args[1:3]} answered {seen} of {expected}"
