@@ -18,12 +18,13 @@ extension JSON {
         }
     }
 
-    private static func parseStrict(_ bytes: UnsafeRawBufferPointer, maxDepth: Int, numbers: [Double]) throws(JSONParseError) -> JSON {
+    private static func parseStrict(_ bytes: UnsafeRawBufferPointer, maxDepth: Int, numbers: [Double],
+                                    allowingNul: Bool = false) throws(JSONParseError) -> JSON {
         var error = json_error_t()
         let base = bytes.baseAddress?.assumingMemoryBound(to: CChar.self)
         // jansson wants a non-null pointer even for an empty buffer.
         let root: UnsafeMutablePointer<json_t>? = withUnsafePointer(to: 0 as CChar) { empty in
-            json_loadb(base ?? empty, bytes.count, hk_load_flags(), &error)
+            json_loadb(base ?? empty, bytes.count, allowingNul ? hk_load_flags_allowing_nul() : hk_load_flags(), &error)
         }
         guard let root else { throw Self.translate(error) }
         defer { hk_json_decref(root) }
@@ -105,6 +106,18 @@ extension JSON {
     public static func parse(_ bytes: [UInt8], maxDepth: Int = JSON.maxDepth) throws(JSONParseError) -> JSON {
         do {
             return try bytes.withUnsafeBytes { raw in try parse(raw, maxDepth: maxDepth) }
+        } catch let e as JSONParseError {
+            throw e
+        } catch {
+            fatalError("unreachable: parse throws only JSONParseError")
+        }
+    }
+
+    /// Parses a line the kernel itself wrote, which may hold U+0000 in a string (`store export` names a
+    /// unique key `namespace NUL value`); everything a client sends goes through `parse`, which refuses it.
+    public static func parseAllowingNul(_ bytes: [UInt8]) throws(JSONParseError) -> JSON {
+        do {
+            return try bytes.withUnsafeBytes { raw in try parseStrict(raw, maxDepth: JSON.maxDepth, numbers: [], allowingNul: true) }
         } catch let e as JSONParseError {
             throw e
         } catch {

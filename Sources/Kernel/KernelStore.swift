@@ -21,6 +21,10 @@ protocol KernelStore: Storage, CommitJournal, Sendable {
     func takeSnapshot() throws(StorageError) -> (seq: UInt64, bytes: Int, durationMs: Int)
     /// Makes everything durable and lets go of files and connections.
     func shutdown()
+    /// Every table's stored-form access, by name (`store import`).
+    var storedAccess: [String: StoredAccess] { get }
+    /// Whether nothing is stored yet.
+    func isEmpty() throws(StorageError) -> Bool
 }
 
 extension Store: KernelStore {
@@ -32,6 +36,8 @@ extension Store: KernelStore {
     public func takeChanges() -> [ChangeNotice] { Self.notices(takeCommittedChanges()) }
 
     func recordCount() -> Int { rowCount }
+
+    func isEmpty() -> Bool { rowCount == 0 }
 
     var storeInfo: JSON { ["kind": options.dataDir == nil ? "memory" : "dataDir"] }
 

@@ -150,6 +150,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
                                       entity: Entity?) -> any StorageTable<Row> {
         let t = PostgresTable<Row>(name: name, slot: slots.count, store: self, orderKey: orderKey, entity: entity)
         slots.append(t)
+        storedAccess[name] = StoredAccess(t)
         return t
     }
 
@@ -157,6 +158,9 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         guard let table = slots[table.slot] as? PostgresTable<Row> else { preconditionFailure("\(table.name) is not a table of this store") }
         return table.onPool()
     }
+
+    /// Every registered table's stored-form access, by name (`store import`).
+    public private(set) var storedAccess: [String: StoredAccess] = [:]
 
     // MARK: Reading
 
@@ -565,6 +569,36 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     /// Host (or socket folder), port and database of the connection.
     public var endpoint: (host: String, port: String, database: String) { main.endpoint }
+
+    /// Whether the schema holds no rows and no unique keys (`store import` fills only an empty store).
+    public func isEmpty() throws(StorageError) -> Bool {
+        let results = try read(users: [], [Statement("SELECT EXISTS (SELECT 1 FROM rows) OR EXISTS (SELECT 1 FROM unique_keys)")])
+        endRequest()
+        return results[0].scalar == "f"
+    }
+
+    /// Every row, then every unique key (as the in-memory store's `store.unique` table keeps them: key
+    /// `namespace NUL value`, an empty object), pages of `page` in key order, on a pooled connection.
+    public func exportRows(page: Int = 10_000, _ emit: (_ table: String, _ user: String, _ key: String, _ body: String) -> Void) throws(StorageError) {
+        var after: [String?] = ["", "", ""]
+        while true {
+            let rows = try readPooled([Statement("""
+                SELECT tbl, usr, key, body FROM rows WHERE (tbl, usr, key) > ($1, $2, $3) ORDER BY tbl, usr, key LIMIT \(page)
+                """, after)])[0].rows
+            for r in rows { emit(r[0] ?? "", r[1] ?? "", r[2] ?? "", r[3] ?? "null") }
+            guard rows.count == page, let last = rows.last else { break }
+            after = [last[0], last[1], last[2]]
+        }
+        var afterKey: [String?] = ["", ""]
+        while true {
+            let keys = try readPooled([Statement("""
+                SELECT namespace, value, usr FROM unique_keys WHERE (namespace, value) > ($1, $2) ORDER BY namespace, value LIMIT \(page)
+                """, afterKey)])[0].rows
+            for k in keys { emit("store.unique", k[2] ?? "", (k[0] ?? "") + "\u{0}" + (k[1] ?? ""), "{}") }
+            guard keys.count == page, let last = keys.last else { break }
+            afterKey = [last[0], last[1]]
+        }
+    }
 
     /// Rows in every table, as PostgreSQL estimates them.
     public func estimatedRowCount() throws(StorageError) -> Int {

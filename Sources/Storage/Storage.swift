@@ -219,3 +219,15 @@ public struct Transaction {
     /// Whether there is nothing to commit.
     public var isEmpty: Bool { entries.isEmpty }
 }
+
+/// Stages changes to one table given in the stored form, by table name: how `store import` moves rows
+/// between stores without knowing their types. Each store makes one per table it registers.
+public struct StoredAccess {
+    public let put: (inout Transaction, _ user: String, _ key: String, _ stored: JSON) throws(StorageError) -> Void
+    public let delete: (inout Transaction, _ user: String, _ key: String) -> Void
+
+    public init<Row: StoredRow>(_ table: any StorageTable<Row>) {
+        put = { tx, user, key, stored throws(StorageError) in tx.put(table, user: user, key: key, try Row(stored: stored)) }
+        delete = { tx, user, key in tx.delete(table, user: user, key: key) }
+    }
+}

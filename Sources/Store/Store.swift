@@ -176,7 +176,11 @@ public final class Store: Storage, @unchecked Sendable {
         tables[name] = table
         tableOrder.append(name)
         slots.append(table)
+        storedAccess[name] = StoredAccess(table)
     }
+
+    /// Every registered table's stored-form access, by name (`store import`).
+    public internal(set) var storedAccess: [String: StoredAccess] = [:]
 
     // MARK: The change feed
 

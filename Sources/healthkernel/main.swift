@@ -364,8 +364,8 @@ struct Token: ParsableCommand {
 struct StoreCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "store",
-        abstract: "Look into or repair a data dir offline; bring a PostgreSQL schema to this binary's version.",
-        subcommands: [Inspect.self, Verify.self, Export.self, Repair.self, Migrate.self]
+        abstract: "Look into or repair a data dir offline; move data between a data dir and PostgreSQL; bring a PostgreSQL schema to this binary's version.",
+        subcommands: [Inspect.self, Verify.self, Export.self, Import.self, Repair.self, Migrate.self]
     )
 
     struct DirOption: ParsableArguments {
@@ -392,16 +392,65 @@ struct StoreCommand: ParsableCommand {
 
     struct Export: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Print every snapshot row and log record as JSON lines (for jq).")
-        @OptionGroup var dir: DirOption
+            abstract: "Print every row as JSON lines (for jq, or for store import): of a data dir, its snapshot rows and log records; of PostgreSQL (--store or store.url, no --data-dir), its rows and unique keys.")
+        @OptionGroup var options: KernelOptions
+
         func run() throws {
             var buffer = ""
-            let damage = StoreTool.export(dir.dataDir) { line in
+            let emit = { (line: JSON) in
                 buffer += line.serialized + "\n"
                 if buffer.utf8.count > 1 << 16 { writeStdout(buffer); buffer = "" }
             }
+            let config = options.load()
+            if options.dataDir == nil, config.storeURL != nil {
+                let kernel = options.start(config, logger: bootstrapLogging(level: config.logLevel))
+                defer { kernel.shutdown() }
+                do {
+                    try kernel.exportRows(emit)
+                } catch {
+                    fail("healthkernel store export: \(error)", status: ExitStatus.startupFailed)
+                }
+                writeStdout(buffer)
+                return
+            }
+            let damage = StoreTool.export(options.dataDir ?? "data", emit: emit)
             writeStdout(buffer)
             if let damage { fail("healthkernel store export: \(damage)", status: ExitStatus.storeDamaged) }
+        }
+    }
+
+    struct Import: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Read store export lines from stdin into an empty store: PostgreSQL (--store or store.url) or a data dir.",
+            discussion: "Example: healthkernel store export --data-dir data | healthkernel store import --store postgres://... "
+                + "Feed positions start again in the target: clients whose cursor is then ahead of the feed are told so "
+                + "(out_of_range) and sync from the start. Prints {\"imported\": N}.")
+        @OptionGroup var options: KernelOptions
+
+        func run() throws {
+            let config = options.load()
+            guard !config.memoryOnly else {
+                fail("healthkernel store import: --memory-only would keep nothing", status: ExitStatus.startupFailed)
+            }
+            let kernel = options.start(config, logger: bootstrapLogging(level: config.logLevel))
+            defer { kernel.shutdown() }
+            var lineNumber = 0
+            var lines = StdinLines()
+            do {
+                let count = try kernel.importRows {
+                    guard let line = lines.next() else { return nil }
+                    lineNumber += 1
+                    do {
+                        return try JSON.parseAllowingNul(line)
+                    } catch {
+                        throw MoveError("line \(lineNumber) is not JSON: \(error)")
+                    }
+                }
+                writeStdout(#"{"imported":\#(count)}"# + "\n")
+            } catch {
+                kernel.shutdown()
+                fail("healthkernel store import: \(error)", status: ExitStatus.startupFailed)
+            }
         }
     }
 
@@ -517,3 +566,31 @@ func readWholeFile(_ path: String) -> [UInt8]? {
 HealthKernelCommand.main()
 
 extension ResponseOrdering: ExpressibleByArgument {}
+
+/// Lines of stdin, read in large blocks straight from fd 0 (bytes as read: invalid UTF-8 is not replaced).
+struct StdinLines {
+    private var buffer: [UInt8] = []
+    private var start = 0
+    private var ended = false
+
+    /// The next line without its newline, or nil at EOF.
+    mutating func next() -> [UInt8]? {
+        while true {
+            if let nl = buffer[start...].firstIndex(of: 0x0A) {
+                defer { start = nl + 1 }
+                return Array(buffer[start..<nl])
+            }
+            if ended {
+                guard start < buffer.count else { return nil }
+                defer { start = buffer.count }
+                return Array(buffer[start...])
+            }
+            buffer.removeFirst(start)
+            start = 0
+            var block = [UInt8](repeating: 0, count: 1 << 20)
+            let n = block.withUnsafeMutableBytes { read(0, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { ended = true } else { buffer.append(contentsOf: block[0..<n]) }
+        }
+    }
+}

@@ -116,6 +116,58 @@ import TestSupport
         #expect(rows.allSatisfy { $0["a"] == $0["b"] }, "no write half-applied")
     }
 
+    @Test func aDataDirMovesToPostgresAndBackWithTheSameAnswers() throws {
+        let dir = temporaryDirectory("move"), back = temporaryDirectory("move-back")
+        defer {
+            try? FileManager.default.removeItem(atPath: dir)
+            try? FileManager.default.removeItem(atPath: back)
+        }
+        let config = try configFile(TestPostgres.freshSchema())
+        let user = ScreenTimeBinaryTests.userToken
+        let secret = ["--jwt-secret", testSecret, "--log-level", "error"]
+        func call(_ store: [String], _ method: String, _ params: JSON) throws -> JSON {
+            let r = try runBinary(["call", method, params.serialized] + store + secret)
+            return (try? JSON.parse(r.stdoutText)) ?? ["status": .int(Int64(r.status)), "stderr": .string(r.stderrText)]
+        }
+        let source = ["--data-dir", dir]
+        _ = try call(source, "auth.signUp", ["email": "mover@example.com", "password": "correct horse battery"])
+        _ = try call(source, "screentime.claim", ["auth": .string(user), "date": "2025-05-01", "minutes": 30])
+        _ = try call(source, "screentime.claim", ["auth": .string(user), "date": "2025-05-02", "minutes": 45])
+        _ = try call(source, "rewards.earn", ["auth": .string(user), "xp": 70, "reason": "walk", "key": "k1"])
+        _ = try call(source, "rewards.redeem", ["auth": .string(user), "xp": 20])
+
+        /// What a client sees of a store, positions aside.
+        func answers(_ store: [String]) throws -> [JSON] {
+            let feed = try call(store, "sync.changes", ["auth": .string(user)])["changes"]?.arrayValue ?? []
+            return [
+                try call(store, "rewards.balance", ["auth": .string(user)]),
+                try call(store, "screentime.history", ["auth": .string(user), "from": "2025-05-01", "to": "2025-05-31"]),
+                .array(feed.map { ["entity": $0["entity"] ?? .null, "id": $0["id"] ?? .null, "op": $0["op"] ?? .null] }
+                    .sorted { $0.serialized < $1.serialized }),
+                .bool(try call(store, "auth.signIn", ["email": "mover@example.com", "password": "correct horse battery"])["accessToken"] != nil),
+                .bool(try call(store, "rewards.earn", ["auth": .string(user), "xp": 70, "reason": "walk", "key": "k1"])["xp"] == 50),
+            ]
+        }
+        let before = try answers(source)
+        #expect(before[3] == true && before[4] == true, "the source answers as expected: \(before)")
+
+        func move(_ from: [String], _ to: [String]) throws {
+            let export = try runBinary(["store", "export"] + from + ["--log-level", "error"])
+            #expect(export.status == 0, "\(export.stderrText)")
+            let imported = try runBinary(["store", "import"] + to + secret, input: export.stdout)
+            #expect(imported.status == 0, "\(imported.stderrText)")
+            #expect(try JSON.parse(imported.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines))["imported"]?.intValue ?? 0 > 5)
+        }
+        let postgres = ["--store", TestPostgres.url, "--config", config]
+        try move(source, postgres)
+        #expect(try answers(postgres) == before, "PostgreSQL answers as the data dir did")
+        // An import goes only into an empty store.
+        let again = try runBinary(["store", "import"] + postgres + secret, input: Data("{\"type\":\"snapshot\"}\n".utf8))
+        #expect(again.status == 2 && again.stderrText.contains("not empty"))
+        try move(postgres, ["--data-dir", back])
+        #expect(try answers(["--data-dir", back]) == before, "and so does the data dir it moves back to")
+    }
+
     /// A config file naming `schema` (the schema has no flag of its own).
     func configFile(_ schema: String) throws -> String {
         let path = NSTemporaryDirectory() + "hk-config-\(schema).json"
