@@ -51,24 +51,21 @@ public struct ConfigError: Error, CustomStringConvertible, Equatable {
     public init(_ description: String) { self.description = description }
 }
 
-/// Command-line values; nil where the flag was not given.
+/// Command-line values, by setting key (`store.fsync`: see `Setting.all`); absent where the flag was
+/// not given.
 public struct ConfigOverrides: Sendable {
     public var configFile: String?
-    public var dataDir: String?
-    public var memoryOnly: Bool?
-    public var storeURL: String?
-    public var fsync: String?
-    public var maxLineBytes: Int?
-    public var logLevel: String?
-    public var snapshotEveryRecords: Int?
-    public var snapshotEverySeconds: Int?
-    public var jwtSecret: String?
+    public var values: [String: String] = [:]
     /// No overrides.
     public init() {}
 }
 
 extension KernelConfig {
-    static let logLevels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
+    /// `--help` text of a setting (`store.fsync`): summary, default and environment variable.
+    public static func help(for key: String) -> String { Setting.help(key) }
+
+    /// The long flag of a setting, for messages (`store.fsync`: `--fsync`).
+    static func flag(_ key: String) -> String { Setting.byKey[key]?.flag.map { "--" + $0 } ?? key }
 
     /// Builds the configuration: the JSON file (`--config`, else `HEALTHKERNEL_CONFIG`), then the
     /// `HEALTHKERNEL_*` environment variables, then flags. `readFile` returns a file's bytes or nil.
@@ -96,17 +93,6 @@ extension KernelConfig {
         do throws(FieldError) {
             var top = ObjectReader(object, path: "config")
             let files = ConfigFiles(configPath: path, readFile: readFile)
-            if top.has("kernel") {
-                var kernel = try top.object("kernel")
-                if let v = try kernel.optional("maxLineBytes", in: 1...Int64(Int32.max)) { maxLineBytes = Int(v) }
-                if let v: String = try kernel.optional("logLevel") {
-                    guard Self.logLevels.contains(v) else {
-                        throw FieldError.outOfRange(kernel.path("logLevel"), "must be one of \(Self.logLevels.joined(separator: ", "))")
-                    }
-                    logLevel = v
-                }
-                try kernel.finish()
-            }
             if top.has("auth") {
                 var auth = try top.object("auth")
                 self.auth = try AuthConfig.read(&auth, resolve: { files.resolve($0) })
@@ -121,27 +107,12 @@ extension KernelConfig {
                     try domain.readSection(name, &section, files, &domains)
                 }
             }
-            if top.has("store") {
-                var store = try top.object("store")
-                if let v: String = try store.optional("dataDir") { dataDir = files.resolve(v) }
-                if let v: Bool = try store.optional("memoryOnly") { memoryOnly = v }
-                if let v: String = try store.optional("url") { storeURL = v }
-                if let v: String = try store.optional("schema") {
-                    guard !v.isEmpty, v.utf8.count <= 63, !v.hasPrefix("pg_") else {
-                        throw FieldError.outOfRange(store.path("schema"), "must be 1 to 63 bytes and not start with pg_")
-                    }
-                    storeSchema = v
+            for section in ["kernel", "store"] where top.has(section) {
+                var reader = try top.object(section)
+                for setting in Setting.all where setting.inFile && setting.section == section {
+                    if let value = try setting.read(&reader, files: files) { setting.apply(&self, value) }
                 }
-                if let v = try store.optional("connectTimeoutSeconds", in: 0...3600) { storeConnectTimeoutSeconds = Int(v) }
-                if let v: String = try store.optional("fsync") {
-                    guard let mode = FsyncMode(rawValue: v) else {
-                        throw FieldError.outOfRange(store.path("fsync"), "must be always, everysec or never")
-                    }
-                    fsync = mode
-                }
-                if let v = try store.optional("snapshotEveryRecords", in: 1...Int64(Int32.max)) { snapshotEveryRecords = Int(v) }
-                if let v = try store.optional("snapshotEverySeconds", in: 0...Int64(Int32.max)) { snapshotEverySeconds = Int(v) }
-                try store.finish()
+                try reader.finish()
             }
             try top.finish()
         } catch {
@@ -151,57 +122,19 @@ extension KernelConfig {
     }
 
     mutating func apply(environment env: [String: String]) throws(ConfigError) {
-        if let v = env["HEALTHKERNEL_DATA_DIR"] { dataDir = v }
-        if let v = env["HEALTHKERNEL_STORE_URL"], !v.isEmpty { storeURL = v }
-        if let v = env["HEALTHKERNEL_MEMORY_ONLY"] {
-            guard let b = ["1": true, "true": true, "0": false, "false": false][v] else {
-                throw ConfigError("HEALTHKERNEL_MEMORY_ONLY must be true or false")
-            }
-            memoryOnly = b
+        for setting in Setting.all {
+            guard let name = setting.environment, let text = env[name] else { continue }
+            setting.apply(&self, try setting.parse(text, source: name))
         }
-        if let v = env["HEALTHKERNEL_FSYNC"] { try setFsync(v, source: "HEALTHKERNEL_FSYNC") }
-        if let v = env["HEALTHKERNEL_MAX_LINE_BYTES"] { try setMaxLineBytes(Int(v), source: "HEALTHKERNEL_MAX_LINE_BYTES") }
-        if let v = env["HEALTHKERNEL_LOG_LEVEL"] { try setLogLevel(v, source: "HEALTHKERNEL_LOG_LEVEL") }
-        if let v = env["HEALTHKERNEL_JWT_SECRET"] { try setJWTSecret(v, source: "HEALTHKERNEL_JWT_SECRET") }
     }
 
     mutating func apply(overrides o: ConfigOverrides) throws(ConfigError) {
-        if let v = o.dataDir { dataDir = v }
-        if let v = o.memoryOnly { memoryOnly = v }
-        if let v = o.storeURL { storeURL = v }
-        if let v = o.fsync { try setFsync(v, source: "--fsync") }
-        if let v = o.maxLineBytes { try setMaxLineBytes(v, source: "--max-line-bytes") }
-        if let v = o.logLevel { try setLogLevel(v, source: "--log-level") }
-        if let v = o.jwtSecret { try setJWTSecret(v, source: "--jwt-secret") }
-        if let v = o.snapshotEveryRecords {
-            guard v >= 1 else { throw ConfigError("--snapshot-every-records must be 1 or more") }
-            snapshotEveryRecords = v
+        for setting in Setting.all {
+            guard let text = o.values[setting.key] else { continue }
+            setting.apply(&self, try setting.parse(text, source: Self.flag(setting.key)))
         }
-        if let v = o.snapshotEverySeconds {
-            guard v >= 0 else { throw ConfigError("--snapshot-every-seconds must be 0 or more") }
-            snapshotEverySeconds = v
+        if let unknown = o.values.keys.first(where: { Setting.byKey[$0] == nil }) {
+            throw ConfigError("no setting \(unknown)")
         }
-    }
-
-    private mutating func setFsync(_ v: String, source: String) throws(ConfigError) {
-        guard let mode = FsyncMode(rawValue: v) else { throw ConfigError("\(source) must be always, everysec or never") }
-        fsync = mode
-    }
-
-    private mutating func setMaxLineBytes(_ v: Int?, source: String) throws(ConfigError) {
-        guard let v, v >= 1, v <= Int(Int32.max) else { throw ConfigError("\(source) must be a whole number of bytes, 1 or more") }
-        maxLineBytes = v
-    }
-
-    private mutating func setJWTSecret(_ v: String, source: String) throws(ConfigError) {
-        guard v.utf8.count >= 32 else { throw ConfigError("\(source) must be at least 32 bytes") }
-        auth.jwtSecret = v
-    }
-
-    private mutating func setLogLevel(_ v: String, source: String) throws(ConfigError) {
-        guard Self.logLevels.contains(v) else {
-            throw ConfigError("\(source) must be one of \(Self.logLevels.joined(separator: ", "))")
-        }
-        logLevel = v
     }
 }

@@ -23,36 +23,40 @@ enum ExitStatus {
     static let storageFailed: Int32 = 5
 }
 
-/// Options every command that runs a kernel takes.
+/// Options every command that runs a kernel takes. Their help, checks and environment variables come
+/// from the kernel's table of settings (`KernelConfig.help(for:)`).
 struct KernelOptions: ParsableArguments {
-    @Option(help: "Folder for the store's files (default: ./data).")
+    @Option(help: ArgumentHelp(KernelConfig.help(for: "store.dataDir")))
     var dataDir: String?
 
-    @Flag(help: "Keep everything in memory; write no files.")
+    @Flag(help: ArgumentHelp(KernelConfig.help(for: "store.memoryOnly")))
     var memoryOnly = false
 
-    @Option(help: "PostgreSQL URL (postgres://user@host/db): store everything there instead of the data dir (default: $HEALTHKERNEL_STORE_URL).")
+    @Option(help: ArgumentHelp(KernelConfig.help(for: "store.url")))
     var store: String?
 
-    @Option(help: "When acknowledged writes reach the disk: always, everysec or never (default: always).")
+    @Option(help: ArgumentHelp(KernelConfig.help(for: "store.schema")))
+    var storeSchema: String?
+
+    @Option(help: ArgumentHelp(KernelConfig.help(for: "store.fsync")))
     var fsync: String?
 
-    @Option(help: "Longest request line accepted, in bytes (default: 16 MiB).")
-    var maxLineBytes: Int?
+    @Option(help: ArgumentHelp(KernelConfig.help(for: "kernel.maxLineBytes")))
+    var maxLineBytes: String?
 
     @Option(help: "JSON configuration file (default: $HEALTHKERNEL_CONFIG).")
     var config: String?
 
-    @Option(help: "Log level for stderr: trace, debug, info, notice, warning, error, critical.")
+    @Option(help: ArgumentHelp(KernelConfig.help(for: "kernel.logLevel")))
     var logLevel: String?
 
-    @Option(help: "Take a snapshot after this many log records (default: 100000).")
-    var snapshotEveryRecords: Int?
+    @Option(help: ArgumentHelp(KernelConfig.help(for: "store.snapshotEveryRecords")))
+    var snapshotEveryRecords: String?
 
-    @Option(help: "Take a snapshot this many seconds after a change (default: 300; 0 turns it off).")
-    var snapshotEverySeconds: Int?
+    @Option(help: ArgumentHelp(KernelConfig.help(for: "store.snapshotEverySeconds")))
+    var snapshotEverySeconds: String?
 
-    @Option(help: "HS256 secret for access tokens, 32 bytes or more (default: $HEALTHKERNEL_JWT_SECRET, else <data-dir>/jwt-secret).")
+    @Option(help: ArgumentHelp(KernelConfig.help(for: "auth.jwtSecret")))
     var jwtSecret: String?
 
     @Flag(help: .hidden)
@@ -69,15 +73,13 @@ struct KernelOptions: ParsableArguments {
     func load() -> KernelConfig {
         var o = ConfigOverrides()
         o.configFile = config
-        o.dataDir = dataDir
-        o.memoryOnly = memoryOnly ? true : nil
-        o.storeURL = store
-        o.fsync = fsync
-        o.maxLineBytes = maxLineBytes
-        o.logLevel = logLevel
-        o.snapshotEveryRecords = snapshotEveryRecords
-        o.snapshotEverySeconds = snapshotEverySeconds
-        o.jwtSecret = jwtSecret
+        let given: [(String, String?)] = [
+            ("store.dataDir", dataDir), ("store.memoryOnly", memoryOnly ? "true" : nil), ("store.url", store),
+            ("store.schema", storeSchema), ("store.fsync", fsync), ("kernel.maxLineBytes", maxLineBytes),
+            ("kernel.logLevel", logLevel), ("store.snapshotEveryRecords", snapshotEveryRecords),
+            ("store.snapshotEverySeconds", snapshotEverySeconds), ("auth.jwtSecret", jwtSecret),
+        ]
+        for (key, value) in given { o.values[key] = value }
         do {
             var config = try KernelConfig.load(overrides: o, environment: environment(), readFile: readWholeFile)
             config.enableTestMethods = enableTestMethods

@@ -1,0 +1,53 @@
+import Testing
+@testable import Kernel
+
+/// The table of settings: every source of a setting is checked by its one row and named in errors.
+@Suite struct SettingsTests {
+    /// A value each checked setting refuses.
+    func bad(_ s: Setting) -> String? {
+        switch s.kind {
+        case .integer: return "-7x"
+        case .boolean: return "maybe"
+        case .oneOf: return "sometimes"
+        case .text, .path: return s.key == "store.schema" ? "pg_catalog" : s.key == "auth.jwtSecret" ? "short" : nil
+        }
+    }
+
+    func load(file: String? = nil, env: [String: String] = [:], flags: [String: String] = [:]) throws(ConfigError) -> KernelConfig {
+        var o = ConfigOverrides()
+        o.configFile = file == nil ? nil : "config.json"
+        o.values = flags
+        return try KernelConfig.load(overrides: o, environment: env, readFile: { _ in file.map { Array($0.utf8) } })
+    }
+
+    @Test func everySourceOfASettingIsCheckedAndNamed() throws {
+        for s in Setting.all {
+            guard let value = bad(s) else { continue }
+            if let name = s.environment {
+                #expect(throws: ConfigError.self) { try load(env: [name: value]) }
+                do { _ = try load(env: [name: value]) } catch { #expect(error.description.hasPrefix(name), "\(error)") }
+            }
+            if let flag = s.flag {
+                do { _ = try load(flags: [s.key: value]); Issue.record("--\(flag) \(value) accepted") } catch {
+                    #expect(error.description.hasPrefix("--\(flag)"), "\(error)")
+                }
+            }
+            if s.inFile {
+                let json = #"{"\#(s.section)":{"\#(s.name)":"\#(value)"}}"#
+                do { _ = try load(file: json); Issue.record("\(s.key) \(value) accepted in the file") } catch {
+                    #expect(error.description.contains(s.key), "\(error)")
+                }
+            }
+        }
+    }
+
+    @Test func flagsOverrideTheEnvironmentWhichOverridesTheFile() throws {
+        let file = #"{"store":{"fsync":"never","schema":"from_file","connectTimeoutSeconds":5}}"#
+        let config = try load(file: file, env: ["HEALTHKERNEL_FSYNC": "everysec", "HEALTHKERNEL_STORE_SCHEMA": "from_env"],
+                              flags: ["store.fsync": "always"])
+        #expect(config.fsync == .always)
+        #expect(config.storeSchema == "from_env")
+        #expect(config.storeConnectTimeoutSeconds == 5)
+        #expect(throws: ConfigError.self) { try load(file: #"{"store":{"colour":"red"}}"#) }
+    }
+}
