@@ -463,11 +463,8 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         let first = opening.count
         if let index = results.firstIndex(where: { $0.error != nil }) {
             rollBackRequest()
-            let failed = results[index].error!
-            if failed.state == "HK001", index >= first, let key = plan.claims[index - first] { throw StorageError.taken(key) }
-            if failed.state == "23505" { throw StorageError.conflict(failed.message) }
-            if failed.state == Self.busy { commitBatch() }
-            throw Self.error(failed)
+            if results[index].error!.state == Self.busy { commitBatch() }
+            throw commitError(results, at: index, first: first, plan)
         }
         open = false
         prefetched.removeAll()
@@ -476,11 +473,23 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         batchCommits = (batchCommits?.lowerBound ?? lastCommitID)...lastCommitID
         guard collectsChanges else { return }
         batchChanges += plan.changes(results[first...])
-        if let user = plan.announced.last?.user, let last = plan.lastPositions(results[first...])[user] {
-            let pid = main.backendPID
-            ownPIDs.insert(pid)
-            batchAwaited = (pid, user, last)
-        }
+        batchAwaited = announcement(plan, results[first...]) ?? batchAwaited
+    }
+
+    /// What the failed statement `index` of a commit's pipeline means for the request.
+    private func commitError(_ results: [StatementResult], at index: Int, first: Int, _ plan: CommitPlan) -> StorageError {
+        let failed = results[index].error!
+        if failed.state == "HK001", index >= first, let key = plan.claims[index - first] { return .taken(key) }
+        if failed.state == "23505" { return .conflict(failed.message) }
+        return Self.error(failed)
+    }
+
+    /// The announcement of a commit's last user to await (`takeCommittedChanges`), if it announced any.
+    private func announcement(_ plan: CommitPlan, _ results: ArraySlice<StatementResult>) -> (pid: Int32, user: String, last: UInt64)? {
+        guard let user = plan.announced.last?.user, let last = plan.lastPositions(results)[user] else { return nil }
+        let pid = main.backendPID
+        ownPIDs.insert(pid)
+        return (pid, user, last)
     }
 
     /// A commit in a transaction of its own (without `groupCommit`). The transaction's id comes back
@@ -506,19 +515,12 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         let first = opening.count
         if let index = results.firstIndex(where: { $0.error != nil }) {
             _ = try? main.run([Statement("ROLLBACK")])
-            let failed = results[index].error!
-            if failed.state == "HK001", index >= first, let key = plan.claims[index - first] { throw StorageError.taken(key) }
-            if failed.state == "23505" { throw StorageError.conflict(failed.message) }
-            throw Self.error(failed)
+            throw commitError(results, at: index, first: first, plan)
         }
         lastCommitID += 1
         guard collectsChanges else { return }
         committedChanges += plan.changes(results[first...])
-        if let user = plan.announced.last?.user, let last = plan.lastPositions(results[first...])[user] {
-            let pid = main.backendPID
-            ownPIDs.insert(pid)
-            awaited = (pid, user, last)
-        }
+        awaited = announcement(plan, results[first...]) ?? awaited
     }
 
     /// Whether transaction `xid` committed, asked on a new connection after the old one broke. Throws

@@ -23,6 +23,14 @@ import TestSupport
         return (try one(), try one())
     }
 
+    /// Signs up `count` users through `client`; returns their access tokens.
+    func signUp(_ client: InProcessClient, _ prefix: String, _ count: Int) throws -> [JSON] {
+        try (0..<count).map { i in
+            let up = client.call("auth.signUp", ["email": .string("\(prefix)\(i)@example.com"), "password": "correct horse battery"])
+            return try #require(up["result"]?["accessToken"])
+        }
+    }
+
     /// Runs `a` and `b` at the same time on two threads and waits for both.
     func together(_ a: @escaping @Sendable () -> Void, _ b: @escaping @Sendable () -> Void) {
         let done = DispatchGroup()
@@ -53,11 +61,7 @@ import TestSupport
     @Test func aTimerStartedFromBothKernelsRunsOnce() throws {
         let (a, b) = try pair()
         let ca = InProcessClient(a), cb = InProcessClient(b)
-        var tokens: [JSON] = []
-        for i in 0..<20 {
-            let up = ca.call("auth.signUp", ["email": .string("timer\(i)@example.com"), "password": "correct horse battery"])
-            tokens.append(try #require(up["result"]?["accessToken"]))
-        }
+        let tokens = try signUp(ca, "timer", 20)
         let results = Locked<[JSON]>([])
         for token in tokens {
             together({ results.append(ca.call("sessions.start", ["auth": token, "clientSessionId": "a"])) },
@@ -91,11 +95,7 @@ extension ScaleOutTests {
     @Test func racingForOneBalanceNeverOverspends() throws {
         let (a, b) = try pair()
         let ca = InProcessClient(a), cb = InProcessClient(b)
-        var tokens: [JSON] = []
-        for i in 0..<10 {
-            let up = ca.call("auth.signUp", ["email": .string("balance\(i)@example.com"), "password": "correct horse battery"])
-            tokens.append(try #require(up["result"]?["accessToken"]))
-        }
+        let tokens = try signUp(ca, "balance", 10)
         let earned = Locked<[JSON]>([]), redeemed = Locked<[JSON]>([]), spent = Locked<[JSON]>([])
         for token in tokens {
             let earn: JSON = ["auth": token, "xp": 100, "reason": "walk", "key": "day-1"]
