@@ -134,7 +134,15 @@ import Testing
     /// Every row stored under a user's partition, in every table.
     func partition(_ kernel: Kernel, _ user: String) -> [String: JSON] {
         var rows: [String: JSON] = [:]
-        for (table, key, value) in kernel.store!.rows(of: user) { rows["\(table)/\(key)"] = value }
+        guard let store = kernel.store else {
+            // PostgreSQL: every row, as store export lists them.
+            try? kernel.exportRows { line in
+                guard line["user"]?.stringValue == user, let table = line["table"]?.stringValue, let key = line["key"]?.stringValue else { return }
+                rows["\(table)/\(key)"] = line["value"]
+            }
+            return rows
+        }
+        for (table, key, value) in store.rows(of: user) { rows["\(table)/\(key)"] = value }
         return rows
     }
 }

@@ -32,12 +32,14 @@ let testSecret = "healthkernel-test-secret-0123456789abcdef"
 /// A service_role token signed with `testSecret`, valid until 2100.
 let testServiceToken = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJpc3MiOiJoZWFsdGhrZXJuZWwiLCJyb2xlIjoic2VydmljZV9yb2xlIiwiaWF0IjoxNzYzNzY5NjAwLCJleHAiOjQxMDI0NDQ4MDB9.-w2-Ea2Bq7_pOPi_SiBiUCgGjfaQPSGeZGm6SqsWQjY"
 
-/// A kernel in this process, memory-only, for in-process transcripts.
+/// A kernel in this process, memory-only (or, with `HEALTHKERNEL_TEST_STORE=postgres`, on a fresh
+/// schema of the test PostgreSQL, unless the test gave it a data dir or a store of its own).
 func makeKernel(_ configure: (inout KernelConfig) -> Void = { _ in }) throws -> Kernel {
     var config = KernelConfig()
     config.memoryOnly = true
     config.auth.jwtSecret = testSecret
     configure(&config)
+    if testStoreKind == "postgres", config.memoryOnly, config.storeURL == nil { StoreKind.postgres.configure(&config) }
     var logger = Logger(label: "test")
     logger.logLevel = .critical
     return try Kernel(config: config, logger: logger)
