@@ -58,7 +58,7 @@ final class Connection: @unchecked Sendable {
         prepared.removeAll()
         conn = PQconnectdb(url)
         guard PQstatus(conn) == CONNECTION_OK else {
-            let message = Self.message(conn)
+            let message = self.message(conn)
             PQfinish(conn)
             conn = nil
             broken = true
@@ -67,7 +67,7 @@ final class Connection: @unchecked Sendable {
         // Notices ("already exists, skipping") would go to stderr unformatted: the kernel logs through swift-log.
         PQsetNoticeProcessor(conn, { _, _ in }, nil)
         guard PQenterPipelineMode(conn) == 1 else {
-            throw StorageError.unavailable("PostgreSQL connection refused pipeline mode: \(Self.message(conn))")
+            throw StorageError.unavailable("PostgreSQL connection refused pipeline mode: \(message(conn))")
         }
         broken = false
         guard !setup.isEmpty else { return }
@@ -77,9 +77,39 @@ final class Connection: @unchecked Sendable {
         }
     }
 
-    private static func message(_ conn: OpaquePointer?) -> String {
+    private func message(_ conn: OpaquePointer?) -> String {
         guard let text = PQerrorMessage(conn) else { return "unknown error" }
-        return String(cString: text).trimmingWhitespace
+        return Self.redacting(url, in: String(cString: text).trimmingWhitespace)
+    }
+
+    /// `message` with any password `url` holds replaced by `***`: libpq quotes a token it cannot parse
+    /// ("invalid percent-encoded token"), and that token may be the password.
+    static func redacting(_ url: String, in message: String) -> String {
+        var out = message
+        for secret in passwords(in: url) where !secret.isEmpty {
+            out = out.replacingOccurrences(of: secret, with: "***")
+        }
+        return out
+    }
+
+    /// The password of a connection URL or keyword string, as written and percent-decoded.
+    static func passwords(in url: String) -> [String] {
+        var found: [String] = []
+        if let scheme = url.range(of: "://") {
+            let rest = url[scheme.upperBound...]
+            let authority = rest.prefix { $0 != "/" && $0 != "?" }
+            if let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") {
+                found.append(String(authority[authority.index(after: colon)..<at]))
+            }
+        }
+        // `password=...` as a URL query parameter or a keyword/value pair.
+        var search = url[...]
+        while let r = search.range(of: "password=") {
+            let value = search[r.upperBound...].prefix { $0 != "&" && $0 != " " }
+            found.append(String(value.trimmingCharacters(in: ["'"])))
+            search = search[r.upperBound...]
+        }
+        return found + found.compactMap { $0.removingPercentEncoding }
     }
 
     /// The server process serving this connection (what a notification names as its sender).
@@ -226,7 +256,7 @@ final class Connection: @unchecked Sendable {
     static let maxPrepared = 256
 
     private func fail() throws(StorageError) -> [StatementResult] {
-        let message = Self.message(conn)
+        let message = self.message(conn)
         broken = true
         throw StorageError.unavailable("PostgreSQL connection failed: \(message)")
     }

@@ -168,6 +168,23 @@ import TestSupport
         #expect(try answers(["--data-dir", back]) == before, "and so does the data dir it moves back to")
     }
 
+    @Test func thePasswordInTheURLNeverShows() throws {
+        let config = NSTemporaryDirectory() + "hk-timeout-\(UUID().uuidString).json"
+        try Data(#"{"store":{"connectTimeoutSeconds":1,"schema":"\#(TestPostgres.freshSchema())"}}"#.utf8).write(to: URL(fileURLWithPath: config))
+        let socket = TestPostgres.url.components(separatedBy: "host=").last ?? "/tmp"
+        let urls = [
+            "postgresql://hk:s3cretPass@/hk?host=/nonexistent",  // unreachable
+            "postgresql://hk:s3%zzcretPass@/hk?host=/nonexistent",  // libpq quotes the token it cannot decode
+            "postgresql://hk@/hk?host=/nonexistent&password=s3cretPass",
+            "postgresql://hk:s3cretPass@/hk?host=\(socket)",  // reachable (the test server trusts local users)
+        ]
+        for url in urls {
+            let r = try runBinary(["call", "kernel.info", "--store", url, "--config", config, "--log-level", "trace"])
+            #expect(!(r.stdoutText + r.stderrText).contains("cretPass"), "\(url): \(r.stdoutText) \(r.stderrText)")
+            #expect(r.status == (url.contains("nonexistent") ? 2 : 0), "\(url): \(r.stderrText)")
+        }
+    }
+
     /// A config file naming `schema` (the schema has no flag of its own).
     func configFile(_ schema: String) throws -> String {
         let path = NSTemporaryDirectory() + "hk-config-\(schema).json"
