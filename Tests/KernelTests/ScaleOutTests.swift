@@ -18,6 +18,7 @@ import TestSupport
                 config.memoryOnly = false
                 config.storeURL = TestPostgres.url
                 config.storeSchema = schema
+                AppStoreSetup.configure(&config)
             }
         }
         return (try one(), try one())
@@ -114,6 +115,24 @@ extension ScaleOutTests {
             let balance = (i % 2 == 0 ? ca : cb).call("rewards.balance", ["auth": token])["result"]
             #expect(balance == ["xp": 20, "minutes": 3], "user \(i): \(String(describing: balance))")
         }
+    }
+}
+
+extension ScaleOutTests {
+    /// One App Store purchase verified at once by two users on two kernels: one of them owns it.
+    @Test func aPurchaseVerifiedByTwoUsersHasOneOwner() throws {
+        let (a, b) = try pair()
+        let ca = InProcessClient(a), cb = InProcessClient(b)
+        let first = try signUp(ca, "buyer-a", 10), second = try signUp(cb, "buyer-b", 10)
+        let results = Locked<[JSON]>([])
+        for i in 0..<10 {
+            let receipt = JSON.string(AppStoreSetup.receipt(original: "81000\(i)"))
+            together({ results.append(ca.call("subscriptions.verify", ["auth": first[i], "provider": "apple", "productId": "premium.yearly", "receipt": receipt])) },
+                     { results.append(cb.call("subscriptions.verify", ["auth": second[i], "provider": "apple", "productId": "premium.yearly", "receipt": receipt])) })
+        }
+        let answers = results.value
+        #expect(answers.filter { $0["result"] != nil }.count == 10, "one owner per purchase: \(answers.filter { $0["result"] == nil }.prefix(2))")
+        #expect(answers.filter { $0["error"]?["data"]?["reason"] == "transaction_owned_by_other_user" }.count == 10)
     }
 }
 
