@@ -52,8 +52,10 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     private var batchChanges: [(user: String, entry: FeedEntry)] = []
     private var batchAwaited: (pid: Int32, user: String, last: UInt64)?
     private var failedCommits: [ClosedRange<UInt64>] = []
-    /// Statements that end a request's savepoint, sent ahead of the next pipeline (no round trip).
+    /// Statements sent ahead of the next pipeline instead of on their own (no round trip): the end of a
+    /// request's savepoint, and writes that cannot be refused. How many led the last pipeline.
     private var deferred: [Statement] = []
+    private var ledBy = 0
     /// Commits made so far (the dispatcher's acknowledgement counter).
     public private(set) var lastCommitID: UInt64 = 0
     /// Whether committed changes are kept for `takeCommittedChanges` and other kernels' changes heard
@@ -168,6 +170,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// locks of `users` it does not hold yet: one round trip. Returns the statements' results.
     func read(users: [String], _ statements: [Statement]) throws(StorageError) -> [StatementResult] {
         let (results, first) = try pipeline(locking: users, statements)
+        try checkDeferred(results)
         if let failed = results.first(where: { $0.error != nil })?.error {
             endRequest()
             if failed.state == Self.busy { commitBatch() }
@@ -196,6 +199,20 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     }
 
     private var prefetched: [Int: [String: String?]] = [:]
+
+    /// Fails the batch when a statement deferred from an earlier request failed (its writes were
+    /// answered, to be confirmed by the batch's commit): every commit of the batch is reported failed,
+    /// and the current request, which the failure skipped, runs again in a fresh batch.
+    private func checkDeferred(_ results: [StatementResult]) throws(StorageError) {
+        guard let index = results.firstIndex(where: { $0.error != nil }), index < ledBy else { return }
+        log("a deferred write failed, the batch is rolled back: \(results[index].error!.message)")
+        _ = try? main.run([Statement("ROLLBACK")])
+        if let commits = batchCommits { failedCommits.append(commits) }
+        resetBatch()
+        deferred.removeAll()
+        forget()
+        throw StorageError.conflict("an earlier write of the batch failed")
+    }
 
     /// SQLSTATE of a user lock another kernel holds while this batch holds others (`lock_or_busy`).
     static let busy = "HK002"
@@ -230,6 +247,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// wants would deadlock. The request then runs again in a fresh batch, where it waits.
     private func scope(_ users: [String]) -> [Statement] {
         var out = deferred
+        ledBy = deferred.count
         deferred.removeAll()
         if groupCommit && !batchOpen {
             out.append(Statement("BEGIN"))
@@ -453,6 +471,13 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         guard groupCommit else { return try commitAlone(plan) }
         let statements = plan.finish() + [Statement("RELEASE SAVEPOINT request")]
         let opening = scope(plan.users)
+        if plan.claims.isEmpty && !collectsChanges {
+            // Nothing in it can be refused (no unique key) and no result is needed (no host events):
+            // the writes go ahead of the next pipeline, and the batch's commit confirms them.
+            deferred = opening + statements
+            joinBatch()
+            return
+        }
         let results: [StatementResult]
         do {
             results = try main.run(opening + statements)
@@ -460,20 +485,26 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             loseBatch()
             throw error
         }
+        try checkDeferred(results)
         let first = opening.count
         if let index = results.firstIndex(where: { $0.error != nil }) {
             rollBackRequest()
             if results[index].error!.state == Self.busy { commitBatch() }
             throw commitError(results, at: index, first: first, plan)
         }
+        joinBatch()
+        guard collectsChanges else { return }
+        batchChanges += plan.changes(results[first...])
+        batchAwaited = announcement(plan, results[first...]) ?? batchAwaited
+    }
+
+    /// Closes the request's scope after its commit joined the batch.
+    private func joinBatch() {
         open = false
         prefetched.removeAll()
         requestLocks.removeAll(keepingCapacity: true)
         lastCommitID += 1
         batchCommits = (batchCommits?.lowerBound ?? lastCommitID)...lastCommitID
-        guard collectsChanges else { return }
-        batchChanges += plan.changes(results[first...])
-        batchAwaited = announcement(plan, results[first...]) ?? batchAwaited
     }
 
     /// What the failed statement `index` of a commit's pipeline means for the request.
