@@ -136,6 +136,34 @@ extension ScaleOutTests {
     }
 }
 
+extension ScaleOutTests {
+    /// Claims and uploads of the same days from both kernels at once: one penalty per user and date,
+    /// the points one kernel alone would give.
+    @Test func claimsAndUploadsRacedOnTwoKernelsLeaveOnePenaltyPerDay() throws {
+        let (a, b) = try pair()
+        let ca = InProcessClient(a), cb = InProcessClient(b)
+        let tokens = try signUp(ca, "penalty", 5)
+        for token in tokens {
+            #expect(ca.call("screentime.updateConnection", ["auth": token, "enabled": true])["result"] != nil)
+        }
+        let dates = ["2025-06-01", "2025-06-02", "2025-06-03"]
+        for token in tokens {
+            for date in dates {
+                // 30 minutes claimed, 50 seen: 20 over, less the default tolerance of 5 = 15 points, whoever comes first.
+                together({ _ = ca.call("screentime.claim", ["auth": token, "date": .string(date), "minutes": 30]) },
+                         { _ = cb.call("screentime.upload", ["auth": token, "date": .string(date), "verifiedMinutes": 50]) })
+                together({ _ = ca.call("screentime.upload", ["auth": token, "date": .string(date), "verifiedMinutes": 50]) },
+                         { _ = cb.call("screentime.claim", ["auth": token, "date": .string(date), "minutes": 30]) })
+            }
+        }
+        for (i, token) in tokens.enumerated() {
+            let penalties = (i % 2 == 0 ? ca : cb).call("screentime.penalties", ["auth": token])["result"]
+            #expect(penalties?["entries"]?.arrayValue?.count == 3, "\(String(describing: penalties))")
+            #expect(penalties?["totalPoints"] == 45, "\(String(describing: penalties))")
+        }
+    }
+}
+
 /// A value two test threads append to.
 final class Locked<Value: Sendable>: @unchecked Sendable {
     private let lock = NSLock()
