@@ -181,7 +181,8 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     /// Fetches `rows` in one round trip and keeps them for the request's `get`s (until it commits or
     /// ends): `prefetched[slot][user + NUL + key]` is the body, or nil where there is no such row.
-    public func prefetch(_ rows: [(table: TableHandle, user: String, key: String)]) throws(StorageError) {
+    public func prefetch(_ rows: @autoclosure () -> [(table: TableHandle, user: String, key: String)]) throws(StorageError) {
+        let rows = rows()
         guard !rows.isEmpty else { return }
         var users: [String] = []
         for row in rows where !users.contains(row.user) { users.append(row.user) }

@@ -41,11 +41,12 @@ public protocol Storage: AnyObject {
     func endRequest()
     /// Says which rows the request is about to `get`, so that a store whose reads cross the network
     /// fetches them together (one round trip, not one each). The in-memory store ignores it.
-    func prefetch(_ rows: [(table: TableHandle, user: String, key: String)]) throws(StorageError)
+    /// The list is built only when the store uses it (never in memory, where a request's reads cost nothing).
+    func prefetch(_ rows: @autoclosure () -> [(table: TableHandle, user: String, key: String)]) throws(StorageError)
 }
 
 extension Storage {
-    public func prefetch(_ rows: [(table: TableHandle, user: String, key: String)]) throws(StorageError) {}
+    public func prefetch(_ rows: @autoclosure () -> [(table: TableHandle, user: String, key: String)]) throws(StorageError) {}
 
     /// Registers a table kept in key order only.
     @inlinable
