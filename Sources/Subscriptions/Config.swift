@@ -11,6 +11,8 @@ public struct AppStoreConfig: DomainConfig {
     public var environments: [String] = ["Production", "Sandbox"]
     /// The trusted roots, PEM; Apple Root CA - G3 unless the file names others.
     public var rootsPEM: [String] = [appleRootCAG3]
+    /// How long after `subscriptions.refresh` looked at a membership it is due again.
+    public var refreshIntervalSeconds: Int64 = MembershipRules.defaultRefreshIntervalMs / 1000
 
     public static let knownEnvironments = ["Production", "Sandbox"]
 
@@ -18,7 +20,7 @@ public struct AppStoreConfig: DomainConfig {
 
     public static var sections: [String] { ["appStore"] }
 
-    /// Reads `appStore: {bundleId, appAppleId, environments, rootCertificates}`. The App Store Server
+    /// Reads `appStore: {bundleId, appAppleId, refreshIntervalSeconds, environments, rootCertificates}`. The App Store Server
     /// API (`serverApi`) comes with an issue of its own: until then it is an unknown key.
     public mutating func read(section name: String, _ r: inout ObjectReader, files: ConfigFiles) throws(FieldError) {
         if let v: String = try r.optional("bundleId") {
@@ -26,6 +28,7 @@ public struct AppStoreConfig: DomainConfig {
             bundleId = v
         }
         if let v = try r.optional("appAppleId", in: 1...Int64.max) { appAppleId = v }
+        if let v = try r.optional("refreshIntervalSeconds", in: 60...(7 * 86_400)) { refreshIntervalSeconds = v }
         if let v: [String] = try r.optional("environments") {
             guard !v.isEmpty, v.allSatisfy(Self.knownEnvironments.contains) else {
                 throw .outOfRange(r.path("environments"), "must list one or more of Production, Sandbox")

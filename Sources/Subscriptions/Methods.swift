@@ -113,7 +113,7 @@ public struct SubscriptionsRefresh: RPCMethod {
         public init(_ limit: Int64) { self.limit = Int(limit) }
     }
     public static let name = "subscriptions.refresh"
-    public static let summary = "Re-checks the least recently checked memberships (not checked in the last hour) against the clock; call until remaining is 0."
+    public static let summary = "Re-checks due memberships against the clock (not looked at by refresh within appStore.refreshIntervalSeconds, or whose period or grace period ended since), soonest due first; call until remaining is 0."
     public static let mutates = true
     public static let auth = AuthRequirement.service
     public static let resultSchema = #"""

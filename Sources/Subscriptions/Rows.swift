@@ -52,21 +52,33 @@ extension MembershipRow {
     }
 }
 
-/// When `subscriptions.refresh` last checked a membership (`subscriptions.checks`, key: its
-/// `originalTransactionId`). Apart from the membership so that a daily check writes a few bytes, not the receipt.
+/// When `subscriptions.refresh` last looked at a membership and when it is next due
+/// (`subscriptions.checks`, key: its `originalTransactionId`, in the order of `dueAt`). Apart from the
+/// membership so that a daily check writes a few bytes, not the receipt.
 public struct CheckRow: StoredRow {
-    public var checkedAt: Int64
-    /// The membership's `expiresDate` at that check, so the next one can tell a renewal.
+    /// When refresh last looked at it; nil: never (a verify or a notification is not a look).
+    public var checkedAt: Int64?
+    /// The membership's `expiresDate` at that look (at the verify before any), so the next one can tell a renewal.
     public var expiresDate: Int64?
+    /// When it is next due (`MembershipRules.dueAt`).
+    public var dueAt: Int64
+
+    public init(checkedAt: Int64?, expiresDate: Int64?, dueAt: Int64) {
+        self.checkedAt = checkedAt
+        self.expiresDate = expiresDate
+        self.dueAt = dueAt
+    }
 }
 
 extension CheckRow {
     public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "check")
-        checkedAt = try f.int("checkedAt")
+        checkedAt = f.optionalInt("checkedAt")
         expiresDate = f.optionalInt("expiresDate")
+        // Rows written before `dueAt` were due an hour after their check.
+        dueAt = f.optionalInt("dueAt") ?? (checkedAt ?? 0) + MembershipRules.defaultRefreshIntervalMs
     }
-    public var stored: JSON { ["checkedAt": .int(checkedAt), "expiresDate": .optionalInt(expiresDate)] }
+    public var stored: JSON { ["checkedAt": .optionalInt(checkedAt), "expiresDate": .optionalInt(expiresDate), "dueAt": .int(dueAt)] }
 }
 
 /// A notification received (`subscriptions.notifications`, key: its `notificationUUID`). In the owner's
@@ -123,7 +135,7 @@ public struct SubscriptionTables: Sendable {
     public init(_ store: some Storage) {
         memberships = store.table("subscriptions.memberships", of: MembershipRow.self, entity: Entity("subscriptions.membership"))
         checks = store.table("subscriptions.checks", of: CheckRow.self,
-                             orderedBy: { row in MembershipRules.checkOrderHead(checkedAt: row.checkedAt) })
+                             orderedBy: { row in MembershipRules.checkOrderHead(dueAt: row.dueAt) })
         notifications = store.table("subscriptions.notifications", of: NotificationRow.self)
     }
 }

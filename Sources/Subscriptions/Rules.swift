@@ -2,8 +2,9 @@
 public enum MembershipRules {
     /// Apple's billing retry period: after it, a subscription in billing retry has expired.
     public static let billingRetryMs: Int64 = 60 * 86_400_000
-    /// A membership is due for `subscriptions.refresh` once its last check is older than this.
-    public static let checkIntervalMs: Int64 = 3_600_000
+    /// `appStore.refreshIntervalSeconds` by default: how long after refresh looked at a membership it is
+    /// due again.
+    public static let defaultRefreshIntervalMs: Int64 = 3_600_000
 
     /// Whether a status gives access.
     public static func grantsAccess(_ status: String) -> Bool { status == "active" || status == "grace_period" }
@@ -167,8 +168,9 @@ public enum MembershipRules {
 
     /// Checks `row` at `now` against its last check: a status the clock moved (access lost) is
     /// `expired`; a later period than at the last check (a renewal applied since) is `renewed`. Returns
-    /// the row as checked (itself when unchanged) and the new check.
-    public static func check(_ row: MembershipRow, last: CheckRow?, now: Int64) -> (MembershipRow, CheckRow, Check) {
+    /// the row as checked (itself when unchanged) and the new check, due `interval` later or when a
+    /// period ends first.
+    public static func check(_ row: MembershipRow, last: CheckRow?, now: Int64, interval: Int64) -> (MembershipRow, CheckRow, Check) {
         let next = stamped(settled(row, now: now), row, now: now)
         let outcome: Check
         if next.status != row.status || next.error != row.error {
@@ -178,18 +180,29 @@ public enum MembershipRules {
         } else {
             outcome = .unchanged
         }
-        return (next, CheckRow(checkedAt: now, expiresDate: row.expiresDate), outcome)
+        return (next, CheckRow(checkedAt: now, expiresDate: row.expiresDate, dueAt: dueAt(lastLook: now, next, interval: interval)), outcome)
     }
 
-    /// The refresh order of a membership: least recently checked first, then by key. Fixed-width, so
-    /// that string order is time order.
-    public static func checkOrder(checkedAt: Int64, key: String) -> String {
-        checkOrderHead(checkedAt: checkedAt) + key
+    /// When a membership is next due for refresh: `interval` after refresh last looked at it, or as soon
+    /// as its period, grace period or billing retry ends after that look, whichever comes first; at once
+    /// when refresh never looked at it. A verify or a notification is not a look: they keep the last one.
+    public static func dueAt(lastLook: Int64?, _ row: MembershipRow, interval: Int64) -> Int64 {
+        guard let last = lastLook else { return 0 }
+        var due = last + interval
+        let ends = [row.expiresDate, row.gracePeriodEnd, row.expiresDate.map { $0 + billingRetryMs }]
+        for end in ends.compactMap({ $0 }) where end > last { due = min(due, end) }
+        return due
     }
 
-    /// What precedes the key in `checkOrder`: the store's second order of memberships.
-    public static func checkOrderHead(checkedAt: Int64) -> String {
-        let digits = String(max(checkedAt, 0))
+    /// The refresh order of a membership: soonest due first, then by key. Fixed-width, so that string
+    /// order is time order.
+    public static func checkOrder(dueAt: Int64, key: String) -> String {
+        checkOrderHead(dueAt: dueAt) + key
+    }
+
+    /// What precedes the key in `checkOrder`: the store's second order of checks.
+    public static func checkOrderHead(dueAt: Int64) -> String {
+        let digits = String(max(dueAt, 0))
         return String(repeating: "0", count: max(0, 15 - digits.count)) + digits + "|"
     }
 }

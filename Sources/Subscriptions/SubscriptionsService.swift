@@ -142,13 +142,26 @@ public final class SubscriptionsService: @unchecked Sendable {
         var t = Transaction()
         if owner == nil {
             t.claim(SubscriptionKeys.purchase(otid), for: user)
-            t.put(tables.checks, user: user, key: otid, CheckRow(checkedAt: now.milliseconds, expiresDate: row.expiresDate))
             row = try adoptPending(otid, user: user, row: row, now: now, into: &t)
         }
-        if row != existing { t.put(tables.memberships, user: user, key: otid, row) }
+        if row != existing {
+            t.put(tables.memberships, user: user, key: otid, row)
+            try reschedule(user, otid, row, into: &t)
+        }
         if !t.isEmpty { try commit(t) }
         return Membership(otid, row, now: now.milliseconds)
     }
+
+    /// Writes a changed membership's next due time for refresh, keeping refresh's last look (a verify or
+    /// a notification is not one): a period that now ends sooner makes it due sooner.
+    private func reschedule(_ user: String, _ otid: String, _ row: MembershipRow, into t: inout Transaction) throws(SubscriptionsError) {
+        let check = try storage(try tables.checks.get(user: user, key: otid))
+        let next = CheckRow(checkedAt: check?.checkedAt, expiresDate: check?.expiresDate ?? row.expiresDate,
+                            dueAt: MembershipRules.dueAt(lastLook: check?.checkedAt, row, interval: intervalMs))
+        if next != check { t.put(tables.checks, user: user, key: otid, next) }
+    }
+
+    private var intervalMs: Int64 { config.refreshIntervalSeconds * 1000 }
 
     /// Applies the notifications kept for a purchase no one owned, oldest first, and moves them to the
     /// user who now owns it.
@@ -201,9 +214,9 @@ public final class SubscriptionsService: @unchecked Sendable {
         }
     }
 
-    /// Checks the `limit` least recently checked memberships that are due against the clock.
+    /// Checks up to `limit` due memberships against the clock, soonest due first (`MembershipRules.dueAt`).
     func refresh(limit: Int, now: Timestamp) throws(SubscriptionsError) -> RefreshReport {
-        let due = MembershipRules.checkOrder(checkedAt: now.milliseconds - MembershipRules.checkIntervalMs, key: "~")
+        let due = MembershipRules.checkOrder(dueAt: now.milliseconds, key: "~")
         let (checks, total) = try storage(try tables.checks.scanAllOrdered(through: due, limit: limit))
         var report = RefreshReport()
         var t = Transaction()
@@ -214,7 +227,7 @@ public final class SubscriptionsService: @unchecked Sendable {
                 report.unchanged += 1
                 continue
             }
-            let (next, check, outcome) = MembershipRules.check(row, last: last, now: now.milliseconds)
+            let (next, check, outcome) = MembershipRules.check(row, last: last, now: now.milliseconds, interval: intervalMs)
             switch outcome {
             case .expired: report.expired += 1
             case .renewed: report.renewed += 1
@@ -264,7 +277,10 @@ public final class SubscriptionsService: @unchecked Sendable {
         var current = existing
         if let next = MembershipRules.notified(n.facts, existing: existing, now: now.milliseconds) {
             done.applied = true
-            if next != existing { t.put(tables.memberships, user: owner, key: otid, next) }
+            if next != existing {
+                t.put(tables.memberships, user: owner, key: otid, next)
+                try reschedule(owner, otid, next, into: &t)
+            }
             current = next
         }
         t.claim(SubscriptionKeys.notification(n.notificationUUID), for: owner)

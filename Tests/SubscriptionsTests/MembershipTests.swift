@@ -336,6 +336,34 @@ func reason(_ body: () throws(SubscriptionsError) -> Membership) -> String {
         #expect(try f.status(users[2], at: nov1 + 60 * dayMs).error == "expired")
     }
 
+    /// A verify is not a look by refresh: a purchase is due at once, and a period that ends after
+    /// refresh looked makes it due then, not an interval later.
+    @Test func aMembershipIsDueWhenNeverLookedAtOrWhenItsPeriodEnded() throws {
+        let f = try Fixture()
+        let bought = nov1 - 30 * dayMs + 2000  // the month ends 2 s after nov1
+        _ = try f.verify(f.receipt(original: "7", purchase: bought), at: nov1)
+        var r = try f.service.refresh(limit: 10, now: Timestamp(milliseconds: nov1 + 3000))
+        #expect(r == RefreshReport(checked: 1, expired: 1, renewed: 0, unchanged: 0, failed: 0, remaining: 0, mode: "clock"))
+        // A second purchase, looked at by refresh while active: due again when its period ends.
+        _ = try f.verify(f.receipt(original: "8", purchase: nov1), user: otherUser, at: nov1)
+        r = try f.service.refresh(limit: 10, now: Timestamp(milliseconds: nov1 + 4000))
+        #expect(r.checked == 1 && r.unchanged == 1)
+        #expect(try f.service.refresh(limit: 10, now: Timestamp(milliseconds: nov1 + 5000)).checked == 0, "looked at just now")
+        r = try f.service.refresh(limit: 10, now: Timestamp(milliseconds: nov1 + 30 * dayMs))
+        #expect(r.checked == 2 && r.expired == 1, "the second's period ended; the first is an interval past its look")
+    }
+
+    @Test func dueRule() {
+        let row = MembershipRow(status: "active", error: nil, productId: "p", transactionId: "t", environment: "Sandbox", purchaseDate: 0,
+                                expiresDate: 10_000, gracePeriodEnd: nil, autoRenew: true, signedDate: 0, receipt: "", updatedAt: 0)
+        #expect(MembershipRules.dueAt(lastLook: nil, row, interval: 3_600_000) == 0)
+        #expect(MembershipRules.dueAt(lastLook: 5_000, row, interval: 3_600_000) == 10_000, "the period ends first")
+        #expect(MembershipRules.dueAt(lastLook: 20_000, row, interval: 3_600_000) == 3_620_000, "ended before the look")
+        var grace = row
+        grace.gracePeriodEnd = 15_000
+        #expect(MembershipRules.dueAt(lastLook: 12_000, grace, interval: 3_600_000) == 15_000)
+    }
+
     @Test func clockRules() {
         let row = MembershipRow(status: "active", error: nil, productId: "p", transactionId: "t", environment: "Sandbox", purchaseDate: 0,
                                 expiresDate: 100, gracePeriodEnd: nil, autoRenew: true, signedDate: 0, receipt: "", updatedAt: 0)
@@ -350,7 +378,7 @@ func reason(_ body: () throws(SubscriptionsError) -> Membership) -> String {
         var revoked = row
         (revoked.status, revoked.error) = ("inactive", "revoked")
         #expect(MembershipRules.current(revoked, now: 0) == ("inactive", "revoked"))
-        #expect(MembershipRules.checkOrder(checkedAt: 5, key: "k") == "000000000000005|k")
+        #expect(MembershipRules.checkOrder(dueAt: 5, key: "k") == "000000000000005|k")
     }
 }
 

@@ -1011,7 +1011,7 @@ export interface Methods {
       duplicate: boolean;
     };
   };
-  /** Re-checks the least recently checked memberships (not checked in the last hour) against the clock; call until remaining is 0. Auth: service; writes. */
+  /** Re-checks due memberships against the clock (not looked at by refresh within appStore.refreshIntervalSeconds, or whose period or grace period ended since), soonest due first; call until remaining is 0. Auth: service; writes. */
   "subscriptions.refresh": {
     params: {
       /** Bearer token whose role claim is service_role. */
