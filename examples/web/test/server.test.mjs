@@ -137,7 +137,9 @@ test('seed 003: verify-subscription answers the seed shape; refresh-subscription
   assert.equal(typeof r.body.error, 'string');
   r = await request('POST', '/functions/v1/verify-subscription', { auth, body: { provider: 'google', product_id: 'premium', receipt_or_token: 'a.b.c' } });
   assert.deepEqual([r.status, r.body.field], [400, 'provider']);
+  let verified = 0;
   if (apple) {
+    verified = 2;
     const now = Date.now();
     const transaction = { transactionId: '2000000000000001', originalTransactionId: '2000000000000001', bundleId: 'com.example',
       productId: 'premium', purchaseDate: now - 86_400_000, originalPurchaseDate: now - 86_400_000, expiresDate: now + 29 * 86_400_000,
@@ -160,7 +162,9 @@ test('seed 003: verify-subscription answers the seed shape; refresh-subscription
   r = await request('POST', '/functions/v1/refresh-subscriptions', { auth: token({ role: 'service_role' }) });
   assert.equal(r.status, 200);
   assert.equal(r.body.remaining, 0);
-  assert.equal(r.body.checked, 0, 'memberships verified within the hour are not due');
+  assert.equal(r.body.checked, verified, 'a verify is not a refresh look: new memberships are due at once');
+  r = await request('POST', '/functions/v1/refresh-subscriptions', { auth: token({ role: 'service_role' }) });
+  assert.deepEqual([r.status, r.body.checked, r.body.remaining], [200, 0, 0], 'looked at just now: none is due');
 });
 
 test('seed 001: /ingest/healthkit ingests and validates like health.ingest', async (t) => {
