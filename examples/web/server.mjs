@@ -123,6 +123,20 @@ export const routes = [
         ...(active ? {} : { error: m.error ?? m.status }),
       };
     } },
+  // App Store Server Notifications V2: Apple posts {signedPayload} with no token (the kernel checks the
+  // signature to Apple's root). Apple retries a notification after any answer but 2xx and 4xx, so a 4xx
+  // is kept for one that can never be accepted (a bad signature, another app's, not a notification), and
+  // anything the kernel could not store now is a 5xx. Applying one twice changes nothing (notificationUUID).
+  { method: 'POST', path: '/functions/v1/app-store-notifications', body: true, auth: 'signed', limit: 256 << 10,
+    handle: async (k, req, body, url, { service }) => {
+      try {
+        const r = await k.call('subscriptions.notify', { auth: service, signedPayload: body.signedPayload });
+        return { ok: true, notification_type: r.notificationType, duplicate: r.duplicate };
+      } catch (error) {
+        if (error instanceof KernelError && (error.code === -32602 || error.code === -32010)) throw error;
+        throw new HttpError(503, 'The notification could not be stored now; Apple will send it again', { reason: 'retry_later' });
+      }
+    } },
   { method: 'POST', path: '/functions/v1/refresh-subscriptions', body: 'optional', auth: 'service',
     // The cron's service key is the caller's bearer token: the kernel checks its role.
     handle: async (k, req) => {
@@ -489,7 +503,10 @@ export async function start({
     try {
       // Who is asking is settled before a byte of the body is read: an anonymous flood costs no memory.
       const token = bearer(req);
-      if (route.auth === 'none') {
+      if (route.auth === 'signed') {
+        // No token: the body's signature is the proof, checked by the kernel. No address limit either: a 4xx
+        // would make Apple drop the notification. Keep such routes behind a proxy that admits Apple's addresses.
+      } else if (route.auth === 'none') {
         const wait = unauthenticated.take(req.socket.remoteAddress ?? '');
         if (wait > 0) {
           throw new HttpError(429, 'Too many requests from this address; retry later', { reason: 'rate_limited', retryAfterMs: wait },
@@ -503,7 +520,7 @@ export async function start({
       const body = route.body
         ? parseBody(await readBody(req, route.limit ?? bodyLimit, bodies, held), route.body === 'optional', req.headers['content-type'])
         : {};
-      const answer = await route.handle(kernel, req, body, url);
+      const answer = await route.handle(kernel, req, body, url, { service });
       if (answer instanceof Reply) return send(res, answer.status, answer.body, answer.headers);
       return send(res, 200, answer);
     } catch (error) {

@@ -167,6 +167,40 @@ test('seed 003: verify-subscription answers the seed shape; refresh-subscription
   assert.deepEqual([r.status, r.body.checked, r.body.remaining], [200, 0, 0], 'looked at just now: none is due');
 });
 
+test('app-store-notifications: 2xx for applied or duplicate, 4xx only for what can never be accepted, 5xx to be sent again', async (t) => {
+  const { request, apple } = await app(t);
+  let r = await request('POST', '/functions/v1/app-store-notifications', { body: { signedPayload: 'a.b.c' } });
+  assert.equal(r.status, 422, 'a payload that is not a JWS is refused for good');
+  r = await request('POST', '/functions/v1/app-store-notifications', { body: { other: 1 } });
+  assert.equal(r.status, 400, 'no signedPayload');
+  if (!apple) return t.diagnostic('shared/testdata/appstore is not on this machine: the signed cases were skipped');
+  const uuid = randomUUID();
+  const test = { notificationType: 'TEST', notificationUUID: uuid, signedDate: Date.now(), data: { bundleId: 'com.example', environment: 'Sandbox' } };
+  r = await request('POST', '/functions/v1/app-store-notifications', { body: { signedPayload: apple(test) } });
+  assert.deepEqual([r.status, r.body.ok, r.body.notification_type], [200, true, 'TEST']);
+  const foreign = { ...test, notificationUUID: randomUUID(), data: { bundleId: 'com.other', environment: 'Sandbox' } };
+  r = await request('POST', '/functions/v1/app-store-notifications', { body: { signedPayload: apple(foreign) } });
+  assert.deepEqual([r.status, r.body.reason], [422, 'bundle_mismatch'], 'another app\'s notification is never accepted');
+  r = await request('POST', '/functions/v1/app-store-notifications', { body: { signedPayload: apple(test) } });
+  assert.equal(r.status, 200, 'the same notification again is still a success');
+});
+
+test('app-store-notifications: a kernel that cannot answer now gets 503, so that Apple sends it again', async (t) => {
+  const dir = temporaryDirectory(t);
+  const f = fixtures(dir);
+  const server = await start({ port: 0, dataDir: join(dir, 'data'), binary, env: { ...env, HEALTHKERNEL_CONFIG: f.configPath },
+                               log: () => {}, clientOptions: { timeout: 1000 } });
+  t.after(() => server.close());
+  const request = requester(server);
+  process.kill(server.kernel.pid, 'SIGSTOP');
+  try {
+    const r = await request('POST', '/functions/v1/app-store-notifications', { body: { signedPayload: 'a.b.c' } });
+    assert.deepEqual([r.status, r.body.reason], [503, 'retry_later']);
+  } finally {
+    process.kill(server.kernel.pid, 'SIGCONT');
+  }
+});
+
 test('seed 001: /ingest/healthkit ingests and validates like health.ingest', async (t) => {
   const { request } = await app(t);
   const auth = token({ user: userA });
