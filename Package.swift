@@ -37,6 +37,12 @@ let package = Package(
             pkgConfig: "libpq",
             providers: [.apt(["libpq-dev"])]
         ),
+        .systemLibrary(
+            name: "CCurl",
+            pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]
+        ),
+        .target(name: "HTTPClient", dependencies: ["CCurl"], swiftSettings: optimized),
         .target(name: "JSON", swiftSettings: optimized),
         .target(name: "JSONParsing", dependencies: ["CJansson", "JSON"], swiftSettings: optimized),
         .target(name: "Chrono", swiftSettings: optimized),
@@ -118,6 +124,7 @@ let package = Package(
             path: "Tests/TestSupport"),
         .testTarget(name: "JSONTests", dependencies: ["JSON", "JSONParsing"]),
         .testTarget(name: "ThreadsTests", dependencies: ["Threads"]),
+        .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient"]),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
         .testTarget(name: "StoreTests", dependencies: ["Store", "Storage", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
         .testTarget(name: "HealthTests", dependencies: ["Health", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "DomainSupport", "TestSupport"]),

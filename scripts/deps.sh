@@ -16,7 +16,7 @@ apt_install() {
   as_root apt-get update -qq >&2 && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >&2
 }
 
-apt_install libjansson-dev libpq-dev pkg-config tzdata
+apt_install libjansson-dev libpq-dev libcurl4-openssl-dev pkg-config tzdata
 
 # The Node client, the example web server and their tests need Node 20 or later (built-ins only).
 if ! command -v node >/dev/null 2>&1 || [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 20 ]; then

@@ -1,0 +1,122 @@
+import CCurl
+
+/// One HTTP exchange: what is sent.
+public struct HTTPRequest: Sendable {
+    public var method: String
+    public var url: String
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]?
+    /// The whole exchange, connecting included, must end within this.
+    public var timeoutMilliseconds: Int
+
+    public init(method: String = "GET", url: String, headers: [(name: String, value: String)] = [], body: [UInt8]? = nil,
+                timeoutMilliseconds: Int = 10_000) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+        self.timeoutMilliseconds = timeoutMilliseconds
+    }
+}
+
+/// What came back.
+public struct HTTPResponse: Sendable {
+    public let status: Int
+    /// Header names lowercased.
+    public let headers: [String: String]
+    public let body: [UInt8]
+}
+
+/// Why no response came.
+public struct HTTPError: Error, CustomStringConvertible, Sendable {
+    public enum Kind: Sendable { case timeout, connection, refused }
+    public let kind: Kind
+    public let description: String
+}
+
+/// A synchronous HTTP client on libcurl (Debian's libcurl4-openssl-dev), for worker threads: the kernel's
+/// calls out wait there, never on the serving thread. libcurl rather than async-http-client or URLSession:
+/// a first release build of async-http-client took 212 s here and a NIO event loop the kernel has no use
+/// for; URLSession links libcurl anyway, through FoundationNetworking (a static hello world is 71.6 MB with
+/// 36 shared libraries). One call, one easy handle: calls on different threads are independent.
+public enum HTTPClient {
+    /// Whether libcurl was set up (once per process, before any thread uses it).
+    private static let ready: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
+
+    /// Plain `http://` only to loopback addresses; anything else must be `https://`.
+    public static func allowed(_ url: String) -> Bool {
+        if url.hasPrefix("https://") { return true }
+        for prefix in ["http://127.", "http://localhost:", "http://localhost/", "http://[::1]"] where url.hasPrefix(prefix) { return true }
+        return false
+    }
+
+    /// Sends `request` and waits for the whole response.
+    public static func send(_ request: HTTPRequest) -> Result<HTTPResponse, HTTPError> {
+        guard allowed(request.url) else {
+            return .failure(HTTPError(kind: .refused, description: "only https:// URLs (or http:// to this machine) are called"))
+        }
+        guard ready, let handle = curl_easy_init() else { return .failure(HTTPError(kind: .connection, description: "libcurl cannot start")) }
+        defer { curl_easy_cleanup(handle) }
+        let sink = Sink()
+        let unmanaged = Unmanaged.passRetained(sink)
+        defer { unmanaged.release() }
+        var list: UnsafeMutablePointer<curl_slist>?
+        defer { curl_slist_free_all(list) }
+        for (name, value) in request.headers { list = curl_slist_append(list, "\(name): \(value)") }
+        // Without a body curl would send `Expect: 100-continue` on POST; servers that do not answer it stall a second.
+        list = curl_slist_append(list, "Expect:")
+        _ = hk_curl_set_string(handle, CURLOPT_URL, request.url)
+        _ = hk_curl_set_string(handle, CURLOPT_CUSTOMREQUEST, request.method)
+        _ = hk_curl_set_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list))
+        _ = hk_curl_set_long(handle, CURLOPT_TIMEOUT_MS, request.timeoutMilliseconds)
+        _ = hk_curl_set_long(handle, CURLOPT_CONNECTTIMEOUT_MS, min(request.timeoutMilliseconds, 5000))
+        _ = hk_curl_set_long(handle, CURLOPT_NOSIGNAL, 1)  // timeouts without SIGALRM: safe on any thread
+        _ = hk_curl_set_long(handle, CURLOPT_FOLLOWLOCATION, 0)
+        _ = hk_curl_set_pointer(handle, CURLOPT_WRITEDATA, unmanaged.toOpaque())
+        _ = hk_curl_set_write(handle) { data, size, count, context in
+            let sink = Unmanaged<Sink>.fromOpaque(context!).takeUnretainedValue()
+            let n = size * count
+            if let data { sink.body.append(contentsOf: UnsafeRawBufferPointer(start: data, count: n)) }
+            return n
+        }
+        _ = hk_curl_set_pointer(handle, CURLOPT_HEADERDATA, unmanaged.toOpaque())
+        _ = hk_curl_set_header_function(handle) { data, size, count, context in
+            let sink = Unmanaged<Sink>.fromOpaque(context!).takeUnretainedValue()
+            let n = size * count
+            if let data {
+                let line = String(decoding: UnsafeRawBufferPointer(start: data, count: n), as: UTF8.self)
+                if let colon = line.firstIndex(of: ":") {
+                    let name = line[..<colon].lowercased()
+                    var value = line[line.index(after: colon)...]
+                    while let c = value.first, c == " " || c == "\t" { value.removeFirst() }
+                    while let c = value.last, c == " " || c == "\t" || c == "\r" || c == "\n" || c == "\r\n" { value.removeLast() }
+                    sink.headers[name] = String(value)
+                } else if line.hasPrefix("HTTP/") {
+                    sink.headers.removeAll()  // a new response (after a 100 Continue): only its headers count
+                }
+            }
+            return n
+        }
+        let body = request.body ?? []
+        let code: CURLcode = body.withUnsafeBufferPointer { buffer in
+            if request.body != nil {
+                _ = hk_curl_set_pointer(handle, CURLOPT_POSTFIELDS, UnsafeMutableRawPointer(mutating: buffer.baseAddress))
+                _ = hk_curl_set_long(handle, CURLOPT_POSTFIELDSIZE, buffer.count)
+            }
+            return curl_easy_perform(handle)
+        }
+        guard code == CURLE_OK else {
+            let text = String(cString: curl_easy_strerror(code))
+            let kind: HTTPError.Kind = code == CURLE_OPERATION_TIMEDOUT ? .timeout : .connection
+            return .failure(HTTPError(kind: kind, description: text))
+        }
+        var status = 0
+        _ = hk_curl_info_long(handle, CURLINFO_RESPONSE_CODE, &status)
+        return .success(HTTPResponse(status: status, headers: sink.headers, body: sink.body))
+    }
+
+    private final class Sink {
+        var body: [UInt8] = []
+        var headers: [String: String] = [:]
+    }
+}
