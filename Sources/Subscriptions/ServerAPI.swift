@@ -49,19 +49,6 @@ public enum ServerAPI {
         return out
     }
 
-    /// Apple's subscription status as a membership's status and error: 1 active, 2 expired, 3 billing
-    /// retry, 4 grace period, 5 revoked; nil for a code Apple has not documented.
-    public static func membershipStatus(_ code: Int) -> (status: String, error: String?)? {
-        switch code {
-        case 1: return ("active", nil)
-        case 2: return ("inactive", "expired")
-        case 3: return ("billing_retry", nil)
-        case 4: return ("grace_period", nil)
-        case 5: return ("inactive", "revoked")
-        default: return nil
-        }
-    }
-
     /// How long to wait after a 429, from its `Retry-After` (seconds, or an HTTP date we do not parse:
     /// then a minute), capped at an hour.
     public static func retryAfterSeconds(_ header: String?) -> Int {
@@ -69,6 +56,9 @@ public enum ServerAPI {
         return min(seconds, 3600)
     }
 }
+
+// Apple's status codes (1 active, 2 expired, 3 billing retry, 4 grace period, 5 revoked) are read as a
+// membership's status by `MembershipRules.status(apple:)`, shared with notifications' `data.status`.
 
 /// An App Store Server API answer that does not have Apple's documented shape.
 public struct ServerAPIError: Error, CustomStringConvertible, Equatable {

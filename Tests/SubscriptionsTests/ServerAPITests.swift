@@ -37,12 +37,12 @@ import Testing
     }
 
     @Test func applesStatusCodesAndRetryAfter() {
-        #expect(ServerAPI.membershipStatus(1)! == ("active", nil))
-        #expect(ServerAPI.membershipStatus(2)! == ("inactive", "expired"))
-        #expect(ServerAPI.membershipStatus(3)! == ("billing_retry", nil))
-        #expect(ServerAPI.membershipStatus(4)! == ("grace_period", nil))
-        #expect(ServerAPI.membershipStatus(5)! == ("inactive", "revoked"))
-        #expect(ServerAPI.membershipStatus(6) == nil)
+        #expect(MembershipRules.status(apple: 1)! == ("active", nil))
+        #expect(MembershipRules.status(apple: 2)! == ("inactive", "expired"))
+        #expect(MembershipRules.status(apple: 3)! == ("billing_retry", nil))
+        #expect(MembershipRules.status(apple: 4)! == ("grace_period", nil))
+        #expect(MembershipRules.status(apple: 5)! == ("inactive", "revoked"))
+        #expect(MembershipRules.status(apple: 6) == nil)
         #expect(ServerAPI.retryAfterSeconds("7") == 7)
         #expect(ServerAPI.retryAfterSeconds(" 120 ") == 120)
         #expect(ServerAPI.retryAfterSeconds("Wed, 21 Oct 2015 07:28:00 GMT") == 60)
