@@ -104,20 +104,19 @@ extension JSON {
 
     /// Parses from a byte array.
     public static func parse(_ bytes: [UInt8], maxDepth: Int = JSON.maxDepth) throws(JSONParseError) -> JSON {
-        do {
-            return try bytes.withUnsafeBytes { raw in try parse(raw, maxDepth: maxDepth) }
-        } catch let e as JSONParseError {
-            throw e
-        } catch {
-            fatalError("unreachable: parse throws only JSONParseError")
-        }
+        try withBytes(bytes) { raw throws(JSONParseError) in try parse(raw, maxDepth: maxDepth) }
     }
 
     /// Parses a line the kernel itself wrote, which may hold U+0000 in a string (`store export` names a
     /// unique key `namespace NUL value`); everything a client sends goes through `parse`, which refuses it.
     public static func parseAllowingNul(_ bytes: [UInt8]) throws(JSONParseError) -> JSON {
+        try withBytes(bytes) { raw throws(JSONParseError) in try parseStrict(raw, maxDepth: JSON.maxDepth, numbers: [], allowingNul: true) }
+    }
+
+    /// `body` over the array's bytes (withUnsafeBytes rethrows untyped: the error is put back in its type).
+    private static func withBytes(_ bytes: [UInt8], _ body: (UnsafeRawBufferPointer) throws(JSONParseError) -> JSON) throws(JSONParseError) -> JSON {
         do {
-            return try bytes.withUnsafeBytes { raw in try parseStrict(raw, maxDepth: JSON.maxDepth, numbers: [], allowingNul: true) }
+            return try bytes.withUnsafeBytes { raw in try body(raw) }
         } catch let e as JSONParseError {
             throw e
         } catch {

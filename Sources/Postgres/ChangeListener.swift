@@ -46,7 +46,6 @@ final class ChangeListener: @unchecked Sendable {
         self.log = log
     }
 
-    var isRunning: Bool { running.isSet }
     /// Whether the listener is connected and registered now (announcements are being heard).
     var isConnected: Bool { connected.isSet }
     private let connected = SharedFlag()

@@ -160,7 +160,7 @@ struct CommitPlan {
         }
         // Announce each user's new positions to listening kernels ("<last> <count> <user>"); PostgreSQL
         // sends them at commit, in commit order. NOTIFY serialises commits, so only while a kernel listens.
-        for user in users where counts[user]! > 0 && user.utf8.count < 7000 {
+        for user in users where announces(user) {
             out.append(Statement("""
                 SELECT pg_notify($1, u.feed_seq || ' ' || $2 || ' ' || u.usr) FROM users u
                 WHERE u.usr = $3 AND EXISTS (SELECT 1 FROM listeners)
@@ -169,18 +169,16 @@ struct CommitPlan {
         return out
     }
 
-    /// Users whose synced changes this plan announces, with their counts.
-    var announced: [(user: String, count: Int)] {
-        users.compactMap { counts[$0]! > 0 && $0.utf8.count < 7000 ? ($0, counts[$0]!) : nil }
-    }
+    /// Whether the commit announces `user`'s changes: it made synced ones, and the payload stays under
+    /// NOTIFY's 8,000 bytes.
+    private func announces(_ user: String) -> Bool { counts[user]! > 0 && user.utf8.count < 7000 }
 
-    /// Each announced user's feed position after the commit, from the commit's results.
-    func lastPositions(_ results: ArraySlice<StatementResult>) -> [String: UInt64] {
-        var out: [String: UInt64] = [:]
-        for (user, index) in userStatements {
-            out[user] = results[results.startIndex + index].scalar.flatMap { UInt64($0) }
-        }
-        return out
+    /// The last user the commit announces and that user's feed position after it, from the commit's
+    /// results: the announcement to hear back last.
+    func lastAnnouncement(_ results: ArraySlice<StatementResult>) -> (user: String, last: UInt64)? {
+        guard let user = users.last(where: announces), let index = userStatements[user],
+              let last = results[results.startIndex + index].scalar.flatMap({ UInt64($0) }) else { return nil }
+        return (user, last)
     }
 
     /// The committed changes, for host events: positions from each user's counter after the commit.
