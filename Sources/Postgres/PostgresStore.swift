@@ -20,12 +20,13 @@ public struct PostgresOptions: Sendable {
 
 /// Storage on PostgreSQL: the system of record when several kernels serve one user base.
 ///
-/// A request's reads and its commit run in one PostgreSQL transaction on the serving thread's
-/// connection. The first statement that names a user takes `pg_advisory_xact_lock` on that user, in the
-/// same pipeline as the statement itself, so every read a request makes of a user is covered by the lock
-/// that its commit holds too: two kernels serving one user take turns. Feed positions come from a
-/// per-user counter taken under that lock, so a user's feed is in commit order across kernels.
-/// `endRequest()` ends a transaction that committed nothing (it held only reads and locks).
+/// A request's reads and its commit run on the serving thread's connection, in a transaction of its own,
+/// or (`groupCommit`, as the kernel runs it) in a savepoint of the batch's transaction, which the
+/// dispatcher's flush commits. The first statement that names a user takes that user's advisory lock in
+/// the same pipeline, so every read a request makes of a user is covered by the lock its commit holds
+/// too: two kernels serving one user take turns. Feed positions come from a per-user counter taken
+/// under that lock, so a user's feed is in commit order across kernels. `endRequest()` ends a request
+/// that committed nothing (it held only reads and locks).
 public final class PostgresStore: Storage, @unchecked Sendable {
     public let options: PostgresOptions
     let clock: Clock
@@ -113,7 +114,9 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         var seed: UInt64 = 0xcbf2_9ce4_8422_2325  // FNV-1a of the schema name
         for byte in options.schema.utf8 { seed = (seed ^ UInt64(byte)) &* 0x100_0000_01b3 }
         lockSeed = Int64(bitPattern: seed)
-        let channel = String(("hk_" + options.schema).utf8.prefix(63))!
+        // Channel names are identifiers: at most 63 bytes, cut on a character boundary.
+        var channel = "hk_"
+        for c in options.schema where channel.utf8.count + c.utf8.count <= 63 { channel.append(c) }
         self.channel = channel
         listener = ChangeListener(url: options.url, setup: Self.session(Schema.quote(options.schema)), channel: channel,
                                   log: { log($0) })
@@ -518,7 +521,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     /// The announcement of a commit's last user to await (`takeCommittedChanges`), if it announced any.
     private func announcement(_ plan: CommitPlan, _ results: ArraySlice<StatementResult>) -> (pid: Int32, user: String, last: UInt64)? {
-        guard let user = plan.announced.last?.user, let last = plan.lastPositions(results)[user] else { return nil }
+        guard let (user, last) = plan.lastAnnouncement(results) else { return nil }
         let pid = main.backendPID
         ownPIDs.insert(pid)
         return (pid, user, last)

@@ -24,6 +24,17 @@ import TestSupport
         return (store, store.table("test.due", of: Due.self, orderedBy: { $0.at }))
     }
 
+    @Test func aSchemaNameOfManyByteCharactersOpens() throws {
+        // 63 bytes: "hk_" and the name make 66, and byte 63 falls inside an "ä": the channel name is cut before it.
+        let (store, table) = try open("a" + String(repeating: "ä", count: 31))
+        defer { store.shutdown() }
+        var t = Transaction()
+        t.put(table, user: "u", key: "k", Due(at: "1"))
+        try store.commit(t)
+        #expect(try table.get(user: "u", key: "k") == Due(at: "1"))
+        store.endRequest()
+    }
+
     @Test func twoKernelsScanningDueRowsNeverGetTheSameRow() throws {
         let schema = TestPostgres.freshSchema()
         let (a, dueA) = try open(schema)
