@@ -46,8 +46,15 @@ public enum HTTPClient {
     /// Plain `http://` only to loopback addresses; anything else must be `https://`.
     public static func allowed(_ url: String) -> Bool {
         if url.hasPrefix("https://") { return true }
-        for prefix in ["http://127.", "http://localhost:", "http://localhost/", "http://[::1]"] where url.hasPrefix(prefix) { return true }
-        return false
+        guard url.hasPrefix("http://") else { return false }
+        let authority = url.dropFirst(7).prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        guard !authority.contains("@") else { return false }
+        if authority == "[::1]" || authority.hasPrefix("[::1]:") { return true }
+        let host = authority.prefix { $0 != ":" }
+        if host == "localhost" { return true }
+        // An IPv4 address in 127.0.0.0/8, digits only (a name such as 127.example.com is not this machine).
+        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts[0] == "127" && parts.allSatisfy { p in !p.isEmpty && p.count <= 3 && p.allSatisfy(\.isASCII) && p.allSatisfy(\.isNumber) }
     }
 
     /// Sends `request` and waits for the whole response.

@@ -93,6 +93,9 @@ final class LoopbackServer: @unchecked Sendable {
         #expect(refused.kind == .refused)
         #expect(HTTPClient.allowed("https://api.storekit.itunes.apple.com/inApps/v1/subscriptions/1"))
         #expect(HTTPClient.allowed("http://localhost:8080/") && HTTPClient.allowed("http://[::1]:9/"))
+        #expect(HTTPClient.allowed("http://127.0.0.1:8080/x"))
+        #expect(!HTTPClient.allowed("http://127.evil.example/") && !HTTPClient.allowed("http://127.0.0.1.evil.example/"))
+        #expect(!HTTPClient.allowed("http://localhost.evil.example/") && !HTTPClient.allowed("http://user@evil.example/"))
         guard case .failure(let closed) = HTTPClient.send(HTTPRequest(url: "http://127.0.0.1:1/", timeoutMilliseconds: 1000)) else {
             Issue.record("port 1 answered"); return
         }
