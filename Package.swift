@@ -3,7 +3,7 @@ import PackageDescription
 
 // Layers, imports pointing one way:
 // JSON (the value type, its binary form and serializer; pure Swift) -> JSONParsing (text to values with jansson,
-// the only module that touches it, through CJansson) -> (Chrono, Threads, JSONRPC, Store <- CCRC32C) -> DomainSupport
+// the only module that touches it, through CJansson) -> (Chrono, Threads, HTTPClient <- CCurl, JSONRPC, Store <- CCRC32C) -> DomainSupport
 // -> domains (Auth, ScreenTime, Sessions, Subscriptions, Health, Sync), which see storage only through Storage (the interface; Store is the
 // in-memory implementation with its journal; Postgres <- CLibPQ the other; only the composition root knows them)
 //   -> Kernel (composition root: configuration and the one list of methods) -> healthkernel (executable).
@@ -75,10 +75,11 @@ let package = Package(
         .target(
             name: "Subscriptions",
             dependencies: [
-                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "DomainSupport",
+                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "DomainSupport", "HTTPClient", "Threads",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: optimized
         ),

@@ -32,6 +32,13 @@ public protocol DomainConfig: Sendable, Equatable {
     /// Reads section `name`; unknown keys and bad values are errors naming the key. Files the section
     /// names are read through `files`.
     mutating func read(section name: String, _ reader: inout ObjectReader, files: ConfigFiles) throws(FieldError)
+    /// Reads the `HEALTHKERNEL_*` variables it takes, after the file; errors name the variable or key.
+    /// Runs whether or not a config file was read, so it also checks what the file left missing.
+    mutating func read(environment: [String: String], readFile: (String) -> [UInt8]?) throws(FieldError)
+}
+
+extension DomainConfig {
+    public mutating func read(environment: [String: String], readFile: (String) -> [UInt8]?) throws(FieldError) {}
 }
 
 /// The files a config file names: paths relative to the config file's folder, read at start-up so that

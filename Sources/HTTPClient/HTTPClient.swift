@@ -32,16 +32,21 @@ public struct HTTPError: Error, CustomStringConvertible, Sendable {
     public enum Kind: Sendable { case timeout, connection, refused }
     public let kind: Kind
     public let description: String
+
+    public init(kind: Kind, description: String) {
+        self.kind = kind
+        self.description = description
+    }
 }
 
 /// A synchronous HTTP client on libcurl (Debian's libcurl4-openssl-dev), for worker threads: the kernel's
 /// calls out wait there, never on the serving thread. libcurl rather than async-http-client or URLSession:
 /// a first release build of async-http-client took 212 s here and a NIO event loop the kernel has no use
 /// for; URLSession links libcurl anyway, through FoundationNetworking (a static hello world is 71.6 MB with
-/// 36 shared libraries). One call, one easy handle: calls on different threads are independent.
+/// 36 shared libraries). A session is one easy handle: sessions on different threads are independent.
 public enum HTTPClient {
     /// Whether libcurl was set up (once per process, before any thread uses it).
-    private static let ready: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
+    static let ready: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
 
     /// Plain `http://` only to loopback addresses; anything else must be `https://`.
     public static func allowed(_ url: String) -> Bool {
@@ -57,13 +62,33 @@ public enum HTTPClient {
         return parts.count == 4 && parts[0] == "127" && parts.allSatisfy { p in !p.isEmpty && p.count <= 3 && p.allSatisfy(\.isASCII) && p.allSatisfy(\.isNumber) }
     }
 
-    /// Sends `request` and waits for the whole response.
+    /// Sends `request` on a connection of its own and waits for the whole response.
     public static func send(_ request: HTTPRequest) -> Result<HTTPResponse, HTTPError> {
-        guard allowed(request.url) else {
+        guard let session = HTTPSession() else { return .failure(HTTPError(kind: .connection, description: "libcurl cannot start")) }
+        return session.send(request)
+    }
+}
+
+/// Calls from one thread that keep their connection between calls (libcurl's cache is per handle): a
+/// run of calls to one host pays the TCP and TLS handshakes once. Not for use by two threads at once.
+public final class HTTPSession {
+    private let handle: UnsafeMutableRawPointer
+
+    /// A session, or nil when libcurl cannot start.
+    public init?() {
+        guard HTTPClient.ready, let handle = curl_easy_init() else { return nil }
+        self.handle = handle
+    }
+
+    deinit { curl_easy_cleanup(handle) }
+
+    /// Sends `request` and waits for the whole response.
+    public func send(_ request: HTTPRequest) -> Result<HTTPResponse, HTTPError> {
+        guard HTTPClient.allowed(request.url) else {
             return .failure(HTTPError(kind: .refused, description: "only https:// URLs (or http:// to this machine) are called"))
         }
-        guard ready, let handle = curl_easy_init() else { return .failure(HTTPError(kind: .connection, description: "libcurl cannot start")) }
-        defer { curl_easy_cleanup(handle) }
+        // Options go back to their defaults; the connection cache stays.
+        curl_easy_reset(handle)
         let sink = Sink()
         let unmanaged = Unmanaged.passRetained(sink)
         defer { unmanaged.release() }

@@ -77,6 +77,7 @@ extension KernelConfig {
             try config.apply(fileBytes: bytes, path: path, readFile: readFile)
         }
         try config.apply(environment: environment)
+        try config.applyDomains(environment: environment, readFile: readFile)
         try config.apply(overrides: overrides)
         return config
     }
@@ -125,6 +126,17 @@ extension KernelConfig {
         for setting in Setting.all {
             guard let name = setting.environment, let text = env[name] else { continue }
             setting.apply(&self, try setting.parse(text, source: name))
+        }
+    }
+
+    /// The domains' own variables (`HEALTHKERNEL_APPSTORE_KEY`), and their checks of what must be set.
+    mutating func applyDomains(environment env: [String: String], readFile: (String) -> [UInt8]?) throws(ConfigError) {
+        for domain in Kernel.domains {
+            do throws(FieldError) {
+                try domain.readEnvironment(env, readFile, &domains)
+            } catch {
+                throw ConfigError("\(error.field): \(error.message)")
+            }
         }
     }
 

@@ -27,6 +27,8 @@ struct DomainEntry: Sendable {
     let sections: [String]
     /// Reads one of its sections into the configuration.
     let readSection: @Sendable (String, inout ObjectReader, ConfigFiles, inout DomainConfigs) throws(FieldError) -> Void
+    /// Reads its environment variables into the configuration.
+    let readEnvironment: @Sendable ([String: String], (String) -> [UInt8]?, inout DomainConfigs) throws(FieldError) -> Void
     /// Registers its tables; returns what builds it once the store has recovered.
     let register: @Sendable (Store) -> (DomainConfigs, DomainContext) -> [RegisteredMethod]
     /// The same on PostgreSQL.
@@ -40,6 +42,11 @@ struct DomainEntry: Sendable {
             readSection: { (name, reader, files, configs) throws(FieldError) in
                 var config = configs[D.Config.self]
                 try config.read(section: name, &reader, files: files)
+                configs[D.Config.self] = config
+            },
+            readEnvironment: { (environment, readFile, configs) throws(FieldError) in
+                var config = configs[D.Config.self]
+                try config.read(environment: environment, readFile: readFile)
                 configs[D.Config.self] = config
             },
             register: { store in

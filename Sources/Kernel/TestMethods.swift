@@ -66,7 +66,6 @@ struct TestDump: RPCMethod {
     let table: any StorageTable<TestValue>
 
     func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> JSON {
-        var keys = Set<String>()
         do throws(StorageError) {
             var keys = Set<String>()
             for (k, _) in try table.rows(of: testUser) { keys.insert(String(k.dropFirst(2))) }

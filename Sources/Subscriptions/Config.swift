@@ -1,4 +1,5 @@
 import DomainSupport
+import HTTPClient
 import JSON
 
 /// The `appStore` section: which app's purchases the kernel accepts, and whose signatures it trusts.
@@ -13,6 +14,10 @@ public struct AppStoreConfig: DomainConfig {
     public var rootsPEM: [String] = [appleRootCAG3]
     /// How long after `subscriptions.refresh` looked at a membership it is due again.
     public var refreshIntervalSeconds: Int64 = MembershipRules.defaultRefreshIntervalMs / 1000
+    /// The App Store Server API, when the deployment gives it a key: refresh then asks Apple.
+    public var serverApi: ServerAPISettings?
+    /// Whether `serverApi` named no key file, so the key must come from `HEALTHKERNEL_APPSTORE_KEY`.
+    var serverApiNeedsKey = false
 
     public static let knownEnvironments = ["Production", "Sandbox"]
 
@@ -20,8 +25,7 @@ public struct AppStoreConfig: DomainConfig {
 
     public static var sections: [String] { ["appStore"] }
 
-    /// Reads `appStore: {bundleId, appAppleId, refreshIntervalSeconds, environments, rootCertificates}`. The App Store Server
-    /// API (`serverApi`) comes with an issue of its own: until then it is an unknown key.
+    /// Reads `appStore: {bundleId, appAppleId, refreshIntervalSeconds, environments, rootCertificates, serverApi}`.
     public mutating func read(section name: String, _ r: inout ObjectReader, files: ConfigFiles) throws(FieldError) {
         if let v: String = try r.optional("bundleId") {
             guard !v.isEmpty, v.utf8.count <= 255 else { throw .outOfRange(r.path("bundleId"), "must be 1 to 255 bytes") }
@@ -49,11 +53,98 @@ public struct AppStoreConfig: DomainConfig {
             }
             rootsPEM = pems
         }
+        if r.has("serverApi") {
+            var api = try r.object("serverApi")
+            let settings = try ServerAPISettings(&api, files: files)
+            try api.finish()
+            serverApiNeedsKey = settings.privateKeyPEM.isEmpty
+            guard bundleId != nil else { throw .outOfRange(r.path("serverApi"), "needs appStore.bundleId (the token names the app)") }
+            if !serverApiNeedsKey { try settings.checkKey(field: api.path("privateKey"), bundleId: bundleId!) }
+            serverApi = settings
+        }
         try r.finish()
+    }
+
+    /// `HEALTHKERNEL_APPSTORE_KEY`: the key's PEM text, or the path of its file; it wins over the file's
+    /// `privateKey`. Set without a `serverApi` block, it is refused rather than silently unused.
+    public mutating func read(environment: [String: String], readFile: (String) -> [UInt8]?) throws(FieldError) {
+        let name = "HEALTHKERNEL_APPSTORE_KEY"
+        if let value = environment[name], !value.isEmpty {
+            guard var settings = serverApi, let bundleId else {
+                throw FieldError(field: name, reason: "out_of_range", message: "\(name) is set but appStore.serverApi is not configured")
+            }
+            if value.contains("-----BEGIN") {
+                settings.privateKeyPEM = value
+            } else {
+                guard let bytes = readFile(value) else {
+                    throw FieldError(field: name, reason: "out_of_range", message: "\(name) names a file that cannot be read: \(value)")
+                }
+                settings.privateKeyPEM = String(decoding: bytes, as: UTF8.self)
+            }
+            try settings.checkKey(field: name, bundleId: bundleId)
+            serverApi = settings
+            serverApiNeedsKey = false
+        }
+        if serverApiNeedsKey {
+            throw FieldError(field: "appStore.serverApi.privateKey", reason: "missing_field",
+                             message: "appStore.serverApi.privateKey is missing (name the .p8 file, or set \(name))")
+        }
     }
 
     /// The verifier these roots make. The PEM was checked when the configuration was read.
     var verifier: SignedDataVerifier {
         SignedDataVerifier(roots: rootsPEM.flatMap { (try? SignedDataVerifier(pem: $0))?.roots ?? [] })
+    }
+}
+
+/// `appStore.serverApi`: the App Store Server API's credentials and how it is called.
+public struct ServerAPISettings: Sendable, Equatable {
+    public var issuerId: String
+    public var keyId: String
+    /// The in-app purchase key, PKCS#8 PEM. A secret: never logged, never in `kernel.info`.
+    var privateKeyPEM: String
+    /// Both environments' base URL instead of Apple's (tests, a proxy): Sandbox calls go under `/sandbox`.
+    public var baseURL: String?
+    /// The most one call may take, connecting included.
+    public var timeoutSeconds = 10
+    /// Calls in flight at once during one refresh.
+    public var maxConcurrentCalls = 8
+
+    public init(issuerId: String, keyId: String, privateKeyPEM: String, baseURL: String? = nil) {
+        (self.issuerId, self.keyId, self.privateKeyPEM, self.baseURL) = (issuerId, keyId, privateKeyPEM, baseURL)
+    }
+
+    /// Reads `{issuerId, keyId, privateKey, baseUrl, timeoutSeconds, maxConcurrentCalls}`; the key file is read
+    /// now, and checked once the bundle id is known.
+    init(_ r: inout ObjectReader, files: ConfigFiles) throws(FieldError) {
+        func token(_ key: String) throws(FieldError) -> String {
+            let v: String = try r.required(key)
+            guard !v.isEmpty, v.utf8.count <= 100, v.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f && $0 != 0x22 && $0 != 0x5c }) else {
+                throw .outOfRange(r.path(key), "must be 1 to 100 printable ASCII characters")
+            }
+            return v
+        }
+        self.init(issuerId: try token("issuerId"), keyId: try token("keyId"), privateKeyPEM: "")
+        if let path: String = try r.optional("privateKey") {
+            guard let bytes = files.read(path) else { throw .outOfRange(r.path("privateKey"), "names a file that cannot be read: \(files.resolve(path))") }
+            privateKeyPEM = String(decoding: bytes, as: UTF8.self)
+        }
+        if case .some(.some(let url)) = try r.nullable("baseUrl", as: String.self) {
+            guard HTTPClient.allowed(url), url.utf8.count <= 2048 else {
+                throw .outOfRange(r.path("baseUrl"), "must be an https:// URL (plain http:// only to localhost or 127.x.x.x)")
+            }
+            baseURL = url
+        }
+        if let v = try r.optional("timeoutSeconds", in: 1...60) { timeoutSeconds = Int(v) }
+        if let v = try r.optional("maxConcurrentCalls", in: 1...64) { maxConcurrentCalls = Int(v) }
+    }
+
+    /// Refuses a key that cannot sign, naming where it came from (never quoting it).
+    func checkKey(field: String, bundleId: String) throws(FieldError) {
+        do {
+            _ = try ServerAPIToken(p8: privateKeyPEM, keyId: keyId, issuerId: issuerId, bundleId: bundleId)
+        } catch {
+            throw .outOfRange(field, error.description)
+        }
     }
 }

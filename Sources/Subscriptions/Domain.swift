@@ -21,6 +21,7 @@ public struct SubscriptionsDomain: Domain {
             RegisteredMethod(SubscriptionsVerify(service)),
             RegisteredMethod(SubscriptionsStatus(service)),
             RegisteredMethod(SubscriptionsRefresh(service)),
+            RegisteredMethod(SubscriptionsRecoverNotifications(service)),
             RegisteredMethod(SubscriptionsNotify(service)),
         ]
     }

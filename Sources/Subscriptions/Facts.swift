@@ -115,3 +115,13 @@ public struct AppleNotification: Equatable, Sendable {
 
     public var originalTransactionId: String? { transaction?.originalTransactionId ?? renewal?.originalTransactionId }
 }
+
+/// What Apple's App Store Server API says of one purchase now (an entry of Get All Subscription
+/// Statuses), its signed items verified: status 1-5, the latest transaction and the renewal info.
+public struct AppleStatus: Equatable, Sendable {
+    public var status: Int64
+    public var transaction: AppleTransaction
+    /// The transaction's JWS, kept as the membership's receipt.
+    public var transactionJWS: String
+    public var renewal: AppleRenewal?
+}

@@ -34,7 +34,12 @@ extension SubscriptionsError {
 
 /// Runs a service call and answers its result, or its refusal, on the wire.
 func answer<T: JSONEncodable>(_ body: () throws(SubscriptionsError) -> T) throws(RPCError) -> JSON {
-    do { return try body().json } catch { throw error.rpc }
+    try answerValue(body).json
+}
+
+/// Runs a service call: its value, or its refusal as on the wire.
+func answerValue<T>(_ body: () throws(SubscriptionsError) -> T) throws(RPCError) -> T {
+    do { return try body() } catch { throw error.rpc }
 }
 
 extension Membership: JSONEncodable {
@@ -105,30 +110,136 @@ public struct SubscriptionsStatus: RPCMethod {
     }
 }
 
-/// `subscriptions.refresh`.
-public struct SubscriptionsRefresh: RPCMethod {
+/// `subscriptions.refresh`: in api mode the calls to Apple run on worker threads.
+public struct SubscriptionsRefresh: SlowRPCMethod {
     public struct Params: RPCParams {
         let limit: Int
         public static let declaration = ParamList(optional("limit", in: 1...500, default: 50).described("memberships to check in this call"))
         public init(_ limit: Int64) { self.limit = Int(limit) }
     }
     public static let name = "subscriptions.refresh"
-    public static let summary = "Re-checks due memberships against the clock (not looked at by refresh within appStore.refreshIntervalSeconds, or whose period or grace period ended since), soonest due first; call until remaining is 0."
+    public static let summary = "Brings due memberships up to date (not looked at by refresh within appStore.refreshIntervalSeconds, or whose period or grace period ended since), soonest due first: from Apple's App Store Server API when a key is configured (mode api), else against the clock; call until remaining is 0."
     public static let mutates = true
     public static let auth = AuthRequirement.service
     public static let resultSchema = #"""
     {"type": "object", "additionalProperties": false,
      "required": ["checked", "expired", "renewed", "unchanged", "failed", "remaining", "mode"],
      "properties": {
-       "checked": {"type": "integer", "minimum": 0}, "expired": {"type": "integer", "minimum": 0},
-       "renewed": {"type": "integer", "minimum": 0}, "unchanged": {"type": "integer", "minimum": 0},
-       "failed": {"type": "integer", "minimum": 0}, "remaining": {"type": "integer", "minimum": 0},
+       "checked": {"type": "integer", "minimum": 0, "description": "memberships looked at: expired + renewed + unchanged + failed"},
+       "expired": {"type": "integer", "minimum": 0, "description": "lost access"},
+       "renewed": {"type": "integer", "minimum": 0, "description": "a later period than before"},
+       "unchanged": {"type": "integer", "minimum": 0},
+       "failed": {"type": "integer", "minimum": 0, "description": "api mode: no usable answer from Apple; nothing changed, due again after a minute (Retry-After when throttled)"},
+       "remaining": {"type": "integer", "minimum": 0, "description": "due memberships this call left; call again until 0"},
        "mode": {"enum": ["clock", "api"]}}}
     """#
     let service: SubscriptionsService
     public init(_ service: SubscriptionsService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try answer { () throws(SubscriptionsError) in try service.refresh(limit: p.limit, now: c.now) }
+    public func orderingKeys(_ params: JSONObject) -> [String] { [] }
+    public func start(_ p: Params, _ c: CallContext) throws(RPCError) -> SlowCall<JSON> {
+        let service = self.service
+        guard let api = service.api else {
+            let report = try answer { () throws(SubscriptionsError) in try service.refresh(limit: p.limit, now: c.now) }
+            return SlowCall(work: {}) { (_: ()) throws(RPCError) -> JSON in report }
+        }
+        let (lookups, remaining) = try answerValue { () throws(SubscriptionsError) in try service.beginLookups(limit: p.limit, now: c.now) }
+        // The users are not listed: their requests need not wait for Apple, and the answers are applied
+        // to the state as it is by then.
+        return SlowCall(work: { api.run(lookups, now: c.now, budgetSeconds: SubscriptionsService.lookupBudgetSeconds) }) {
+            (results: [LookupResult]) throws(RPCError) -> JSON in
+            try answer { () throws(SubscriptionsError) in try service.finishLookups(lookups, results, remaining: remaining, now: c.now) }
+        }
+    }
+}
+
+/// `subscriptions.recoverNotifications`: one page of Apple's notification history, fetched and verified
+/// on a worker thread, applied like `subscriptions.notify`.
+public struct SubscriptionsRecoverNotifications: SlowRPCMethod {
+    public struct Params: RPCParams {
+        let startDate: Timestamp
+        let endDate: Timestamp?
+        let paginationToken: String?
+        public static let declaration = ParamList(
+            required("startDate", Timestamp.self).described("RFC 3339; at most 180 days ago (Apple keeps no older history)"),
+            optional("endDate", Timestamp.self).described("RFC 3339, after startDate; default now"),
+            optional("paginationToken", maxBytes: 4096).described("the previous page's paginationToken, with the same startDate and endDate"))
+        public init(_ v: (Timestamp, Timestamp?, String?)) throws(FieldError) {
+            (startDate, endDate, paginationToken) = v
+            if let endDate, endDate.milliseconds <= startDate.milliseconds {
+                throw .outOfRange("params.endDate", "must be after params.startDate")
+            }
+        }
+    }
+    public static let name = "subscriptions.recoverNotifications"
+    public static let summary = "Fetches one page of Apple's App Store Server Notification history and applies each notification as subscriptions.notify would (duplicates change nothing); call with the answer's paginationToken until it is null."
+    public static let mutates = true
+    public static let auth = AuthRequirement.service
+    public static let resultSchema = #"""
+    {"type": "object", "additionalProperties": false,
+     "required": ["fetched", "applied", "duplicates", "failed", "paginationToken"],
+     "properties": {
+       "fetched": {"type": "integer", "minimum": 0}, "applied": {"type": "integer", "minimum": 0},
+       "duplicates": {"type": "integer", "minimum": 0},
+       "failed": {"type": "integer", "minimum": 0, "description": "notifications whose signed data did not verify"},
+       "paginationToken": {"type": ["string", "null"], "description": "null after the last page"}}}
+    """#
+    public static let errors = [
+        ErrorDoc(-32003, "app_store_api_not_configured (no appStore.serverApi), app_store_key_rejected (Apple refused the key)"),
+        ErrorDoc(-32029, "app_store_unavailable: Apple could not be reached, answered 5xx or throttled; data.retryAfterMs"),
+    ]
+    /// How far back Apple keeps notification history.
+    static let historyDays: Int64 = 180
+    let service: SubscriptionsService
+    public init(_ service: SubscriptionsService) { self.service = service }
+    public func orderingKeys(_ params: JSONObject) -> [String] { [] }
+    public func start(_ p: Params, _ c: CallContext) throws(RPCError) -> SlowCall<JSON> {
+        guard let api = service.api else {
+            throw RPCError.forbidden("app_store_api_not_configured", "No App Store Server API key is configured (appStore.serverApi)")
+        }
+        let endDate = p.endDate ?? c.now
+        guard p.startDate.milliseconds >= c.now.milliseconds - Self.historyDays * 86_400_000 else {
+            throw RPCError.invalidParams("params.startDate", reason: "out_of_range", "params.startDate must be within the last \(Self.historyDays) days")
+        }
+        guard endDate.milliseconds > p.startDate.milliseconds else {
+            throw RPCError.invalidParams("params.endDate", reason: "out_of_range", "params.endDate must be after params.startDate")
+        }
+        guard let (environment, appleToken) = service.recoveryStart(p.paginationToken) else {
+            throw RPCError.invalidParams("params.paginationToken", reason: "out_of_range", "params.paginationToken is not one this kernel gave")
+        }
+        let (service, start, end) = (service, p.startDate.milliseconds, endDate.milliseconds)
+        return SlowCall(work: {
+            api.notificationPage(startDate: start, endDate: end, environment: environment, paginationToken: appleToken, now: c.now)
+        }) { (page: HistoryPage) throws(RPCError) -> JSON in
+            switch page {
+            case .failure(let failure): throw failure.rpc
+            case .success(let page):
+                return try answer { () throws(SubscriptionsError) in
+                    try service.finishRecovery(page.notifications, environment: environment, next: page.next, now: c.now)
+                }
+            }
+        }
+    }
+}
+
+extension ServerAPIFailure {
+    /// How a call that needed Apple's answer fails when there is none.
+    var rpc: RPCError {
+        switch self {
+        case .keyRejected: return .forbidden("app_store_key_rejected", description)
+        case .throttled(let seconds):
+            return RPCError(code: -32029, message: "The App Store Server API is " + description, reason: "app_store_unavailable",
+                            extra: [("retryAfterMs", .int(Int64(seconds) * 1000))])
+        case .notFound, .unavailable, .invalid:
+            return RPCError(code: -32029, message: "The App Store Server API is not usable now: " + description, reason: "app_store_unavailable",
+                            extra: [("retryAfterMs", .int(60_000))])
+        }
+    }
+}
+
+extension RecoveryReport: JSONEncodable {
+    public var json: JSON {
+        ["fetched": .int(Int64(fetched)), "applied": .int(Int64(applied)), "duplicates": .int(Int64(duplicates)),
+         "failed": .int(Int64(failed)), "paginationToken": .optional(paginationToken)]
     }
 }
 

@@ -122,10 +122,7 @@ public enum MembershipRules {
                 purchaseDate: tx.purchaseDate, expiresDate: tx.expiresDate, gracePeriodEnd: nil, autoRenew: nil, signedDate: order,
                 receipt: receipt, updatedAt: now)
         }
-        if let renewal = n.renewal {
-            if let s = renewal.autoRenewStatus { row.autoRenew = s == 1 }
-            row.gracePeriodEnd = renewal.gracePeriodExpiresDate
-        }
+        if let renewal = n.renewal { take(renewal, into: &row) }
         let current = n.transaction.map { $0.transactionId == row.transactionId } ?? true
         switch n.type {
         case "SUBSCRIBED", "DID_RENEW", "OFFER_REDEEMED", "RENEWAL_EXTENDED", "DID_CHANGE_RENEWAL_PREF", "REFUND_REVERSED":
@@ -143,15 +140,50 @@ public enum MembershipRules {
         default:
             break  // DID_CHANGE_RENEWAL_STATUS: only whether it renews
         }
-        if let apple = n.status, let said = status(apple: apple) { (row.status, row.error) = said }
-        // A revoked current transaction is revoked whatever `data.status` said (a REFUND notification
-        // may carry 1 or 2 while its transaction has a revocationDate), so the state never depends on
-        // the order the receipt and the notification arrived in.
-        if let tx = n.transaction, tx.revocationDate != nil, tx.transactionId == row.transactionId, n.type != "REFUND_REVERSED" {
+        return finished(row, apple: n.status, transaction: n.type == "REFUND_REVERSED" ? nil : n.transaction, order: order,
+                        existing: existing, now: now)
+    }
+
+    /// The renewal info's facts: whether it renews, and the end of its grace period.
+    static func take(_ renewal: AppleRenewal, into row: inout MembershipRow) {
+        if let s = renewal.autoRenewStatus { row.autoRenew = s == 1 }
+        row.gracePeriodEnd = renewal.gracePeriodExpiresDate
+    }
+
+    /// The last steps of applying signed data signed at `order`: Apple's status when it said one, a
+    /// revoked current transaction, the newest signed date, the clock.
+    private static func finished(_ row: MembershipRow, apple: Int64?, transaction: AppleTransaction?, order: Int64,
+                                 existing: MembershipRow?, now: Int64) -> MembershipRow {
+        var row = row
+        if let apple, let said = status(apple: apple) { (row.status, row.error) = said }
+        // A revoked current transaction is revoked whatever `status` said (a REFUND notification may
+        // carry 1 or 2 while its transaction has a revocationDate), so the state never depends on the
+        // order the receipt and the notification arrived in.
+        if let tx = transaction, tx.revocationDate != nil, tx.transactionId == row.transactionId {
             (row.status, row.error) = ("inactive", "revoked")
         }
         row.signedDate = max(row.signedDate, order)
         return stamped(settled(row, now: now), existing, now: now)
+    }
+
+    /// The membership after Apple's App Store Server API answered for it (Get All Subscription Statuses:
+    /// the purchase's status, latest transaction and renewal info, all verified): Apple's word, unless it
+    /// was signed before the state already applied, which it never rolls back.
+    public static func lookedUp(_ s: AppleStatus, existing: MembershipRow, now: Int64) -> MembershipRow {
+        let order = s.transaction.signedDate
+        if order < existing.signedDate { return existing }
+        var row = existing
+        take(s.transaction, receipt: s.transactionJWS, into: &row)
+        if let renewal = s.renewal { take(renewal, into: &row) }
+        return finished(row, apple: s.status, transaction: s.transaction, order: order, existing: existing, now: now)
+    }
+
+    /// What one look by `subscriptions.refresh` in api mode found, from the membership before and after
+    /// Apple's answer: a later period is `renewed`, access lost is `expired`.
+    public static func outcome(before: MembershipRow, after: MembershipRow, now: Int64) -> Check {
+        if let end = after.expiresDate, end > (before.expiresDate ?? .max) { return .renewed }
+        if grantsAccess(current(before, now: now).status) && !grantsAccess(current(after, now: now).status) { return .expired }
+        return .unchanged
     }
 
     /// Which of a user's memberships `subscriptions.status` shows: one that gives access, the latest

@@ -1,16 +1,81 @@
 import JSON
 
 /// Apple's App Store Server API as data: where each call goes and what its answers hold, as pure
-/// functions. The calls themselves (HTTPClient on a worker thread, with `ServerAPIToken`) are the next
-/// part of the issue "App Store Server API"; until then nothing here is reachable from a method.
+/// functions. `ServerAPIClient` sends the calls; `ServerAPILookups` makes them for refresh and recovery.
 public enum ServerAPI {
     public static let productionURL = "https://api.storekit.itunes.apple.com"
     public static let sandboxURL = "https://api.storekit-sandbox.itunes.apple.com"
 
-    /// The base URL for a transaction's environment; `override` (`appStore.serverApi.baseUrl`) wins.
+    /// The base URL for a transaction's environment. `override` (`appStore.serverApi.baseUrl`) serves
+    /// both: Production at it, Sandbox under its `/sandbox`, so one proxy or test server tells them apart.
     public static func baseURL(environment: String, override: String?) -> String {
-        if let override { return override.hasSuffix("/") ? String(override.dropLast()) : override }
+        if let override {
+            let base = override.hasSuffix("/") ? String(override.dropLast()) : override
+            return environment == "Sandbox" ? base + "/sandbox" : base
+        }
         return environment == "Sandbox" ? sandboxURL : productionURL
+    }
+
+    /// Get Transaction History v2, newest first, from where `revision` left off.
+    public static func historyPath(transactionId: String, revision: String?) -> String? {
+        guard let path = statusesPath(transactionId: transactionId) else { return nil }
+        let base = "/inApps/v2/history/" + path.dropFirst("/inApps/v1/subscriptions/".count) + "?sort=DESCENDING"
+        return revision.map { base + "&revision=" + percentEncoded($0) } ?? base
+    }
+
+    /// Get Notification History (POST), from where `paginationToken` left off.
+    public static func notificationHistoryPath(paginationToken: String?) -> String {
+        let base = "/inApps/v1/notifications/history"
+        return paginationToken.map { base + "?paginationToken=" + percentEncoded($0) } ?? base
+    }
+
+    /// The body of Get Notification History: milliseconds since 1970, as Apple's dates are.
+    public static func notificationHistoryBody(startDate: Int64, endDate: Int64) -> JSON {
+        ["startDate": .int(startDate), "endDate": .int(endDate)]
+    }
+
+    /// One page of an answer that pages: its signed items, and where the next page starts (nil at the end).
+    public struct Page: Equatable, Sendable {
+        public let items: [String]
+        public let next: String?
+    }
+
+    /// A Get Transaction History answer: `signedTransactions`, and `revision` while `hasMore`.
+    public static func transactionPage(_ answer: JSON) throws(ServerAPIError) -> Page {
+        try page(answer, items: "signedTransactions", item: { $0.stringValue }, next: "revision")
+    }
+
+    /// A Get Notification History answer: each entry's `signedPayload`, and `paginationToken` while `hasMore`.
+    public static func notificationPage(_ answer: JSON) throws(ServerAPIError) -> Page {
+        try page(answer, items: "notificationHistory", item: { $0["signedPayload"]?.stringValue }, next: "paginationToken")
+    }
+
+    private static func page(_ answer: JSON, items key: String, item: (JSON) -> String?, next: String) throws(ServerAPIError) -> Page {
+        guard case .array(let entries)? = answer[key] else { throw ServerAPIError("the answer has no \(key) array") }
+        var items: [String] = []
+        for entry in entries {
+            guard let signed = item(entry) else { throw ServerAPIError("an entry of \(key) has no signed data") }
+            items.append(signed)
+        }
+        guard case .bool(true)? = answer["hasMore"] else { return Page(items: items, next: nil) }
+        guard let token = answer[next]?.stringValue, !token.isEmpty else { throw ServerAPIError("hasMore without \(next)") }
+        return Page(items: items, next: token)
+    }
+
+    /// RFC 3986 unreserved characters as they are; every other byte as %XX.
+    static func percentEncoded(_ s: String) -> String {
+        var out = ""
+        for b in s.utf8 {
+            switch b {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+                out.unicodeScalars.append(Unicode.Scalar(b))
+            default:
+                let hex = Array("0123456789ABCDEF".utf8)
+                out += "%" + String(decoding: [hex[Int(b >> 4)], hex[Int(b & 15)]], as: UTF8.self)
+            }
+        }
+        return out
     }
 
     /// The path of Get All Subscription Statuses, or nil for an id that is not a transaction id (Apple's

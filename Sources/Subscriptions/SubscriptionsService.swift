@@ -68,65 +68,35 @@ public struct NotifyReport: Equatable, Sendable {
 /// Notifications and a daily clock check. Confined to the serving thread.
 public final class SubscriptionsService: @unchecked Sendable {
     let config: AppStoreConfig
-    let verifier: SignedDataVerifier
+    let apple: AppleData
     let store: any Storage
     let tables: SubscriptionTables
+    /// The App Store Server API, when a key is configured (api mode); nil in clock mode.
+    let api: ServerAPILookups?
 
-    public init(config: AppStoreConfig, store: any Storage, tables: SubscriptionTables) {
+    /// A service; with `transport` and `appStore.serverApi` configured, refresh asks Apple.
+    public init(config: AppStoreConfig, store: any Storage, tables: SubscriptionTables, transport: (any ServerAPITransport)? = CurlTransport()) {
         self.config = config
-        verifier = config.verifier
+        apple = AppleData(config: config)
         self.store = store
         self.tables = tables
+        // The key was checked when the configuration was read.
+        if let settings = config.serverApi, let bundleId = config.bundleId, let transport,
+           let client = try? ServerAPIClient(settings: settings, bundleId: bundleId, transport: transport) {
+            api = ServerAPILookups(client: client, apple: apple)
+        } else {
+            api = nil
+        }
     }
 
-    private func storage<T>(_ body: @autoclosure () throws(StorageError) -> T) throws(SubscriptionsError) -> T {
+    func storage<T>(_ body: @autoclosure () throws(StorageError) -> T) throws(SubscriptionsError) -> T {
         do { return try body() } catch { throw .storage(error) }
-    }
-
-    // MARK: Verifying signed data
-
-    /// The payload of signed data, verified at its own `signedDate` (Apple's offline rule), else at `now`.
-    func verified(_ jws: String, now: Timestamp) throws(SubscriptionsError) -> JSONObject {
-        do {
-            return try verifier.verify(jws) { payload in
-                PayloadReader(payload, "").optionalDate("signedDate").map(Timestamp.init(milliseconds:)) ?? now
-            }
-        } catch {
-            throw .failed(error)
-        }
-    }
-
-    /// Checks that signed data is for the configured app, in an allowed environment.
-    func checkApp(bundleId: String?, environment: String?, appAppleId: Int64?) throws(SubscriptionsError) {
-        guard let expected = config.bundleId else {
-            throw .verification(reason: "bundle_mismatch", message: "No appStore.bundleId is configured, so no App Store data is accepted")
-        }
-        guard bundleId == expected else { throw .verification(reason: "bundle_mismatch", message: "The signed data is for another app") }
-        guard let environment, config.environments.contains(environment) else {
-            throw .verification(reason: "environment_mismatch",
-                                message: "The signed data is from the \(environment ?? "unknown") environment, which is not allowed")
-        }
-        if environment == "Production", let id = config.appAppleId, appAppleId != id {
-            throw .verification(reason: "bundle_mismatch", message: "The signed data is for another app (appAppleId)")
-        }
-    }
-
-    /// The transaction a verified payload holds, if it is of this app.
-    func appTransaction(_ payload: JSONObject) throws(SubscriptionsError) -> AppleTransaction {
-        let tx: AppleTransaction
-        switch AppleTransaction.read(payload) {
-        case .success(let t): tx = t
-        case .failure(let e): throw .malformed(e.message)
-        }
-        // A transaction carries no appAppleId; the notification around it does.
-        try checkApp(bundleId: tx.bundleId, environment: tx.environment, appAppleId: config.appAppleId)
-        return tx
     }
 
     // MARK: Methods
 
     func verify(_ user: String, productId: String, receipt: String, now: Timestamp) throws(SubscriptionsError) -> Membership {
-        let tx = try appTransaction(try verified(receipt, now: now))
+        let tx = try apple.appTransaction(try apple.verified(receipt, now: now))
         guard tx.productId == productId else {
             throw .verification(reason: "product_mismatch", message: "The receipt is for another product")
         }
@@ -161,7 +131,7 @@ public final class SubscriptionsService: @unchecked Sendable {
         if next != check { t.put(tables.checks, user: user, key: otid, next) }
     }
 
-    private var intervalMs: Int64 { config.refreshIntervalSeconds * 1000 }
+    var intervalMs: Int64 { config.refreshIntervalSeconds * 1000 }
 
     /// Applies the notifications kept for a purchase no one owned, oldest first, and moves them to the
     /// user who now owns it.
@@ -193,7 +163,7 @@ public final class SubscriptionsService: @unchecked Sendable {
                                  transaction: tx, transactionJWS: n.transactionJWS, renewal: renewal)
     }
 
-    private func commit(_ t: Transaction) throws(SubscriptionsError) {
+    func commit(_ t: Transaction) throws(SubscriptionsError) {
         do { try store.commit(t) } catch {
             if case .taken = error { throw .ownedByOtherUser }
             throw .storage(error)
@@ -242,7 +212,12 @@ public final class SubscriptionsService: @unchecked Sendable {
     }
 
     func notify(_ signedPayload: String, now: Timestamp) throws(SubscriptionsError) -> NotifyReport {
-        let n = try notification(signedPayload, now: now)
+        try record(try apple.notification(signedPayload, now: now), now: now)
+    }
+
+    /// Applies a verified notification once per `notificationUUID` (a duplicate changes nothing), or
+    /// keeps it for the purchase's future owner.
+    func record(_ n: ReceivedNotification, now: Timestamp) throws(SubscriptionsError) -> NotifyReport {
         var report = NotifyReport(notificationType: n.type, subtype: n.subtype, originalTransactionId: n.originalTransactionId,
                                   userId: nil, status: nil, duplicate: false)
         // TEST and notifications without a purchase (summaries, external tokens) change nothing: acknowledged.
@@ -289,55 +264,10 @@ public final class SubscriptionsService: @unchecked Sendable {
         report.status = current.map { MembershipRules.current($0, now: now.milliseconds).status }
         return report
     }
-
-    /// A verified notification with its verified transaction and renewal info, for this app.
-    func notification(_ signedPayload: String, now: Timestamp) throws(SubscriptionsError) -> ReceivedNotification {
-        let payload = try verified(signedPayload, now: now)
-        let p = PayloadReader(payload, "notification")
-        guard let uuid = p.optionalString("notificationUUID"), !uuid.isEmpty else { throw .malformed("the notification has no notificationUUID") }
-        guard let type = p.optionalString("notificationType"), !type.isEmpty else { throw .malformed("the notification has no notificationType") }
-        // Whose notification it is: `data`, else `summary`, else `externalPurchaseToken`, else `appData`.
-        let data = payload["data"]?.objectValue
-        if let identity = data ?? payload["summary"]?.objectValue ?? payload["appData"]?.objectValue {
-            let i = PayloadReader(identity, "notification data")
-            try checkApp(bundleId: i.optionalString("bundleId"), environment: i.optionalString("environment"),
-                         appAppleId: i.optionalDate("appAppleId"))
-        } else if let token = payload["externalPurchaseToken"]?.objectValue {
-            let i = PayloadReader(token, "external purchase token")
-            let environment = (i.optionalString("externalPurchaseId") ?? "").hasPrefix("SANDBOX") ? "Sandbox" : "Production"
-            try checkApp(bundleId: i.optionalString("bundleId"), environment: environment, appAppleId: i.optionalDate("appAppleId"))
-        } else if type != "TEST" {
-            throw .malformed("the notification names no app (no data, summary, externalPurchaseToken or appData)")
-        }
-        var received = ReceivedNotification(
-            facts: AppleNotification(notificationUUID: uuid, type: type, subtype: p.optionalString("subtype"),
-                                     signedDate: p.optionalDate("signedDate"), status: data.flatMap { PayloadReader($0, "").optionalDate("status") },
-                                     transaction: nil, transactionJWS: nil, renewal: nil),
-            transactionPayload: nil, renewalPayload: nil)
-        if let jws = data?["signedTransactionInfo"]?.stringValue {
-            let payload = try verified(jws, now: now)
-            received.facts.transaction = try appTransaction(payload)
-            received.facts.transactionJWS = jws
-            received.transactionPayload = payload
-        }
-        if let jws = data?["signedRenewalInfo"]?.stringValue {
-            let renewalPayload = try verified(jws, now: now)
-            switch AppleRenewal.read(renewalPayload) {
-            case .success(let r):
-                if let environment = r.environment, !config.environments.contains(environment) {
-                    throw .verification(reason: "environment_mismatch", message: "The renewal info is from an environment that is not allowed")
-                }
-                received.facts.renewal = r
-            case .failure(let e): throw .malformed(e.message)
-            }
-            received.renewalPayload = renewalPayload
-        }
-        return received
-    }
 }
 
 /// A verified notification, with the payloads kept for a purchase no one owns yet.
-struct ReceivedNotification {
+struct ReceivedNotification: Sendable {
     var facts: AppleNotification
     var transactionPayload: JSONObject?
     var renewalPayload: JSONObject?
