@@ -117,7 +117,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "Chrono", "JSON", "Storage", "Store", "Postgres",
+                "Chrono", "JSON", "JSONParsing", "Storage", "Store", "Postgres",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),

@@ -83,14 +83,31 @@ public struct DomainContext {
     /// The most bytes one answer may take (the line limit): methods that could answer more page by bytes
     /// or ask to narrow the request.
     public let maxAnswerBytes: Int
+    /// Where domains add their members of `kernel.info`.
+    public let info: InfoSections
 
     public init(store: any Storage, cursorSecret: [UInt8], entities: EntityRenderers, limits: UserLimits = UserLimits(),
-                maxAnswerBytes: Int = 16 << 20) {
+                maxAnswerBytes: Int = 16 << 20, info: InfoSections = InfoSections()) {
+        self.info = info
         self.store = store
         self.cursorSecret = cursorSecret
         self.entities = entities
         self.limits = limits
         self.maxAnswerBytes = maxAnswerBytes
+    }
+}
+
+/// Members of `kernel.info` that domains add (`appStore`: the App Store Server API's state), by name;
+/// each is rendered when `kernel.info` is called, on the serving thread.
+public final class InfoSections: @unchecked Sendable {
+    public private(set) var byName: [(name: String, render: () -> JSON)] = []
+
+    public init() {}
+
+    /// Adds member `name`.
+    public func add(_ name: String, _ render: @escaping () -> JSON) {
+        precondition(!byName.contains { $0.name == name }, "a kernel.info member is added twice")
+        byName.append((name, render))
     }
 }
 

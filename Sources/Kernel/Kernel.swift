@@ -77,11 +77,12 @@ public final class Kernel {
         // From here the dispatcher flushes after every batch: the batch's requests share one commit.
         (storage as? PostgresStore)?.groupCommit = true
         self.auth = auth
+        let info = InfoSections()
         let context = DomainContext(store: storage, cursorSecret: auth.cursorSecret, entities: EntityRenderers(), limits: config.limits,
-                                    maxAnswerBytes: config.maxAnswerBytes)
+                                    maxAnswerBytes: config.maxAnswerBytes, info: info)
         let events = EventHub()
         registry = try MethodRegistry(
-            Self.methods(config: config, store: storage, auth: auth, events: events, stats: stats, startedAt: startedAt)
+            Self.methods(config: config, store: storage, auth: auth, events: events, stats: stats, startedAt: startedAt, info: info)
                 + builders.flatMap { $0(config.domains, context) }
                 + Self.testMethods(config: config, store: storage, tables: tables),
             info: [
@@ -134,10 +135,10 @@ public final class Kernel {
     /// The methods of the kernel's own layers, before the domains' (`domains`). A duplicate name stops
     /// start-up.
     static func methods(config: KernelConfig, store: any KernelStore, auth: AuthService,
-                        events: EventHub, stats: RequestStats, startedAt: Timestamp) -> [RegisteredMethod] {
+                        events: EventHub, stats: RequestStats, startedAt: Timestamp, info: InfoSections) -> [RegisteredMethod] {
         [
             RegisteredMethod(RPCDiscover()),
-            RegisteredMethod(KernelInfo(startedAt: startedAt, stats: stats, store: store, auth: auth)),
+            RegisteredMethod(KernelInfo(startedAt: startedAt, stats: stats, store: store, auth: auth, sections: info)),
             RegisteredMethod(KernelSnapshot(store: store)),
             RegisteredMethod(KernelSetOrdering()),
             RegisteredMethod(AuthSignUp(auth)),

@@ -53,6 +53,16 @@ struct KernelInfo: RPCMethod {
          "properties": {
            "kind": {"enum": ["memory", "dataDir", "postgres"]},
            "host": {"type": "string"}, "port": {"type": "string"}, "database": {"type": "string"}, "schema": {"type": "string"}}},
+       "appStore": {"type": "object", "additionalProperties": false, "required": ["serverApi"],
+         "properties": {
+           "serverApi": {"type": "object", "additionalProperties": false,
+             "required": ["configured", "lastSuccessAt", "lastFailureAt", "lastFailure"],
+             "description": "the App Store Server API: whether a key is configured (refresh in api mode), and since start-up the last call Apple answered and the last that failed, with why (never the key)",
+             "properties": {
+               "configured": {"type": "boolean"},
+               "lastSuccessAt": {"type": ["string", "null"], "format": "date-time"},
+               "lastFailureAt": {"type": ["string", "null"], "format": "date-time"},
+               "lastFailure": {"type": ["string", "null"]}}}}},
        "counts": {"type": "object", "required": ["users", "records"],
          "additionalProperties": {"type": "integer", "minimum": 0}},
        "requests": {"type": "object", "additionalProperties": false,
@@ -69,9 +79,10 @@ struct KernelInfo: RPCMethod {
     let stats: RequestStats
     let store: any KernelStore
     let auth: AuthService
+    let sections: InfoSections
 
     func call(_ params: NoParams, _ context: CallContext) throws(RPCError) -> JSON {
-        [
+        let base: JSON = [
             "name": "healthkernel",
             "version": .string(KernelVersion.version),
             "protocolVersion": .string(KernelVersion.protocolVersion),
@@ -89,6 +100,9 @@ struct KernelInfo: RPCMethod {
                 "p99Micros": .int(Int64(stats.percentile(0.99))),
             ],
         ]
+        guard var info = base.objectValue else { return base }
+        for (name, render) in sections.byName { info[name] = render() }
+        return .object(info)
     }
 }
 

@@ -1,4 +1,5 @@
 import Chrono
+import JSON
 import Logging
 import Storage
 
@@ -83,6 +84,13 @@ extension SubscriptionsService {
             Self.logger.warning("subscriptions.refresh: \(report.failed) of \(report.checked) App Store lookups failed; the first: \(firstProblem)")
         }
         return report
+    }
+
+    /// `kernel.info`'s `appStore.serverApi`.
+    var apiState: JSON {
+        let record = api?.client.lately ?? ServerAPIRecord()
+        return ["configured": .bool(api != nil), "lastSuccessAt": .timestamp(record.lastSuccessAt?.milliseconds),
+                "lastFailureAt": .timestamp(record.lastFailureAt?.milliseconds), "lastFailure": .optional(record.lastFailure)]
     }
 
     // MARK: Recovery

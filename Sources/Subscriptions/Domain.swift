@@ -17,6 +17,7 @@ public struct SubscriptionsDomain: Domain {
                 try answer { () throws(SubscriptionsError) in try service.membership(user, originalTransactionId: id, now: now) }
             },
         ])
+        context.info.add("appStore") { ["serverApi": service.apiState] }
         methods = [
             RegisteredMethod(SubscriptionsVerify(service)),
             RegisteredMethod(SubscriptionsStatus(service)),

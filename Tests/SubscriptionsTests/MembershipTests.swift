@@ -19,12 +19,20 @@ struct Fixture {
     let store: any Storage
     let service: SubscriptionsService
 
-    init(environments: [String] = ["Production", "Sandbox"], appAppleId: Int64? = nil, bundleId: String? = AppStorePayloads.bundleId) throws {
+    /// With `api`, refresh asks that fake App Store Server (calls time out after a second).
+    init(environments: [String] = ["Production", "Sandbox"], appAppleId: Int64? = nil, bundleId: String? = AppStorePayloads.bundleId,
+         api: FakeAppStoreServer? = nil, apiKeyPEM: String? = nil, maxConcurrentCalls: Int = 8) throws {
         var config = AppStoreConfig()
         config.bundleId = bundleId
         config.environments = environments
         config.appAppleId = appAppleId
         config.rootsPEM = [ca.rootPEM]
+        if let api {
+            var settings = ServerAPISettings(issuerId: api.issuerId, keyId: api.keyId, privateKeyPEM: apiKeyPEM ?? api.keyPEM, baseURL: api.baseURL)
+            settings.timeoutSeconds = 1
+            settings.maxConcurrentCalls = maxConcurrentCalls
+            config.serverApi = settings
+        }
         let (store, tables) = try testStore { SubscriptionTables($0) }
         self.store = store
         service = SubscriptionsService(config: config, store: store, tables: tables)
