@@ -135,7 +135,7 @@ extension KernelConfig {
             do throws(FieldError) {
                 try domain.readEnvironment(env, readFile, &domains)
             } catch {
-                throw ConfigError("\(error.field): \(error.message)")
+                throw ConfigError(error.message)
             }
         }
     }

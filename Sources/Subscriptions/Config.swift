@@ -16,8 +16,6 @@ public struct AppStoreConfig: DomainConfig {
     public var refreshIntervalSeconds: Int64 = MembershipRules.defaultRefreshIntervalMs / 1000
     /// The App Store Server API, when the deployment gives it a key: refresh then asks Apple.
     public var serverApi: ServerAPISettings?
-    /// Whether `serverApi` named no key file, so the key must come from `HEALTHKERNEL_APPSTORE_KEY`.
-    var serverApiNeedsKey = false
 
     public static let knownEnvironments = ["Production", "Sandbox"]
 
@@ -55,24 +53,26 @@ public struct AppStoreConfig: DomainConfig {
         }
         if r.has("serverApi") {
             var api = try r.object("serverApi")
-            let settings = try ServerAPISettings(&api, files: files)
+            serverApi = try ServerAPISettings(&api, files: files)
             try api.finish()
-            serverApiNeedsKey = settings.privateKeyPEM.isEmpty
             guard bundleId != nil else { throw .outOfRange(r.path("serverApi"), "needs appStore.bundleId (the token names the app)") }
-            if !serverApiNeedsKey { try settings.checkKey(field: api.path("privateKey"), bundleId: bundleId!) }
-            serverApi = settings
         }
         try r.finish()
     }
 
     /// `HEALTHKERNEL_APPSTORE_KEY`: the key's PEM text, or the path of its file; it wins over the file's
-    /// `privateKey`. Set without a `serverApi` block, it is refused rather than silently unused.
+    /// `privateKey`. Set without a `serverApi` block, it is refused rather than silently unused. Then the
+    /// key, from wherever it came, must sign: else start-up stops naming its source (never quoting it).
     public mutating func read(environment: [String: String], readFile: (String) -> [UInt8]?) throws(FieldError) {
         let name = "HEALTHKERNEL_APPSTORE_KEY"
-        if let value = environment[name], !value.isEmpty {
-            guard var settings = serverApi, let bundleId else {
-                throw FieldError(field: name, reason: "out_of_range", message: "\(name) is set but appStore.serverApi is not configured")
-            }
+        let value = environment[name].flatMap { $0.isEmpty ? nil : $0 }
+        guard var settings = serverApi, let bundleId else {
+            if value != nil { throw FieldError(field: name, reason: "out_of_range", message: "\(name) is set but appStore.serverApi is not configured") }
+            return
+        }
+        var source = "appStore.serverApi.privateKey"
+        if let value {
+            source = name
             if value.contains("-----BEGIN") {
                 settings.privateKeyPEM = value
             } else {
@@ -81,14 +81,16 @@ public struct AppStoreConfig: DomainConfig {
                 }
                 settings.privateKeyPEM = String(decoding: bytes, as: UTF8.self)
             }
-            try settings.checkKey(field: name, bundleId: bundleId)
-            serverApi = settings
-            serverApiNeedsKey = false
         }
-        if serverApiNeedsKey {
-            throw FieldError(field: "appStore.serverApi.privateKey", reason: "missing_field",
-                             message: "appStore.serverApi.privateKey is missing (name the .p8 file, or set \(name))")
+        guard !settings.privateKeyPEM.isEmpty else {
+            throw FieldError(field: source, reason: "missing_field", message: "\(source) is missing (name the .p8 file, or set \(name))")
         }
+        do {
+            _ = try ServerAPIToken(p8: settings.privateKeyPEM, keyId: settings.keyId, issuerId: settings.issuerId, bundleId: bundleId)
+        } catch {
+            throw .outOfRange(source, error.description)
+        }
+        serverApi = settings
     }
 
     /// The verifier these roots make. The PEM was checked when the configuration was read.
@@ -115,7 +117,7 @@ public struct ServerAPISettings: Sendable, Equatable {
     }
 
     /// Reads `{issuerId, keyId, privateKey, baseUrl, timeoutSeconds, maxConcurrentCalls}`; the key file is read
-    /// now, and checked once the bundle id is known.
+    /// now, and checked with the environment (`AppStoreConfig.read(environment:readFile:)`), which may replace it.
     init(_ r: inout ObjectReader, files: ConfigFiles) throws(FieldError) {
         func token(_ key: String) throws(FieldError) -> String {
             let v: String = try r.required(key)
@@ -137,14 +139,5 @@ public struct ServerAPISettings: Sendable, Equatable {
         }
         if let v = try r.optional("timeoutSeconds", in: 1...60) { timeoutSeconds = Int(v) }
         if let v = try r.optional("maxConcurrentCalls", in: 1...64) { maxConcurrentCalls = Int(v) }
-    }
-
-    /// Refuses a key that cannot sign, naming where it came from (never quoting it).
-    func checkKey(field: String, bundleId: String) throws(FieldError) {
-        do {
-            _ = try ServerAPIToken(p8: privateKeyPEM, keyId: keyId, issuerId: issuerId, bundleId: bundleId)
-        } catch {
-            throw .outOfRange(field, error.description)
-        }
     }
 }

@@ -19,12 +19,19 @@ enum AppStoreSetup {
         config.domains[AppStoreConfig.self] = appStore
     }
 
-    /// A config file for the binary (its root certificate file beside it): its path.
-    static func configFile() throws -> String {
+    /// A config file for the binary (its root certificate file beside it): its path. With `api`, the
+    /// App Store Server API is that fake server, with its key in a `.p8` file beside the config.
+    static func configFile(api: FakeAppStoreServer? = nil, maxConcurrentCalls: Int64 = 8) throws -> String {
         let dir = temporaryDirectory("appstore")
         try ca.rootPEM.write(toFile: dir + "/test-root.pem", atomically: true, encoding: .utf8)
-        let config: JSON = ["appStore": ["bundleId": .string(bundleId), "environments": ["Production", "Sandbox"],
-                                         "rootCertificates": ["test-root.pem"]]]
+        var appStore: JSON = ["bundleId": .string(bundleId), "environments": ["Production", "Sandbox"], "rootCertificates": ["test-root.pem"]]
+        if let api {
+            try api.keyPEM.write(toFile: dir + "/SubscriptionKey_TEST.p8", atomically: true, encoding: .utf8)
+            appStore = .object(appStore.objectValue!.merging("serverApi", [
+                "issuerId": .string(api.issuerId), "keyId": .string(api.keyId), "privateKey": "SubscriptionKey_TEST.p8",
+                "baseUrl": .string(api.baseURL), "timeoutSeconds": 2, "maxConcurrentCalls": .int(maxConcurrentCalls)]))
+        }
+        let config: JSON = ["appStore": appStore]
         try config.serialized.write(toFile: dir + "/healthkernel.json", atomically: true, encoding: .utf8)
         return dir + "/healthkernel.json"
     }
@@ -73,5 +80,14 @@ enum AppStoreSetup {
                                     "signedDate": .int(t), "data": ["bundleId": .string(bundleId), "environment": "Sandbox"]]),
             "BIG_RECEIPT": String(repeating: "A", count: 1 << 20),
         ]
+    }
+}
+
+extension JSONObject {
+    /// This object with member `key` set to `value`.
+    func merging(_ key: String, _ value: JSON) -> JSONObject {
+        var o = self
+        o[key] = value
+        return o
     }
 }

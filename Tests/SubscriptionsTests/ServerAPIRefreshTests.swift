@@ -39,19 +39,6 @@ extension Fixture {
     }
 }
 
-extension AppStoreTestCA {
-    /// Apple's Get All Subscription Statuses answer for purchase `original`: status `status`, its latest
-    /// transaction `n` bought `purchase` (a monthly period), all signed `signed` by this CA.
-    func statuses(_ status: Int64, original: String = "1000", n: Int, purchase: Int64, signed: Int64, environment: String = "Sandbox",
-                  revoked: Int64? = nil, grace: Int64? = nil, autoRenew: Int64 = 1) -> JSON {
-        let tx = sign(AppStorePayloads.transaction(id: "\(original)-\(n)", original: original, purchase: purchase,
-                                                   expires: purchase + 30 * dayMs, signed: signed, environment: environment, revoked: revoked))
-        let renewal = sign(AppStorePayloads.renewal(original: original, autoRenew: autoRenew, grace: grace, signed: signed,
-                                                    environment: environment))
-        return AppStorePayloads.statuses(environment: environment, original: original, status: status, transaction: tx, renewal: renewal)
-    }
-}
-
 /// One fake App Store Server for the suite's tests, each with its own handler (the tests of a suite run
 /// one at a time here: `.serialized`).
 @Suite(.serialized) struct ServerAPIRefreshTests {

@@ -205,3 +205,16 @@ extension AppStorePayloads {
                 "data": [["subscriptionGroupIdentifier": "21000001", "lastTransactions": [.object(entry)]]]]
     }
 }
+
+extension AppStoreTestCA {
+    /// Apple's Get All Subscription Statuses answer for purchase `original`: status `status`, its latest
+    /// transaction `n` bought `purchase` (a monthly period), all signed `signed` by this CA.
+    public func statuses(_ status: Int64, original: String = "1000", n: Int, purchase: Int64, signed: Int64, environment: String = "Sandbox",
+                  revoked: Int64? = nil, grace: Int64? = nil, autoRenew: Int64 = 1) -> JSON {
+        let tx = sign(AppStorePayloads.transaction(id: "\(original)-\(n)", original: original, purchase: purchase,
+                                                   expires: purchase + 30 * 86_400_000, signed: signed, environment: environment, revoked: revoked))
+        let renewal = sign(AppStorePayloads.renewal(original: original, autoRenew: autoRenew, grace: grace, signed: signed,
+                                                    environment: environment))
+        return AppStorePayloads.statuses(environment: environment, original: original, status: status, transaction: tx, renewal: renewal)
+    }
+}
