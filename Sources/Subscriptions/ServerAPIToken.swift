@@ -8,9 +8,6 @@ import JSON
 /// header `alg`, `kid`, `typ`; claims `iss` (the issuer id), `iat`, `exp` (at most an hour later),
 /// `aud: "appstoreconnect-v1"`, `bid` (the bundle id). A token is reused until five minutes before it
 /// expires, so a refresh of thousands of memberships signs a handful.
-///
-/// Part of the App Store Server API client (issue "App Store Server API"), which is not wired into the
-/// kernel yet: `subscriptions.refresh` still runs in clock mode.
 public struct ServerAPIToken {
     /// Why a key cannot sign.
     public struct KeyError: Error, CustomStringConvertible {

@@ -533,6 +533,15 @@ export interface Methods {
         database?: string;
         schema?: string;
       };
+      appStore?: {
+        /** the App Store Server API: whether a key is configured (refresh in api mode), and since start-up the last call Apple answered and the last that failed, with why (never the key) */
+        serverApi: {
+          configured: boolean;
+          lastSuccessAt: string | null;
+          lastFailureAt: string | null;
+          lastFailure: string | null;
+        };
+      };
       counts: {
         [key: string]: number;
       };
@@ -1011,7 +1020,30 @@ export interface Methods {
       duplicate: boolean;
     };
   };
-  /** Re-checks due memberships against the clock (not looked at by refresh within appStore.refreshIntervalSeconds, or whose period or grace period ended since), soonest due first; call until remaining is 0. Auth: service; writes. */
+  /** Fetches one page of Apple's App Store Server Notification history and applies each notification as subscriptions.notify would (duplicates change nothing); call with the answer's paginationToken until it is null. Auth: service; writes. */
+  "subscriptions.recoverNotifications": {
+    params: {
+      /** Bearer token whose role claim is service_role. */
+      auth: string;
+      /** RFC 3339; at most 180 days ago (Apple keeps no older history) */
+      startDate: string;
+      /** RFC 3339, after startDate; default now */
+      endDate?: string;
+      /** the previous page's paginationToken, with the same startDate and endDate */
+      paginationToken?: string;
+    };
+    paramsRequired: true;
+    result: {
+      fetched: number;
+      applied: number;
+      duplicates: number;
+      /** notifications whose signed data did not verify */
+      failed: number;
+      /** null after the last page */
+      paginationToken: string | null;
+    };
+  };
+  /** Brings due memberships up to date (not looked at by refresh within appStore.refreshIntervalSeconds, or whose period or grace period ended since), soonest due first: from Apple's App Store Server API when a key is configured (mode api), else against the clock; call until remaining is 0. Auth: service; writes. */
   "subscriptions.refresh": {
     params: {
       /** Bearer token whose role claim is service_role. */
@@ -1021,11 +1053,16 @@ export interface Methods {
     };
     paramsRequired: true;
     result: {
+      /** memberships looked at: expired + renewed + unchanged + failed */
       checked: number;
+      /** lost access */
       expired: number;
+      /** a later period than before */
       renewed: number;
       unchanged: number;
+      /** api mode: no usable answer from Apple; nothing changed, due again after a minute (Retry-After when throttled) */
       failed: number;
+      /** due memberships this call left; call again until 0 */
       remaining: number;
       mode: "clock" | "api";
     };
