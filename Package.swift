@@ -125,7 +125,7 @@ let package = Package(
             path: "Tests/TestSupport"),
         .testTarget(name: "JSONTests", dependencies: ["JSON", "JSONParsing"]),
         .testTarget(name: "ThreadsTests", dependencies: ["Threads"]),
-        .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient"]),
+        .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient", "TestSupport"]),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
         .testTarget(name: "StoreTests", dependencies: ["Store", "Storage", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
         .testTarget(name: "HealthTests", dependencies: ["Health", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "DomainSupport", "TestSupport"]),

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import HTTPClient
 import Testing
+import TestSupport
 
 /// A one-connection HTTP server on a loopback port: reads one request, then answers with `response`
 /// (or never, to test timeouts). What it read is kept for the test.
@@ -14,16 +15,8 @@ final class LoopbackServer: @unchecked Sendable {
     private var received = ""
 
     init(response: String?) throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = 0
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, len) } }
-        listen(listener, 1)
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &len) } }
-        port = UInt16(bigEndian: addr.sin_port)
+        let (listener, port) = listenOnLoopback(backlog: 1)
+        self.port = port
         fd = listener
         Thread.detachNewThread { [self] in
             let conn = accept(listener, nil, nil)

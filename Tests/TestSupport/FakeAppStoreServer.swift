@@ -56,18 +56,8 @@ public final class FakeAppStoreServer: @unchecked Sendable {
     public init(bundleId: String, handler: @escaping @Sendable (Request) -> Response = { _ in .error(404, code: 4040010, "Transaction id not found.") }) throws {
         self.bundleId = bundleId
         self.handler = handler
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = 0
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-        listen(fd, 64)
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        port = UInt16(bigEndian: addr.sin_port)
+        let (fd, port) = listenOnLoopback(backlog: 64)
+        self.port = port
         listener = fd
         Thread.detachNewThread { [self] in
             while true {
@@ -193,6 +183,20 @@ public final class FakeAppStoreServer: @unchecked Sendable {
         }
         return nil
     }
+}
+
+/// A TCP socket listening on 127.0.0.1, on a port the system chose: the socket and the port.
+public func listenOnLoopback(backlog: Int32) -> (fd: Int32, port: UInt16) {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    addr.sin_port = 0
+    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
+    listen(fd, backlog)
+    _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+    return (fd, UInt16(bigEndian: addr.sin_port))
 }
 
 extension AppStorePayloads {

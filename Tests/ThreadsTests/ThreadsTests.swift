@@ -50,3 +50,22 @@ import Testing
         #expect(queue.take() == 1)
     }
 }
+
+@Suite struct ConcurrentMapTests {
+    @Test func resultsKeepTheItemsOrderWithAtMostWidthRunningAndStatePerThread() {
+        let running = Atomic<Int>(0), most = Atomic<Int>(0), states = Atomic<Int>(0)
+        let results = concurrentMap(Array(0..<64), width: 4, makeState: { states.add(1, ordering: .relaxed).newValue }) { state, i in
+            let now = running.add(1, ordering: .relaxed).newValue
+            var seen = most.load(ordering: .relaxed)
+            while now > seen, !most.compareExchange(expected: seen, desired: now, ordering: .relaxed).exchanged { seen = most.load(ordering: .relaxed) }
+            usleep(2000)  // long enough for the threads to overlap
+            running.subtract(1, ordering: .relaxed)
+            return (i * i, state)
+        }
+        #expect(results.map(\.0) == (0..<64).map { $0 * $0 })
+        #expect(most.load(ordering: .relaxed) <= 4 && most.load(ordering: .relaxed) > 1)
+        #expect(states.load(ordering: .relaxed) == 4)
+        #expect(Set(results.map(\.1)).count == 4)
+        #expect(concurrentMap([Int](), width: 8, makeState: {}) { _, i in i }.isEmpty)
+    }
+}
