@@ -39,6 +39,10 @@ public struct KernelConfig: Sendable, Equatable {
     public var domains = DomainConfigs()
     /// Test hook: log appends fail with ENOSPC past this many bytes (for machines without a tiny tmpfs).
     public var failLogAppendsBeyondBytes: Int?
+    /// Test hook: file operations of the data dir that fail, or are watched (crash tests).
+    public var storeFaults: FaultInjector?
+    /// Test hook: log segments start afresh past this size (default 64 MiB).
+    public var segmentBytes: Int?
 
     /// The defaults.
     public init() {}

@@ -57,6 +57,8 @@ public final class Kernel {
             options.snapshotEveryRecords = config.snapshotEveryRecords
             options.snapshotEverySeconds = config.snapshotEverySeconds
             options.failAppendsBeyondBytes = config.failLogAppendsBeyondBytes
+            options.faults = config.storeFaults
+            if let bytes = config.segmentBytes { options.segmentBytes = bytes }
             let memory = Store(options: options, clock: clock, log: { [logger] in logger.warning("\($0)") })
             tables = Tables(memory)
             builders = Self.domains.map { $0.register(memory) }

@@ -37,6 +37,11 @@ public final class FaultInjector: Sendable {
     }
 }
 
+extension FaultInjector: Equatable {
+    /// The same injector (configurations compare equal only when they watch the same way).
+    public static func == (a: FaultInjector, b: FaultInjector) -> Bool { a === b }
+}
+
 /// A failed file operation: the errno and a message that names the file relative to the data dir
 /// (messages reach hosts; the server's own paths are none of their business).
 struct DiskError: Error, CustomStringConvertible {

@@ -18,6 +18,9 @@ final class Segments: Sendable {
         /// Written since the last sync (`everysec`).
         var dirty = false
         var syncFailed: String?
+        /// A failed append whose bytes could not be cut off yet: the file holds a partial record past
+        /// `size`. Nothing may be appended or synced after it until the cut succeeds.
+        var cutPending = false
     }
 
     let disk: Disk
@@ -51,7 +54,7 @@ final class Segments: Sendable {
     private func install(fd: Int32, name: String, size: Int) {
         let old = state.withLock { s -> Int32 in
             let old = s.fd
-            s = Current(fd: fd, name: name, size: size, dirty: false, syncFailed: s.syncFailed)
+            s = Current(fd: fd, name: name, size: size, dirty: false, syncFailed: s.syncFailed, cutPending: false)
             return old
         }
         if old >= 0 { Glibc.close(old) }
@@ -90,12 +93,17 @@ final class Segments: Sendable {
     }
 
     /// Appends `bytes` (whole records) to the current segment and syncs as the policy says; returns why
-    /// it failed, after cutting the segment back so no partial record stays. If even that fails, what the
-    /// segment holds is unknown and no record may follow it: that is recorded as a sync failure.
+    /// it failed, after cutting the segment back so no partial record stays. When even the cut fails, the
+    /// partial record stays past the end the store knows, and every later append tries the cut again
+    /// first, failing until it works: a crash meanwhile leaves a torn tail, which start-up cuts off, and
+    /// no record is ever written after the partial one. (It used to count as a failed fsync, which stops
+    /// the kernel for good: a full disk that frees up must not need a restart.)
     func append(_ bytes: [UInt8]) -> String? {
         state.withLock { s in
+            if let failure = cutIfPending(&s) { return failure }
             if let error = bytes.withUnsafeBytes({ disk.write(s.fd, s.name, $0) }) {
-                if let e = disk.truncate(s.fd, s.name, to: s.size) { s.syncFailed = e.description }
+                s.cutPending = true
+                _ = cutIfPending(&s)
                 return error.description
             }
             s.size += bytes.count
@@ -118,6 +126,7 @@ final class Segments: Sendable {
         guard state.withLock({ $0.name }) != StoreFiles.segmentName(firstSeq: nextSeq) else { return nil }
         let synced = state.withLock { s -> Bool in
             guard s.fd >= 0 else { return true }
+            if cutIfPending(&s) != nil { return false }
             if s.dirty || fsync != .never {
                 if let e = disk.sync(s.fd, s.name) { s.syncFailed = e.description; return false }
                 s.dirty = false
@@ -128,6 +137,15 @@ final class Segments: Sendable {
         return start(firstSeq: nextSeq)?.description
     }
 
+    /// Cuts a partial record left by a failed append; why it still cannot, or nil once the segment ends
+    /// at its last whole record.
+    private func cutIfPending(_ s: inout Current) -> String? {
+        guard s.cutPending else { return nil }
+        if let e = disk.truncate(s.fd, s.name, to: s.size) { return "a failed write could not be cut off yet: \(e.description)" }
+        s.cutPending = false
+        return nil
+    }
+
     /// Syncs the current segment every 200 ms while it has unsynced records (`everysec`).
     func startSyncer() {
         let (state, stop, disk) = (self.state, syncerStop, self.disk)
@@ -136,7 +154,7 @@ final class Segments: Sendable {
                 usleep(200_000)
                 if stop.withLock({ $0 }) { return }
                 state.withLock { s in
-                    guard s.dirty, s.syncFailed == nil, s.fd >= 0 else { return }
+                    guard s.dirty, s.syncFailed == nil, !s.cutPending, s.fd >= 0 else { return }
                     if let e = disk.sync(s.fd, s.name) { s.syncFailed = e.description }
                     s.dirty = false
                 }

@@ -218,4 +218,29 @@ struct Ledger {
         }
         h.store.abandon()
     }
+
+    /// Defect found by the crash-point walk: a failed append whose cut-back failed too (the disk still
+    /// full) was taken for a failed fsync, and the kernel refused every write until restarted. Now the
+    /// cut is retried before the next append, and the kernel writes again once the disk has room.
+    @Test func aFailedCutAfterAFailedAppendIsRetriedAndTheStoreWritesAgain() throws {
+        // Writes: the segment's magic, record a, then record b and on fail (and so does every cut).
+        let plan = FaultPlan(.truncate, at: 1, persistent: true, alsoWritesFrom: 3)
+        let h = try Harness(configure: { $0.faults = plan.injector; $0.fsync = .always })
+        try h.write("a", "1")
+        #expect(h.store.flush().failedCommits.isEmpty)
+        try h.write("b", "2")
+        let failed = h.store.flush()
+        #expect(failed.failedCommits.count == 1 && !failed.fatal)
+        try h.write("c", "3")  // the cut still fails: refused too
+        #expect(h.store.flush().failedCommits.count == 1)
+        plan.free()
+        try h.write("d", "4")
+        let outcome = h.store.flush()
+        #expect(outcome.failedCommits.isEmpty && !outcome.fatal)
+        h.store.abandon()
+        let again = try Harness(dir: h.dir)
+        #expect(again.contents == ["u1/a": "1", "u2/a": "1", "u1/d": "4", "u2/d": "4"])
+        again.store.abandon()
+        #expect(StoreTool.verify(h.dir).status == 0)
+    }
 }
