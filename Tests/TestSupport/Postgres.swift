@@ -16,9 +16,10 @@ public enum TestPostgres {
     /// Runs `scripts/pg-server COMMAND DIR` and returns what it printed. Through system(3): Foundation's
     /// Process waits forever here once the script has left a server running.
     @discardableResult
-    static func pgServer(_ command: String, _ dir: String) -> String {
+    static func pgServer(_ command: String, _ dir: String, _ sql: String? = nil) -> String {
         let out = dir + ".out"
-        let status = system("'\(root.path)/scripts/pg-server' \(command) '\(dir)' > '\(out)'")
+        let quoted = sql.map { " '" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" } ?? ""
+        let status = system("'\(root.path)/scripts/pg-server' \(command) '\(dir)'\(quoted) > '\(out)'")
         precondition(status == 0, "scripts/pg-server \(command) failed")
         defer { unlink(out) }
         return ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
@@ -38,6 +39,11 @@ public enum TestPostgres {
         public func halt() { TestPostgres.pgServer("halt", dir) }
         public func resume() { TestPostgres.pgServer("resume", dir) }
         public func stop() { TestPostgres.pgServer("stop", dir) }
+        /// Stops it at once, as a crash of the server would.
+        public func crash() { TestPostgres.pgServer("crash", dir) }
+        /// Runs `sql` as the superuser; its output.
+        @discardableResult
+        public func sql(_ sql: String) -> String { TestPostgres.pgServer("sql", dir, sql) }
     }
 
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
