@@ -114,6 +114,13 @@ let package = Package(
             ],
             swiftSettings: optimized
         ),
+        // Fuzz targets: a replay driver in a normal build, libFuzzer's in `scripts/fuzz`'s.
+        .executableTarget(
+            name: "healthkernel-fuzz",
+            dependencies: ["Kernel", "Auth", "Chrono", "JSON", "JSONParsing", "JSONRPC", "Store", "Subscriptions",
+                           .product(name: "Logging", package: "swift-log")],
+            path: "Sources/Fuzz"
+        ),
         .target(
             name: "TestSupport",
             dependencies: [
