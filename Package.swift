@@ -154,7 +154,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KernelTests",
-            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Chrono", "Storage", "Store", "Postgres", "Subscriptions", "Health", "Auth", "healthkernel", "TestSupport"]
+            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Chrono", "Storage", "Store", "Postgres", "Subscriptions", "Health", "Auth", "healthkernel", "healthkernel-fuzz", "TestSupport"]
         ),
     ]
 )

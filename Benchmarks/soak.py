@@ -154,7 +154,7 @@ def main():
     ap.add_argument("--users", type=int, default=1000)
     ap.add_argument("--store", choices=["memory", "postgres", "both"], default="both")
     ap.add_argument("--window", type=int, default=1_000_000)
-    ap.add_argument("--inflight", type=int, default=2000)
+    ap.add_argument("--inflight", type=int, default=200)
     args = ap.parse_args()
     bench.ensure_tools()
     tmp = tempfile.mkdtemp(prefix="hk-soak-")
