@@ -135,6 +135,9 @@ enum CrashWorkload {
     }
 }
 
+/// The folder `CrashRecording.shared` keeps its copies in, removed at exit.
+nonisolated(unsafe) var crashRecordingFolder: String?
+
 /// One run of the workload with every file operation watched: the states it went through, the data dir
 /// at each step's end, and which file operations each step made. Made once, shared by the tests.
 final class CrashRecording: @unchecked Sendable {
@@ -151,7 +154,13 @@ final class CrashRecording: @unchecked Sendable {
     var operations = 0
     let base = CrashPointTests.scratch("recording")
 
-    static let shared: CrashRecording = { try! CrashRecording() }()
+    static let shared: CrashRecording = {
+        let recording = try! CrashRecording()
+        // Its data dir copies (one per step) go when the test process ends, whichever test used them last.
+        crashRecordingFolder = recording.base
+        atexit { if let folder = crashRecordingFolder { try? FileManager.default.removeItem(atPath: folder) } }
+        return recording
+    }()
 
     private init() throws {
         let dir = base + "/live"
