@@ -134,7 +134,7 @@ enum Fuzz {
     }
 
     nonisolated(unsafe) static let selected: FuzzTarget = {
-        let name = String(cString: getenv("HEALTHKERNEL_FUZZ_TARGET") ?? strdup("request"))
+        let name = getenv("HEALTHKERNEL_FUZZ_TARGET").map { String(cString: $0) } ?? "request"
         guard let target = targets.first(where: { $0.name == name }) else {
             complain("no target \(name); the targets: \(targets.map(\.name).joined(separator: " "))")
         }
@@ -165,6 +165,7 @@ public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePoi
 }
 #else
 /// The replay driver: `healthkernel-fuzz` lists the targets; `healthkernel-fuzz TARGET FILE...` runs each file.
+/// Its stdout is its own report (this binary speaks no protocol); the kernel's stdout rule does not apply.
 @main
 struct Replay {
     static func main() {

@@ -44,6 +44,14 @@ public enum ServerAPIFailure: Error, Equatable, Sendable {
     /// Any other status, or an answer without Apple's documented shape.
     case invalid(String)
 
+    /// Whether no further call of the batch should go out: Apple asked to wait, or refuses the key.
+    var stopsTheBatch: Bool {
+        switch self {
+        case .throttled, .keyRejected: return true
+        case .notFound, .unavailable, .invalid: return false
+        }
+    }
+
     /// For logs and `kernel.info`: never quotes the key or a token.
     public var description: String {
         switch self {

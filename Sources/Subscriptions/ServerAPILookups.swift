@@ -65,12 +65,7 @@ struct ServerAPILookups: Sendable {
             if let failure = halted.withLock({ $0 }) { return .failed(failure) }
             guard SystemClock().now().milliseconds < deadline else { return .failed(.unavailable("the refresh ran out of time")) }
             let result = lookUp(lookup, now, connection)
-            switch result {
-            case .failed(let failure):
-                if case .throttled = failure { halted.withLock { $0 = $0 ?? failure } }
-                if case .keyRejected = failure { halted.withLock { $0 = $0 ?? failure } }
-            default: break
-            }
+            if case .failed(let failure) = result, failure.stopsTheBatch { halted.withLock { $0 = $0 ?? failure } }
             return result
         }
     }
