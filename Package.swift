@@ -45,8 +45,8 @@ let package = Package(
         .target(name: "HTTPClient", dependencies: ["CCurl"], swiftSettings: optimized),
         .target(name: "JSON", swiftSettings: optimized),
         .target(name: "JSONParsing", dependencies: ["CJansson", "JSON"], swiftSettings: optimized),
-        .target(name: "Chrono", swiftSettings: optimized),
         .target(name: "Threads", swiftSettings: optimized),
+        .target(name: "Chrono", dependencies: ["Threads"], swiftSettings: optimized),
         .target(name: "JSONRPC", dependencies: ["JSON", "JSONParsing", "Chrono", "Threads"], swiftSettings: optimized),
         .target(name: "CCRC32C"),
         .target(name: "Storage", dependencies: ["JSON"], swiftSettings: optimized),
@@ -85,7 +85,7 @@ let package = Package(
         ),
         .target(
             name: "Health",
-            dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport", "Threads", .product(name: "Logging", package: "swift-log")],
             swiftSettings: optimized
         ),
         .target(
@@ -134,7 +134,7 @@ let package = Package(
         .testTarget(name: "ThreadsTests", dependencies: ["Threads"]),
         .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient", "TestSupport"]),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
-        .testTarget(name: "StoreTests", dependencies: ["Store", "Storage", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
+        .testTarget(name: "StoreTests", dependencies: ["Store", "Storage", "Threads", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
         .testTarget(name: "HealthTests", dependencies: ["Health", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "DomainSupport", "TestSupport"]),
         .testTarget(name: "SessionsTests", dependencies: ["Sessions", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
         .testTarget(name: "ScreenTimeTests", dependencies: ["ScreenTime", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
@@ -154,7 +154,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KernelTests",
-            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Chrono", "Storage", "Store", "Postgres", "Subscriptions", "Health", "Auth", "healthkernel", "healthkernel-fuzz", "TestSupport"]
+            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Chrono", "Storage", "Store", "Postgres", "Threads", "Subscriptions", "Health", "Auth", "healthkernel", "healthkernel-fuzz", "TestSupport"]
         ),
     ]
 )

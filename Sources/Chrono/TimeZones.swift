@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import Threads
 
 /// IANA time zones: validated against the system's tz database (`/usr/share/zoneinfo`), converted
 /// with Foundation. Only local-day arithmetic uses this; stored times are always UTC.
@@ -87,6 +87,6 @@ public struct Zone: Sendable, Equatable {
 
 /// Zones by name, shared by all threads.
 final class ZoneCache: Sendable {
-    private let zones = Mutex<[String: Zone]>([:])
-    func withLock<R>(_ body: (inout [String: Zone]) -> R) -> R { zones.withLock { body(&$0) } }
+    private let zones = Locked<[String: Zone]>([:])
+    func withLock<R>(_ body: (inout [String: Zone]) -> R) -> R { zones.withLock(body) }
 }

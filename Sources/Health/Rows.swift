@@ -1,6 +1,6 @@
 import Chrono
 import DomainSupport
-import Synchronization
+import Threads
 import JSON
 import Storage
 
@@ -152,7 +152,7 @@ public final class Provenance: Sendable, Hashable {
         self.deviceId = deviceId
     }
 
-    private static let table = Mutex<[Provenance: Provenance]>([:])
+    private static let table = Locked<[Provenance: Provenance]>([:])
     private static let tableMax = 4096
 
     /// The shared provenance equal to these values.

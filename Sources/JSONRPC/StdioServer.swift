@@ -4,7 +4,6 @@ import Glibc
 import Darwin
 #endif
 import Chrono
-import Synchronization
 import Threads
 
 /// Write end of the self-pipe that SIGTERM/SIGINT wake the read loop through.
@@ -118,7 +117,7 @@ public final class StdioServer {
     /// `read(2)` still shares one flush, and responses keep the order of requests.
     public func run(readBufferBytes: Int = 256 * 1024) -> Ending {
         let queue = HandoffQueue<Input>(capacity: 8)
-        let answered = Mutex<[[ParsedLine]]>([])
+        let answered = Locked<[[ParsedLine]]>([])
         let reader = connection.reader
         let (inputFD, log, mayBusyWait) = (self.inputFD, self.log, self.mayBusyWait)
         nonisolated(unsafe) let unsafeLog = log
@@ -175,7 +174,7 @@ public final class StdioServer {
     /// The reader thread: reads until EOF or a stop signal, handing each read's parsed lines over (and
     /// an empty batch when notifications from other streams or finished slow work wait).
     private static func readLoop(reader: RequestReader, inputFD: Int32, wakeFD: Int32, bufferBytes: Int, queue: HandoffQueue<Input>,
-                                 answered: borrowing Mutex<[[ParsedLine]]>, mayBusyWait: () -> Bool,
+                                 answered: Locked<[[ParsedLine]]>, mayBusyWait: () -> Bool,
                                  log: (String) -> Void) {
         var reader = reader
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: bufferBytes, alignment: 16)

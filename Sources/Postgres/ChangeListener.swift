@@ -2,7 +2,6 @@
 import Glibc
 #endif
 import Storage
-import Synchronization
 import Threads
 
 /// A commit's announcement on the database's change channel: the user, the user's feed position after the
@@ -104,7 +103,7 @@ final class ChangeListener: @unchecked Sendable {
         if wait { _ = exited.takeAll(waitingUpTo: 1_500_000) }
     }
     private let exited = Inbox<Bool>()
-    private let generations = Mutex(0)
+    private let generations = Locked(0)
 
     /// Connects, removes listeners whose processes are gone, adds this one and listens.
     private func register() throws(StorageError) -> Connection {

@@ -4,7 +4,7 @@ import Glibc
 import Chrono
 import JSON
 import Storage
-import Synchronization
+import Threads
 
 /// Where and how to reach PostgreSQL.
 public struct PostgresOptions: Sendable {
@@ -34,7 +34,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// The serving thread's connection.
     let main: Connection
     /// Connections for the worker threads that read through views, taken one per read.
-    private let pool: Mutex<[Connection]>
+    private let pool: Locked<[Connection]>
     var slots: [PostgresTableBase] = []
     /// Whether the current request's scope is open (its transaction, or with `groupCommit` its
     /// savepoint), the users locked so far (in the batch's transaction), and those the current request
@@ -110,7 +110,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             }
         }
         main = connection!
-        pool = Mutex([])
+        pool = Locked([])
         var seed: UInt64 = 0xcbf2_9ce4_8422_2325  // FNV-1a of the schema name
         for byte in options.schema.utf8 { seed = (seed ^ UInt64(byte)) &* 0x100_0000_01b3 }
         lockSeed = Int64(bitPattern: seed)

@@ -6,15 +6,7 @@ import Darwin
 import Chrono
 import Storage
 import JSON
-import Synchronization
 import Threads
-
-/// A value behind a mutex, shareable between the serving thread and the store's helper threads.
-final class Locked<Value: Sendable>: Sendable {
-    private let mutex: Mutex<Value>
-    init(_ value: Value) { mutex = Mutex(value) }
-    func withLock<R>(_ body: (inout Value) -> R) -> R { mutex.withLock { body(&$0) } }
-}
 
 /// How writes are made durable before they are acknowledged.
 public enum FsyncMode: String, Sendable, CaseIterable {

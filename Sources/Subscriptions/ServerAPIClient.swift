@@ -2,7 +2,7 @@ import Chrono
 import HTTPClient
 import JSON
 import JSONParsing
-import Synchronization
+import Threads
 
 /// Where the App Store Server API's calls go: HTTP in the kernel; tests may put anything behind it.
 /// Clock mode has none.
@@ -70,14 +70,14 @@ public enum ServerAPIFailure: Error, Equatable, Sendable {
 public final class ServerAPIClient: Sendable {
     let settings: ServerAPISettings
     let transport: any ServerAPITransport
-    private let signer: Mutex<ServerAPIToken>
-    private let record = Mutex<ServerAPIRecord>(ServerAPIRecord())
+    private let signer: Locked<ServerAPIToken>
+    private let record = Locked<ServerAPIRecord>(ServerAPIRecord())
 
     /// A client for `settings` (whose key parsed when the configuration was read).
     init(settings: ServerAPISettings, bundleId: String, transport: any ServerAPITransport) throws(ServerAPIToken.KeyError) {
         self.settings = settings
         self.transport = transport
-        signer = Mutex(try ServerAPIToken(p8: settings.privateKeyPEM, keyId: settings.keyId, issuerId: settings.issuerId, bundleId: bundleId))
+        signer = Locked(try ServerAPIToken(p8: settings.privateKeyPEM, keyId: settings.keyId, issuerId: settings.issuerId, bundleId: bundleId))
     }
 
     /// What the API did lately, for `kernel.info`.

@@ -1,6 +1,5 @@
 import Chrono
 import JSON
-import Synchronization
 import Threads
 
 /// A page of notification history as fetched: each notification verified or why not, and Apple's token
@@ -58,7 +57,7 @@ struct ServerAPILookups: Sendable {
     /// Looks up every membership; results in the same order. Calls not started `budgetSeconds` after
     /// the first fail as unavailable, so a batch always ends well inside its lease.
     func run(_ lookups: [Lookup], now: Timestamp, budgetSeconds: Int64) -> [LookupResult] {
-        let halted = Mutex<ServerAPIFailure?>(nil)
+        let halted = Locked<ServerAPIFailure?>(nil)
         let deadline = SystemClock().now().milliseconds + budgetSeconds * 1000
         let (client, lookUp) = (client, self.lookUp)
         return concurrentMap(lookups, width: client.settings.maxConcurrentCalls, makeState: { client.transport.connect() }) { connection, lookup in

@@ -165,11 +165,8 @@ extension ScaleOutTests {
     }
 }
 
-/// A value two test threads append to.
-final class Locked<Value: Sendable>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var stored: Value
-    init(_ value: Value) { stored = value }
-    var value: Value { lock.withLock { stored } }
-    func append<T>(_ element: T) where Value == [T] { lock.withLock { stored.append(element) } }
+/// What test threads append to and read.
+extension Locked {
+    var value: Value { withLock { $0 } }
+    func append<T>(_ element: T) where Value == [T] { withLock { $0.append(element) } }
 }

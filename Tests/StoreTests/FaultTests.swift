@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import Threads
 import Storage
 import TestSupport
 @testable import Store
