@@ -4,13 +4,12 @@ import Glibc
 import Darwin
 #endif
 import Chrono
-import Synchronization
 import Threads
 
 /// Held while a stream uses the dispatcher: the dispatcher answers one batch at a time, whichever
 /// stream (stdio or a socket connection) it came from.
 public final class ServingLock: Sendable {
-    private let mutex = Mutex(())
+    private let mutex = Locked(())
 
     public init() {}
 
@@ -140,14 +139,23 @@ public final class SocketServer: @unchecked Sendable {
     }
 
     /// Connects to the kernel listening at `path`, refusing a listener run by another user (root
-    /// excepted): a process squatting on the path would otherwise receive the caller's tokens.
-    public static func connectToKernel(_ path: String) throws(SocketError) -> Int32 {
+    /// excepted): a process squatting on the path would otherwise receive the caller's tokens. While the
+    /// socket does not exist yet or nobody accepts on it, tries again every 50 ms for up to
+    /// `waitSeconds`, so a script can start a kernel in the background and call it on the next line.
+    public static func connectToKernel(_ path: String, waitSeconds: Double = 0) throws(SocketError) -> Int32 {
         var address = try address(path)
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw SocketError(description: "cannot create a socket: \(String(cString: strerror(errno)))") }
-        guard Self.connect(fd, to: &address) else {
+        let deadline = monotonicMicros() + UInt64(max(0, waitSeconds) * 1_000_000)
+        var fd: Int32
+        while true {
+            fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard fd >= 0 else { throw SocketError(description: "cannot create a socket: \(String(cString: strerror(errno)))") }
+            if Self.connect(fd, to: &address) { break }
             let e = errno
             close(fd)
+            if (e == ENOENT || e == ECONNREFUSED) && monotonicMicros() < deadline {
+                usleep(50_000)
+                continue
+            }
             let hint = e == ENOENT ? " (is a kernel serving with --listen unix:\(path)?)" : ""
             throw SocketError(description: "cannot connect to \(path): \(String(cString: strerror(e)))\(hint)")
         }

@@ -111,14 +111,6 @@ private func count(_ body: () throws(StorageError) -> Int) throws(RPCError) -> I
     do { return try body() } catch { throw RPCError.from(error) }
 }
 
-/// Version numbers reported by `kernel.info`, `version` and the OpenRPC document.
-public enum KernelVersion {
-    /// The kernel's release.
-    public static let version = "0.1.0"
-    /// The version of the wire contract (protocol/openrpc.json).
-    public static let protocolVersion = "1.0"
-}
-
 /// `kernel.snapshot`: writes a snapshot now and answers once it is durable.
 struct KernelSnapshot: RPCMethod {
     static let name = "kernel.snapshot"

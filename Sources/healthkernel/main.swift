@@ -230,6 +230,9 @@ struct Call: ParsableCommand {
     @Option(help: "Send the request to the kernel listening on this Unix socket (unix:PATH or PATH) instead of opening the data dir.")
     var connect: String?
 
+    @Option(help: "With --connect: how long to keep trying while the socket does not exist yet or nobody accepts on it (seconds).")
+    var connectWait: Double = 5
+
     @OptionGroup var options: KernelOptions
 
     func run() throws {
@@ -267,7 +270,7 @@ struct Call: ParsableCommand {
     func callThroughSocket(_ path: String) {
         let fd: Int32
         do {
-            fd = try SocketServer.connectToKernel(path)
+            fd = try SocketServer.connectToKernel(path, waitSeconds: connectWait)
         } catch {
             fail("healthkernel call: \(error)", status: ExitStatus.callFailed)
         }

@@ -120,7 +120,7 @@ export class Kernel extends EventEmitter {
 
 export default Kernel;
 
-/** Every method of healthkernel 0.1.0, from protocol/openrpc.json. */
+/** Every method of healthkernel 0.2.0, from protocol/openrpc.json. */
 export interface Methods {
   /** Deletes the token's account and every record of it in every domain. Auth: user; writes. */
   "auth.deleteUser": {

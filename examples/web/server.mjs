@@ -3,7 +3,8 @@
 // dashboard. Node built-ins only. Start it with `scripts/web` (builds the kernel first) or
 //   HEALTHKERNEL_BIN=.build/release/healthkernel node examples/web/server.mjs
 // Env: PORT (3002), HOST (127.0.0.1), DATA_DIR (./data), HEALTHKERNEL_BIN, HEALTHKERNEL_CONFIG,
-// BODY_LIMIT (bytes, 1 MiB; /ingest/healthkit takes 16 MiB), SERVICE_TOKEN (default: minted from the data dir),
+// BODY_LIMIT (bytes, 1 MiB; /ingest/healthkit takes 16 MiB), SERVICE_TOKEN (required: the server refuses to
+// start without one, except with DEMO=1, which mints a one-day token from the data dir),
 // and the limits in `limitDefaults` below (protocol/rest-routes.md, "Limits"). Put a reverse proxy in front of
 // it on a public network: these limits keep one process alive, they are no defence against a flood.
 import { createServer } from 'node:http';
@@ -13,6 +14,9 @@ import { fileURLToPath } from 'node:url';
 import { Kernel, KernelError, KernelTimeoutError } from '../../clients/node/index.mjs';
 
 const here = (path) => fileURLToPath(new URL(path, import.meta.url));
+
+/** A setting the server cannot start without is missing (the command line exits 2, as the kernel does for its configuration). */
+export class StartError extends Error {}
 
 /** HTTP status for a JSON-RPC error code (protocol/rest-routes.md). */
 export function httpStatus(code, reason) {
@@ -438,13 +442,19 @@ export class EventStream {
 export async function start({
   port = Number(process.env.PORT ?? 3002), host = process.env.HOST ?? '127.0.0.1',
   dataDir = process.env.DATA_DIR ?? './data', binary = process.env.HEALTHKERNEL_BIN ?? here('../../.build/release/healthkernel'),
-  kernelArgs = [], env = {}, serviceToken = process.env.SERVICE_TOKEN,
+  kernelArgs = [], env = {}, serviceToken = process.env.SERVICE_TOKEN, demo = process.env.DEMO === '1',
   bodyLimit = Number(process.env.BODY_LIMIT ?? 1024 * 1024), log = (line) => process.stderr.write(line + '\n'),
   limits: limitOverrides = {}, clientOptions = {},
 } = {}) {
   const limits = limitSettings(limitOverrides);
   const kernelEnv = { ...env };
-  const service = serviceToken ?? execFileSync(binary, ['token', '--role', 'service_role', '--ttl', '31536000', '--data-dir', dataDir],
+  if (!serviceToken && !demo) {
+    throw new StartError('SERVICE_TOKEN is not set: give the server a service token, minted with\n' +
+      '  healthkernel token --role service_role --ttl SECONDS --data-dir DATA_DIR\n' +
+      '(or with the deployment\'s jwtSecret), and mint a new one before it expires; DEMO=1 mints a one-day token itself');
+  }
+  // A demo's token lives a day: long enough to look around, short enough that a forgotten demo is no standing key.
+  const service = serviceToken || execFileSync(binary, ['token', '--role', 'service_role', '--ttl', '86400', '--data-dir', dataDir],
     { env: { ...process.env, ...kernelEnv } }).toString().trim();
   const kernel = await Kernel.spawn({ binary, args: ['serve', '--data-dir', dataDir, ...kernelArgs], env: kernelEnv, restart: true, ...clientOptions });
   kernel.on('stderr', (line) => log(`kernel: ${line}`));
@@ -587,7 +597,14 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   // Nothing a client sends may end the process: a failure that escapes every handler is logged.
   process.on('unhandledRejection', (error) => process.stderr.write(`unhandled rejection: ${error?.stack ?? error}\n`));
   process.on('uncaughtException', (error) => process.stderr.write(`uncaught exception: ${error?.stack ?? error}\n`));
-  const app = await start();
+  let app;
+  try {
+    app = await start();
+  } catch (error) {
+    if (!(error instanceof StartError)) throw error;
+    process.stderr.write(`healthkernel example: ${error.message}\n`);
+    process.exit(2);
+  }
   process.stderr.write(`healthkernel example listening on ${app.url}\n`);
   // A token for one user (DASHBOARD_USER, a UUID) opens that user's dashboard; DEMO=1 first fills it with a month of data.
   const user = process.env.DASHBOARD_USER ?? (process.env.DEMO === '1' ? '00000000-0000-4000-8000-00000000d0d0' : null);

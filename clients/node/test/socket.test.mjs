@@ -111,9 +111,23 @@ test('--listen refuses a path another kernel listens on, and replaces a stale so
   plain.stderr.on('data', (c) => { plainErr += c; });
   assert.equal((await once(plain, 'exit'))[0], 2);
   assert.match(plainErr, /is not a socket/);
-  const refused = await call(['kernel.info', '--connect', join(dir, 'missing.sock')]);
+  const started = Date.now();
+  const refused = await call(['kernel.info', '--connect', join(dir, 'missing.sock'), '--connect-wait', '0.3']);
   assert.equal(refused.code, 1, 'no kernel there: the call failed (2 is for configuration errors)');
   assert.match(refused.stderr, /cannot connect to .*missing\.sock: No such file or directory \(is a kernel serving/);
+  assert.ok(Date.now() - started >= 300, 'it kept trying for --connect-wait');
+});
+
+test('call --connect waits for a socket that is about to appear (a kernel started on the line before)', async (t) => {
+  const dir = temporaryDirectory(t);
+  const path = join(dir, 'late.sock');
+  const caller = call(['kernel.info', '--connect', `unix:${path}`]);
+  await new Promise((resolve) => setTimeout(resolve, 700));
+  const k = spawn(binary, ['serve', '--memory-only', '--listen', `unix:${path}`], { env: { ...process.env, ...env }, stdio: ['pipe', 'ignore', 'ignore'] });
+  t.after(() => { k.stdin.end(); });
+  const answered = await caller;
+  assert.equal(answered.code, 0, answered.stderr);
+  assert.equal(JSON.parse(answered.stdout).name, 'healthkernel');
 });
 
 test('Kernel.connect: several clients share one kernel through its socket', async (t) => {

@@ -12,7 +12,7 @@ test('the dashboard draws the seeded days and updates live after an upload', asy
   const chromium = findChromium();
   assert.ok(chromium, 'Chromium is not installed (scripts/deps.sh installs Debian\'s chromium package)');
   const dir = temporaryDirectory(t);
-  const server = await start({ port: 0, dataDir: join(dir, 'data'), binary, env, log: () => {} });
+  const server = await start({ port: 0, dataDir: join(dir, 'data'), binary, serviceToken: token({ role: 'service_role' }), env, log: () => {} });
   t.after(() => server.close());
   const post = async (path, body, auth, method = 'POST') => {
     const res = await fetch(server.url + path, { method, headers: { authorization: `Bearer ${auth}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });

@@ -20,7 +20,7 @@ function shortToken(user, seconds) {
 
 async function app(t, options = {}) {
   const dir = temporaryDirectory(t);
-  const server = await start({ port: 0, dataDir: join(dir, 'data'), binary, env, log: () => {}, ...options });
+  const server = await start({ port: 0, dataDir: join(dir, 'data'), binary, serviceToken: token({ role: 'service_role' }), env, log: () => {}, ...options });
   t.after(() => server.close());
   const request = requester(server);
   return { server, request };

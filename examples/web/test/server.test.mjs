@@ -1,5 +1,6 @@
 // The example server's REST routes, end to end: HTTP -> client -> real kernel binary.
 import { test } from 'node:test';
+import { once } from 'node:events';
 import assert from 'node:assert/strict';
 import { spawn, execFile, execFileSync } from 'node:child_process';
 import { generateKeyPairSync, randomUUID, sign } from 'node:crypto';
@@ -46,7 +47,7 @@ function fixtures(dir) {
 async function app(t) {
   const dir = temporaryDirectory(t);
   const f = fixtures(dir);
-  const server = await start({ port: 0, dataDir: join(dir, 'data'), binary, env: { ...env, HEALTHKERNEL_CONFIG: f.configPath }, log: () => {} });
+  const server = await start({ port: 0, dataDir: join(dir, 'data'), binary, serviceToken: token({ role: 'service_role' }), env: { ...env, HEALTHKERNEL_CONFIG: f.configPath }, log: () => {} });
   t.after(() => server.close());
   const request = requester(server);
   return { ...f, server, request };
@@ -188,7 +189,7 @@ test('app-store-notifications: 2xx for applied or duplicate, 4xx only for what c
 test('app-store-notifications: a kernel that cannot answer now gets 503, so that Apple sends it again', async (t) => {
   const dir = temporaryDirectory(t);
   const f = fixtures(dir);
-  const server = await start({ port: 0, dataDir: join(dir, 'data'), binary, env: { ...env, HEALTHKERNEL_CONFIG: f.configPath },
+  const server = await start({ port: 0, dataDir: join(dir, 'data'), binary, serviceToken: token({ role: 'service_role' }), env: { ...env, HEALTHKERNEL_CONFIG: f.configPath },
                                log: () => {}, clientOptions: { timeout: 1000 } });
   t.after(() => server.close());
   const request = requester(server);
@@ -240,7 +241,7 @@ test('SIGTERM drains in-flight requests, then closes the kernel cleanly', async 
   const dir = temporaryDirectory(t);
   const dataDir = join(dir, 'data');
   const child = spawn(process.execPath, [fileURLToPath(new URL('../server.mjs', import.meta.url))], {
-    env: { ...process.env, ...env, PORT: '0', DATA_DIR: dataDir, HEALTHKERNEL_BIN: binary }, stdio: ['ignore', 'ignore', 'pipe'] });
+    env: { ...process.env, ...env, PORT: '0', DATA_DIR: dataDir, HEALTHKERNEL_BIN: binary, SERVICE_TOKEN: token({ role: 'service_role' }) }, stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (c) => { stderr += c; });
   await eventually(() => /listening on (\S+)/.test(stderr), 20_000, 'the server to listen');
@@ -261,4 +262,17 @@ test('SIGTERM drains in-flight requests, then closes the kernel cleanly', async 
   // The kernel released the data dir and kept the write.
   const summary = JSON.parse(execFileSync(binary, ['call', 'health.summary', JSON.stringify({ from: date, to: date }), '--token', auth, '--data-dir', dataDir], { env: { ...process.env, ...env } }));
   assert.equal(summary.days[0].metrics.HKQuantityTypeIdentifierStepCount.sum, 30_000);
+});
+
+test('the server refuses to start without a service token it was given (outside DEMO=1)', async (t) => {
+  const dir = temporaryDirectory(t);
+  const { SERVICE_TOKEN, DEMO, ...rest } = process.env;
+  const child = spawn(process.execPath, [join(root, 'examples/web/server.mjs')],
+    { env: { ...rest, ...env, PORT: '0', DATA_DIR: join(dir, 'data'), HEALTHKERNEL_BIN: binary }, stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (c) => { stderr += c; });
+  const [code] = await once(child, 'exit');
+  assert.equal(code, 2, stderr);
+  assert.match(stderr, /SERVICE_TOKEN is not set/);
+  assert.equal(existsSync(join(dir, 'data')), false, 'it stopped before starting a kernel');
 });
