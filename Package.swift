@@ -91,9 +91,10 @@ let package = Package(
         .target(
             name: "Auth",
             dependencies: [
-                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "DomainSupport",
+                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "DomainSupport", "HTTPClient", "Threads",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: optimized
         ),

@@ -1,11 +1,14 @@
+import HTTPClient
 import JSON
 
 /// An OpenID Connect provider whose id tokens `auth.exchange` accepts.
 public struct ProviderConfig: Sendable, Equatable {
     /// `google`, `auth0`, `apple`, or another name with an explicit `issuer`.
     public var name: String
-    /// JWKS file with the provider's signing keys (the kernel makes no network calls).
-    public var jwksPath: String
+    /// JWKS file with the provider's signing keys, re-read when it changes...
+    public var jwksPath: String?
+    /// ...or the provider's JWKS URL, fetched and kept fresh (exactly one of the two is given).
+    public var jwksUrl: String?
     /// Client ids the id token must be issued to (`aud`).
     public var audiences: [String]
     /// Auth0 tenant domain; the issuer is then `https://<domain>/`.
@@ -28,6 +31,9 @@ public struct ProviderConfig: Sendable, Equatable {
 public struct AuthConfig: Sendable, Equatable {
     /// HS256 secret (at least 32 bytes); nil: generated once and kept in the data dir.
     public var jwtSecret: String?
+    /// Secrets used before `jwtSecret`: tokens and cursors they signed are still accepted (a rotation's
+    /// grace period); nothing new is signed with them.
+    public var previousJwtSecrets: [String] = []
     /// When not empty, tokens must carry one of these `iss` values (or the kernel's own).
     public var acceptedIssuers: [String] = []
     public var accessTokenTtlSeconds = 3600
@@ -49,6 +55,10 @@ public struct AuthConfig: Sendable, Equatable {
             guard s.utf8.count >= 32 else { throw .outOfRange(r.path("jwtSecret"), "must be at least 32 bytes") }
             c.jwtSecret = s
         }
+        c.previousJwtSecrets = try r.optional("previousJwtSecrets") ?? []
+        for (i, secret) in c.previousJwtSecrets.enumerated() where secret.utf8.count < 32 {
+            throw .outOfRange(r.path("previousJwtSecrets") + "[\(i)]", "must be at least 32 bytes")
+        }
         c.acceptedIssuers = try r.optional("acceptedIssuers") ?? []
         if let v = try r.optional("accessTokenTtlSeconds", in: 60...86_400 * 7) { c.accessTokenTtlSeconds = Int(v) }
         if let v = try r.optional("refreshTokenTtlSeconds", in: 3600...86_400 * 365) { c.refreshTokenTtlSeconds = Int(v) }
@@ -58,7 +68,15 @@ public struct AuthConfig: Sendable, Equatable {
             var providers = try r.object("providers")
             for name in providers.object.keys {
                 var p = try providers.object(name)
-                var provider = ProviderConfig(name: name, jwksPath: resolve(try p.required("jwks")),
+                let path: String? = try p.optional("jwks"), url: String? = try p.optional("jwksUrl")
+                guard (path == nil) != (url == nil) else {
+                    throw FieldError(field: p.path("jwks"), reason: path == nil ? "missing_field" : "invalid_params",
+                                     message: "\(p.path) needs exactly one of jwks (a file) and jwksUrl")
+                }
+                if let url, !HTTPClient.allowed(url) {
+                    throw .outOfRange(p.path("jwksUrl"), "must be an https:// URL (or http:// to this machine)")
+                }
+                var provider = ProviderConfig(name: name, jwksPath: path.map(resolve), jwksUrl: url,
                                               audiences: try p.required("audiences"))
                 guard !provider.audiences.isEmpty else { throw .outOfRange(p.path("audiences"), "must name at least one client id") }
                 provider.domain = try p.optional("domain")

@@ -175,8 +175,9 @@ public struct AuthSignOut: RPCMethod {
     }
 }
 
-/// `auth.exchange`.
-public struct AuthExchange: RPCMethod {
+/// `auth.exchange`: the id token is verified on a worker thread, where fetching a provider's rotated
+/// keys may wait on the network.
+public struct AuthExchange: SlowRPCMethod {
     public struct Params: RPCParams {
         let provider: String
         let idToken: String
@@ -193,8 +194,15 @@ public struct AuthExchange: RPCMethod {
     public static let errors = [ErrorDoc(-32010, "invalid_signature, malformed_jws")]
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try answerRPC(try service.exchange(provider: p.provider, idToken: p.idToken, now: c.now)).json
+    /// None: the account is looked up when the verified token is applied, on the serving thread.
+    public func orderingKeys(_ params: JSONObject) -> [String] { [] }
+    public func start(_ p: Params, _ c: CallContext) throws(RPCError) -> SlowCall<JSON> {
+        let (provider, keys) = try answerRPC(try service.provider(p.provider))
+        let (service, token, now) = (self.service, p.idToken, c.now)
+        return SlowCall(work: { AuthService.prove(token, provider: provider, keys: keys, now: now) }) {
+            (proven: Swift.Result<AuthService.ProvenIdentity, AuthError>) throws(RPCError) -> JSON in
+            try answerRPC(try service.exchange(try proven.get(), now: c.now)).json
+        }
     }
 }
 

@@ -44,8 +44,10 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     let tables: AuthTables
     let store: any Storage
     let signingKey: VerificationKey
-    let issuerKeys: KeySet
-    let providerKeys: [String: KeySet]
+    /// Earlier secrets (`auth.previousJwtSecrets`): tokens they signed verify until they expire.
+    let previousKeys: [VerificationKey]
+    let issuerKeys: KeySource
+    let providerKeys: [String: KeySource]
     private var cache: [String: VerifiedToken] = [:]
 
     /// What a verified access token says, kept so the signature is checked once per token.
@@ -56,20 +58,25 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         let expiresAt: Int64
     }
 
-    /// A service over `tables`, signing with `secret` and trusting the given key sets.
-    public init(config: AuthConfig, secret: [UInt8], issuerKeys: KeySet, providerKeys: [String: KeySet],
+    /// A service over `tables`, signing with `secret`, accepting tokens signed with `config`'s previous
+    /// secrets, and trusting the given key sources.
+    public init(config: AuthConfig, secret: [UInt8], issuerKeys: KeySource = .fixed(KeySet()), providerKeys: [String: KeySource] = [:],
                 store: any Storage, tables: AuthTables) throws {
         self.config = config
         self.store = store
         self.tables = tables
         self.signingKey = VerificationKey.hmac(secret)
-        self.cursorSecret = Array(SHA256.hash(data: Array("healthkernel cursor key".utf8) + secret))
+        self.previousKeys = config.previousJwtSecrets.map { VerificationKey.hmac(Array($0.utf8)) }
+        self.cursorSecrets = ([secret] + config.previousJwtSecrets.map { Array($0.utf8) }).map {
+            Array(SHA256.hash(data: Array("healthkernel cursor key".utf8) + $0))
+        }
         self.issuerKeys = issuerKeys
         self.providerKeys = providerKeys
     }
 
-    /// A secret for other modules' tamper-evident values (list cursors), derived from the signing secret.
-    public let cursorSecret: [UInt8]
+    /// Secrets for other modules' tamper-evident values (list cursors), derived from the signing secret
+    /// (the first, which seals) and the previous ones (which still open what they sealed).
+    public let cursorSecrets: [[UInt8]]
 
     /// Number of accounts.
     public func userCount() throws(StorageError) -> Int { try tables.users.userCount() }
@@ -127,12 +134,17 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         case "HS256":
             key = signingKey
         case "ES256", "RS256":
-            guard let kid = jwt.keyID, let k = issuerKeys.keys[kid] else { throw .invalid("The token's key is unknown") }
+            guard let kid = jwt.keyID, let k = issuerKeys.cachedKey(kid) else { throw .invalid("The token's key is unknown") }
             key = k
         default:
             throw .invalid("The token algorithm is not accepted")
         }
-        try jwt.verify(with: key)
+        do {
+            try jwt.verify(with: key)
+        } catch {
+            // A token signed with a previous secret, during a rotation's grace period.
+            guard jwt.algorithm == "HS256", previousKeys.contains(where: { (try? jwt.verify(with: $0)) != nil }) else { throw error }
+        }
         let exp = try jwt.checkTimes(now: now)
         let iss = try jwt.stringClaim("iss")
         if !config.acceptedIssuers.isEmpty {
@@ -403,17 +415,42 @@ public final class AuthService: Authenticator, @unchecked Sendable {
 
     // MARK: Identity providers
 
-    /// Verifies an OpenID Connect id token from `provider`, then finds or creates the linked account.
-    func exchange(provider name: String, idToken: String, now: Timestamp) throws(AuthError) -> SignedIn {
+    /// What a verified id token proved.
+    public struct ProvenIdentity: Sendable {
+        let provider: String
+        let subject: String
+        let email: String?
+    }
+
+    /// The configured provider `name` and its keys, or `unknownProvider`.
+    public func provider(_ name: String) throws(AuthError) -> (ProviderConfig, KeySource) {
         guard let provider = config.providers.first(where: { $0.name == name }), let keys = providerKeys[name] else {
             throw .unknownProvider
         }
-        let claims: (sub: String, email: String?)
+        return (provider, keys)
+    }
+
+    /// Verifies an OpenID Connect id token from `provider`. May fetch the provider's keys when the token
+    /// names one they lack: call it on a worker thread.
+    public static func prove(_ idToken: String, provider: ProviderConfig, keys: KeySource, now: Timestamp) -> Result<ProvenIdentity, AuthError> {
         do {
-            claims = try Self.verifyIDToken(idToken, provider: provider, keys: keys, now: now)
+            let claims = try verifyIDToken(idToken, provider: provider, keys: keys, now: now)
+            return .success(ProvenIdentity(provider: provider.name, subject: claims.sub, email: claims.email))
         } catch {
-            throw .idTokenRejected(malformed: error.reason == "malformed_jws", detail: error.message)
+            return .failure(.idTokenRejected(malformed: error.reason == "malformed_jws", detail: error.message))
         }
+    }
+
+    /// Verifies an OpenID Connect id token from `provider`, then finds or creates the linked account.
+    func exchange(provider name: String, idToken: String, now: Timestamp) throws(AuthError) -> SignedIn {
+        let (provider, keys) = try self.provider(name)
+        return try exchange(try Self.prove(idToken, provider: provider, keys: keys, now: now).get(), now: now)
+    }
+
+    /// Finds or creates the account linked to a proven identity (linking a verified email that matches an
+    /// account) and signs it in.
+    func exchange(_ proven: ProvenIdentity, now: Timestamp) throws(AuthError) -> SignedIn {
+        let (name, claims) = (proven.provider, (sub: proven.subject, email: proven.email))
         let identity = UniqueKey.identity(name, claims.sub)
         var tx = Transaction()
         var user: UserRow
@@ -439,7 +476,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     /// The id token rules: signature by a key of the provider's JWKS, `iss` one of the provider's,
     /// `aud` one of the configured client ids (and Auth0's `azp` when several audiences are present),
     /// `exp`/`nbf`/`iat` with 60 s leeway, a `sub`. Returns the subject and the email when verified.
-    static func verifyIDToken(_ token: String, provider: ProviderConfig, keys: KeySet, now: Timestamp)
+    static func verifyIDToken(_ token: String, provider: ProviderConfig, keys: KeySource, now: Timestamp)
         throws(TokenError) -> (sub: String, email: String?)
     {
         let jwt: JWT
@@ -448,7 +485,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         } catch {
             throw TokenError(reason: "malformed_jws", message: error.message)
         }
-        guard KeySet.asymmetric.contains(jwt.algorithm), let kid = jwt.keyID, let key = keys.keys[kid] else {
+        guard KeySet.asymmetric.contains(jwt.algorithm), let kid = jwt.keyID, let key = keys.key(kid) else {
             throw .invalid("no key of the provider matches the token")
         }
         try jwt.verify(with: key)

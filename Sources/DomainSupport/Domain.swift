@@ -75,7 +75,7 @@ public struct DomainContext {
     /// The storage the domain's tables were registered with.
     public let store: any Storage
     /// A secret of this kernel for signing opaque cursors, so that a cursor made by hand does not verify.
-    public let cursorSecret: [UInt8]
+    public let cursorSecrets: [[UInt8]]
     /// Where domains say how `sync.changes` shows their synced entities.
     public let entities: EntityRenderers
     /// What one user may keep (quotas checked before anything is stored).
@@ -86,11 +86,11 @@ public struct DomainContext {
     /// Where domains add their members of `kernel.info`.
     public let info: InfoSections
 
-    public init(store: any Storage, cursorSecret: [UInt8], entities: EntityRenderers, limits: UserLimits = UserLimits(),
+    public init(store: any Storage, cursorSecrets: [[UInt8]], entities: EntityRenderers, limits: UserLimits = UserLimits(),
                 maxAnswerBytes: Int = 16 << 20, info: InfoSections = InfoSections()) {
         self.info = info
         self.store = store
-        self.cursorSecret = cursorSecret
+        self.cursorSecrets = cursorSecrets
         self.entities = entities
         self.limits = limits
         self.maxAnswerBytes = maxAnswerBytes

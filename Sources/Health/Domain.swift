@@ -11,7 +11,7 @@ public struct HealthDomain: Domain {
     public static func tables(_ store: some Storage) -> HealthTables { HealthTables(store) }
 
     public init(config: NoConfig, tables: HealthTables, context: DomainContext) {
-        let service = HealthService(store: context.store, tables: tables, cursorSecret: context.cursorSecret,
+        let service = HealthService(store: context.store, tables: tables, cursorSecrets: context.cursorSecrets,
                                     maxItems: context.limits.healthItemsPerUser)
         context.entities.add([
             "health.sample": { (user, id, _) throws(RPCError) in

@@ -98,11 +98,11 @@ public final class HealthService: @unchecked Sendable {
     /// Most items one user may keep; 0: no limit.
     let maxItems: Int64
 
-    public init(store: any Storage, tables: HealthTables, cursorSecret: [UInt8], maxItems: Int64 = 0) {
+    public init(store: any Storage, tables: HealthTables, cursorSecrets: [[UInt8]], maxItems: Int64 = 0) {
         self.maxItems = maxItems
         self.store = store
         self.tables = tables
-        cursors = CursorSeal(purpose: "health.workouts", secret: cursorSecret)
+        cursors = CursorSeal(purpose: "health.workouts", secrets: cursorSecrets)
     }
 
     private func storage<T>(_ body: @autoclosure () throws(StorageError) -> T) throws(HealthError) -> T { try Health.storage(try body()) }

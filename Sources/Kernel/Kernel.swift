@@ -68,7 +68,7 @@ public final class Kernel {
         self.storage = storage
         let auth: AuthService
         do {
-            auth = try Self.makeAuth(config: config, store: storage, secret: sharedSecret, tables: tables.auth)
+            auth = try Self.makeAuth(config: config, store: storage, secret: sharedSecret, tables: tables.auth, logger: logger)
         } catch {
             store?.abandon()
             throw error
@@ -80,7 +80,7 @@ public final class Kernel {
         (storage as? PostgresStore)?.groupCommit = true
         self.auth = auth
         let info = InfoSections()
-        let context = DomainContext(store: storage, cursorSecret: auth.cursorSecret, entities: EntityRenderers(), limits: config.limits,
+        let context = DomainContext(store: storage, cursorSecrets: auth.cursorSecrets, entities: EntityRenderers(), limits: config.limits,
                                     maxAnswerBytes: config.maxAnswerBytes, info: info)
         let events = EventHub()
         registry = try MethodRegistry(
@@ -116,20 +116,19 @@ public final class Kernel {
         }
     }
 
-    /// Loads the signing secret and the JWKS files the configuration names.
-    static func makeAuth(config: KernelConfig, store: any KernelStore, secret shared: [UInt8]?, tables: AuthTables) throws -> AuthService {
-        func keys(_ path: String) throws -> KeySet {
-            guard let bytes = readFile(path) else { throw AuthSetupError("cannot read JWKS file \(path)") }
-            do {
-                return try KeySet.load(jwks: bytes)
-            } catch {
-                throw AuthSetupError("JWKS file \(path) is not usable: \(error)")
+    /// Loads the signing secret and the key sources (JWKS files and URLs) the configuration names.
+    static func makeAuth(config: KernelConfig, store: any KernelStore, secret shared: [UInt8]?, tables: AuthTables,
+                         logger: Logger) throws -> AuthService {
+        let secret = try shared ?? JWTSecret.resolve(configured: config.auth.jwtSecret, dataDir: (store as? Store)?.options.dataDir)
+        let issuerKeys = try config.auth.jwksPath.map { path throws(AuthSetupError) in try KeySource.file(path, logger: logger) } ?? .fixed(KeySet())
+        var providerKeys: [String: KeySource] = [:]
+        for provider in config.auth.providers {
+            if let url = provider.jwksUrl {
+                providerKeys[provider.name] = KeySource.url(url, logger: logger)
+            } else if let path = provider.jwksPath {
+                providerKeys[provider.name] = try KeySource.file(path, logger: logger)
             }
         }
-        let secret = try shared ?? JWTSecret.resolve(configured: config.auth.jwtSecret, dataDir: (store as? Store)?.options.dataDir)
-        let issuerKeys = try config.auth.jwksPath.map(keys) ?? KeySet()
-        var providerKeys: [String: KeySet] = [:]
-        for provider in config.auth.providers { providerKeys[provider.name] = try keys(provider.jwksPath) }
         return try AuthService(config: config.auth, secret: secret, issuerKeys: issuerKeys, providerKeys: providerKeys,
                                store: store, tables: tables)
     }

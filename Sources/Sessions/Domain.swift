@@ -11,7 +11,7 @@ public struct SessionsDomain: Domain {
     public static func tables(_ store: some Storage) -> SessionTables { SessionTables(store) }
 
     public init(config: NoConfig, tables: SessionTables, context: DomainContext) {
-        let se = SessionsService(store: context.store, tables: tables, cursorSecret: context.cursorSecret)
+        let se = SessionsService(store: context.store, tables: tables, cursorSecrets: context.cursorSecrets)
         context.entities.add([
             "sessions.session": { (user, id, _) throws(RPCError) in
                 try answer { () throws(SessionsError) in try se.session(user, id) }

@@ -9,11 +9,11 @@ public final class SessionsService: @unchecked Sendable {
     let tables: SessionTables
     private let cursors: CursorSeal
 
-    /// A service over `tables`; `cursorSecret` signs list cursors so a tampered one is refused.
-    public init(store: any Storage, tables: SessionTables, cursorSecret: [UInt8]) {
+    /// A service over `tables`; `cursorSecrets` (the first signs, all open) list cursors so a tampered one is refused.
+    public init(store: any Storage, tables: SessionTables, cursorSecrets: [[UInt8]]) {
         self.store = store
         self.tables = tables
-        cursors = CursorSeal(purpose: "sessions", secret: cursorSecret)
+        cursors = CursorSeal(purpose: "sessions", secrets: cursorSecrets)
     }
 
     /// Storage reads and commits, their failures answered as this domain's.

@@ -10,7 +10,7 @@ public struct SyncDomain: Domain {
     public static func tables(_ store: some Storage) {}
 
     public init(config: NoConfig, tables: Void, context: DomainContext) {
-        let sync = SyncService(store: context.store, renderers: context.entities, cursorSecret: context.cursorSecret,
+        let sync = SyncService(store: context.store, renderers: context.entities, cursorSecrets: context.cursorSecrets,
                                maxAnswerBytes: context.maxAnswerBytes)
         methods = [RegisteredMethod(SyncChanges(sync))]
     }

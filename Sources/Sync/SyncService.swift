@@ -15,12 +15,12 @@ public final class SyncService: @unchecked Sendable {
     /// Bytes of records a page with `includeData` carries at most; it ends early (`hasMore`) past them.
     let pageBytes: Int
 
-    /// A service over `store`'s feed; `cursorSecret` signs cursors so a foreign or altered one is refused.
-    public init(store: any Storage, renderers: EntityRenderers, cursorSecret: [UInt8], maxAnswerBytes: Int = 16 << 20) {
+    /// A service over `store`'s feed; `cursorSecrets` (the first signs, all open) cursors so a foreign or altered one is refused.
+    public init(store: any Storage, renderers: EntityRenderers, cursorSecrets: [[UInt8]], maxAnswerBytes: Int = 16 << 20) {
         self.store = store
         pageBytes = maxAnswerBytes - AnswerSize.margin
         self.renderers = renderers
-        cursors = CursorSeal(purpose: "sync", secret: cursorSecret)
+        cursors = CursorSeal(purpose: "sync", secrets: cursorSecrets)
     }
 
     /// The entity names a feed can hold.

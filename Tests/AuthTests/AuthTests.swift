@@ -35,11 +35,12 @@ final class AuthHarness {
     let service: AuthService
     let tables: AuthTables
 
-    init(_ configure: (inout AuthConfig) -> Void = { _ in }, issuerKeys: KeySet = KeySet(), providerKeys: [String: KeySet] = [:]) throws {
+    init(_ configure: (inout AuthConfig) -> Void = { _ in }, secret current: String = secret, issuerKeys: KeySet = KeySet(),
+         providerKeys: [String: KeySource] = [:]) throws {
         var config = AuthConfig()
         configure(&config)
         (store, tables) = try testStore { AuthTables($0) }
-        service = try AuthService(config: config, secret: Array(secret.utf8), issuerKeys: issuerKeys,
+        service = try AuthService(config: config, secret: Array(current.utf8), issuerKeys: .fixed(issuerKeys),
                                   providerKeys: providerKeys, store: store, tables: tables)
     }
 
@@ -283,10 +284,10 @@ struct IDClaims: JWTPayload {
         let auth0 = try KeySet.load(jwks: Array(jwks(ec: ("a1", ec.publicKey)).utf8))
         return try AuthHarness({
             $0.providers = [
-                ProviderConfig(name: "google", jwksPath: "", audiences: ["web-client"]),
-                ProviderConfig(name: "auth0", jwksPath: "", audiences: ["spa-client", "api"], domain: "tenant.eu.auth0.com"),
+                ProviderConfig(name: "google", jwksPath: "", jwksUrl: nil, audiences: ["web-client"]),
+                ProviderConfig(name: "auth0", jwksPath: "", jwksUrl: nil, audiences: ["spa-client", "api"], domain: "tenant.eu.auth0.com"),
             ]
-        }, providerKeys: ["google": google, "auth0": auth0])
+        }, providerKeys: ["google": .fixed(google), "auth0": .fixed(auth0)])
     }
 
     func sign(_ c: IDClaims, google: Bool = true, kid: String? = nil) async throws -> String {

@@ -57,7 +57,7 @@ final class Harness {
 
     init(user: String = testUser) throws {
         (store, tables) = try testStore { HealthTables($0) }
-        service = HealthService(store: store, tables: tables, cursorSecret: Array("cursor test secret".utf8))
+        service = HealthService(store: store, tables: tables, cursorSecrets: [Array("cursor test secret".utf8)])
         self.user = user
     }
 

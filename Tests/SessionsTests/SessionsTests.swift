@@ -14,7 +14,7 @@ final class Harness {
     init() throws {
         let tables: SessionTables
         (store, tables) = try testStore { SessionTables($0) }
-        service = SessionsService(store: store, tables: tables, cursorSecret: Array("cursor test secret".utf8))
+        service = SessionsService(store: store, tables: tables, cursorSecrets: [Array("cursor test secret".utf8)])
     }
     func record(_ start: String, _ seconds: Int64, now: Timestamp = at("2025-12-01T00:00:00Z")) throws -> String {
         try service.record(testUser, start: at(start), duration: seconds, end: nil, clientSessionId: nil, now: now).id
@@ -103,7 +103,7 @@ final class Harness {
         #expect(h.service.decodeCursor(String(decoding: bytes, as: UTF8.self), user: testUser) == nil)
         #expect(h.service.decodeCursor("", user: testUser) == nil)
         #expect(h.service.decodeCursor("!!!", user: testUser) == nil)
-        let other = SessionsService(store: h.store, tables: h.service.tables, cursorSecret: Array("another secret".utf8))
+        let other = SessionsService(store: h.store, tables: h.service.tables, cursorSecrets: [Array("another secret".utf8)])
         #expect(other.decodeCursor(cursor, user: testUser) == nil)
         // Issue "Security and robustness defects", item 13: a cursor is bound to the user it was made for.
         #expect(h.service.decodeCursor(cursor, user: "bbbbbbbb-0000-4000-8000-000000000002") == nil)

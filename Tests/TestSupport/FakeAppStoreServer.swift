@@ -37,14 +37,14 @@ public final class FakeAppStoreServer: @unchecked Sendable {
         }
     }
 
-    public let port: UInt16
-    public var baseURL: String { "http://127.0.0.1:\(port)" }
+    public var port: UInt16 { server.port }
+    public var baseURL: String { server.baseURL }
     public let key = P256.Signing.PrivateKey()
     public let keyId = "TESTKEY123"
     public let issuerId = "57246542-96fe-1a63-e053-0824d011072a"
     public let bundleId: String
 
-    private let listener: Int32
+    private var server: LoopbackHTTPServer!
     private let lock = NSLock()
     private var handler: @Sendable (Request) -> Response
     private var calls: [Request] = []
@@ -56,21 +56,14 @@ public final class FakeAppStoreServer: @unchecked Sendable {
     public init(bundleId: String, handler: @escaping @Sendable (Request) -> Response = { _ in .error(404, code: 4040010, "Transaction id not found.") }) throws {
         self.bundleId = bundleId
         self.handler = handler
-        let (fd, port) = listenOnLoopback(backlog: 64)
-        self.port = port
-        listener = fd
-        Thread.detachNewThread { [self] in
-            while true {
-                let conn = accept(fd, nil, nil)
-                if conn < 0 { return }
-                Thread.detachNewThread { self.serve(conn) }
-            }
+        server = LoopbackHTTPServer { [unowned self] request in
+            let response = handle(request)
+            // The delay counts as in flight: calls are concurrent while the server is slow.
+            if response.delay > 0 { Thread.sleep(forTimeInterval: response.delay) }
+            lock.withLock { inFlight -= 1 }
+            return LoopbackHTTPServer.Response(status: response.status, headers: [("Content-Type", "application/json")] + response.headers,
+                                               body: response.body.map { Array($0.serialized.utf8) } ?? [])
         }
-    }
-
-    deinit {
-        shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
     }
 
     /// The `.p8` text of the key the server trusts.
@@ -86,64 +79,16 @@ public final class FakeAppStoreServer: @unchecked Sendable {
     public var mostInFlight: Int { lock.withLock { maxInFlight } }
     public func reset() { lock.withLock { calls = []; rejectedTokens = []; maxInFlight = 0 } }
 
-    private func serve(_ conn: Int32) {
-        defer { close(conn) }
-        var buffer: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            // One request: headers, then Content-Length bytes of body.
-            var headerEnd: Int?
-            var needed = Int.max
-            while true {
-                if headerEnd == nil, let end = Self.find([13, 10, 13, 10], in: buffer) {
-                    headerEnd = end + 4
-                    let head = String(decoding: buffer[..<end], as: UTF8.self)
-                    let length = head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("content-length:") }
-                        .flatMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) } ?? 0
-                    needed = end + 4 + length
-                }
-                if buffer.count >= needed { break }
-                let n = read(conn, &chunk, chunk.count)
-                if n <= 0 { return }
-                buffer += chunk[0..<n]
-            }
-            let head = String(decoding: buffer[..<(headerEnd! - 4)], as: UTF8.self)
-            let body = Array(buffer[headerEnd!..<needed])
-            buffer.removeFirst(needed)
-            let response = handle(head: head, body: body)
-            if response.delay > 0 { Thread.sleep(forTimeInterval: response.delay) }
-            let payload = response.body.map { Array($0.serialized.utf8) } ?? []
-            var text = "HTTP/1.1 \(response.status) X\r\nContent-Length: \(payload.count)\r\nContent-Type: application/json\r\n"
-            for (name, value) in response.headers { text += "\(name): \(value)\r\n" }
-            let bytes = Array((text + "\r\n").utf8) + payload
-            let sent = bytes.withUnsafeBytes { send(conn, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            lock.withLock { inFlight -= 1 }
-            if sent != bytes.count { return }
-        }
-    }
-
-    private func handle(head: String, body: [UInt8]) -> Response {
+    private func handle(_ http: LoopbackHTTPServer.Request) -> Response {
         lock.withLock {
             inFlight += 1
             maxInFlight = max(maxInFlight, inFlight)
         }
-        let lines = head.split(separator: "\r\n")
-        let parts = lines.first?.split(separator: " ") ?? []
-        guard parts.count >= 2 else { return Response(status: 400) }
-        let target = String(parts[1])
-        let (path, queryText) = target.firstIndex(of: "?").map { (String(target[..<$0]), String(target[target.index(after: $0)...])) } ?? (target, "")
-        var query: [String: String] = [:]
-        for pair in queryText.split(separator: "&") {
-            let kv = pair.split(separator: "=", maxSplits: 1)
-            query[String(kv[0])] = kv.count > 1 ? (String(kv[1]).removingPercentEncoding ?? String(kv[1])) : ""
-        }
-        let authorization = lines.dropFirst().first { $0.lowercased().hasPrefix("authorization:") }
-            .map { String($0.drop { $0 != ":" }.dropFirst()).trimmingCharacters(in: .whitespaces) }
-        if let problem = checkToken(authorization) {
+        if let problem = checkToken(http.headers["authorization"]) {
             lock.withLock { rejectedTokens.append(problem) }
             return .error(401, code: 401, "Unauthenticated")
         }
-        let request = Request(method: String(parts[0]), path: path, query: query, body: body.isEmpty ? nil : try? JSON.parse(body))
+        let request = Request(method: http.method, path: http.path, query: http.query, body: http.body.isEmpty ? nil : try? JSON.parse(http.body))
         let handler = lock.withLock {
             calls.append(request)
             return self.handler
@@ -175,29 +120,8 @@ public final class FakeAppStoreServer: @unchecked Sendable {
         while t.count % 4 != 0 { t += "=" }
         return Data(base64Encoded: t).map { Array($0) }
     }
-
-    static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
-        guard haystack.count >= needle.count else { return nil }
-        for i in 0...(haystack.count - needle.count) where haystack[i] == needle[0] && Array(haystack[i..<(i + needle.count)]) == needle {
-            return i
-        }
-        return nil
-    }
 }
 
-/// A TCP socket listening on 127.0.0.1, on a port the system chose: the socket and the port.
-public func listenOnLoopback(backlog: Int32) -> (fd: Int32, port: UInt16) {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    addr.sin_port = 0
-    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-    listen(fd, backlog)
-    _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-    return (fd, UInt16(bigEndian: addr.sin_port))
-}
 
 extension AppStorePayloads {
     /// A Get All Subscription Statuses answer with one entry, as Apple shapes it.
