@@ -1,0 +1,127 @@
+// The README, run as a newcomer would run it: every ```sh and ```js block, in a fresh shell or Node
+// process, with the test run's healthkernel first on PATH, from the repository's root. A block passes
+// when it exits 0, prints every line the README shows for it (an ```output block after it, where "…"
+// stands for any text, and `# {...}` comment lines after its commands), and leaves nothing new in the
+// repository (temporary files belong in a temporary folder). Node blocks run in a temporary app that
+// installed the client from its `npm pack` tarball, so `import ... from 'healthkernel'` is what another
+// app would write. A ```json block marked `<!-- readme-test: config -->` must start a kernel as its
+// config file. A block marked `<!-- readme-test: skip REASON -->` is not run; the reasons are printed.
+import { test, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const binary = resolve(process.env.HEALTHKERNEL_BIN ?? join(root, '.build/debug/healthkernel'));
+
+/** The README's fenced blocks with what marks them. */
+export function readmeBlocks(markdown) {
+  const lines = markdown.split('\n');
+  const blocks = [];
+  let marker = null;
+  for (let i = 0; i < lines.length; i++) {
+    const fence = lines[i].match(/^```(\w*)\s*$/);
+    const mark = lines[i].match(/^<!-- readme-test: (skip|config)\s*(.*?)\s*-->$/);
+    if (mark) { marker = { kind: mark[1], reason: mark[2] }; continue; }
+    if (!fence) { if (lines[i].trim() !== '') marker = null; continue; }
+    const start = i;
+    const body = [];
+    for (i++; i < lines.length && !/^```\s*$/.test(lines[i]); i++) body.push(lines[i]);
+    const block = { lang: fence[1], code: body.join('\n') + '\n', line: start + 1, marker };
+    if (block.lang === 'output' && blocks.length) blocks[blocks.length - 1].output = body;
+    else blocks.push(block);
+    marker = null;
+  }
+  return blocks;
+}
+
+/** Whether `expected` (with "…" for any text) is `line`. */
+function matches(expected, line) {
+  const pattern = expected.split('…').map((part) => part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('.*');
+  return new RegExp(`^${pattern}$`).test(line);
+}
+
+/** Lines the block says its commands print: `# {...}` or `# [...]` comment lines right after a command. */
+function commentedOutput(code) {
+  return code.split('\n').map((l) => l.trim()).filter((l) => /^# [[{]/.test(l)).map((l) => l.slice(2));
+}
+
+/** The repository's untracked and ignored entries outside build folders. */
+function repositoryLeftovers() {
+  const out = execFileSync('git', ['status', '--porcelain', '--ignored', '--untracked-files=normal'], { cwd: root }).toString();
+  return new Set(out.split('\n').filter((l) => /^(\?\?|!!) /.test(l)).map((l) => l.slice(3))
+    .filter((p) => !/^\.build[^/]*\/|^dist\/|node_modules\//.test(p)));
+}
+
+const readme = readFileSync(join(root, 'README.md'), 'utf8');
+const blocks = readmeBlocks(readme);
+const scratch = mkdtempSync(join(tmpdir(), 'hk-readme-'));
+chmodSync(scratch, 0o755);  // scripts/pg-server runs PostgreSQL as the postgres user, in a folder below it
+const bin = join(scratch, 'bin');
+const app = join(scratch, 'app');
+const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, HEALTHKERNEL_BIN: binary, TMPDIR: scratch };
+delete env.HEALTHKERNEL_JWT_SECRET;
+delete env.HEALTHKERNEL_CONFIG;
+process.on('exit', () => rmSync(scratch, { recursive: true, force: true }));
+
+before(() => {
+  mkdirSync(bin);
+  symlinkSync(binary, join(bin, 'healthkernel'));
+  // What the README's Node section tells another app to do: pack the client, install the tarball.
+  mkdirSync(app);
+  writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'readme-app', private: true, type: 'module' }));
+  const npm = (args, cwd) => execFileSync('npm', [...args, '--offline', '--no-audit', '--no-fund', '--loglevel=error'],
+    { cwd, env: { ...process.env, npm_config_cache: join(scratch, 'npm-cache') } }).toString();
+  const packed = JSON.parse(npm(['pack', join(root, 'clients/node'), '--pack-destination', scratch, '--json'], scratch))[0];
+  npm(['install', join(scratch, packed.filename)], app);
+});
+
+test('the README has runnable blocks, and says why it skips the others', () => {
+  const runnable = blocks.filter((b) => (b.lang === 'sh' || b.lang === 'js') && b.marker?.kind !== 'skip');
+  assert.ok(runnable.length >= 8, `only ${runnable.length} runnable blocks`);
+  for (const b of blocks.filter((b) => b.marker?.kind === 'skip')) {
+    assert.ok(b.marker.reason.length > 10, `README line ${b.line}: a skipped block needs a reason`);
+    process.stderr.write(`README line ${b.line} (${b.lang}) skipped: ${b.marker.reason}\n`);
+  }
+  for (const b of blocks.filter((b) => b.lang === 'sh' || b.lang === 'js')) {
+    assert.ok(!/\.\.\/shared\//.test(b.code), `README line ${b.line} uses ../shared, which a clone does not have`);
+  }
+});
+
+for (const block of blocks) {
+  if (block.marker?.kind === 'skip') continue;
+  if (block.lang === 'json' && block.marker?.kind === 'config') {
+    test(`README line ${block.line}: the configuration example starts a kernel`, () => {
+      const dir = mkdtempSync(join(scratch, 'config-'));
+      writeFileSync(join(dir, 'healthkernel.json'), block.code);
+      const r = spawnSync(binary, ['call', 'kernel.info', '--memory-only', '--config', join(dir, 'healthkernel.json')],
+        { env, cwd: dir, timeout: 60_000 });
+      assert.equal(r.status, 0, r.stderr.toString());
+    });
+    continue;
+  }
+  if (block.lang !== 'sh' && block.lang !== 'js') continue;
+  test(`README line ${block.line} (${block.lang}) runs as shown`, () => {
+    const before = repositoryLeftovers();
+    let r;
+    if (block.lang === 'sh') {
+      r = spawnSync('bash', ['-euo', 'pipefail', '-c', block.code], { cwd: root, env, timeout: 180_000 });
+    } else {
+      const file = join(app, `block-${block.line}.mjs`);
+      writeFileSync(file, block.code);
+      r = spawnSync(process.execPath, [file], { cwd: app, env, timeout: 120_000 });
+    }
+    const stdout = r.stdout.toString();
+    const context = `\n--- stdout\n${stdout}--- stderr\n${r.stderr.toString().slice(-4000)}`;
+    assert.equal(r.status, 0, `exit ${r.status ?? r.signal}${context}`);
+    const printed = stdout.split('\n');
+    for (const expected of [...(block.output ?? []), ...commentedOutput(block.code)]) {
+      assert.ok(printed.some((line) => matches(expected, line)), `it did not print ${expected}${context}`);
+    }
+    const left = [...repositoryLeftovers()].filter((p) => !before.has(p));
+    assert.deepEqual(left, [], 'the block left files in the repository');
+  });
+}
