@@ -9,6 +9,7 @@
 // it on a public network: these limits keep one process alive, they are no defence against a flood.
 import { createServer } from 'node:http';
 import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Kernel, KernelError, KernelTimeoutError } from '../../clients/node/index.mjs';
@@ -38,6 +39,8 @@ export const limitDefaults = {
   UNAUTHENTICATED_PER_MINUTE: 30,   // requests to routes without a token, per client address
   UNAUTHENTICATED_BURST: 10,
   TOKEN_CACHE_ENTRIES: 10_000,      // access tokens the kernel accepted, kept until they expire
+  TICKET_SECONDS: 60,               // how long an /api/events ticket may wait for its stream (used once)
+  TICKETS_MAX: 10_000,              // unused tickets kept at once: past it, the oldest is forgotten
 };
 
 /** An answer the route handler chose: status, JSON body, headers. */
@@ -345,7 +348,9 @@ class TokenCache {
     await this.kernel.call('screentime.getConnection', { auth: token }, { timeout: 5000 }); // the kernel verifies it
     const claims = payload(token);
     const entry = { userId: claims?.sub, expiresAt: Number(claims?.exp) * 1000 };
-    if (!(entry.expiresAt > now)) return entry;
+    // The kernel allows a minute of clock skew past `exp`; here a token is over when it says so, so that
+    // a page whose token ran out is told at once instead of a minute later.
+    if (!(entry.expiresAt > now)) throw new KernelError({ code: -32001, message: 'The token has expired', data: { reason: 'token_expired' } });
     if (this.entries.size >= this.size) this.entries.delete(this.entries.keys().next().value);
     this.entries.set(token, entry);
     return entry;
@@ -459,6 +464,7 @@ export async function start({
   const kernel = await Kernel.spawn({ binary, args: ['serve', '--data-dir', dataDir, ...kernelArgs], env: kernelEnv, restart: true, ...clientOptions });
   kernel.on('stderr', (line) => log(`kernel: ${line}`));
   const tokens = new TokenCache(kernel, limits.TOKEN_CACHE_ENTRIES);
+  const tickets = new Map(); // ticket -> {userId, expiresAt, validUntil}, in the order issued
   const unauthenticated = new AddressLimiter(limits.UNAUTHENTICATED_PER_MINUTE, limits.UNAUTHENTICATED_BURST);
   const bodies = new BodyBudget(limits.BODY_BYTES_IN_FLIGHT);
 
@@ -504,6 +510,7 @@ export async function start({
         return send(res, 503, { ok: false, error: e.message });
       }
     }
+    if (req.method === 'POST' && url.pathname === '/api/events/ticket') return issueTicket(req, res);
     if (req.method === 'GET' && url.pathname === '/api/events') return events(req, res, url);
     const matching = routes.filter((r) => r.path === url.pathname);
     if (matching.length === 0) return send(res, 404, { error: 'Not found' });
@@ -543,16 +550,50 @@ export async function start({
     }
   }
 
-  /** Server-sent events of one user's changes; EventSource cannot send headers, so the token may come as ?access_token=. */
-  async function events(req, res, url) {
-    const token = bearer(req) ?? url.searchParams.get('access_token') ?? undefined;
-    let identity;
+  /**
+   * A ticket for one /api/events stream: EventSource cannot send an Authorization header, and a token in
+   * the URL would end up in access logs, so the page fetches a ticket with its bearer token and opens
+   * the stream with `?ticket=`. A ticket is random, works once, within TICKET_SECONDS, and stands for
+   * the token's user until the token expires.
+   */
+  async function issueTicket(req, res) {
     try {
+      const token = bearer(req);
       if (!token) throw missingToken;
-      identity = await tokens.check(token);
+      const identity = await tokens.check(token);
+      const ticket = randomBytes(24).toString('base64url');
+      if (tickets.size >= limits.TICKETS_MAX) tickets.delete(tickets.keys().next().value);
+      tickets.set(ticket, { ...identity, validUntil: Date.now() + limits.TICKET_SECONDS * 1000 });
+      return send(res, 200, { ticket, expiresIn: limits.TICKET_SECONDS });
     } catch (error) {
       const [status, body] = errorReply({}, error);
       return send(res, status, body);
+    }
+  }
+
+  /** Server-sent events of one user's changes, for a bearer token or a ticket (never a token in the URL). */
+  async function events(req, res, url) {
+    if (url.searchParams.has('access_token')) {
+      return send(res, 400, { error: 'Tokens are not taken in URLs: POST /api/events/ticket with the bearer token, then open ?ticket=',
+                              reason: 'token_in_url' });
+    }
+    let identity;
+    const ticket = url.searchParams.get('ticket');
+    if (ticket !== null) {
+      identity = tickets.get(ticket);
+      tickets.delete(ticket);
+      if (!identity || identity.validUntil < Date.now() || identity.expiresAt <= Date.now()) {
+        return send(res, 401, { error: 'Invalid or expired ticket', reason: 'invalid_ticket' });
+      }
+    } else {
+      try {
+        const token = bearer(req);
+        if (!token) throw missingToken;
+        identity = await tokens.check(token);
+      } catch (error) {
+        const [status, body] = errorReply({}, error);
+        return send(res, status, body);
+      }
     }
     const own = streams.get(identity.userId) ?? new Set();
     if (own.size >= limits.STREAMS_PER_USER) {

@@ -1,5 +1,6 @@
 // Shared by the Node tests: the binary under test, fresh data dirs, tokens.
 import { execFileSync } from 'node:child_process';
+import { createHmac } from 'node:crypto';
 import { once } from 'node:events';
 import { connect } from 'node:net';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -34,6 +35,14 @@ export function temporaryDirectory(t, prefix = 'hk-node-') {
 export function token({ user, role = 'authenticated' } = {}) {
   const args = ['token', '--memory-only', '--role', role, ...(user ? ['--user', user] : [])];
   return execFileSync(binary, args, { env: { ...process.env, ...env } }).toString().trim();
+}
+
+/** An HS256 access token for `user` that expires in `seconds`, or expired that long ago when negative (the CLI's shortest lives a minute). */
+export function shortToken(user, seconds) {
+  const b64url = (value) => Buffer.from(JSON.stringify(value)).toString('base64url');
+  const now = Math.floor(Date.now() / 1000);
+  const input = `${b64url({ alg: 'HS256', typ: 'JWT' })}.${b64url({ sub: user, aud: 'authenticated', role: 'authenticated', iat: Math.min(now, now + seconds - 60), exp: now + seconds })}`;
+  return `${input}.${createHmac('sha256', secret).update(input).digest('base64url')}`;
 }
 
 export const userA = 'aaaaaaaa-0000-4000-8000-000000000001';

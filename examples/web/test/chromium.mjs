@@ -24,6 +24,8 @@ export class Browser {
   #buffer = '';
   /** Console messages and uncaught exceptions of every page, as text. */
   messages = [];
+  /** The URL of every request any page made (what a server's access log would record). */
+  requests = [];
 
   static async launch(path = findChromium()) {
     const browser = new Browser();
@@ -69,6 +71,8 @@ export class Browser {
         if (!call) continue;
         if (message.error) call.reject(new Error(`${call.method}: ${message.error.message}`));
         else call.resolve(message.result);
+      } else if (message.method === 'Network.requestWillBeSent') {
+        this.requests.push(message.params.request.url);
       } else if (message.method === 'Runtime.consoleAPICalled') {
         this.messages.push(`console.${message.params.type}: ${message.params.args.map((a) => a.value ?? a.description).join(' ')}`);
       } else if (message.method === 'Runtime.exceptionThrown') {
@@ -84,6 +88,8 @@ export class Browser {
     const { sessionId } = await this.send('Target.attachToTarget', { targetId, flatten: true });
     await this.send('Runtime.enable', {}, sessionId);
     await this.send('Page.enable', {}, sessionId);
+    await this.send('Network.enable', {}, sessionId);
+    await this.send('Emulation.setDeviceMetricsOverride', { width: 1280, height: 900, deviceScaleFactor: 1, mobile: false }, sessionId);
     await this.send('Page.navigate', { url }, sessionId);
     const page = {
       /** The value of a JavaScript expression in the page (awaited when it is a promise). */
@@ -103,7 +109,8 @@ export class Browser {
           await new Promise((r) => setTimeout(r, 50));
         }
       },
-      screenshot: async () => Buffer.from((await this.send('Page.captureScreenshot', { format: 'png' }, sessionId)).data, 'base64'),
+      /** A PNG of the whole page. */
+      screenshot: async () => Buffer.from((await this.send('Page.captureScreenshot', { format: 'png', captureBeyondViewport: true }, sessionId)).data, 'base64'),
     };
     await page.waitFor('document.readyState === "complete"');
     return page;

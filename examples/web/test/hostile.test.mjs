@@ -2,21 +2,12 @@
 // by an adversarial probe", items 1-6): each test is named after the defect it keeps fixed.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createHmac, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { start, EventStream } from '../server.mjs';
 import { requester } from './support.mjs';
-import { binary, env, secret, temporaryDirectory, token, userA, userB, day, eventually } from '../../../clients/node/test/support.mjs';
-
-const b64url = (value) => Buffer.from(JSON.stringify(value)).toString('base64url');
-
-/** An HS256 access token for `user` that expires in `seconds` (the CLI's shortest is a minute). */
-function shortToken(user, seconds) {
-  const now = Math.floor(Date.now() / 1000);
-  const input = `${b64url({ alg: 'HS256', typ: 'JWT' })}.${b64url({ sub: user, aud: 'authenticated', role: 'authenticated', iat: now, exp: now + seconds })}`;
-  return `${input}.${createHmac('sha256', secret).update(input).digest('base64url')}`;
-}
+import { binary, env, shortToken, temporaryDirectory, token, userA, userB, day, eventually } from '../../../clients/node/test/support.mjs';
 
 async function app(t, options = {}) {
   const dir = temporaryDirectory(t);
@@ -139,7 +130,7 @@ test('5. live streams: capped per user, one event per entity for a burst, closed
   const auth = token({ user: userA });
   const open = async (tok) => {
     const controller = new AbortController();
-    const res = await fetch(`${server.url}/api/events?access_token=${encodeURIComponent(tok)}`, { signal: controller.signal });
+    const res = await fetch(`${server.url}/api/events`, { headers: { authorization: `Bearer ${tok}` }, signal: controller.signal });
     t.after(() => controller.abort());
     return { res, controller };
   };
@@ -211,4 +202,36 @@ test('6. a call that times out answers 504 and says the write may have been appl
   process.kill(server.kernel.pid, 'SIGCONT');
   assert.equal(r.status, 504);
   assert.match(r.body.error, /may have been applied/);
+});
+
+test('7. no token in URLs: the live stream opens with a one-time ticket fetched with the bearer header', async (t) => {
+  const { server, request } = await app(t, { limits: { TICKET_SECONDS: 1 } });
+  const auth = token({ user: userA });
+  const streams = [];
+  const open = async (query, headers = {}) => {
+    const controller = new AbortController();
+    t.after(() => controller.abort());
+    const res = await fetch(`${server.url}/api/events${query}`, { headers, signal: controller.signal });
+    streams.push(controller);
+    return res;
+  };
+  assert.equal((await request('POST', '/api/events/ticket', {})).status, 401, 'a ticket needs a bearer token');
+  assert.equal((await request('POST', '/api/events/ticket', { auth: 'not-a-token' })).status, 401);
+  const refusedInUrl = await open(`?access_token=${encodeURIComponent(auth)}`);
+  assert.equal(refusedInUrl.status, 400);
+  assert.equal((await refusedInUrl.json()).reason, 'token_in_url');
+
+  const { status, body } = await request('POST', '/api/events/ticket', { auth });
+  assert.equal(status, 200);
+  assert.match(body.ticket, /^[A-Za-z0-9_-]{32}$/);
+  assert.ok(!body.ticket.includes(auth.split('.')[1]), 'the ticket is not the token');
+  const first = await open(`?ticket=${body.ticket}`);
+  assert.equal(first.status, 200, 'the ticket opens the stream');
+  assert.equal((await open(`?ticket=${body.ticket}`)).status, 401, 'once');
+  assert.equal((await open('?ticket=made-up')).status, 401);
+
+  const late = (await request('POST', '/api/events/ticket', { auth })).body.ticket;
+  await new Promise((resolve) => setTimeout(resolve, 1200));
+  assert.equal((await open(`?ticket=${late}`)).status, 401, 'a ticket not used within TICKET_SECONDS has expired');
+  for (const controller of streams) controller.abort();
 });
