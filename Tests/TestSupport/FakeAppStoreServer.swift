@@ -56,7 +56,9 @@ public final class FakeAppStoreServer: @unchecked Sendable {
     public init(bundleId: String, handler: @escaping @Sendable (Request) -> Response = { _ in .error(404, code: 4040010, "Transaction id not found.") }) throws {
         self.bundleId = bundleId
         self.handler = handler
-        server = LoopbackHTTPServer { [unowned self] request in
+        // Held strongly, as the listener's threads hold the server: a call may still be answering (a slow
+        // answer's delay) after the test let go of it.
+        server = LoopbackHTTPServer { [self] request in
             let response = handle(request)
             // The delay counts as in flight: calls are concurrent while the server is slow.
             if response.delay > 0 { Thread.sleep(forTimeInterval: response.delay) }

@@ -14,7 +14,9 @@ public final class FakeIdentityProvider: @unchecked Sendable {
     private var server: LoopbackHTTPServer!
 
     public init() {
-        server = LoopbackHTTPServer { [unowned self] request in
+        // Held strongly, as the listener's threads hold the server: a call may still be answering (a slow
+        // answer's delay) after the test let go of it.
+        server = LoopbackHTTPServer { [self] request in
             lock.withLock {
                 served += 1
                 return request.path == "/jwks" ? .init(headers: [("Cache-Control", cacheControl)], body: Array(document.utf8)) : .init(status: 404)

@@ -1,7 +1,8 @@
 import Foundation
 
 /// An HTTP/1.1 server with keep-alive on a loopback port, for tests of the kernel's outgoing calls: a
-/// thread per connection, each request answered by `handler`.
+/// thread per connection, each request answered by `handler`. Its listening thread keeps it, so it
+/// lives as long as the test process.
 public final class LoopbackHTTPServer: @unchecked Sendable {
     public struct Request: Sendable {
         public let method: String
@@ -28,14 +29,12 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
 
     public let port: UInt16
     public var baseURL: String { "http://127.0.0.1:\(port)" }
-    private let listener: Int32
     private let handler: @Sendable (Request) -> Response
 
     public init(handler: @escaping @Sendable (Request) -> Response) {
         self.handler = handler
         let (fd, port) = listenOnLoopback(backlog: 64)
         self.port = port
-        listener = fd
         Thread.detachNewThread { [self] in
             while true {
                 let conn = accept(fd, nil, nil)
@@ -43,11 +42,6 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
                 Thread.detachNewThread { self.serve(conn) }
             }
         }
-    }
-
-    deinit {
-        shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
     }
 
     private func serve(_ conn: Int32) {
