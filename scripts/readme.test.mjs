@@ -1,4 +1,4 @@
-// The README, run as a newcomer would run it: every ```sh and ```js block, in a fresh shell or Node
+// The READMEs (the project's and the Node client's), run as a newcomer would run them: every ```sh and ```js block, in a fresh shell or Node
 // process, with the test run's healthkernel first on PATH, from the repository's root. A block passes
 // when it exits 0, prints every line the README shows for it (an ```output block after it, where "…"
 // stands for any text, and `# {...}` comment lines after its commands), and leaves nothing new in the
@@ -56,8 +56,9 @@ function repositoryLeftovers() {
     .filter((p) => !/^\.build[^/]*\/|^dist\/|node_modules\//.test(p)));
 }
 
-const readme = readFileSync(join(root, 'README.md'), 'utf8');
-const blocks = readmeBlocks(readme);
+// The project's README and the Node client's, whose blocks are as much a promise.
+const blocks = ['README.md', 'clients/node/README.md'].flatMap((file) =>
+  readmeBlocks(readFileSync(join(root, file), 'utf8')).map((block) => ({ ...block, file })));
 const scratch = mkdtempSync(join(tmpdir(), 'hk-readme-'));
 chmodSync(scratch, 0o755);  // scripts/pg-server runs PostgreSQL as the postgres user, in a folder below it
 const bin = join(scratch, 'bin');
@@ -79,22 +80,22 @@ before(() => {
   npm(['install', join(scratch, packed.filename)], app);
 });
 
-test('the README has runnable blocks, and says why it skips the others', () => {
+test('the READMEs have runnable blocks, and say why they skip the others', () => {
   const runnable = blocks.filter((b) => (b.lang === 'sh' || b.lang === 'js') && b.marker?.kind !== 'skip');
   assert.ok(runnable.length >= 8, `only ${runnable.length} runnable blocks`);
   for (const b of blocks.filter((b) => b.marker?.kind === 'skip')) {
-    assert.ok(b.marker.reason.length > 10, `README line ${b.line}: a skipped block needs a reason`);
-    process.stderr.write(`README line ${b.line} (${b.lang}) skipped: ${b.marker.reason}\n`);
+    assert.ok(b.marker.reason.length > 10, `${b.file} line ${b.line}: a skipped block needs a reason`);
+    process.stderr.write(`${b.file} line ${b.line} (${b.lang}) skipped: ${b.marker.reason}\n`);
   }
   for (const b of blocks.filter((b) => b.lang === 'sh' || b.lang === 'js')) {
-    assert.ok(!/\.\.\/shared\//.test(b.code), `README line ${b.line} uses ../shared, which a clone does not have`);
+    assert.ok(!/\.\.\/shared\//.test(b.code), `${b.file} line ${b.line} uses ../shared, which a clone does not have`);
   }
 });
 
 for (const block of blocks) {
   if (block.marker?.kind === 'skip') continue;
   if (block.lang === 'json' && block.marker?.kind === 'config') {
-    test(`README line ${block.line}: the configuration example starts a kernel`, () => {
+    test(`${block.file} line ${block.line}: the configuration example starts a kernel`, () => {
       const dir = mkdtempSync(join(scratch, 'config-'));
       writeFileSync(join(dir, 'healthkernel.json'), block.code);
       const r = spawnSync(binary, ['call', 'kernel.info', '--memory-only', '--config', join(dir, 'healthkernel.json')],
@@ -104,7 +105,7 @@ for (const block of blocks) {
     continue;
   }
   if (block.lang !== 'sh' && block.lang !== 'js') continue;
-  test(`README line ${block.line} (${block.lang}) runs as shown`, () => {
+  test(`${block.file} line ${block.line} (${block.lang}) runs as shown`, () => {
     const before = repositoryLeftovers();
     let r;
     if (block.lang === 'sh') {
