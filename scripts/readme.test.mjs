@@ -1,6 +1,6 @@
 // The READMEs (the project's and the Node client's), run as a newcomer would run them: every ```sh and
-// ```js block, in a fresh shell or Node
-// process, with the test run's healthkernel first on PATH, from the repository's root. A block passes
+// ```js block, in a fresh shell or Node process, with the test run's healthkernel first on PATH, from the
+// repository's root. A block passes
 // when it exits 0, prints every line the README shows for it (an ```output block after it, where "…"
 // stands for any text, and `# {...}` comment lines after its commands), and leaves nothing new in the
 // repository (temporary files belong in a temporary folder). Node blocks run in a temporary app that
