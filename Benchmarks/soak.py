@@ -100,6 +100,7 @@ def soak(args_kernel, n, users, window, inflight, label):
     t = threading.Thread(target=writer, daemon=True)
     t.start()
     latencies = []
+    by_method = {}  # method -> latencies over the whole run, to say which requests make the tail
     started = window_started = time.perf_counter()
     answered = 0
     while answered < n:
@@ -115,6 +116,7 @@ def soak(args_kernel, n, users, window, inflight, label):
             lock.notify()
         if at is not None:
             latencies.append(now - at)
+            by_method.setdefault(USER_CYCLE[(i // users) % len(USER_CYCLE)], []).append(now - at)
         if "error" in answer and answer["error"]["code"] in (-32603, -32050):
             state["errors"] += 1
             state["error_sample"] = state["error_sample"] or answer["error"]
@@ -134,7 +136,12 @@ def soak(args_kernel, n, users, window, inflight, label):
     k.stdin.close()
     k.wait()
     total = time.perf_counter() - started
-    result = {"store": label, "requests": answered, "seconds": round(total, 1), "windows": windows,
+    methods = {}
+    for method, values in sorted(by_method.items()):
+        values.sort()
+        methods[method] = {"p50Ms": round(values[len(values) // 2] * 1000, 3), "p99Ms": round(values[len(values) * 99 // 100] * 1000, 3)}
+    log(f"{label}: p50 / p99 by method: " + ", ".join(f"{m} {v['p50Ms']:.1f}/{v['p99Ms']:.1f} ms" for m, v in methods.items()))
+    result = {"store": label, "requests": answered, "seconds": round(total, 1), "windows": windows, "byMethod": methods,
               "internalOrStorageErrors": state["errors"], "errorSample": state["error_sample"]}
     at2m = next((w for w in windows if w["requests"] >= 2 * window and w["requests"] >= min(2_000_000, n)), windows[min(1, len(windows) - 1)] if windows else None)
     if windows and at2m:
@@ -155,6 +162,8 @@ def main():
     ap.add_argument("--store", choices=["memory", "postgres", "both"], default="both")
     ap.add_argument("--window", type=int, default=1_000_000)
     ap.add_argument("--inflight", type=int, default=200)
+    ap.add_argument("--ordering", choices=["read", "completion"], default="read",
+                    help="the kernel's answer order (serve --ordering): read keeps request order, so one slow request holds up the answers behind it")
     args = ap.parse_args()
     bench.ensure_tools()
     tmp = tempfile.mkdtemp(prefix="hk-soak-")
@@ -162,12 +171,14 @@ def main():
     try:
         if args.store in ("memory", "both"):
             data = os.path.join(tmp, "data")
-            results.append(soak([HK, "serve", "--data-dir", data, "--fsync", "everysec", "--jwt-secret", SECRET, "--log-level", "error"],
+            results.append(soak([HK, "serve", "--data-dir", data, "--fsync", "everysec", "--jwt-secret", SECRET, "--log-level", "error",
+                                 "--ordering", args.ordering],
                                 args.requests, args.users, args.window, args.inflight, "data dir"))
         if args.store in ("postgres", "both"):
             pg_dir, url = postgres.start_server(tmp)
             try:
-                results.append(soak(postgres.pg_args(tmp, url, "soak"), args.requests, args.users, args.window, args.inflight, "PostgreSQL"))
+                results.append(soak(postgres.pg_args(tmp, url, "soak") + ["--ordering", args.ordering], args.requests, args.users,
+                                    args.window, args.inflight, "PostgreSQL"))
             finally:
                 subprocess.run([os.path.join(bench.ROOT, "scripts", "pg-server"), "stop", pg_dir], check=False)
     finally:
