@@ -47,6 +47,11 @@ public final class KeySource: Sendable {
     /// What tells a file's versions apart.
     struct FileStamp: Equatable {
         let device: UInt64, inode: UInt64, size: Int64, modifiedSeconds: Int, modifiedNanoseconds: Int
+
+        init(_ st: stat) {
+            (device, inode, size) = (UInt64(st.st_dev), UInt64(st.st_ino), Int64(st.st_size))
+            (modifiedSeconds, modifiedNanoseconds) = (st.st_mtim.tv_sec, st.st_mtim.tv_nsec)
+        }
     }
 
     private init(origin: Origin, keys: KeySet, logger: Logger, timeoutMilliseconds: Int = 5000) {
@@ -193,8 +198,7 @@ public final class KeySource: Sendable {
     private static func stamp(_ path: String) -> FileStamp? {
         var st = stat()
         guard stat(path, &st) == 0 else { return nil }
-        return FileStamp(device: UInt64(st.st_dev), inode: UInt64(st.st_ino), size: Int64(st.st_size),
-                         modifiedSeconds: st.st_mtim.tv_sec, modifiedNanoseconds: st.st_mtim.tv_nsec)
+        return FileStamp(st)
     }
 
     /// The file's bytes and the stamp of the version read (taken from the open file, so they match).
@@ -212,7 +216,6 @@ public final class KeySource: Sendable {
             guard n > 0 else { return nil }
             done += n
         }
-        return (bytes, FileStamp(device: UInt64(st.st_dev), inode: UInt64(st.st_ino), size: Int64(st.st_size),
-                                 modifiedSeconds: st.st_mtim.tv_sec, modifiedNanoseconds: st.st_mtim.tv_nsec))
+        return (bytes, FileStamp(st))
     }
 }

@@ -74,7 +74,8 @@ public struct NoConfig: DomainConfig {
 public struct DomainContext {
     /// The storage the domain's tables were registered with.
     public let store: any Storage
-    /// A secret of this kernel for signing opaque cursors, so that a cursor made by hand does not verify.
+    /// This kernel's secrets for sealing opaque cursors, so that a cursor made by hand does not open: the
+    /// first seals, every one opens (earlier secrets during a rotation, `auth.previousJwtSecrets`).
     public let cursorSecrets: [[UInt8]]
     /// Where domains say how `sync.changes` shows their synced entities.
     public let entities: EntityRenderers
