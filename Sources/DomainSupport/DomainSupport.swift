@@ -10,8 +10,10 @@ extension RPCError {
         case .unavailable(let m): return .storageUnavailable("Storage unavailable: \(m); nothing was applied")
         case .conflict(let m): return .storageConflict(m)
         case .corrupt: return .internalError
-        // Domains check a key before they claim it; this answers the race a shared database can have.
-        case .taken(let key): return .conflict("unique_key_taken", "The \(key.namespace) is already held by another user")
+        // Domains check a key before they claim it, so a claim refused at commit lost a race to a request
+        // on another kernel. The request runs again from its first read, where the domain's own check sees
+        // the winner and answers as it would have had the winner come first (email_taken, ...).
+        case .taken(let key): return .storageConflict("the \(key.namespace) was taken by a concurrent request")
         }
     }
 }

@@ -55,8 +55,8 @@ import TestSupport
         }
         let answers = results.value
         #expect(answers.filter { $0["result"] != nil }.count == 20, "one account per email")
-        // The loser saw the account (email_taken), or raced it to the unique constraint (unique_key_taken).
-        #expect(answers.filter { $0["error"]?["code"] == -32009 }.count == 20,
+        // The loser saw the account, or raced it to the unique constraint and ran again: email_taken either way.
+        #expect(answers.filter { $0["error"]?["data"]?["reason"] == "email_taken" }.count == 20,
                 "\(answers.compactMap { $0["error"] }.filter { $0["code"] != -32009 }.prefix(3))")
     }
 
@@ -169,4 +169,76 @@ extension ScaleOutTests {
 extension Locked {
     var value: Value { withLock { $0 } }
     func append<T>(_ element: T) where Value == [T] { withLock { $0.append(element) } }
+}
+
+/// Races forced to the unique constraint: a session of its own holds the schema's unique keys table
+/// (`EXCLUSIVE`: reads go on, inserts wait), so both kernels' checks find the key free and both claims
+/// queue behind the lock; the loser meets the winner's row at commit. It must get the answer it would
+/// have had with the other request first, never -32050 or a store-level reason.
+extension ScaleOutTests {
+    /// Holds `schema.unique_keys` for `seconds` from a psql session started now (returns once it holds it).
+    func holdUniqueKeys(_ schema: String, seconds: Double) -> Thread {
+        let held = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            let psql = Process()
+            psql.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
+            // One -c each: psql prints a -c's output when it ends, and a string of several at the end of all.
+            psql.arguments = [TestPostgres.url, "-q", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", "BEGIN",
+                              "-c", "LOCK TABLE \(schema).unique_keys IN EXCLUSIVE MODE", "-c", "SELECT 'held'",
+                              "-c", "SELECT pg_sleep(\(seconds))", "-c", "COMMIT"]
+            let out = Pipe()
+            psql.standardOutput = out
+            try? psql.run()
+            var seen = Data()
+            while !String(decoding: seen, as: UTF8.self).contains("held") {
+                let chunk = out.fileHandleForReading.availableData
+                if chunk.isEmpty { break }
+                seen += chunk
+            }
+            held.signal()
+            psql.waitUntilExit()
+        }
+        thread.start()
+        held.wait()
+        return thread
+    }
+
+    func pairOnSchema() throws -> (Kernel, Kernel, String) {
+        let schema = TestPostgres.freshSchema()
+        func one() throws -> Kernel {
+            try makeKernel { config in
+                config.memoryOnly = false
+                config.storeURL = TestPostgres.url
+                config.storeSchema = schema
+                AppStoreSetup.configure(&config)
+            }
+        }
+        return (try one(), try one(), schema)
+    }
+
+    @Test func aSignUpThatLosesTheRaceForItsEmailAnswersEmailTaken() throws {
+        let (a, b, schema) = try pairOnSchema()
+        let ca = InProcessClient(a), cb = InProcessClient(b)
+        let results = Locked<[JSON]>([])
+        let params: JSON = ["email": "forced-race@example.com", "password": "correct horse battery"]
+        _ = holdUniqueKeys(schema, seconds: 1.5)
+        together({ results.append(ca.call("auth.signUp", params)) }, { results.append(cb.call("auth.signUp", params)) })
+        let answers = results.value
+        #expect(answers.filter { $0["result"] != nil }.count == 1, "\(answers)")
+        #expect(answers.filter { $0["error"]?["data"]?["reason"] == "email_taken" }.count == 1, "\(answers)")
+    }
+
+    @Test func aVerifyThatLosesTheRaceForItsPurchaseAnswersOwnedByOtherUser() throws {
+        let (a, b, schema) = try pairOnSchema()
+        let ca = InProcessClient(a), cb = InProcessClient(b)
+        let first = try signUp(ca, "forced-a", 1)[0], second = try signUp(cb, "forced-b", 1)[0]
+        let receipt = JSON.string(AppStoreSetup.receipt(original: "820001"))
+        let results = Locked<[JSON]>([])
+        _ = holdUniqueKeys(schema, seconds: 1.5)
+        together({ results.append(ca.call("subscriptions.verify", ["auth": first, "provider": "apple", "productId": "premium.yearly", "receipt": receipt])) },
+                 { results.append(cb.call("subscriptions.verify", ["auth": second, "provider": "apple", "productId": "premium.yearly", "receipt": receipt])) })
+        let answers = results.value
+        #expect(answers.filter { $0["result"] != nil }.count == 1, "\(answers)")
+        #expect(answers.filter { $0["error"]?["data"]?["reason"] == "transaction_owned_by_other_user" }.count == 1, "\(answers)")
+    }
 }
