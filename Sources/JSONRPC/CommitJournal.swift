@@ -18,17 +18,21 @@ public struct ChangeNotice: Sendable {
     public let entity: String
     public let id: String
     public let op: String
+    /// The change's feed position in its user's feed (`seq` on the wire).
     public let seq: UInt64
     /// RFC 3339.
     public let at: String
+    /// The number of this kernel's commit that made it; nil when another kernel made it.
+    public let commit: UInt64?
 
-    public init(userId: String, entity: String, id: String, op: String, seq: UInt64, at: String) {
+    public init(userId: String, entity: String, id: String, op: String, seq: UInt64, at: String, commit: UInt64?) {
         self.userId = userId
         self.entity = entity
         self.id = id
         self.op = op
         self.seq = seq
         self.at = at
+        self.commit = commit
     }
 
     /// The notification line (without its newline).
@@ -46,8 +50,9 @@ public struct ChangeNotice: Sendable {
 public final class EventSubscription: @unchecked Sendable {
     /// nil: not subscribed; empty: every change.
     public private(set) var topics: [String]?
-    /// Changes at or before this feed position were committed before the subscription.
-    private var after: UInt64 = 0
+    /// This kernel's commits up to this number were made before the subscription. (Not a feed position:
+    /// those are per user on a shared database, and the busiest user's would hide everyone else's.)
+    private var afterCommit: UInt64 = 0
     /// Notification lines for changes another stream made, waiting for this stream to write them.
     private var pending: [UInt8] = []
     /// Tells the stream's server that `pending` has lines (called with the dispatcher held).
@@ -55,10 +60,11 @@ public final class EventSubscription: @unchecked Sendable {
 
     public init() {}
 
-    /// Subscribes to `topics` (empty: everything) for changes after feed position `after`.
-    public func subscribe(_ topics: [String], after: UInt64) {
+    /// Subscribes to `topics` (empty: everything) for changes of this kernel's commits after number
+    /// `afterCommit`, and every change of another kernel heard from now on.
+    public func subscribe(_ topics: [String], afterCommit: UInt64) {
         self.topics = topics
-        self.after = after
+        self.afterCommit = afterCommit
     }
 
     public func unsubscribe() {
@@ -67,7 +73,7 @@ public final class EventSubscription: @unchecked Sendable {
     }
 
     func wants(_ change: ChangeNotice) -> Bool {
-        guard let topics, change.seq > after else { return false }
+        guard let topics, (change.commit ?? .max) > afterCommit else { return false }
         return topics.isEmpty || topics.contains { change.entity == $0 || change.entity.hasPrefix($0 + ".") }
     }
 

@@ -155,7 +155,7 @@ struct EventsSubscribe: RPCMethod {
     static let resultSchema = #"""
     {"type": "object", "additionalProperties": false, "required": ["subscribed", "seq"],
      "properties": {"subscribed": {"const": true},
-       "seq": {"type": "integer", "minimum": 0, "description": "no change committed so far has a later feed position"}}}
+       "seq": {"type": "integer", "minimum": 0, "description": "informational: the greatest feed position given so far (kernel-wide on the data dir; on PostgreSQL positions are per user, and this is the greatest of any user's)"}}}
     """#
 
     let events: EventHub
@@ -164,7 +164,7 @@ struct EventsSubscribe: RPCMethod {
     func call(_ p: Params, _ context: CallContext) throws(RPCError) -> JSON {
         let horizon: UInt64
         do { horizon = try store.lastFeedPosition(of: nil) } catch { throw RPCError.from(error) }
-        events.current.subscribe(p.topics ?? [], after: horizon)
+        events.current.subscribe(p.topics ?? [], afterCommit: store.lastCommitID)
         store.collectsChanges = true
         return ["subscribed": true, "seq": .int(Int64(horizon))]
     }

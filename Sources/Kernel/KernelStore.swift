@@ -82,10 +82,10 @@ extension PostgresStore: KernelStore {
 
 extension Storage {
     /// Host event notices for committed feed entries.
-    static func notices(_ changes: [(user: String, entry: FeedEntry)]) -> [ChangeNotice] {
+    static func notices(_ changes: [CommittedChange]) -> [ChangeNotice] {
         changes.map {
             ChangeNotice(userId: $0.user, entity: $0.entry.entity, id: $0.entry.id, op: $0.entry.op.rawValue, seq: $0.entry.seq,
-                         at: Timestamp(milliseconds: $0.entry.at).description)
+                         at: Timestamp(milliseconds: $0.entry.at).description, commit: $0.commit)
         }
     }
 }

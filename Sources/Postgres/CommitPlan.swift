@@ -183,13 +183,14 @@ struct CommitPlan {
 
     /// The committed changes, for host events: positions from each user's counter after the commit.
     /// A delete of a row that did not exist made no change, but still took a position (a gap is harmless).
-    func changes(_ results: ArraySlice<StatementResult>) -> [(user: String, entry: FeedEntry)] {
-        var out: [(user: String, entry: FeedEntry)] = []
+    func changes(_ results: ArraySlice<StatementResult>, commit: UInt64) -> [CommittedChange] {
+        var out: [CommittedChange] = []
         for change in synced {
             guard let index = userStatements[change.user], let last = results[results.startIndex + index].scalar.flatMap({ UInt64($0) }),
                   let entity = change.table.entity else { continue }
             let seq = last - UInt64(counts[change.user]!) + UInt64(change.offset)
-            out.append((change.user, FeedEntry(seq: seq, entity: entity.name, id: entity.id(change.key), op: change.deleted ? .delete : .upsert, at: at)))
+            out.append(CommittedChange(user: change.user, entry: FeedEntry(seq: seq, entity: entity.name, id: entity.id(change.key),
+                                                                           op: change.deleted ? .delete : .upsert, at: at), commit: commit))
         }
         return out
     }

@@ -50,7 +50,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// announcement to await, and commits whose batch failed (reported by the next flush).
     private var batchOpen = false
     private var batchCommits: ClosedRange<UInt64>?
-    private var batchChanges: [(user: String, entry: FeedEntry)] = []
+    private var batchChanges: [CommittedChange] = []
     private var batchAwaited: (pid: Int32, user: String, last: UInt64)?
     private var failedCommits: [ClosedRange<UInt64>] = []
     /// Statements sent ahead of the next pipeline instead of on their own (no round trip): the end of a
@@ -67,7 +67,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             if collectsChanges { listener.start() } else { listener.stop() }
         }
     }
-    private var committedChanges: [(user: String, entry: FeedEntry)] = []
+    private var committedChanges: [CommittedChange] = []
     /// Hears every kernel's commits while some host subscribed.
     private let listener: ChangeListener
     /// The announcement of this kernel's latest commit with synced changes, not yet heard back; and the
@@ -423,7 +423,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// changes other kernels committed before them come first: each user's changes go out in `seq` order.
     /// Other kernels' changes are read from the feed (one query per heard commit, on a pooled
     /// connection); a row changed again since shows up at its later position only.
-    public func takeCommittedChanges() -> [(user: String, entry: FeedEntry)] {
+    public func takeCommittedChanges() -> [CommittedChange] {
         var heard = listener.inbox.takeAll(wait: false)
         if let awaited, listener.isConnected {
             let deadline = monotonicMicros() + 1_000_000
@@ -438,29 +438,30 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             defer { committedChanges.removeAll(keepingCapacity: true) }
             return committedChanges
         }
-        var own: [String: [FeedEntry]] = [:]
-        for (user, entry) in committedChanges { own[user, default: []].append(entry) }
+        var own: [String: [CommittedChange]] = [:]
+        for change in committedChanges { own[change.user, default: []].append(change) }
         committedChanges.removeAll(keepingCapacity: true)
-        var out: [(user: String, entry: FeedEntry)] = []
+        var out: [CommittedChange] = []
         for a in heard {
             let after = a.last >= a.count ? a.last - a.count : 0
             if ownPIDs.contains(a.pid) {
-                guard let entries = own[a.user] else { continue }
-                let (mine, rest) = (entries.filter { $0.seq > after && $0.seq <= a.last }, entries.filter { $0.seq <= after || $0.seq > a.last })
-                out += mine.map { (a.user, $0) }
+                guard let changes = own[a.user] else { continue }
+                let announced = { (c: CommittedChange) in c.entry.seq > after && c.entry.seq <= a.last }
+                out += changes.filter(announced)
+                let rest = changes.filter { !announced($0) }
                 own[a.user] = rest.isEmpty ? nil : rest
             } else {
                 do {
                     let page = try feedPage(user: a.user, after: after, limit: Int(a.count), entities: nil, pooled: true)
-                    out += page.entries.filter { $0.seq <= a.last }.map { (a.user, $0) }
+                    out += page.entries.filter { $0.seq <= a.last }.map { CommittedChange(user: a.user, entry: $0, commit: nil) }
                 } catch {
                     log("reading another kernel's changes of a user: \(error)")
                 }
             }
         }
         // Own changes whose announcement was not heard (the listener was down): last, in commit order.
-        for (user, entries) in own.sorted(by: { ($0.value.first?.seq ?? 0) < ($1.value.first?.seq ?? 0) }) {
-            out += entries.map { (user, $0) }
+        for (_, changes) in own.sorted(by: { ($0.value.first?.commit ?? 0) < ($1.value.first?.commit ?? 0) }) {
+            out += changes
         }
         return out
     }
@@ -498,7 +499,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         }
         joinBatch()
         guard collectsChanges else { return }
-        batchChanges += plan.changes(results[first...])
+        batchChanges += plan.changes(results[first...], commit: lastCommitID)
         batchAwaited = announcement(plan, results[first...]) ?? batchAwaited
     }
 
@@ -554,7 +555,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         }
         lastCommitID += 1
         guard collectsChanges else { return }
-        committedChanges += plan.changes(results[first...])
+        committedChanges += plan.changes(results[first...], commit: lastCommitID)
         awaited = announcement(plan, results[first...]) ?? awaited
     }
 

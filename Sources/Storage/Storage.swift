@@ -77,7 +77,8 @@ public struct Entity: Sendable {
 /// One entry of a user's change feed: the latest committed change of one entity.
 public struct FeedEntry: Sendable, Equatable {
     public enum Op: String, Sendable { case upsert, delete }
-    /// Kernel-wide increasing position.
+    /// Its feed position (`seq` on the wire): increasing within the user's feed in commit order. On the
+    /// data dir the positions also increase across users (kernel-wide); on PostgreSQL they are per user.
     public let seq: UInt64
     public let entity: String
     public let id: String
@@ -91,6 +92,22 @@ public struct FeedEntry: Sendable, Equatable {
         self.id = id
         self.op = op
         self.at = at
+    }
+}
+
+/// A committed change of a synced record, as host events announce it.
+public struct CommittedChange: Sendable {
+    public let user: String
+    public let entry: FeedEntry
+    /// The number of this kernel's commit that made it (the count `CommitJournal.lastCommitID` keeps), or
+    /// nil for a change another kernel made (heard on a shared database). A subscription compares it
+    /// with the count when it began; feed positions cannot serve, being per user on PostgreSQL.
+    public let commit: UInt64?
+
+    public init(user: String, entry: FeedEntry, commit: UInt64?) {
+        self.user = user
+        self.entry = entry
+        self.commit = commit
     }
 }
 

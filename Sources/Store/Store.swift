@@ -108,7 +108,7 @@ public final class Store: Storage, @unchecked Sendable {
     /// Changes of commits not yet flushed, with their commit ids; then those made durable, until
     /// `takeCommittedChanges` hands them over.
     private var unflushedChanges: [(commit: UInt64, user: String, change: FeedCandidate)] = []
-    private var committedChanges: [(user: String, change: FeedCandidate)] = []
+    private var committedChanges: [(commit: UInt64, user: String, change: FeedCandidate)] = []
 
     /// A store with `options`; register tables, then `open()`.
     public init(options: StoreOptions, clock: Clock, log: @escaping @Sendable (String) -> Void) {
@@ -216,15 +216,15 @@ public final class Store: Storage, @unchecked Sendable {
 
     /// Changes made durable since the last call, in commit order, with their users (while
     /// `collectsChanges`): for host events.
-    public func takeCommittedChanges() -> [(user: String, entry: FeedEntry)] {
+    public func takeCommittedChanges() -> [CommittedChange] {
         defer { committedChanges.removeAll(keepingCapacity: true) }
-        return committedChanges.map { ($0.user, entry($0.change)) }
+        return committedChanges.map { CommittedChange(user: $0.user, entry: entry($0.change), commit: $0.commit) }
     }
 
     /// Notes a committed change to a synced row for `takeCommittedChanges`.
     private func collect(_ slot: Int, _ user: String, _ key: String, _ stamp: Stamp, deleted: Bool) {
         let change = FeedCandidate(stamp: stamp, table: slot, key: RowKey(key), deleted: deleted)
-        if keepsRecords { unflushedChanges.append((lastCommitID + 1, user, change)) } else { committedChanges.append((user, change)) }
+        if keepsRecords { unflushedChanges.append((lastCommitID + 1, user, change)) } else { committedChanges.append((lastCommitID + 1, user, change)) }
     }
 
     /// Every row of `user` in every table as (table, key, stored value): for exports and isolation checks.
@@ -471,7 +471,7 @@ public final class Store: Storage, @unchecked Sendable {
             failedCommits.append(firstQueuedCommit...lastCommitID)
             seq = seqBeforeQueued
         } else if !unflushedChanges.isEmpty {
-            committedChanges += unflushedChanges.map { ($0.user, $0.change) }
+            committedChanges += unflushedChanges
         }
         unflushedChanges.removeAll(keepingCapacity: true)
         undo.removeAll(keepingCapacity: true)

@@ -65,6 +65,49 @@ import TestSupport
         #expect(feed.compactMap { $0["seq"]?.intValue } == seqs, "the notifications and the feed disagree")
     }
 
+    /// Feed positions on PostgreSQL are per user: a subscription must hear a user with a short history
+    /// after a busy one, from either kernel (its horizon was once the busiest user's position).
+    @Test func aSubscriptionHearsUsersWithLessHistoryThanTheBusiestOne() throws {
+        let config = try configFile(TestPostgres.freshSchema())
+        let args = ["serve", "--store", TestPostgres.url, "--config", config, "--jwt-secret", testSecret, "--log-level", "error"]
+        let a = try LiveKernel(args), s = try LiveKernel(args)
+        defer {
+            a.closeInput()
+            s.closeInput()
+            _ = a.finish()
+            _ = s.finish()
+        }
+        var id = 0
+        var heard: [JSON] = []
+        func call(_ k: LiveKernel, _ method: String, _ params: JSON) -> JSON? {
+            id += 1
+            k.send([JSON.object(JSONObject([("jsonrpc", "2.0"), ("id", .int(Int64(id))), ("method", .string(method)), ("params", params)])).serialized])
+            while let text = k.readRawLine(timeoutSeconds: 10), let line = try? JSON.parse(text) {
+                if line["id"] == nil { if k === s { heard.append(line) }; continue }
+                return line
+            }
+            return nil
+        }
+        // The busy user: 30 feed entries before anyone subscribes.
+        let busy = ScreenTimeBinaryTests.userToken
+        for day in 1...30 {
+            #expect(call(a, "screentime.claim", ["auth": .string(busy), "date": .string(String(format: "2025-05-%02d", day)), "minutes": 10])?["result"] != nil)
+        }
+        let quiet = try #require(call(a, "auth.signUp", ["email": "quiet@example.com", "password": "correct horse battery"])?["result"]?["accessToken"])
+        #expect(call(s, "events.subscribe", ["auth": .string(testServiceToken)])?["result"]?["subscribed"] == true)
+        for day in 1...10 {
+            let date = JSON.string(String(format: "2025-06-%02d", day))
+            #expect(call(day % 2 == 0 ? a : s, "screentime.claim", ["auth": quiet, "date": date, "minutes": 5])?["result"] != nil)
+        }
+        let deadline = Date().addingTimeInterval(10)
+        while heard.count < 10 && Date() < deadline {
+            if let text = s.readRawLine(timeoutSeconds: 1), let line = try? JSON.parse(text) { heard.append(line) }
+        }
+        #expect(heard.compactMap { $0["params"]?["id"]?.stringValue } == (1...10).map { String(format: "2025-06-%02d", $0) })
+        let seqs = heard.compactMap { $0["params"]?["seq"]?.intValue }
+        #expect(seqs == Array(1...10).map(Int64.init), "the quiet user's own positions, in order: \(seqs)")
+    }
+
     @Test func killingOneKernelUnderLoadLosesNothingItAnsweredAndTheOtherServesOn() throws {
         let config = try configFile(TestPostgres.freshSchema())
         let args = ["serve", "--store", TestPostgres.url, "--config", config, "--enable-test-methods", "--log-level", "error"]
