@@ -1,3 +1,4 @@
+import Chrono
 import JSON
 
 /// Apple's App Store Server API as data: where each call goes and what its answers hold, as pure
@@ -114,11 +115,35 @@ public enum ServerAPI {
         return out
     }
 
-    /// How long to wait after a 429, from its `Retry-After` (seconds, or an HTTP date we do not parse:
-    /// then a minute), capped at an hour.
-    public static func retryAfterSeconds(_ header: String?) -> Int {
-        guard let header, let seconds = Int(header.trimmingSpaces), seconds >= 0 else { return 60 }
-        return min(seconds, 3600)
+    /// How long to wait after a 429, from its `Retry-After`, in whole seconds (rounded up, so never
+    /// sooner than asked), at least 1 and at most an hour. Apple sends the UNIX time in milliseconds
+    /// after which to try again ("Identifying rate limits"); a proxy in between may send seconds or an
+    /// HTTP date instead. A number of 10^11 or more is a time in milliseconds (10^11 s is 3,000 years
+    /// of waiting, and 10^11 ms is 1973); a smaller one, seconds. Unreadable or missing: a minute.
+    public static func retryAfterSeconds(_ header: String?, now: Timestamp) -> Int {
+        guard let text = header?.trimmingSpaces, !text.isEmpty else { return 60 }
+        let waitMs: Int64
+        if text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) {
+            guard text.utf8.count <= 18, let number = Int64(text) else { return 3600 }
+            waitMs = number >= 100_000_000_000 ? number - now.milliseconds : number * 1000
+        } else if let date = httpDate(String(text)) {
+            waitMs = date.milliseconds - now.milliseconds
+        } else {
+            return 60
+        }
+        let seconds = waitMs <= 0 ? 1 : (waitMs + 999) / 1000
+        return Int(min(max(seconds, 1), 3600))
+    }
+
+    /// An HTTP date in its preferred form (RFC 9110's IMF-fixdate: `Sun, 06 Nov 1994 08:49:37 GMT`).
+    static func httpDate(_ text: String) -> Timestamp? {
+        let parts = text.split(separator: " ")
+        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        guard parts.count == 6, parts[0].hasSuffix(","), parts[5] == "GMT", let day = Int(parts[1]), let year = Int(parts[3]),
+              let month = months.firstIndex(of: String(parts[2])), let date = CalendarDate(year: year, month: month + 1, day: day) else { return nil }
+        let clock = parts[4].split(separator: ":").compactMap { Int($0) }
+        guard clock.count == 3, (0..<24).contains(clock[0]), (0..<60).contains(clock[1]), (0...60).contains(clock[2]) else { return nil }
+        return Timestamp(seconds: Int64(date.daysSinceEpoch) * 86_400 + Int64(clock[0] * 3600 + clock[1] * 60 + clock[2]))
     }
 }
 

@@ -104,20 +104,20 @@ public final class ServerAPIClient: Sendable {
         case .failure(let error):
             outcome = .failure(.unavailable(error.kind == .timeout ? "no answer within \(settings.timeoutSeconds) s" : error.description))
         case .success(let response):
-            outcome = Self.read(response)
+            outcome = Self.read(response, now: now)
         }
         return noted(outcome, at: now)
     }
 
     /// An HTTP answer as Apple documents them: 200 with JSON, else a failure by status.
-    static func read(_ response: HTTPResponse) -> Result<JSON, ServerAPIFailure> {
+    static func read(_ response: HTTPResponse, now: Timestamp) -> Result<JSON, ServerAPIFailure> {
         switch response.status {
         case 200:
             guard let json = try? JSON.parse(response.body), json.objectValue != nil else { return .failure(.invalid("200 without a JSON object")) }
             return .success(json)
         case 401, 403: return .failure(.keyRejected("HTTP \(response.status)"))
         case 404: return .failure(.notFound)
-        case 429: return .failure(.throttled(retryAfterSeconds: ServerAPI.retryAfterSeconds(response.headers["retry-after"])))
+        case 429: return .failure(.throttled(retryAfterSeconds: ServerAPI.retryAfterSeconds(response.headers["retry-after"], now: now)))
         case 500...599: return .failure(.unavailable("HTTP \(response.status)"))
         default:
             // Apple's error answers are {"errorCode": N, "errorMessage": "..."}: worth a log line.

@@ -134,7 +134,10 @@ extension Fixture {
     @Test func aThrottledRefreshStopsCallingAndWaitsRetryAfter() throws {
         let f = try Fixture(api: apple, maxConcurrentCalls: 1)
         for n in 0..<3 { _ = try f.verify(f.receipt(1, original: "100\(n)"), at: nov1 + dayMs) }
-        apple.answer { _ in FakeAppStoreServer.Response(status: 429, headers: [("Retry-After", "120")], body: ["errorCode": 4290000]) }
+        // As Apple sends it: the UNIX time in milliseconds (Apple's clock: the real one, not the test's) after
+        // which to try again, two minutes on.
+        apple.answer { _ in FakeAppStoreServer.Response(status: 429, headers: [("Retry-After", "\(SystemClock().now().milliseconds + 120_000)")],
+                                                        body: ["errorCode": 4290000]) }
         let report = try f.apiRefresh(at: monthLater)
         #expect(report.failed == 3 && report.remaining == 0)
         #expect(apple.received.count == 1)
