@@ -236,6 +236,7 @@ public struct HealthIngest: BulkRPCMethod {
        "daysRecomputed": {"type": "array", "items": {"type": "string", "format": "date"}},
        "dryRun": {"type": "boolean"}}}
     """#
+    public static let errors = [ErrorDoc(-32029, "quota_exceeded: past limits.healthItemsPerUser stored items")]
     let service: HealthService
     public init(_ service: HealthService) { self.service = service }
     /// Reading the params, placing and recomputing run on a worker against a view of the user's rows;

@@ -36,12 +36,6 @@ public enum HealthRules {
 
     // MARK: Orders
 
-    /// A sample's place in its table's second order: by type, local day, start, uuid; so one type's
-    /// samples of a run of days are one range.
-    public static func sampleOrder(_ type: HealthType, day: CalendarDate, start: Int64, uuid: String) -> String {
-        orderKey(type, day, start, uuid)
-    }
-
     /// The order of workouts and sleep: local day, start, uuid. Fixed-width ASCII that sorts as the
     /// values do: the day as 5 digits (days since 1970 plus 10,000, so a local day just before 1970
     /// fits), the start as 8 characters of a sorted base 64. What precedes the uuid is at most 15

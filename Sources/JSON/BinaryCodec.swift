@@ -301,9 +301,6 @@ public struct BinaryJSON: Sendable, Equatable {
     /// null.
     public static let null = BinaryJSON(.null)
 
-    /// Whether the value is null.
-    public var isNull: Bool { bytes == [JSON.BinaryTag.null.rawValue] }
-
     /// The value as a tree. The bytes were checked when this was made, so decoding cannot fail.
     public var json: JSON {
         bytes.withUnsafeBytes { raw in

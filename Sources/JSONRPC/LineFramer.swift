@@ -196,11 +196,6 @@ public struct Connection {
         return dispatcher.endBatch(&output, waitAbove: waitAbove)
     }
 
-    /// Appends the notifications other streams' changes left for this one.
-    public mutating func deliverNotifications() {
-        events.drain(into: &output)
-    }
-
     /// The stream is gone: it gets no more notifications.
     public func close() {
         dispatcher.hub.remove(events)

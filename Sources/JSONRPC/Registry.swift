@@ -138,6 +138,8 @@ public final class MethodRegistry: Sendable {
             if m.auth == .service { errors.append(ErrorDoc(-32003, "Forbidden: service_role required")) }
             if !params.isEmpty { errors.append(ErrorDoc(-32602, "Invalid params")) }
             errors += m.errors
+            // The dispatcher limits every user's requests (limits.requestsPerSecond); service tokens never.
+            if m.auth == .user { errors.append(ErrorDoc(-32029, "rate_limited: past limits.requestsPerSecond; data.retryAfterMs")) }
             if m.mutates { errors.append(ErrorDoc(-32050, "Storage unavailable: the write was not applied")) }
             list.append([
                 "name": .string(m.name),

@@ -187,15 +187,3 @@ public final class Kernel {
     }
 }
 
-/// Reads a whole file (configuration-named key files); nil when it cannot be read.
-func readFile(_ path: String) -> [UInt8]? {
-    guard let f = fopen(path, "rb") else { return nil }
-    defer { fclose(f) }
-    var out: [UInt8] = []
-    var buffer = [UInt8](repeating: 0, count: 65536)
-    while true {
-        let n = fread(&buffer, 1, buffer.count, f)
-        if n == 0 { return ferror(f) == 0 ? out : nil }
-        out.append(contentsOf: buffer[0..<n])
-    }
-}

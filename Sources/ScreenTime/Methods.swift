@@ -231,7 +231,8 @@ public struct ScreenTimeUpload: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = Schemas.verdict
-    public static let errors = [ErrorDoc(-32003, "connection_disabled")]
+    public static let errors = [ErrorDoc(-32003, "connection_disabled"),
+                                ErrorDoc(-32029, "quota_exceeded: past limits.rawBytesPerUser of raw kept")]
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {

@@ -2,8 +2,8 @@ import JSON
 
 /// Storage as the domains see it: typed tables partitioned by user, with keys in order; global unique
 /// keys; and one unit of work per request, committed all together or not at all. Reads and commits can
-/// fail (a network-backed store will), and then nothing changed. The in-memory store (`Store`) is one
-/// implementation; PostgreSQL is to be the other.
+/// fail (a network-backed store will), and then nothing changed. Two stores implement it: `Store` (in
+/// memory, journaled to a data dir) and `PostgresStore` (PostgreSQL, shared by several kernels).
 public protocol Storage: AnyObject {
     /// Registers a table before the storage opens. With `orderedBy`, each user's rows are also kept in a
     /// second order, for `scanOrdered`: the string that function gives a row, then the row's key (an
@@ -18,8 +18,8 @@ public protocol Storage: AnyObject {
     func commit(_ tx: Transaction) throws(StorageError)
     /// The user holding `key`, if anyone.
     func holder(of key: UniqueKey) throws(StorageError) -> String?
-    /// Applies, before serving, a change that an upgrade of older stored data recomputes at every start
-    /// (it is not logged).
+    /// Applies, before serving, a change that an upgrade of older stored data recomputes at every start:
+    /// the data dir does not log it (it is derived again at each start); PostgreSQL commits it.
     func upgrade(_ tx: Transaction)
     /// `user`'s change feed after position `after` (from the start when nil), oldest first: at most
     /// `limit` entries, of the entities named (every entity when nil). The feed holds the latest
@@ -28,20 +28,23 @@ public protocol Storage: AnyObject {
     /// The last feed position committed so far for `user` (every later change of the user has a greater
     /// one), or over every user when nil (informational on a shared database).
     func lastFeedPosition(of user: String?) throws(StorageError) -> UInt64
-    /// A read-only copy of `user`'s rows of `table` as they are now, which a worker thread may read
-    /// while requests go on being served: the slow part of a big request reads it. A transaction
-    /// written through it changes `table` itself.
+    /// A read-only view of `user`'s rows of `table` that a worker thread may read while requests go on
+    /// being served: the slow part of a big request reads it. In memory it is a copy as of now; on
+    /// PostgreSQL it reads on a pooled connection without the user's lock, so its reads may be older
+    /// than the commit, which `version(of:)` then tells. A transaction written through it changes
+    /// `table` itself.
     func view<Row: StoredRow>(_ table: any StorageTable<Row>, user: String) -> any StorageTable<Row>
-    /// A number that changes whenever a commit, or the undo of one, changes `user`'s rows: reads made
-    /// through a view are still current at commit when it has not changed since the view was made.
+    /// A number that changes whenever a commit (on any kernel sharing the store), or the undo of one,
+    /// changes `user`'s rows: reads made through a view are still current at commit when it has not
+    /// changed since the view was made.
     func version(of user: String) throws(StorageError) -> UInt64
     /// Ends the current request's scope. The scope opened with the request's first read: on a shared
     /// database a transaction holding the lock of every user read. A commit closes it too; this ends one
     /// that did not commit (reads only, or a refusal), and is harmless after a commit.
     func endRequest()
     /// Says which rows the request is about to `get`, so that a store whose reads cross the network
-    /// fetches them together (one round trip, not one each). The in-memory store ignores it.
-    /// The list is built only when the store uses it (never in memory, where a request's reads cost nothing).
+    /// (PostgreSQL) fetches them together: one round trip, not one each. The in-memory store ignores
+    /// it, and the list is then never built.
     func prefetch(_ rows: @autoclosure () -> [(table: TableHandle, user: String, key: String)]) throws(StorageError)
 }
 

@@ -25,6 +25,24 @@ import Testing
         }
     }
 
+    /// A method's published errors include every code it can answer: the rate limit covers every user
+    /// method, and the quotas the methods that store what they count.
+    @Test func everyMethodPublishesTheRateLimitsAndQuotasItCanAnswer() throws {
+        let kernel = try makeKernel()
+        let document = try kernel.registry.openRPCDocument()
+        for method in document["methods"]?.arrayValue ?? [] {
+            let name = method["name"]?.stringValue ?? ""
+            let errors = method["errors"]?.arrayValue ?? []
+            let messages = errors.filter { $0["code"] == -32029 }.compactMap { $0["message"]?.stringValue }
+            if kernel.registry.method(named: name)?.auth == .user {
+                #expect(messages.contains { $0.hasPrefix("rate_limited") }, "\(name) does not publish -32029 rate_limited")
+            }
+            if ["screentime.upload", "health.ingest"].contains(name) {
+                #expect(messages.contains { $0.hasPrefix("quota_exceeded") }, "\(name) does not publish -32029 quota_exceeded")
+            }
+        }
+    }
+
     @Test func schemasUseOnlyCheckedKeywords() throws {
         let kernel = try makeKernel()
         for method in kernel.registry.methods {
