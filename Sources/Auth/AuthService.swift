@@ -537,6 +537,9 @@ extension AuthService {
 extension UniqueKey {
     /// An account's email (normalised).
     static func email(_ email: String) -> UniqueKey { UniqueKey("auth.email", email) }
+    /// Whether `value` is an `auth.email` key as the kernel claims it (a normalised address): what
+    /// `store import` accepts, since sign-in looks keys up only in that form.
+    public static func isEmailKey(_ value: String) -> Bool { AuthService.normalizeEmail(value) == value }
     /// A (provider, subject) identity of an OpenID Connect provider.
     static func identity(_ provider: String, _ subject: String) -> UniqueKey { UniqueKey("auth.identity", provider + ":" + subject) }
 }

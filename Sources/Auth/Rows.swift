@@ -24,7 +24,7 @@ public struct UserRow: StoredRow {
         let f = try StoredFields(stored, "user")
         id = try f.string("id")
         email = f.optionalString("email")
-        createdAt = try f.int("createdAt")
+        createdAt = try f.instant("createdAt")
         identities = f.strings("identities")
         passwordHash = f.optionalString("passwordHash")
     }
@@ -55,7 +55,7 @@ public struct SignInRow: StoredRow {
     }
     public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "session")
-        createdAt = try f.int("createdAt")
+        createdAt = try f.instant("createdAt")
         revoked = f.bool("revoked")
     }
     public var stored: JSON { ["createdAt": .int(createdAt), "revoked": .bool(revoked)] }
@@ -83,9 +83,9 @@ public struct RefreshRow: StoredRow {
     public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "refresh token")
         sessionId = try f.string("sessionId")
-        expiresAt = try f.int("expiresAt")
+        expiresAt = try f.instant("expiresAt")
         spent = f.bool("spent")
-        spentAt = f.optionalInt("spentAt")
+        spentAt = try f.optionalInstant("spentAt")
         next = f.optionalString("next")
     }
     public var stored: JSON {

@@ -86,7 +86,9 @@ public struct CalendarDate: Sendable, Hashable, Comparable, CustomStringConverti
 
     /// "YYYY-MM-DD", written digit by digit: dates are table keys, formatted on every request.
     public var description: String {
-        String(unsafeUninitializedCapacity: 10) { out in
+        // A year outside 0...9999 (only from arithmetic on a bad stored instant) is written plainly.
+        guard (0...9999).contains(year) else { return "\(year)-\(month < 10 ? "0" : "")\(month)-\(day < 10 ? "0" : "")\(day)" }
+        return String(unsafeUninitializedCapacity: 10) { out in
             func put(_ value: Int, width: Int, at start: Int) {
                 var v = value
                 for k in stride(from: width - 1, through: 0, by: -1) {

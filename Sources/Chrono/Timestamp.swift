@@ -25,15 +25,16 @@ public struct Timestamp: Sendable, Hashable, Comparable, CustomStringConvertible
 
     /// The UTC calendar date of this instant.
     public var utcDate: CalendarDate {
-        let ms = milliseconds
-        let days = ms >= 0 ? ms / 86_400_000 : (ms - 86_399_999) / 86_400_000
+        // Division and remainder, never ms - 86_399_999: every Int64 has a date, even one read from a bad row.
+        let days = milliseconds / 86_400_000 - (milliseconds % 86_400_000 < 0 ? 1 : 0)
         return CalendarDate(daysSinceEpoch: Int(days))
     }
 
     /// RFC 3339 in UTC with millisecond precision: "2026-11-22T06:00:00.000Z".
     public var description: String {
         let date = utcDate
-        let msOfDay = Int(milliseconds - Int64(date.daysSinceEpoch) * 86_400_000)
+        let rest = Int(milliseconds % 86_400_000)
+        let msOfDay = rest < 0 ? rest + 86_400_000 : rest
         let h = msOfDay / 3_600_000, m = (msOfDay / 60_000) % 60, s = (msOfDay / 1000) % 60, ms = msOfDay % 1000
         return "\(date)T\(pad(h, 2)):\(pad(m, 2)):\(pad(s, 2)).\(pad(ms, 3))Z"
     }

@@ -9,7 +9,11 @@ extension RPCError {
         switch error {
         case .unavailable(let m): return .storageUnavailable("Storage unavailable: \(m); nothing was applied")
         case .conflict(let m): return .storageConflict(m)
-        case .corrupt: return .internalError
+        case .corrupt(let m):
+            // -32603 for this request only; the kernel serves on, and the log names the row.
+            var e = RPCError.internalError
+            e.logDetail = "a stored row cannot be read: \(m)"
+            return e
         // Domains check a key before they claim it, so a claim refused at commit lost a race to a request
         // on another kernel. The request runs again from its first read, where the domain's own check sees
         // the winner and answers as it would have had the winner come first (email_taken, ...).
@@ -110,6 +114,12 @@ public enum DayOrInstant: ParamType, Sendable {
     }
 }
 
+/// The instants a stored row may hold: 1900-01-01 through 9999-12-31 (milliseconds since 1970). Inputs
+/// are checked against narrower floors; this bound keeps every date computation on stored data in range.
+public enum Instants {
+    public static let stored: ClosedRange<Int64> = -2_208_988_800_000...253_402_300_799_999
+}
+
 /// Reads a stored object's members with clear corruption errors.
 public struct StoredFields {
     public let object: JSONObject
@@ -124,11 +134,33 @@ public struct StoredFields {
         return s
     }
     public func optionalString(_ k: String) -> String? { object[k]?.stringValue }
+    /// An integer member. Every stored integer is within ±2^53 (what a JavaScript client can hold), so
+    /// arithmetic on a few of them never overflows; a row that says otherwise was not written by the kernel.
     public func int(_ k: String) throws(StorageError) -> Int64 {
         guard let i = object[k]?.intValue else { throw StorageError.corrupt("missing \(k)") }
+        return try Self.checked(i, k, Self.safeIntegers)
+    }
+    public func optionalInt(_ k: String) throws(StorageError) -> Int64? {
+        try object[k]?.intValue.map { (i) throws(StorageError) in try Self.checked(i, k, Self.safeIntegers) }
+    }
+    /// An integer member within `range` (a bound the domain enforces on input).
+    public func int(_ k: String, in range: ClosedRange<Int64>) throws(StorageError) -> Int64 {
+        guard let i = object[k]?.intValue else { throw StorageError.corrupt("missing \(k)") }
+        return try Self.checked(i, k, range)
+    }
+    public func optionalInt(_ k: String, in range: ClosedRange<Int64>) throws(StorageError) -> Int64? {
+        try object[k]?.intValue.map { (i) throws(StorageError) in try Self.checked(i, k, range) }
+    }
+    /// An instant in milliseconds since 1970, within the years the kernel can write (`Instants.stored`).
+    public func instant(_ k: String) throws(StorageError) -> Int64 { try int(k, in: Instants.stored) }
+    public func optionalInstant(_ k: String) throws(StorageError) -> Int64? { try optionalInt(k, in: Instants.stored) }
+
+    static let safeIntegers: ClosedRange<Int64> = -(1 << 53)...(1 << 53)
+
+    private static func checked(_ i: Int64, _ k: String, _ range: ClosedRange<Int64>) throws(StorageError) -> Int64 {
+        guard range.contains(i) else { throw StorageError.corrupt("\(k) is \(i), outside \(range.lowerBound)...\(range.upperBound)") }
         return i
     }
-    public func optionalInt(_ k: String) -> Int64? { object[k]?.intValue }
     public func bool(_ k: String) -> Bool { object[k] == .bool(true) }
     public func strings(_ k: String) -> [String] { object[k]?.arrayValue?.compactMap(\.stringValue) ?? [] }
 }

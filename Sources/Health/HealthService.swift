@@ -1,5 +1,6 @@
 import Chrono
 import DomainSupport
+import JSON
 import Logging
 import Storage
 
@@ -131,7 +132,7 @@ public final class HealthService: @unchecked Sendable {
         let sunday = to.adding(days: 7 - to.isoWeekday)
         var weeks: [(String, [DayRow])] = []
         for period in try summary(user, from: monday, to: sunday) {
-            let week = CalendarDate(period.name)!.isoWeek
+            guard let week = CalendarDate(period.name)?.isoWeek else { throw .storage(.corrupt("health.days key \(JSON.string(period.name).serialized) is not a date")) }
             if weeks.last?.0 == week { weeks[weeks.count - 1].1.append(period.summary) } else { weeks.append((week, [period.summary])) }
         }
         return weeks.map { Period(name: $0.0, summary: HealthRules.combine($0.1), days: $0.1.count) }
@@ -226,7 +227,7 @@ public final class HealthService: @unchecked Sendable {
         for s in request.sleep {
             let existing = try work.current(s.item.uuid)
             var placement = work.placement(s.item, existing, zone, request.deviceId)
-            placement.day = HealthRules.sleepDay(end: s.item.end.milliseconds, in: Zone.named(placement.zone) ?? zone).description
+            placement.calendarDay = HealthRules.sleepDay(end: s.item.end.milliseconds, in: Zone.named(placement.zone) ?? zone)
             let row = SleepRow(stage: s.stage, placement: placement)
             if existing == .sleep(row, sameContent: true) { report.unchanged += 1; continue }
             try work.put(s.item.uuid, .sleep(row, sameContent: false), replacing: existing)

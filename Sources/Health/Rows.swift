@@ -44,25 +44,21 @@ public struct Placement: Sendable, Equatable {
     var provenance: Provenance
 
     /// `YYYY-MM-DD`: the local start day for samples and workouts, the night's wake day for sleep.
-    public var day: String {
-        get { calendarDay.description }
-        set { dayNumber = Int32(CalendarDate(newValue)!.daysSinceEpoch) }
+    public var day: String { calendarDay.description }
+    public var calendarDay: CalendarDate {
+        get { CalendarDate(daysSinceEpoch: Int(dayNumber)) }
+        set { dayNumber = Int32(newValue.daysSinceEpoch) }
     }
-    public var calendarDay: CalendarDate { CalendarDate(daysSinceEpoch: Int(dayNumber)) }
     public var zone: String { provenance.zone }
     public var origin: Origin { provenance.origin }
     public var deviceId: String? { provenance.deviceId }
 
     init(_ f: StoredFields) throws(StorageError) {
-        start = try f.int("start")
-        end = try f.int("end")
+        start = try f.instant("start")
+        end = try f.instant("end")
         guard let day = CalendarDate(try f.string("day")) else { throw StorageError.corrupt("bad day") }
         dayNumber = Int32(day.daysSinceEpoch)
         provenance = .interned(zone: try f.string("zone"), origin: Origin(f), deviceId: f.optionalString("deviceId"))
-    }
-
-    public init(start: Int64, end: Int64, zone: String, day: String, origin: Origin, deviceId: String?) {
-        self.init(start: start, end: end, zone: zone, day: CalendarDate(day)!, origin: origin, deviceId: deviceId)
     }
 
     init(start: Int64, end: Int64, zone: String, day: CalendarDate, origin: Origin, deviceId: String?) {
@@ -348,6 +344,8 @@ public struct SleepTotals: Sendable, Equatable {
 /// A day's summary (`health.days`, key: the local date), kept up to date as its items change so that
 /// reading days never rescans samples.
 public struct DayRow: StoredRow {
+    /// Kept by local date (`YYYY-MM-DD`).
+    public static func isValidKey(_ key: String) -> Bool { CalendarDate(key) != nil }
     /// By type code, in code order.
     public var metrics: [Int: Metric]
     /// By activity type.
@@ -428,7 +426,7 @@ public struct ProfileRow: StoredRow {
     public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "profile")
         timezone = try f.string("timezone")
-        items = f.optionalInt("items")
+        items = try f.optionalInt("items")
     }
     public var stored: JSON { items.map { ["timezone": .string(timezone), "items": .int($0)] } ?? ["timezone": .string(timezone)] }
 }

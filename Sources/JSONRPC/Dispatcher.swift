@@ -509,7 +509,7 @@ public final class Dispatcher {
                 return
             }
         case .failure(let error):
-            if error.code == RPCError.internalError.code { onInternalError(error.message) }
+            if error.code == RPCError.internalError.code { onInternalError(error.logDetail ?? error.message) }
             out.append(contentsOf: #","error":"#.utf8)
             error.json.write(to: &out)
         }

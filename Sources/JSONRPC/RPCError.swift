@@ -10,6 +10,8 @@ public struct RPCError: Error, Sendable, Equatable {
     public var field: String?
     /// Further `data` members, in order.
     public var extra: [(String, JSON)]
+    /// What the log says about an internal error (never sent: it may name stored keys).
+    public var logDetail: String?
 
     /// An error object.
     public init(code: Int, message: String, reason: String, field: String? = nil, extra: [(String, JSON)] = []) {

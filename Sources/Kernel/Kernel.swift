@@ -7,6 +7,7 @@ import DomainSupport
 import Postgres
 import Storage
 import Store
+import Threads
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -94,7 +95,9 @@ public final class Kernel {
             ])
         dispatcher = Dispatcher(
             registry: registry, authenticator: auth, clock: clock, stats: stats,
-            onInternalError: { [logger] message in logger.error("internal error: \(message)") }
+            onInternalError: { [logger, logged = InternalErrorLog()] message in
+                if logged.first(message) { logger.error("internal error: \(message)") }
+            }
         )
         dispatcher.journal = storage
         dispatcher.hub = events
@@ -187,3 +190,17 @@ public final class Kernel {
     }
 }
 
+
+/// Which internal errors were logged already: a bad stored row met by every request that reads it is
+/// logged once, not once a request. Remembers at most 10,000 distinct messages (then logs again).
+final class InternalErrorLog: @unchecked Sendable {
+    private let seen = Locked<Set<String>>([])
+
+    /// Whether `message` is new (and now remembered).
+    func first(_ message: String) -> Bool {
+        seen.withLock { seen in
+            if seen.count >= 10_000 { seen.removeAll() }
+            return seen.insert(message).inserted
+        }
+    }
+}

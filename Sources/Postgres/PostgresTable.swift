@@ -50,29 +50,36 @@ final class PostgresTable<Row: StoredRow>: PostgresTableBase, StorageTable, @unc
         return try store.read(users: user.map { [$0] } ?? [], [statement])[0].rows
     }
 
-    private func decode(_ body: String?) throws(StorageError) -> Row {
-        guard let body else { throw StorageError.corrupt("\(name): a row without a body") }
-        let value: JSON
-        do {
-            value = try JSON.parse(body)
+    /// A row from its stored body; a body that is not such a row is `corrupt`, naming the table and key
+    /// (escaped as a JSON string: keys are data).
+    private func decode(_ body: String?, key: String?) throws(StorageError) -> Row {
+        let at = "\(name) key \(JSON.string(key ?? "").serialized)"
+        guard let body else { throw StorageError.corrupt("\(at): a row without a body") }
+        do throws(StorageError) {
+            guard Row.isValidKey(key ?? "") else { throw StorageError.corrupt("not a key of this table") }
+            let value: JSON
+            do { value = try JSON.parse(body) } catch { throw StorageError.corrupt("\(error)") }
+            return try Row(stored: value)
         } catch {
-            throw StorageError.corrupt("\(name): \(error)")
+            if case .corrupt(let m) = error { throw .corrupt("\(at): \(m)") }
+            throw error
         }
-        return try Row(stored: value)
     }
 
     private func pairs(_ rows: [[String?]]) throws(StorageError) -> [(key: String, row: Row)] {
         var out: [(key: String, row: Row)] = []
         out.reserveCapacity(rows.count)
-        for r in rows { out.append((r[0] ?? "", try decode(r[1]))) }
+        for r in rows { out.append((r[0] ?? "", try decode(r[1], key: r[0]))) }
         return out
     }
 
     func get(user: String, key: String) throws(StorageError) -> Row? {
-        if !pooled, let body = store.prefetchedBody(slot: slot, user: user, key: key) { return try body.map(decode) }
+        if !pooled, let body = store.prefetchedBody(slot: slot, user: user, key: key) {
+            return try body.map { (b) throws(StorageError) in try decode(b, key: key) }
+        }
         let rows = try run(user, Statement("SELECT body FROM rows WHERE tbl = $1 AND usr = $2 AND key = $3", [name, user, key]))
         guard let first = rows.first else { return nil }
-        return try decode(first[0])
+        return try decode(first[0], key: key)
     }
 
     func get(user: String, keys: [String]) throws(StorageError) -> [String: Row] {
@@ -81,7 +88,7 @@ final class PostgresTable<Row: StoredRow>: PostgresTableBase, StorageTable, @unc
                                            [name, user, PostgresStore.array(keys)]))
         var out: [String: Row] = [:]
         out.reserveCapacity(rows.count)
-        for r in rows { out[r[0] ?? ""] = try decode(r[1]) }
+        for r in rows { out[r[0] ?? ""] = try decode(r[1], key: r[0]) }
         return out
     }
 
@@ -134,7 +141,7 @@ final class PostgresTable<Row: StoredRow>: PostgresTableBase, StorageTable, @unc
         ]
         let results = pooled ? try store.readPooled(statements) : try store.read(users: [], statements)
         var rows: [(user: String, key: String, row: Row)] = []
-        for r in results[0].rows { rows.append((r[0] ?? "", r[1] ?? "", try decode(r[2]))) }
+        for r in results[0].rows { rows.append((r[0] ?? "", r[1] ?? "", try decode(r[2], key: r[1]))) }
         return (rows, Int(results[1].scalar ?? "0") ?? 0)
     }
 

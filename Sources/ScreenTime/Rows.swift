@@ -19,9 +19,9 @@ public struct ConnectionRow: StoredRow {
         let f = try StoredFields(stored, "connection")
         enabled = f.bool("enabled")
         timezone = try f.string("timezone")
-        lastSyncAt = f.optionalInt("lastSyncAt")
+        lastSyncAt = try f.optionalInstant("lastSyncAt")
         selection = BinaryJSON(f.object["selection"] ?? .null)
-        rawBytes = f.optionalInt("rawBytes")
+        rawBytes = try f.optionalInt("rawBytes")
     }
     public var stored: JSON {
         ["enabled": .bool(enabled), "timezone": .string(timezone), "lastSyncAt": .optionalInt(lastSyncAt), "selection": selection.json,
@@ -63,6 +63,8 @@ public struct ConnectionRow: StoredRow {
 
 /// One day's claim and upload (`screentime.days`, key `YYYY-MM-DD`).
 public struct DayRow: StoredRow {
+    /// Kept by date (`YYYY-MM-DD`).
+    public static func isValidKey(_ key: String) -> Bool { CalendarDate(key) != nil }
     // Packed: days are most of what the kernel holds in memory, and this halves a row (72 -> 40 bytes).
     @PackedOptional public var claimedMinutes: Int64? = nil
     @PackedOptional public var verifiedMinutes: Int64? = nil
@@ -74,10 +76,10 @@ public struct DayRow: StoredRow {
     public init() {}
     public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "day")
-        claimedMinutes = f.optionalInt("claimedMinutes")
-        verifiedMinutes = f.optionalInt("verifiedMinutes")
-        claimedAt = f.optionalInt("claimedAt")
-        uploadedAt = f.optionalInt("uploadedAt")
+        claimedMinutes = try f.optionalInt("claimedMinutes", in: 0...1440)
+        verifiedMinutes = try f.optionalInt("verifiedMinutes", in: 0...1440)
+        claimedAt = try f.optionalInstant("claimedAt")
+        uploadedAt = try f.optionalInstant("uploadedAt")
         raw = BinaryJSON(f.object["raw"] ?? .null)
     }
     public var stored: JSON {
@@ -118,6 +120,8 @@ public struct DayRow: StoredRow {
 
 /// The one penalty of a day (`screentime.penalties`, key `YYYY-MM-DD`).
 public struct PenaltyRow: StoredRow {
+    /// Kept by date (`YYYY-MM-DD`).
+    public static func isValidKey(_ key: String) -> Bool { CalendarDate(key) != nil }
     public let points: Int64
     public let deltaMinutes: Int64
     public let appliedAt: Int64
@@ -129,8 +133,8 @@ public struct PenaltyRow: StoredRow {
     public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "penalty")
         points = try f.int("points")
-        deltaMinutes = try f.int("deltaMinutes")
-        appliedAt = try f.int("appliedAt")
+        deltaMinutes = try f.int("deltaMinutes", in: -1440...1440)
+        appliedAt = try f.instant("appliedAt")
     }
     public var stored: JSON { ["points": .int(points), "deltaMinutes": .int(deltaMinutes), "appliedAt": .int(appliedAt)] }
 }
@@ -154,8 +158,8 @@ public struct EventRow: StoredRow {
         type = try f.string("type")
         activity = try f.string("activity")
         event = f.optionalString("event")
-        at = try f.int("at")
-        receivedAt = try f.int("receivedAt")
+        at = try f.instant("at")
+        receivedAt = try f.instant("receivedAt")
     }
     public var stored: JSON {
         ["type": .string(type), "activity": .string(activity), "event": .optional(event), "at": .int(at), "receivedAt": .int(receivedAt)]
@@ -180,7 +184,7 @@ public struct BalanceRow: StoredRow {
         let f = try StoredFields(stored, "balance")
         xp = try f.int("xp")
         minutes = try f.int("minutes")
-        unlockedUntil = f.optionalInt("unlockedUntil")
+        unlockedUntil = try f.optionalInstant("unlockedUntil")
     }
     public var stored: JSON { ["xp": .int(xp), "minutes": .int(minutes), "unlockedUntil": .optionalInt(unlockedUntil)] }
 }
@@ -199,7 +203,7 @@ public struct EarnRow: StoredRow {
         let f = try StoredFields(stored, "earning")
         xp = try f.int("xp")
         reason = try f.string("reason")
-        at = try f.int("at")
+        at = try f.instant("at")
     }
     public var stored: JSON { ["xp": .int(xp), "reason": .string(reason), "at": .int(at)] }
 }
@@ -216,9 +220,9 @@ public struct UnlockRow: StoredRow {
     }
     public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "unlock")
-        startsAt = try f.int("startsAt")
-        endsAt = try f.int("endsAt")
-        minutes = try f.int("minutes")
+        startsAt = try f.instant("startsAt")
+        endsAt = try f.instant("endsAt")
+        minutes = try f.int("minutes", in: 0...1440)
     }
     public var stored: JSON { ["startsAt": .int(startsAt), "endsAt": .int(endsAt), "minutes": .int(minutes)] }
 }

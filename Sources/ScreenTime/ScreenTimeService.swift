@@ -180,7 +180,10 @@ public final class ScreenTimeService: @unchecked Sendable {
 
     func history(_ user: String, from: CalendarDate, to: CalendarDate) throws(ScreenTimeError) -> [DayRecord] {
         let days = try storage(try tables.days.scan(user: user, from: from.description, to: to.description, after: nil, reverse: false, limit: .max))
-        return days.map { DayRecord(date: CalendarDate($0.key)!, day: $0.row, verdict: verdict($0.row)) }
+        return try days.map { (day) throws(ScreenTimeError) in
+            guard let date = CalendarDate(day.key) else { throw .storage(.corrupt("screentime.days key \(JSON.string(day.key).serialized) is not a date")) }
+            return DayRecord(date: date, day: day.row, verdict: verdict(day.row))
+        }
     }
 
     func penalties(_ user: String, from: CalendarDate?, to: CalendarDate?) throws(ScreenTimeError) -> [Penalty] {

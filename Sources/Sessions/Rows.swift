@@ -19,10 +19,10 @@ public struct MeditationRow: StoredRow {
     }
     public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "session")
-        startTime = try f.int("startTime")
-        durationSeconds = try f.int("durationSeconds")
-        endTime = try f.int("endTime")
-        createdAt = try f.int("createdAt")
+        startTime = try f.instant("startTime")
+        durationSeconds = try f.int("durationSeconds", in: 1...86_400)
+        endTime = try f.instant("endTime")
+        createdAt = try f.instant("createdAt")
         clientSessionId = f.optionalString("clientSessionId")
     }
     public var stored: JSON {
@@ -53,9 +53,9 @@ public struct TimerRow: StoredRow {
         let f = try StoredFields(stored, "timer")
         sessionId = try f.string("sessionId")
         clientSessionId = f.optionalString("clientSessionId")
-        startedAt = try f.int("startedAt")
-        accumulatedMs = try f.int("accumulatedMs")
-        runningSince = f.optionalInt("runningSince")
+        startedAt = try f.instant("startedAt")
+        accumulatedMs = try f.int("accumulatedMs", in: 0...(1 << 53))
+        runningSince = try f.optionalInstant("runningSince")
     }
     public var stored: JSON {
         ["sessionId": .string(sessionId), "clientSessionId": .optional(clientSessionId), "startedAt": .int(startedAt),

@@ -12,9 +12,14 @@ public protocol StoredRow: Sendable, Equatable {
     func writeStored(to out: inout [UInt8])
     /// Reads the stored form from the binary form. The default goes through `init(stored:)`.
     init(binaryStored reader: inout BinaryReader) throws(StorageError)
+    /// Whether `key` is a key the domain could have written for such a row (a date, for rows kept by
+    /// day): `store import` refuses others, so no read meets a key it cannot parse. Default: any key.
+    static func isValidKey(_ key: String) -> Bool
 }
 
 extension StoredRow {
+    public static func isValidKey(_ key: String) -> Bool { true }
+
     public func writeStored(to out: inout [UInt8]) {
         stored.writeBinary(to: &out)
     }

@@ -248,7 +248,10 @@ public struct StoredAccess {
     public let delete: (inout Transaction, _ user: String, _ key: String) -> Void
 
     public init<Row: StoredRow>(_ table: any StorageTable<Row>) {
-        put = { tx, user, key, stored throws(StorageError) in tx.put(table, user: user, key: key, try Row(stored: stored)) }
+        put = { tx, user, key, stored throws(StorageError) in
+            guard Row.isValidKey(key) else { throw .corrupt("the key is not one this table can hold") }
+            tx.put(table, user: user, key: key, try Row(stored: stored))
+        }
         delete = { tx, user, key in tx.delete(table, user: user, key: key) }
     }
 }

@@ -35,13 +35,13 @@ extension MembershipRow {
         productId = try f.string("productId")
         transactionId = try f.string("transactionId")
         environment = try f.string("environment")
-        purchaseDate = try f.int("purchaseDate")
-        expiresDate = f.optionalInt("expiresDate")
-        gracePeriodEnd = f.optionalInt("gracePeriodEnd")
+        purchaseDate = try f.instant("purchaseDate")
+        expiresDate = try f.optionalInstant("expiresDate")
+        gracePeriodEnd = try f.optionalInstant("gracePeriodEnd")
         if case .bool(let b)? = stored["autoRenew"] { autoRenew = b } else { autoRenew = nil }
-        signedDate = try f.int("signedDate")
+        signedDate = try f.instant("signedDate")
         receipt = try f.string("receipt")
-        updatedAt = try f.int("updatedAt")
+        updatedAt = try f.instant("updatedAt")
     }
 
     public var stored: JSON {
@@ -73,10 +73,10 @@ public struct CheckRow: StoredRow {
 extension CheckRow {
     public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "check")
-        checkedAt = f.optionalInt("checkedAt")
-        expiresDate = f.optionalInt("expiresDate")
+        checkedAt = try f.optionalInstant("checkedAt")
+        expiresDate = try f.optionalInstant("expiresDate")
         // Rows written before `dueAt` were due an hour after their check.
-        dueAt = f.optionalInt("dueAt") ?? (checkedAt ?? 0) + MembershipRules.defaultRefreshIntervalMs
+        dueAt = try f.optionalInstant("dueAt") ?? (checkedAt ?? 0) + MembershipRules.defaultRefreshIntervalMs
     }
     public var stored: JSON { ["checkedAt": .optionalInt(checkedAt), "expiresDate": .optionalInt(expiresDate), "dueAt": .int(dueAt)] }
 }
@@ -105,10 +105,10 @@ extension NotificationRow {
         type = try f.string("type")
         subtype = f.optionalString("subtype")
         originalTransactionId = try f.string("originalTransactionId")
-        signedDate = f.optionalInt("signedDate")
-        receivedAt = try f.int("receivedAt")
+        signedDate = try f.optionalInstant("signedDate")
+        receivedAt = try f.instant("receivedAt")
         applied = f.bool("applied")
-        status = f.optionalInt("status")
+        status = try f.optionalInt("status")
         transaction = stored["transaction"]?.objectValue
         transactionJWS = f.optionalString("transactionJWS")
         renewal = stored["renewal"]?.objectValue

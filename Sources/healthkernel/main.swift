@@ -439,17 +439,28 @@ struct StoreCommand: ParsableCommand {
             }
             let kernel = options.start(config, logger: bootstrapLogging(level: config.logLevel))
             defer { kernel.shutdown() }
-            var lineNumber = 0
-            var lines = StdinLines()
             do {
-                let count = try kernel.importRows {
-                    guard let line = lines.next() else { return nil }
+                // First pass: every line checked, and kept in an unlinked temporary file; nothing is
+                // applied unless all of them pass, so a refused file leaves the store empty.
+                var template = Array("\(getenv("TMPDIR").map { String(cString: $0) } ?? "/tmp")/healthkernel-import-XXXXXX".utf8CString)
+                let spool = mkstemp(&template)
+                guard spool >= 0 else { throw MoveError("cannot make a temporary file to hold the lines: \(String(cString: strerror(errno)))") }
+                unlink(String(cString: template))
+                defer { close(spool) }
+                var check = kernel.importCheck()
+                var lines = FileLines(fd: 0), lineNumber = 0
+                while let bytes = lines.next() {
                     lineNumber += 1
-                    do {
-                        return try JSON.parseAllowingNul(line)
-                    } catch {
-                        throw MoveError("line \(lineNumber) is not JSON: \(error)")
-                    }
+                    let line: JSON
+                    do { line = try JSON.parseAllowingNul(bytes) } catch { throw MoveError("line \(lineNumber) is not JSON: \(error)") }
+                    do { try check.line(line) } catch { throw MoveError("line \(lineNumber): \(error); nothing was imported") }
+                    guard writeAll(spool, bytes + [0x0A]) else { throw MoveError("cannot write the temporary file: \(String(cString: strerror(errno)))") }
+                }
+                guard lseek(spool, 0, SEEK_SET) == 0 else { throw MoveError("cannot read the temporary file back") }
+                var checked = FileLines(fd: spool)
+                let count = try kernel.importRows {
+                    guard let bytes = checked.next() else { return nil }
+                    return try JSON.parseAllowingNul(bytes)
                 }
                 writeStdout(#"{"imported":\#(count)}"# + "\n")
             } catch {
@@ -572,11 +583,14 @@ HealthKernelCommand.main()
 
 extension ResponseOrdering: ExpressibleByArgument {}
 
-/// Lines of stdin, read in large blocks straight from fd 0 (bytes as read: invalid UTF-8 is not replaced).
-struct StdinLines {
+/// Lines of a file descriptor (stdin, the import spool), read in large blocks straight from it (bytes as read: invalid UTF-8 is not replaced).
+struct FileLines {
+    let fd: Int32
     private var buffer: [UInt8] = []
     private var start = 0
     private var ended = false
+
+    init(fd: Int32) { self.fd = fd }
 
     /// The next line without its newline, or nil at EOF.
     mutating func next() -> [UInt8]? {
@@ -593,9 +607,21 @@ struct StdinLines {
             buffer.removeFirst(start)
             start = 0
             var block = [UInt8](repeating: 0, count: 1 << 20)
-            let n = block.withUnsafeMutableBytes { read(0, $0.baseAddress, $0.count) }
+            let n = block.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
             if n <= 0 { ended = true } else { buffer.append(contentsOf: block[0..<n]) }
         }
     }
+}
+
+/// Writes all of `bytes` to `fd` (retrying short writes and EINTR); false on an error.
+func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+    var done = 0
+    while done < bytes.count {
+        let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + done, bytes.count - done) }
+        if n < 0 && errno == EINTR { continue }
+        guard n > 0 else { return false }
+        done += n
+    }
+    return true
 }

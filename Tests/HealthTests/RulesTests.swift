@@ -96,7 +96,7 @@ private func share(_ from: Int64, _ to: Int64, _ value: Double, rank: Int) -> Co
     @Test func copiesOfOneWorkoutCountOnce() {
         func run(_ start: Int64) -> WorkoutRow {
             WorkoutRow(activityType: "running", durationSeconds: 1800, energyKcal: 300, distanceMeters: 5000,
-                       placement: Placement(start: start, end: start + 1_800_000, zone: "UTC", day: "2026-01-01", origin: Origin(), deviceId: nil))
+                       placement: Placement(start: start, end: start + 1_800_000, zone: "UTC", day: CalendarDate("2026-01-01")!, origin: Origin(), deviceId: nil))
         }
         let totals = HealthRules.workouts([run(0), run(0), run(0), run(3_600_000)])
         #expect(totals["running"] == WorkoutTotals(count: 2, durationSeconds: 3600, energyKcal: 600, distanceMeters: 10_000))
@@ -166,8 +166,8 @@ private func share(_ from: Int64, _ to: Int64, _ value: Double, rank: Int) -> Co
 
 @Suite struct StoredFormTests {
     @Test func samplesWriteTheBytesTheirStoredFormWould() throws {
-        let bare = Placement(start: 1, end: 2, zone: "UTC", day: "1970-01-01", origin: Origin(), deviceId: nil)
-        let full = Placement(start: 1_772_323_200_000, end: 1_772_323_260_000, zone: "Europe/Berlin", day: "2026-03-01",
+        let bare = Placement(start: 1, end: 2, zone: "UTC", day: CalendarDate("1970-01-01")!, origin: Origin(), deviceId: nil)
+        let full = Placement(start: 1_772_323_200_000, end: 1_772_323_260_000, zone: "Europe/Berlin", day: CalendarDate("2026-03-01")!,
                              origin: Origin(sourceName: "Apple Watch", bundleId: "com.apple.health.1", deviceModel: "Watch", deviceName: "W"),
                              deviceId: "watch-1")
         for row in [SampleRow(type: HealthType.all[0], value: 12.5, placement: bare), SampleRow(type: HealthType.all[10], value: 61, placement: full)] {
