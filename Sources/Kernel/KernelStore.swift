@@ -25,6 +25,10 @@ protocol KernelStore: Storage, CommitJournal, Sendable {
     var storedAccess: [String: StoredAccess] { get }
     /// Whether nothing is stored yet.
     func isEmpty() throws(StorageError) -> Bool
+    /// Applies changes moved in from another store with the feed stamps they had (`store import`).
+    func restore(_ changes: [RestoredChange]) throws(StorageError)
+    /// Makes what `restore` applied durable (the data dir: one snapshot).
+    func finishRestore() throws(StorageError)
 }
 
 extension Store: KernelStore {

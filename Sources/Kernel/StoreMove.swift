@@ -1,18 +1,19 @@
 import Auth
+import Chrono
 import JSON
+import JSONParsing
 import Postgres
 import Storage
 import Store
 
 /// Moving a deployment between a data dir and PostgreSQL: `store export` writes the rows as JSON lines,
-/// `store import` applies such lines to an empty store through ordinary commits.
+/// `store import` checks every line, then restores them into an empty store with the feed positions and
+/// times they had, so each user's feed, and every device's cursor into it, is the same after the move.
 ///
-/// Lines are those of `store export`: `{"type":"row","table","user","key","value"}` (a stored row, a
-/// unique key in the table `store.unique`), and from a data dir also `{"type":"record","changes"}`
-/// (a log record after the snapshot, applied in order) and `{"type":"snapshot"}` (a header). Feed
-/// positions are not carried: the target gives every imported change a new one. A cursor from before
-/// the move is then either ahead of the new feed (refused with `out_of_range`, and the client syncs from
-/// the start) or behind all of it (the client gets every record again): nothing is missed.
+/// Lines are those of `store export` (protocol/storage.md, "Moving a deployment"): `row` (a stored row, a
+/// unique key in the table `store.unique`; `seq` and `at` for a synced row), `tombstone`, `feed` (a
+/// user's last position), and from a data dir `record` (a log record after the snapshot, applied in
+/// order; change i of record n had position n << 20 | i) and `snapshot` (a header).
 extension Kernel {
     /// A check of export lines against what the domains could have written, which changes nothing:
     /// `store import` runs every line through it before it applies any, so a file with one bad line is
@@ -32,51 +33,55 @@ extension Kernel {
     }
 
     /// Applies export lines, taken one at a time from `next` until it returns nil, to this kernel's
-    /// store, which must be empty; commits every `batch` changes. Returns how many changes it applied.
-    /// The lines must have passed `importCheck()` (the caller keeps them for this second pass).
+    /// store, which must be empty, `batch` changes at a time, keeping each change's feed position and
+    /// time as the source had them (`restore`); the data dir makes them durable with one snapshot at the
+    /// end. Returns how many changes it applied. The lines must have passed `importCheck()` (the caller
+    /// keeps them for this second pass).
     public func importRows(batch: Int = 1000, from next: () throws -> JSON?) throws -> Int {
         guard try storage.isEmpty() else { throw MoveError("the target store is not empty: import only into a new one") }
         let access = storage.storedAccess
-        var tx = Transaction()
-        var staged = 0, applied = 0
+        let now = SystemClock().now().milliseconds  // the time of changes an old export gives none
+        var staged: [RestoredChange] = []
+        var applied = 0
         func flush() throws {
-            guard !tx.isEmpty else { return }
-            try storage.commit(tx)
-            storage.endRequest()
-            let (failed, fatal) = storage.flushCommits()
-            if fatal || !failed.isEmpty { throw MoveError("committing imported rows failed") }
-            applied += staged
-            tx = Transaction()
-            staged = 0
+            guard !staged.isEmpty else { return }
+            try storage.restore(staged)
+            applied += staged.count
+            staged.removeAll(keepingCapacity: true)
         }
-        func count() throws {
-            staged += 1
-            if staged >= batch { try flush() }
+        func table(_ name: String) throws -> StoredAccess {
+            guard let a = access[name] else { throw MoveError("table \(MoveError.quote(name)) is unknown to this binary") }
+            return a
         }
         while let line = try next() {
-            for change in try ImportCheck.changes(of: line) {
+            for (change, position, at) in try ImportCheck.changes(of: line) {
+                let kind: RestoredChange.Kind
                 switch change {
-                case .put(let table, let user, let key, let value):
-                    if table == ImportCheck.uniqueTable {
-                        tx.claim(try ImportCheck.uniqueKey(key), for: user)
+                case .put(let name, let user, let key, let value):
+                    if name == ImportCheck.uniqueTable {
+                        kind = .change(.claim(try ImportCheck.uniqueKey(key), user: user))
                     } else {
-                        guard let a = access[table] else { throw MoveError("table \(MoveError.quote(table)) is unknown to this binary") }
-                        try a.put(&tx, user, key, value)
+                        var tx = Transaction()
+                        try table(name).put(&tx, user, key, value)
+                        guard let entry = tx.entries.first else { continue }
+                        kind = .change(entry)
                     }
-                case .delete(let table, let user, let key):
-                    if table == ImportCheck.uniqueTable {
-                        tx.release(try ImportCheck.uniqueKey(key), of: user)
-                    } else {
-                        guard let a = access[table] else { throw MoveError("table \(MoveError.quote(table)) is unknown to this binary") }
-                        a.delete(&tx, user, key)
-                    }
+                case .delete(let name, let user, let key):
+                    kind = name == ImportCheck.uniqueTable ? .change(.release(try ImportCheck.uniqueKey(key), user: user))
+                        : .change(.delete(try table(name).handle, user: user, key: key))
                 case .deleteUser(let user):
-                    tx.deleteUser(user)
+                    kind = .change(.deleteUser(user))
+                case .tombstone(let name, let user, let key):
+                    kind = .tombstone(try table(name).handle, user: user, key: key)
+                case .feedCounter(let user):
+                    kind = .feedCounter(user: user)
                 }
-                try count()
+                staged.append(RestoredChange(kind, position: position, at: at ?? now))
+                if staged.count >= batch { try flush() }
             }
         }
         try flush()
+        try storage.finishRestore()
         return applied
     }
 
@@ -85,12 +90,25 @@ extension Kernel {
     public func exportRows(_ emit: (JSON) -> Void) throws {
         guard let postgres = storage as? PostgresStore else { throw MoveError("export of a data dir reads its files: use --data-dir") }
         var bad: String?
-        try postgres.exportRows { table, user, key, body in
-            guard let value = try? JSON.parse(body) else {
-                bad = bad ?? "\(table) \(user) \(key)"
+        try postgres.exportRows { e in
+            if e.table.isEmpty {
+                emit(["type": "feed", "user": .string(e.user), "last": .int(e.seq ?? 0)])
                 return
             }
-            emit(["type": "row", "table": .string(table), "user": .string(user), "key": .string(key), "value": value])
+            var line = JSONObject([("type", e.body == nil ? "tombstone" : "row"), ("table", .string(e.table)), ("user", .string(e.user)),
+                                   ("key", .string(e.key))])
+            if let body = e.body {
+                guard let value = try? JSON.parseAllowingNul(Array(body.utf8)) else {
+                    bad = bad ?? "\(MoveError.quote(e.table)) \(MoveError.quote(e.user)) \(MoveError.quote(e.key))"
+                    return
+                }
+                line["value"] = value
+            }
+            if let seq = e.seq, let at = e.at {
+                line["seq"] = .int(seq)
+                line["at"] = .int(at)
+            }
+            emit(.object(line))
         }
         if let bad { throw MoveError("a stored row does not parse: \(bad)") }
     }
@@ -143,11 +161,15 @@ public struct ImportCheck {
         case put(table: String, user: String, key: String, value: JSON)
         case delete(table: String, user: String, key: String)
         case deleteUser(String)
+        /// A deleted synced row's feed entry.
+        case tombstone(table: String, user: String, key: String)
+        /// A user's last feed position given.
+        case feedCounter(String)
     }
 
     /// Checks one line; throws saying what is wrong with it (content quoted).
     public mutating func line(_ line: JSON) throws(MoveError) {
-        for change in try Self.changes(of: line) {
+        for (change, _, _) in try Self.changes(of: line) {
             switch change {
             case .put(let table, let user, let key, let value):
                 guard !user.isEmpty else { throw MoveError("a row of \(MoveError.quote(table)) without a user") }
@@ -176,6 +198,10 @@ public struct ImportCheck {
                 }
             case .deleteUser(let user):
                 for k in held.removeValue(forKey: user) ?? [] { holders[k] = nil }
+            case .tombstone(let table, let user, _):
+                guard !user.isEmpty, access[table] != nil else { throw MoveError("a tombstone of table \(MoveError.quote(table)) that is unknown, or without a user") }
+            case .feedCounter(let user):
+                guard !user.isEmpty else { throw MoveError("a feed counter without a user") }
             }
         }
     }
@@ -193,31 +219,41 @@ public struct ImportCheck {
         held[user, default: []].insert(key)
     }
 
-    /// The changes a line makes, in order; throws for a line that is not one of `store export`.
-    static func changes(of line: JSON) throws(MoveError) -> [Change] {
+    /// The changes a line makes, in order, each with the feed position and commit time it had (0 and
+    /// nil where the line gives none); throws for a line that is not one of `store export`.
+    static func changes(of line: JSON) throws(MoveError) -> [(Change, position: UInt64, at: Int64?)] {
+        let position = line["seq"]?.intValue.map { UInt64(max($0, 0)) } ?? 0, at = line["at"]?.intValue
         switch line["type"]?.stringValue {
         case "snapshot": return []
-        case "row":
+        case "row", "tombstone":
             guard let table = line["table"]?.stringValue, let user = line["user"]?.stringValue, let key = line["key"]?.stringValue else {
                 throw MoveError("a row without table, user or key")
             }
-            return [.put(table: table, user: user, key: key, value: line["value"] ?? .null)]
+            guard line["type"] == "row" else { return [(.tombstone(table: table, user: user, key: key), position, at)] }
+            return [(.put(table: table, user: user, key: key, value: line["value"] ?? .null), position, at)]
+        case "feed":
+            guard let user = line["user"]?.stringValue, let last = line["last"]?.intValue, last >= 0 else { throw MoveError("a feed line without user or last") }
+            return [(.feedCounter(user), UInt64(last), nil)]
         case "record":
             guard case .array(let changes)? = line["changes"] else { throw MoveError("a record without its changes") }
-            return try changes.map { (c) throws(MoveError) -> Change in
+            // Change i of record n had feed position n << 20 | i (see storage.md).
+            let record = line["seq"]?.intValue.map { UInt64(max($0, 0)) }
+            guard record.map({ $0 < 1 << 43 }) ?? true, changes.count < 1 << 20 else { throw MoveError("a record number or size out of range") }
+            return try changes.enumerated().map { (i, c) throws(MoveError) -> (Change, position: UInt64, at: Int64?) in
+                let position = record.map { $0 << 20 | UInt64(i) } ?? 0
                 guard case .array(let a) = c, case .string(let op)? = a.first else {
                     throw MoveError("a change is not [op, ...]: \(MoveError.quote(c.serialized))")
                 }
                 switch (op, a.count) {
                 case ("p", 5):
                     guard let table = a[1].stringValue, let user = a[2].stringValue, let key = a[3].stringValue else { break }
-                    return .put(table: table, user: user, key: key, value: a[4])
+                    return (.put(table: table, user: user, key: key, value: a[4]), position, at)
                 case ("d", 4):
                     guard let table = a[1].stringValue, let user = a[2].stringValue, let key = a[3].stringValue else { break }
-                    return .delete(table: table, user: user, key: key)
+                    return (.delete(table: table, user: user, key: key), position, at)
                 case ("u", 2):
                     guard let user = a[1].stringValue else { break }
-                    return .deleteUser(user)
+                    return (.deleteUser(user), position, at)
                 default: break
                 }
                 throw MoveError("an unknown change: \(MoveError.quote(c.serialized))")

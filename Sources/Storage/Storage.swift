@@ -241,13 +241,42 @@ public struct Transaction {
     public var isEmpty: Bool { entries.isEmpty }
 }
 
+/// A change moved in from another store (`store import`), with the feed stamp it had there, so that
+/// every user's feed positions and their order survive a move and a device's cursor keeps working.
+public struct RestoredChange {
+    public enum Kind {
+        /// A change of a unit of work (a row put or deleted, a user deleted, a unique key claimed or released).
+        case change(Transaction.Entry)
+        /// A deleted synced row's feed entry, without the row.
+        case tombstone(TableHandle, user: String, key: String)
+        /// The user's last feed position given (a user whose latest changes left nothing behind, after
+        /// `auth.deleteUser`, keeps it, so an old cursor never skips what comes after).
+        case feedCounter(user: String)
+    }
+    public let kind: Kind
+    /// Feed position in the user's feed; 0 when the source gave none (a row of a table that is not
+    /// synced, or an export from before positions were carried: the target then gives one).
+    public let position: UInt64
+    /// Commit time, milliseconds since 1970.
+    public let at: Int64
+
+    public init(_ kind: Kind, position: UInt64, at: Int64) {
+        self.kind = kind
+        self.position = position
+        self.at = at
+    }
+}
+
 /// Stages changes to one table given in the stored form, by table name: how `store import` moves rows
 /// between stores without knowing their types. Each store makes one per table it registers.
 public struct StoredAccess {
     public let put: (inout Transaction, _ user: String, _ key: String, _ stored: JSON) throws(StorageError) -> Void
     public let delete: (inout Transaction, _ user: String, _ key: String) -> Void
+    /// The table, as a transaction names it.
+    public let handle: TableHandle
 
     public init<Row: StoredRow>(_ table: any StorageTable<Row>) {
+        handle = table
         put = { tx, user, key, stored throws(StorageError) in
             guard Row.isValidKey(key) else { throw .corrupt("the key is not one this table can hold") }
             tx.put(table, user: user, key: key, try Row(stored: stored))

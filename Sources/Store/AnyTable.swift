@@ -22,6 +22,8 @@ protocol AnyTable: AnyObject {
     func delete(user: String, key: String, stamp: Stamp) -> Previous
     /// Puts back what `put` or `delete` replaced.
     func restore(user: String, key: String, _ previous: Previous)
+    /// Sets the feed entry of a deleted row of a synced table, as a store moved in had it (no-op elsewhere).
+    func setTombstone(user: String, key: String, stamp: Stamp)
     /// Removes a user's rows; returns them (for undo).
     func removeUser(_ user: String) -> Any
     /// Puts back what `removeUser` returned.

@@ -107,6 +107,11 @@ final class FileJournal: Journal {
 
     var hasQueued: Bool { !queued.isEmpty }
 
+    func advance(to seq: UInt64) {
+        precondition(queued.isEmpty, "advancing the log with records queued")
+        lastSeq = max(lastSeq, seq)
+    }
+
     func flush() -> String? {
         guard !queued.isEmpty else { return nil }
         defer {

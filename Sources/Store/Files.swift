@@ -131,23 +131,32 @@ public enum StoreFiles {
 
         /// Calls `body(table, user, key, value)` for every row, in file order.
         public func forEachRow(_ body: (String, String, String, JSON) throws(StorageError) -> Void) throws(StorageError) {
+            try forEachEntry { (table, user, key, value, _) throws(StorageError) in
+                if let value { try body(table, user, key, value) }
+            }
+        }
+
+        /// Calls `body(table, user, key, value, stamp)` for every entry, in file order: a row (its value,
+        /// and in a synced table of a format 3 snapshot its feed stamp), or a deleted synced row's
+        /// tombstone (no value, its stamp).
+        func forEachEntry(_ body: (String, String, String, JSON?, Stamp?) throws(StorageError) -> Void) throws(StorageError) {
             for (offset, payload) in records {
                 switch format {
                 case .text:
-                    for row in try Self.textRows(payload, offset) { try body(row.0, row.1, row.2, row.3) }
+                    for row in try Self.textRows(payload, offset) { try body(row.0, row.1, row.2, row.3, nil) }
                 case .binary, .stamped:
                     try Self.forEachGroup(payload, offset, format) { table, user, count, r, stamps in
                         for _ in 0..<count {
                             let key = try r.string()
                             if stamps.inline {
                                 guard try r.entryKind(of: table) == .row else {
-                                    _ = try r.stamp(of: table)
+                                    try body(table, user, key, nil, try r.stamp(of: table))
                                     continue
                                 }
                             }
                             let value = try JSON.readBinary(&r)
-                            if stamps.inline { _ = try r.stamp(of: table) }
-                            try body(table, user, key, value)
+                            let stamp = stamps.inline ? try r.stamp(of: table) : nil
+                            try body(table, user, key, value, stamp)
                         }
                     }
                 }

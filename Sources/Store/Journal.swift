@@ -24,6 +24,10 @@ protocol Journal: AnyObject {
     func open(_ load: (DataDirScan) throws(StoreOpenError) -> Void) throws(StoreOpenError) -> UInt64
     /// Queues the record `seq` (one more than the last), its payload written by `payload`.
     func append(seq: UInt64, _ payload: (inout [UInt8]) -> Void)
+    /// Makes `seq` the last record number, with nothing queued: the next record is `seq + 1` and the
+    /// next snapshot is taken at `seq`. For rows moved in with the feed positions they had, which a
+    /// snapshot then keeps (positions derive from record numbers, so later ones must be greater).
+    func advance(to seq: UInt64)
     /// Whether records are queued.
     var hasQueued: Bool { get }
     /// Writes the queued records and syncs them as the fsync policy says. On failure nothing of them
@@ -53,6 +57,7 @@ final class MemoryJournal: Journal {
     var keepsRecords: Bool { false }
     func open(_ load: (DataDirScan) throws(StoreOpenError) -> Void) throws(StoreOpenError) -> UInt64 { 0 }
     func append(seq: UInt64, _ payload: (inout [UInt8]) -> Void) {}
+    func advance(to seq: UInt64) {}
     var hasQueued: Bool { false }
     func flush() -> String? { nil }
     var syncFailure: String? { nil }

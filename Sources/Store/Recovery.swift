@@ -120,6 +120,15 @@ public struct DataDirScan {
     }
 
     /// The changes of one log record.
+    /// The commit time a record carries (format 3), milliseconds since 1970.
+    public static func commitTime(of log: LogRecord) -> Int64? {
+        guard log.format == .stamped else { return nil }
+        return log.record.payload.withUnsafeBytes { raw -> Int64? in
+            var r = BinaryReader(raw)
+            return (try? r.varint()).map { Int64(bitPattern: $0) }
+        }
+    }
+
     public static func changes(of log: LogRecord) throws(StorageError) -> [Change] {
         let record = log.record
         switch log.format {

@@ -396,6 +396,48 @@ public final class Store: Storage, @unchecked Sendable {
         }
     }
 
+    // MARK: Moving a deployment in
+
+    /// Applies changes moved in from another store with the feed stamps they had there, in memory only
+    /// (nothing is logged): `finishRestore()` makes them durable with one snapshot, so a move cut short
+    /// leaves the data dir as empty as it was. A synced row that comes without a position (an export
+    /// from before positions were carried) gets the user's next one.
+    public func restore(_ changes: [RestoredChange]) {
+        for change in changes {
+            let user: String
+            var position = change.position
+            switch change.kind {
+            case .change(let entry):
+                guard let u = entry.user else { continue }
+                user = u
+                if position == 0, case .put(let handle, _, _, _) = entry, slots[handle.slot].entity != nil {
+                    position = (restoredPositions[user] ?? 0) + 1
+                }
+                _ = apply(entry, Stamp(seq: position, at: change.at))
+            case .tombstone(let handle, let u, let key):
+                user = u
+                slots[handle.slot].setTombstone(user: user, key: key, stamp: Stamp(seq: position, at: change.at))
+            case .feedCounter(let u):
+                user = u
+            }
+            touch(user)
+            if position > restoredPositions[user] ?? 0 { restoredPositions[user] = position }
+        }
+    }
+
+    /// Makes what `restore` applied durable: later records are numbered past every restored position
+    /// (positions derive from record numbers), and a snapshot holds it all.
+    public func finishRestore() throws(StorageError) {
+        let top = restoredPositions.values.max() ?? 0
+        seq = max(seq, top >> Stamp.positionBits)
+        journal.advance(to: seq)
+        restoredPositions.removeAll()
+        _ = try snapshot()
+    }
+
+    /// Per user, the greatest feed position restored so far.
+    private var restoredPositions: [String: UInt64] = [:]
+
     /// Applies one change of a transaction; returns how to undo it.
     private func apply(_ entry: Transaction.Entry, _ stamp: Stamp) -> Undo {
         switch entry {

@@ -77,8 +77,16 @@ public enum StoreTool {
         if let snapshot = scan.snapshot, let name = scan.snapshotName {
             emit(["type": "snapshot", "file": .string(name), "seq": .int(Int64(snapshot.seq)), "createdAt": .string(snapshot.createdAt)])
             do throws(StorageError) {
-                try snapshot.forEachRow { table, user, key, value in
-                    emit(["type": "row", "table": .string(table), "user": .string(user), "key": .string(key), "value": value])
+                // Feed stamps go along (`seq`, `at`), tombstones too: a move keeps every user's positions.
+                try snapshot.forEachEntry { table, user, key, value, stamp in
+                    var line = JSONObject([("type", .string(value == nil ? "tombstone" : "row")), ("table", .string(table)),
+                                           ("user", .string(user)), ("key", .string(key))])
+                    if let value { line["value"] = value }
+                    if let stamp, stamp.seq > 0 {
+                        line["seq"] = .int(Int64(bitPattern: stamp.seq))
+                        line["at"] = .int(stamp.at)
+                    }
+                    emit(.object(line))
                 }
             } catch {
                 return StoreDamage(file: name, offset: 0, detail: error.description)
@@ -88,8 +96,11 @@ public enum StoreTool {
             guard let changes = try? DataDirScan.changes(of: log) else {
                 return StoreDamage(file: log.segment, offset: log.record.offset, detail: "record does not decode")
             }
-            emit(["type": "record", "file": .string(log.segment), "offset": .int(Int64(log.record.offset)),
-                  "seq": .int(Int64(log.record.seq)), "changes": .array(changes.map(\.json))])
+            // Change i of record n had feed position n << 20 | i and the record's commit time.
+            var line = JSONObject([("type", "record"), ("file", .string(log.segment)), ("offset", .int(Int64(log.record.offset))),
+                                   ("seq", .int(Int64(log.record.seq))), ("changes", .array(changes.map(\.json)))])
+            if let at = DataDirScan.commitTime(of: log) { line["at"] = .int(at) }
+            emit(.object(line))
         }
         return nil
     }

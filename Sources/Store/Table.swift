@@ -271,6 +271,14 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         return Previous(row: old.row, stamp: old.stamp)
     }
 
+    func setTombstone(user: String, key name: String, stamp: Stamp) {
+        guard synced, stamp.seq > 0 else { return }
+        let key = RowKey(name)
+        _ = unset(user, key)
+        _ = dropTombstone(user, key)
+        setTombstone(user, key, stamp)
+    }
+
     func restore(user: String, key name: String, _ previous: Previous) {
         let key = RowKey(name)
         if let row = previous.row as? Row {

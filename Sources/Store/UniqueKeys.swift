@@ -61,6 +61,8 @@ final class UniqueKeys: AnyTable {
         return Previous(row: ClaimRow())
     }
 
+    func setTombstone(user: String, key: String, stamp: Stamp) {}
+
     func restore(user: String, key: String, _ previous: Previous) {
         if previous.row != nil { _ = claim(user, key) } else { _ = delete(user: user, key: key, stamp: Stamp(seq: 0, at: 0)) }
     }

@@ -428,8 +428,8 @@ struct StoreCommand: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Read store export lines from stdin into an empty store: PostgreSQL (--store or store.url) or a data dir.",
             discussion: "Example: healthkernel store export --data-dir data | healthkernel store import --store postgres://... "
-                + "Feed positions start again in the target: clients whose cursor is then ahead of the feed are told so "
-                + "(out_of_range) and sync from the start. Prints {\"imported\": N}.")
+                + "Every line is checked before any is applied; a file with a bad line is refused whole. Each user's feed "
+                + "positions and their order move along, so clients' cursors keep working. Prints {\"imported\": N}.")
         @OptionGroup var options: KernelOptions
 
         func run() throws {

@@ -175,24 +175,34 @@ import TestSupport
         let source = ["--data-dir", dir]
         _ = try call(source, "auth.signUp", ["email": "mover@example.com", "password": "correct horse battery"])
         _ = try call(source, "screentime.claim", ["auth": .string(user), "date": "2025-05-01", "minutes": 30])
+        // A device's cursor from before the move, which must go on working after it, both ways.
+        let cursor = try #require(try call(source, "sync.changes", ["auth": .string(user)])["cursor"])
         _ = try call(source, "screentime.claim", ["auth": .string(user), "date": "2025-05-02", "minutes": 45])
         _ = try call(source, "rewards.earn", ["auth": .string(user), "xp": 70, "reason": "walk", "key": "k1"])
         _ = try call(source, "rewards.redeem", ["auth": .string(user), "xp": 20])
+        // One commit with two synced changes in an order of its own (the timer goes, the session comes),
+        // and a deleted record (a tombstone in the feed).
+        _ = try call(source, "sessions.start", ["auth": .string(user)])
+        _ = try call(source, "sessions.stop", ["auth": .string(user)])
+        let gone = try #require(try call(source, "sessions.record", ["auth": .string(user), "startTime": "2025-05-01T10:00:00Z", "durationSeconds": 60])["sessionId"])
+        _ = try call(source, "sessions.delete", ["auth": .string(user), "sessionId": gone])
 
-        /// What a client sees of a store, positions aside.
+        /// What a client sees of a store: its records, its whole feed with positions and times, and the
+        /// feed after a cursor taken before the move.
         func answers(_ store: [String]) throws -> [JSON] {
             let feed = try call(store, "sync.changes", ["auth": .string(user)])["changes"]?.arrayValue ?? []
+            let since = try call(store, "sync.changes", ["auth": .string(user), "since": cursor])["changes"]?.arrayValue ?? []
             return [
                 try call(store, "rewards.balance", ["auth": .string(user)]),
                 try call(store, "screentime.history", ["auth": .string(user), "from": "2025-05-01", "to": "2025-05-31"]),
-                .array(feed.map { ["entity": $0["entity"] ?? .null, "id": $0["id"] ?? .null, "op": $0["op"] ?? .null] }
-                    .sorted { $0.serialized < $1.serialized }),
+                .array(feed), .array(since),
                 .bool(try call(store, "auth.signIn", ["email": "mover@example.com", "password": "correct horse battery"])["accessToken"] != nil),
                 .bool(try call(store, "rewards.earn", ["auth": .string(user), "xp": 70, "reason": "walk", "key": "k1"])["xp"] == 50),
             ]
         }
         let before = try answers(source)
-        #expect(before[3] == true && before[4] == true, "the source answers as expected: \(before)")
+        #expect(before[4] == true && before[5] == true, "the source answers as expected: \(before)")
+        #expect(before[3].arrayValue?.count == (before[2].arrayValue?.count ?? 0) - 1, "the cursor skips the first claim only")
 
         func move(_ from: [String], _ to: [String]) throws {
             let export = try runBinary(["store", "export"] + from + ["--log-level", "error"])
@@ -209,6 +219,12 @@ import TestSupport
         #expect(again.status == 2 && again.stderrText.contains("not empty"))
         try move(postgres, ["--data-dir", back])
         #expect(try answers(["--data-dir", back]) == before, "and so does the data dir it moves back to")
+        // A change after the move comes after everything moved, in the feed and to the old cursor.
+        _ = try call(["--data-dir", back], "screentime.claim", ["auth": .string(user), "date": "2025-05-03", "minutes": 5])
+        let after = try call(["--data-dir", back], "sync.changes", ["auth": .string(user), "since": cursor])["changes"]?.arrayValue ?? []
+        let last = try #require(after.last)
+        #expect(last["id"] == "2025-05-03" && after.count == (before[3].arrayValue?.count ?? 0) + 1, "\(after)")
+        #expect((last["seq"]?.intValue ?? 0) > (before[2].arrayValue?.compactMap { $0["seq"]?.intValue }.max() ?? .max))
     }
 
     @Test func thePasswordInTheURLNeverShows() throws {
