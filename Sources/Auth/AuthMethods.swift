@@ -30,6 +30,7 @@ extension AuthError {
     var rpc: RPCError {
         switch self {
         case .emailTaken: return .conflict("email_taken", "An account with this email already exists")
+        case .identityTaken: return .conflict("identity_taken", "This identity is linked to another account; sign in with it, or unlink it there first")
         case .tooManyAttempts: return .rateLimited("Too many failed sign-ins for this email; try again later")
         case .invalidCredentials: return .unauthorized("invalid_credentials", "Invalid login credentials")
         case .invalidRefreshToken: return .unauthorized("invalid_token", "The refresh token is not valid")
@@ -187,11 +188,12 @@ public struct AuthExchange: SlowRPCMethod {
         public init(_ v: (String, String)) { (provider, idToken) = v }
     }
     public static let name = "auth.exchange"
-    public static let summary = "Signs in with an OpenID Connect id token from a configured provider (google, auth0, apple, ...)."
+    public static let summary = "Signs in with an OpenID Connect id token from a configured provider (google, auth0, apple, ...); with a signed-in user's token in auth, links the identity to that account."
     public static let mutates = true
-    public static let auth = AuthRequirement.none
+    /// With the access token of a signed-in user, the identity links to that account (explicit linking).
+    public static let auth = AuthRequirement.optionalUser
     public static let resultSchema = AuthSchemas.session
-    public static let errors = [ErrorDoc(-32010, "invalid_signature, malformed_jws")]
+    public static let errors = [ErrorDoc(-32010, "invalid_signature, malformed_jws"), ErrorDoc(-32009, "identity_taken")]
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     /// None: the account is looked up when the verified token is applied, on the serving thread.
@@ -201,7 +203,7 @@ public struct AuthExchange: SlowRPCMethod {
         let (service, token, now) = (self.service, p.idToken, c.now)
         return SlowCall(work: { AuthService.prove(token, provider: provider, keys: keys, now: now) }) {
             (proven: Swift.Result<AuthService.ProvenIdentity, AuthError>) throws(RPCError) -> JSON in
-            try answerRPC(try service.exchange(try proven.get(), now: c.now)).json
+            try answerRPC(try service.exchange(try proven.get(), signedIn: c.identity?.userId, now: c.now)).json
         }
     }
 }

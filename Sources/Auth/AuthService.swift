@@ -1,4 +1,5 @@
 import Chrono
+import Foundation
 import Crypto
 import DomainSupport
 import JSON
@@ -85,7 +86,10 @@ public final class AuthService: Authenticator, @unchecked Sendable {
 
     public func authenticate(token: String?, requirement: AuthRequirement, now: Timestamp) throws(RPCError) -> Identity? {
         guard requirement != .none else { return nil }
-        guard let token, !token.isEmpty else { throw RPCError.unauthorized("missing_token", "This method needs params.auth") }
+        guard let token, !token.isEmpty else {
+            if requirement == .optionalUser { return nil }
+            throw RPCError.unauthorized("missing_token", "This method needs params.auth")
+        }
         let verified: VerifiedToken
         if let hit = cache[token] {
             verified = hit
@@ -113,7 +117,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
             guard verified.role == "service_role" else {
                 throw RPCError.forbidden("service_role_required", "This method needs a service_role token")
             }
-        case .user:
+        case .user, .optionalUser:
             guard verified.role == "authenticated", let user = verified.userId else {
                 throw RPCError.forbidden("user_token_required", "This method needs a user's token")
             }
@@ -123,7 +127,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         case .none:
             break
         }
-        return Identity(userId: verified.userId, role: verified.role, sessionId: verified.sessionId)
+        return Identity(userId: verified.userId, role: verified.role, sessionId: verified.sessionId, expiresAt: verified.expiresAt)
     }
 
     /// Checks signature and claims of an access token (protocol/auth.md).
@@ -243,9 +247,17 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     // MARK: Accounts
 
     /// Trims and lowercases an email and checks its shape; nil when it is not an address.
+    /// The address is NFC-normalised before any use as a key, so its composed and decomposed forms are
+    /// one account on every store (Swift's strings compare them equal in memory; PostgreSQL compares
+    /// bytes). Control (C0, C1, DEL), format (Cf: zero-width and bidi controls among them) and
+    /// compatibility characters (fullwidth letters, whose NFKC form differs) are refused: they make
+    /// look-alike addresses.
     static func normalizeEmail(_ raw: String) -> String? {
-        let email = String(raw.unicodeScalars.drop(while: { $0.properties.isWhitespace }).reversed()
-            .drop(while: { $0.properties.isWhitespace }).reversed().map(Character.init)).lowercased()
+        let trimmed = String(raw.unicodeScalars.drop(while: { $0.properties.isWhitespace }).reversed()
+            .drop(while: { $0.properties.isWhitespace }).reversed().map(Character.init))
+        let email = trimmed.precomposedStringWithCanonicalMapping.lowercased().precomposedStringWithCanonicalMapping
+        guard !email.unicodeScalars.contains(where: { [.control, .format].contains($0.properties.generalCategory) }),
+              email.precomposedStringWithCompatibilityMapping == email else { return nil }
         let parts = email.split(separator: "@", omittingEmptySubsequences: false)
         guard email.utf8.count <= 254, parts.count == 2, !parts[0].isEmpty, parts[1].contains("."),
               !parts[1].hasPrefix("."), !parts[1].hasSuffix("."),
@@ -447,23 +459,55 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         return try exchange(try Self.prove(idToken, provider: provider, keys: keys, now: now).get(), now: now)
     }
 
-    /// Finds or creates the account linked to a proven identity (linking a verified email that matches an
-    /// account) and signs it in.
-    func exchange(_ proven: ProvenIdentity, now: Timestamp) throws(AuthError) -> SignedIn {
+    /// Finds or creates the account linked to a proven identity and signs it in (the linking rule of
+    /// protocol/auth.md):
+    /// - an identity already linked signs in its account (for `signedIn`, only if that is the account);
+    /// - with `signedIn` (the caller's access token came along) the identity links to that account;
+    /// - a verified email of an account whose email was proven links the identity to it;
+    /// - a verified email of an account whose email was never proven (a password sign-up, which anyone
+    ///   can make with anyone's address) is taken over: the identity gets a new account with the email,
+    ///   and the old account loses the email, its unproven password and every session;
+    /// - otherwise a new account.
+    func exchange(_ proven: ProvenIdentity, signedIn: String? = nil, now: Timestamp) throws(AuthError) -> SignedIn {
         let (name, claims) = (proven.provider, (sub: proven.subject, email: proven.email))
         let identity = UniqueKey.identity(name, claims.sub)
         var tx = Transaction()
         var user: UserRow
         if let linked = try owner(of: identity), let existing = try account(linked) {
+            if let signedIn, signedIn != linked { throw .identityTaken }
             user = existing
-        } else if let email = claims.email, let byEmail = try owner(of: .email(email)), var existing = try account(byEmail) {
-            // A verified email that matches an account links the provider to it.
+        } else if let signedIn {
+            guard var existing = try account(signedIn) else { throw .noSuchUser }
             if !existing.identities.contains(name) { existing.identities.append(name) }
+            if let email = claims.email, existing.email == email { existing.emailProven = true }
             tx.put(tables.users, user: existing.id, key: Self.profileKey, existing)
             tx.claim(identity, for: existing.id)
             user = existing
+        } else if let email = claims.email, let byEmail = try owner(of: .email(email)), var existing = try account(byEmail) {
+            if existing.emailProven {
+                if !existing.identities.contains(name) { existing.identities.append(name) }
+                tx.put(tables.users, user: existing.id, key: Self.profileKey, existing)
+                tx.claim(identity, for: existing.id)
+                user = existing
+            } else {
+                existing.email = nil
+                existing.passwordHash = nil
+                existing.identities.removeAll { $0 == "password" }
+                tx.put(tables.users, user: existing.id, key: Self.profileKey, existing)
+                tx.release(.email(email), of: existing.id)
+                for (sid, var session) in try storage(try tables.sessions.rows(of: existing.id)) where !session.revoked {
+                    session.revoked = true
+                    tx.put(tables.sessions, user: existing.id, key: sid, session)
+                }
+                user = UserRow(id: Identifiers.uuid(), email: email, createdAt: now.milliseconds, identities: [name], passwordHash: nil,
+                               emailProven: true)
+                tx.put(tables.users, user: user.id, key: Self.profileKey, user)
+                tx.claim(identity, for: user.id)
+                tx.claim(.email(email), for: user.id)
+            }
         } else {
-            user = UserRow(id: Identifiers.uuid(), email: claims.email, createdAt: now.milliseconds, identities: [name], passwordHash: nil)
+            user = UserRow(id: Identifiers.uuid(), email: claims.email, createdAt: now.milliseconds, identities: [name], passwordHash: nil,
+                           emailProven: claims.email != nil)
             tx.put(tables.users, user: user.id, key: Self.profileKey, user)
             tx.claim(identity, for: user.id)
             if let email = claims.email { tx.claim(.email(email), for: user.id) }
@@ -559,6 +603,10 @@ public struct TokenMinter {
     public func mint(sub: String?, role: String, now: Timestamp) -> String {
         AuthService.claims(sub: sub, role: role, sessionId: nil, email: nil, ttl: ttl, now: now, key: key)
     }
+
+    /// A token with exactly `claims`, signed with the secret (the fuzz target signs what it is given, so
+    /// that the claims checks behind the signature are reached).
+    public func sign(_ claims: JSON) -> String { JWT.sign(claims: claims, with: key) }
 }
 
 // MARK: What the service answers
@@ -566,6 +614,8 @@ public struct TokenMinter {
 /// Why the service refuses a request; the method layer says it on the wire.
 public enum AuthError: Error, Equatable {
     case emailTaken
+    /// The provider identity is linked to another account than the one signed in.
+    case identityTaken
     /// Too many failed sign-ins for this email lately.
     case tooManyAttempts
     case invalidCredentials

@@ -82,11 +82,22 @@ public struct JWT: Sendable {
     /// Time claims must be JSON numbers: a quoted number is refused.
     public func checkTimes(now: Timestamp, leeway: Int64 = 60) throws(TokenError) -> Int64 {
         let nowSeconds = Double(now.milliseconds) / 1000
-        guard let exp = try numericClaim("exp") else { throw .invalid("The token has no exp") }
+        guard let exp = try timeClaim("exp") else { throw .invalid("The token has no exp") }
         guard nowSeconds <= exp + Double(leeway) else { throw .expired }
-        if let nbf = try numericClaim("nbf"), nbf > nowSeconds + Double(leeway) { throw .invalid("The token is not valid yet") }
-        if let iat = try numericClaim("iat"), iat > nowSeconds + Double(leeway) { throw .invalid("The token was issued in the future") }
+        if let nbf = try timeClaim("nbf"), nbf > nowSeconds + Double(leeway) { throw .invalid("The token is not valid yet") }
+        if let iat = try timeClaim("iat"), iat > nowSeconds + Double(leeway) { throw .invalid("The token was issued in the future") }
         return Int64(exp.rounded(.down))
+    }
+
+    /// The latest time claim accepted: 9999-12-31. A provider's bug or a leaked key may sign `exp` 1e19,
+    /// which no Int64 holds; such a token is `invalid_token`, never a trap.
+    static let latestTime: Double = 253_402_300_799
+
+    /// A time claim (seconds since 1970) within 0...`latestTime`, or nil when absent.
+    func timeClaim(_ name: String) throws(TokenError) -> Double? {
+        guard let value = try numericClaim(name) else { return nil }
+        guard value >= 0, value <= Self.latestTime else { throw .invalid("The token claim \(name) is out of range") }
+        return value
     }
 
     /// A numeric claim, or nil when absent.

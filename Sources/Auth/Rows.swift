@@ -11,13 +11,18 @@ public struct UserRow: StoredRow {
     public var identities: [String]
     /// scrypt hash; nil for accounts without a password.
     public var passwordHash: String?
+    /// Whether the email was proven: asserted verified by an identity provider. A password sign-up
+    /// proves nothing (the kernel sends no mail), so a provider identity never links to such an account
+    /// on its own (see `AuthService.exchange`).
+    public var emailProven: Bool
 
-    public init(id: String, email: String?, createdAt: Int64, identities: [String], passwordHash: String?) {
+    public init(id: String, email: String?, createdAt: Int64, identities: [String], passwordHash: String?, emailProven: Bool = false) {
         self.id = id
         self.email = email
         self.createdAt = createdAt
         self.identities = identities
         self.passwordHash = passwordHash
+        self.emailProven = emailProven
     }
 
     public init(stored: JSON) throws(StorageError) {
@@ -27,11 +32,15 @@ public struct UserRow: StoredRow {
         createdAt = try f.instant("createdAt")
         identities = f.strings("identities")
         passwordHash = f.optionalString("passwordHash")
+        // Rows written before the flag: an email came from a provider only where one is linked.
+        if case .bool(let proven)? = f.object["emailProven"] { emailProven = proven } else {
+            emailProven = email != nil && identities.contains { $0 != "password" && $0 != "external" }
+        }
     }
 
     public var stored: JSON {
         ["id": .string(id), "email": .optional(email), "createdAt": .int(createdAt),
-         "identities": .array(identities.map(JSON.string)), "passwordHash": .optional(passwordHash)]
+         "identities": .array(identities.map(JSON.string)), "passwordHash": .optional(passwordHash), "emailProven": .bool(emailProven)]
     }
 }
 

@@ -92,6 +92,13 @@ enum Fuzz {
             let token = String(decoding: bytes, as: UTF8.self)
             _ = try? JWT(token)
             _ = try? kernel.auth.authenticate(token: token, requirement: .user, now: now)
+            // Claims as JSON: signed with the kernel's secret, so the checks behind the signature (absurd
+            // exp, nbf, iat, sub, aud, role) are reached too.
+            if let claims = try? JSON.parse(Array(bytes)), claims.objectValue != nil {
+                let signed = minter.sign(claims)
+                _ = try? kernel.auth.authenticate(token: signed, requirement: .user, now: now)
+                _ = try? kernel.auth.authenticate(token: signed, requirement: .service, now: now)
+            }
         },
         FuzzTarget(name: "jws", summary: "App Store signed data (JWS with an x5c chain) verified to Apple's root") { bytes in
             _ = try? verifier.verify(String(decoding: bytes, as: UTF8.self)) { _ in now }

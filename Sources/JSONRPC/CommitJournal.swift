@@ -53,6 +53,9 @@ public final class EventSubscription: @unchecked Sendable {
     /// This kernel's commits up to this number were made before the subscription. (Not a feed position:
     /// those are per user on a shared database, and the busiest user's would hide everyone else's.)
     private var afterCommit: UInt64 = 0
+    /// When the subscription ends: its service token's `exp` (seconds since 1970). The host renews it
+    /// by subscribing again with a fresh token; a token that has ended grants nothing more.
+    private var endsAt: Int64 = .max
     /// Notification lines for changes another stream made, waiting for this stream to write them.
     private var pending: [UInt8] = []
     /// Tells the stream's server that `pending` has lines (called with the dispatcher held).
@@ -62,9 +65,20 @@ public final class EventSubscription: @unchecked Sendable {
 
     /// Subscribes to `topics` (empty: everything) for changes of this kernel's commits after number
     /// `afterCommit`, and every change of another kernel heard from now on.
-    public func subscribe(_ topics: [String], afterCommit: UInt64) {
+    public func subscribe(_ topics: [String], afterCommit: UInt64, endsAt: Int64?) {
         self.topics = topics
         self.afterCommit = afterCommit
+        self.endsAt = endsAt ?? .max
+    }
+
+    /// Ends the subscription once its token has expired; true while it lasts.
+    func lasts(at nowSeconds: Int64) -> Bool {
+        guard topics != nil else { return false }
+        guard nowSeconds <= endsAt else {
+            unsubscribe()
+            return false
+        }
+        return true
     }
 
     public func unsubscribe() {
@@ -122,8 +136,8 @@ public final class EventHub: @unchecked Sendable {
         if stream.topics != nil { onSubscribersChanged(anySubscribed) }
     }
 
-    func announce(_ changes: [ChangeNotice], into out: inout [UInt8]) {
-        for stream in streams where stream.topics != nil {
+    func announce(_ changes: [ChangeNotice], at nowSeconds: Int64, into out: inout [UInt8]) {
+        for stream in streams where stream.lasts(at: nowSeconds) {
             if stream === current { _ = stream.write(changes, to: &out) } else { stream.queue(changes) }
         }
     }

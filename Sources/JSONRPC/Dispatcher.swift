@@ -98,6 +98,13 @@ public final class Dispatcher {
                     slot: nil, into: &out)
             return
         }
+        // A batch is at most as much work as that many lines, and its answer one line within the limit.
+        guard items.count <= Self.maxBatchLength, let budget = BatchBudget(limit: maxAnswerBytes, ids: items.map { envelope($0).0 }) else {
+            let why = items.count > Self.maxBatchLength ? "a batch holds at most \(Self.maxBatchLength) requests"
+                : "the batch's answers could not fit in one line of \(maxAnswerBytes) bytes"
+            deliver(id: .null, .failure(.invalidRequest(why, reason: "batch_too_large")), commits: nil, started: started, slot: nil, into: &out)
+            return
+        }
         let stream = current
         if !stream.entries.isEmpty || (stream.ordering == .read && !stream.slots.isEmpty) || items.contains(where: isSlow) {
             // Some answer may have to wait: the batch's array is written once all its elements are done.
@@ -116,7 +123,9 @@ public final class Dispatcher {
         for (i, item) in items.enumerated() {
             let commaAt = out.count
             if wroteAny { out.append(UInt8(ascii: ",")) }
-            if answerInline(item, started: i == 0 ? started : monotonicMicros(), into: &out) {
+            // What is left of the line for this element's answer, after the room the later ones need.
+            let room = budget.room(for: i, used: out.count - mark)
+            if answerInline(item, started: i == 0 ? started : monotonicMicros(), room: room, into: &out) {
                 wroteAny = true
             } else {
                 out.removeSubrange(commaAt...)
@@ -193,12 +202,15 @@ public final class Dispatcher {
 
     /// A batch element answered into the batch's array in `out` (no request of the batch waits);
     /// returns whether it wrote a response (notifications write none).
-    private func answerInline(_ request: JSON, started: UInt64, into out: inout [UInt8]) -> Bool {
+    private func answerInline(_ request: JSON, started: UInt64, room: Int, into out: inout [UInt8]) -> Bool {
         let (id, target) = envelope(request)
         let outcome: Outcome, commits: ClosedRange<UInt64>?
         switch target {
         case .failure(let error):
             (outcome, commits) = (.failure(error), nil)
+        case .success where room < Self.smallestAnswer:
+            // No answer but the refusal fits: the element is not run at all.
+            (outcome, commits) = (.failure(BatchBudget.error(maxAnswerBytes)), nil)
         case .success(let (method, params)):
             switch execute(method, params) {
             case .answered(let o, let c): (outcome, commits) = (o, c)
@@ -208,10 +220,16 @@ public final class Dispatcher {
         stats.record(micros: monotonicMicros() - started, failed: outcome.failed)
         guard let id else { return false }
         let start = out.count
-        writeResponse(id: id, outcome: outcome, read: commits == nil, into: &out)
+        writeResponse(id: id, outcome: outcome, read: commits == nil, room: room, into: &out)
         if let commits { pendingWrites.append(PendingWrite(range: start..<out.count, id: id, commits: commits, slot: nil)) }
         return true
     }
+
+    /// The most requests one batch may hold (`-32600 batch_too_large` past it).
+    public static let maxBatchLength = 1000
+
+    /// Room below which a batch element is not run: no answer but its refusal fits in less.
+    static let smallestAnswer = 256
 
     private func nextTicket() -> UInt64 {
         current.nextTicket += 1
@@ -356,6 +374,7 @@ public final class Dispatcher {
         if let slot = slot ?? (current.ordering == .read && !current.slots.isEmpty ? newSlot() : nil) {
             slot.bytes.removeAll()
             writeResponse(id: id, outcome: outcome, read: commits == nil, into: &slot.bytes)
+            (slot.id, slot.answersWrite) = (id, commits != nil)
             slot.done = true
             if let commits { pendingWrites.append(PendingWrite(range: 0..<slot.bytes.count, id: id, commits: commits, slot: slot)) }
             return
@@ -392,7 +411,7 @@ public final class Dispatcher {
         let fatal = syncFailed
         syncFailed = false
         defer { announceChanges(&out) }
-        defer { current.flushReady(into: &out) }
+        defer { current.flushReady(into: &out, limit: maxAnswerBytes) }
         defer { refusedWrites.removeAll(keepingCapacity: true) }
         guard !refusedWrites.isEmpty else { return fatal }
         let error = RPCError.storageUnavailable(fatal
@@ -421,7 +440,7 @@ public final class Dispatcher {
     /// subscribed to: after the batch's responses (never inside a batch's array), in commit order.
     private func announceChanges(_ out: inout [UInt8]) {
         guard let changes = journal?.takeChanges(), !changes.isEmpty else { return }
-        hub.announce(changes, into: &out)
+        hub.announce(changes, at: clock.now().seconds, into: &out)
     }
 
     /// The response id (nil for a notification), and the method and params to call or why not.
@@ -493,7 +512,7 @@ public final class Dispatcher {
     /// than `maxAnswerBytes` is replaced by -32602 `answer_too_large`: a host reading lines up to the
     /// same limit could not take it, and a socket would be cut mid-answer. Methods that can answer
     /// that much page by bytes or name the param to narrow first; this is the net below them.
-    private func writeResponse(id: JSON, outcome: Outcome, read: Bool = false, into out: inout [UInt8]) {
+    private func writeResponse(id: JSON, outcome: Outcome, read: Bool = false, room: Int? = nil, into out: inout [UInt8]) {
         let start = out.count
         out.append(contentsOf: #"{"jsonrpc":"2.0","id":"#.utf8)
         id.write(to: &out)
@@ -501,6 +520,12 @@ public final class Dispatcher {
         case .success(let result):
             out.append(contentsOf: #","result":"#.utf8)
             result.write(to: &out)
+            if read, let room, out.count - start > room {
+                // A batch element past its share of the line: the refusal the batch kept room for.
+                out.removeSubrange(start...)
+                writeResponse(id: id, outcome: .failure(BatchBudget.error(maxAnswerBytes)), into: &out)
+                return
+            }
             if read && out.count - start > maxAnswerBytes {
                 out.removeSubrange(start...)
                 let error = RPCError.invalidParams("params", reason: "answer_too_large",

@@ -9,6 +9,9 @@ public enum AuthRequirement: String, Sendable {
     case user
     /// A token whose `role` claim is `service_role`.
     case service
+    /// Anyone; a user access token, when sent, must be valid and says who is signed in (to link an
+    /// identity to that account).
+    case optionalUser
 }
 
 /// The caller, as established from the request's bearer token.
@@ -19,12 +22,15 @@ public struct Identity: Sendable, Equatable {
     public let role: String
     /// The kernel session the token belongs to (`sid`), for tokens the kernel issued.
     public let sessionId: String?
+    /// The token's `exp`, seconds since 1970: what it grants ends then (an events subscription too).
+    public let expiresAt: Int64?
 
     /// An identity.
-    public init(userId: String?, role: String, sessionId: String? = nil) {
+    public init(userId: String?, role: String, sessionId: String? = nil, expiresAt: Int64? = nil) {
         self.userId = userId
         self.role = role
         self.sessionId = sessionId
+        self.expiresAt = expiresAt
     }
 }
 

@@ -126,9 +126,9 @@ public final class MethodRegistry: Sendable {
             var params: [JSON] = []
             if m.auth != .none {
                 params.append([
-                    "name": "auth", "required": true,
-                    "description": m.auth == .service
-                        ? "Bearer token whose role claim is service_role." : "Bearer access token of the user.",
+                    "name": "auth", "required": .bool(m.auth != .optionalUser),
+                    "description": .string(m.auth == .service ? "Bearer token whose role claim is service_role."
+                        : m.auth == .optionalUser ? "Bearer access token of the user signed in, if any." : "Bearer access token of the user."),
                     "schema": ["type": "string"],
                 ])
             }
@@ -139,7 +139,7 @@ public final class MethodRegistry: Sendable {
             if !params.isEmpty { errors.append(ErrorDoc(-32602, "Invalid params")) }
             errors += m.errors
             // The dispatcher limits every user's requests (limits.requestsPerSecond); service tokens never.
-            if m.auth == .user { errors.append(ErrorDoc(-32029, "rate_limited: past limits.requestsPerSecond; data.retryAfterMs")) }
+            if m.auth == .user || m.auth == .optionalUser { errors.append(ErrorDoc(-32029, "rate_limited: past limits.requestsPerSecond; data.retryAfterMs")) }
             if m.mutates { errors.append(ErrorDoc(-32050, "Storage unavailable: the write was not applied")) }
             list.append([
                 "name": .string(m.name),

@@ -49,13 +49,13 @@ public final class RequestStream: @unchecked Sendable {
 
     /// Answers ready to write, moved to `out`: a completion-ordered one when done, a read-ordered one
     /// when done and everything read before it is written.
-    func flushReady(into out: inout [UInt8]) {
+    func flushReady(into out: inout [UInt8], limit: Int) {
         guard !slots.isEmpty else { return }
         var blocked = false
         var kept: [Slot] = []
         for slot in slots {
             if slot.isDone && (!slot.ordered || !blocked) {
-                slot.write(to: &out)
+                slot.write(to: &out, limit: limit)
             } else {
                 blocked = true
                 kept.append(slot)
@@ -80,6 +80,9 @@ final class Slot {
     let ordered: Bool
     /// A batch's elements; nil for a single request.
     var elements: [Slot]?
+    /// The answer's id, and whether it answers a write (whose answer is never replaced: it applied).
+    var id: JSON = .null
+    var answersWrite = false
 
     init(ordered: Bool, elements: [Slot]? = nil) {
         self.ordered = ordered
@@ -88,8 +91,10 @@ final class Slot {
 
     var isDone: Bool { elements.map { $0.allSatisfy(\.done) } ?? done }
 
-    /// The line (a batch as one array of its elements' answers; nothing when none has one).
-    func write(to out: inout [UInt8]) {
+    /// The line (a batch as one array of its elements' answers; nothing when none has one). A batch's
+    /// line stays within `limit` bytes: an answer to a read that would take it past is replaced by
+    /// -32602 `answer_too_large` (a write's answer stays: the write applied, and its answer is small).
+    func write(to out: inout [UInt8], limit: Int) {
         guard let elements else {
             if !bytes.isEmpty {
                 out.append(contentsOf: bytes)
@@ -99,10 +104,16 @@ final class Slot {
         }
         let answers = elements.filter { !$0.bytes.isEmpty }
         guard !answers.isEmpty else { return }
+        let mark = out.count
+        let budget = BatchBudget(limit: limit, ids: answers.map(\.id))
         out.append(UInt8(ascii: "["))
         for (i, answer) in answers.enumerated() {
             if i > 0 { out.append(UInt8(ascii: ",")) }
-            out.append(contentsOf: answer.bytes)
+            if let budget, !answer.answersWrite, answer.bytes.count > budget.room(for: i, used: out.count - mark) {
+                (["jsonrpc": "2.0", "id": answer.id, "error": BatchBudget.error(limit).json] as JSON).write(to: &out)
+            } else {
+                out.append(contentsOf: answer.bytes)
+            }
         }
         out.append(contentsOf: "]\n".utf8)
     }

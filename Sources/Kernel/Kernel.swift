@@ -100,6 +100,9 @@ public final class Kernel {
             }
         )
         dispatcher.journal = storage
+        // An answer, a batch's included, is one line a host reading up to the line limit can take; a limit
+        // set below 64 KiB (to refuse long requests) still lets ordinary answers through.
+        dispatcher.maxAnswerBytes = max(config.maxLineBytes, 64 << 10)
         dispatcher.hub = events
         dispatcher.maxAnswerBytes = config.maxAnswerBytes
         if config.limits.requestsPerSecond > 0 && config.limits.burst > 0 {

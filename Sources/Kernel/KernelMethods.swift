@@ -164,7 +164,7 @@ struct EventsSubscribe: RPCMethod {
     func call(_ p: Params, _ context: CallContext) throws(RPCError) -> JSON {
         let horizon: UInt64
         do { horizon = try store.lastFeedPosition(of: nil) } catch { throw RPCError.from(error) }
-        events.current.subscribe(p.topics ?? [], afterCommit: store.lastCommitID)
+        events.current.subscribe(p.topics ?? [], afterCommit: store.lastCommitID, endsAt: context.identity?.expiresAt)
         store.collectsChanges = true
         return ["subscribed": true, "seq": .int(Int64(horizon))]
     }
@@ -175,7 +175,9 @@ struct EventsUnsubscribe: RPCMethod {
     static let name = "events.unsubscribe"
     static let summary = "Stops the events.changed notifications of this stream."
     static let mutates = false
-    static let auth = AuthRequirement.service
+    /// No token needed: it only stops this stream's own notifications, and a host whose service token
+    /// expired must still be able to.
+    static let auth = AuthRequirement.none
     static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["subscribed"], "properties": {"subscribed": {"const": false}}}"#
 
     let events: EventHub

@@ -107,7 +107,7 @@ final class ChangeListener: @unchecked Sendable {
 
     /// Connects, removes listeners whose processes are gone, adds this one and listens.
     private func register() throws(StorageError) -> Connection {
-        let connection = try Connection(url: url, setup: setup)
+        let connection = try Connection(url: url, setup: setup, log: log)
         try Schema.check(connection.run([
             Statement("DELETE FROM listeners WHERE pid NOT IN (SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL)"),
             Statement("INSERT INTO listeners (pid) VALUES (pg_backend_pid()) ON CONFLICT DO NOTHING"),

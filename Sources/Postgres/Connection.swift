@@ -43,11 +43,16 @@ final class Connection: @unchecked Sendable {
     /// The results a failed `run` received before the connection broke.
     private(set) var received: [StatementResult] = []
 
-    /// Connects to `url` and runs `setup`; throws `unavailable` with libpq's message (never the password)
-    /// when it cannot.
-    init(url: String, setup: [Statement] = []) throws(StorageError) {
+    /// Where libpq's and the server's own words go: the log, never a client (they can name hosts,
+    /// sockets and data). Errors thrown say what failed in the kernel's words.
+    private let log: @Sendable (String) -> Void
+
+    /// Connects to `url` and runs `setup`; throws `unavailable` when it cannot (libpq's message, never
+    /// the password, goes to `log`).
+    init(url: String, setup: [Statement] = [], log: @escaping @Sendable (String) -> Void = { _ in }) throws(StorageError) {
         self.url = url
         self.setup = setup
+        self.log = log
         try connect()
     }
 
@@ -62,18 +67,21 @@ final class Connection: @unchecked Sendable {
             PQfinish(conn)
             conn = nil
             broken = true
-            throw StorageError.unavailable("cannot connect to PostgreSQL: \(message)")
+            log("cannot connect to PostgreSQL: \(message)")
+            throw StorageError.unavailable("cannot connect to PostgreSQL")
         }
         // Notices ("already exists, skipping") would go to stderr unformatted: the kernel logs through swift-log.
         PQsetNoticeProcessor(conn, { _, _ in }, nil)
         guard PQenterPipelineMode(conn) == 1 else {
-            throw StorageError.unavailable("PostgreSQL connection refused pipeline mode: \(message(conn))")
+            log("PostgreSQL connection refused pipeline mode: \(message(conn))")
+            throw StorageError.unavailable("the PostgreSQL connection refused pipeline mode")
         }
         broken = false
         guard !setup.isEmpty else { return }
         if let failed = try run(setup).first(where: { $0.error != nil })?.error {
             broken = true
-            throw StorageError.unavailable("setting up the PostgreSQL session failed: \(failed.message)")
+            log("setting up the PostgreSQL session failed: \(failed.message)")
+            throw StorageError.unavailable("setting up the PostgreSQL session failed (SQLSTATE \(failed.state))")
         }
     }
 
@@ -258,7 +266,8 @@ final class Connection: @unchecked Sendable {
     private func fail() throws(StorageError) -> [StatementResult] {
         let message = self.message(conn)
         broken = true
-        throw StorageError.unavailable("PostgreSQL connection failed: \(message)")
+        log("PostgreSQL connection failed: \(message)")
+        throw StorageError.unavailable("the connection to PostgreSQL failed")
     }
 }
 

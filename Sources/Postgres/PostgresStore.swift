@@ -102,7 +102,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         while connection == nil {
             attempt += 1
             do {
-                connection = try Connection(url: options.url, setup: Self.session(Schema.quote(options.schema)))
+                connection = try Connection(url: options.url, setup: Self.session(Schema.quote(options.schema)), log: log)
             } catch {
                 guard monotonicMicros() < deadline else { throw .unreachable(error.description) }
                 log("attempt \(attempt): \(error.description); retrying")
@@ -177,7 +177,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         if let failed = results.first(where: { $0.error != nil })?.error {
             endRequest()
             if failed.state == Self.busy { commitBatch() }
-            throw Self.error(failed)
+            throw error(failed)
         }
         return Array(results[first...])
     }
@@ -237,11 +237,11 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// Runs `statements` on a pooled connection, outside any request (a view's read on a worker).
     func readPooled(_ statements: [Statement]) throws(StorageError) -> [StatementResult] {
         var connection = pool.withLock { $0.popLast() }
-        if connection == nil { connection = try Connection(url: options.url, setup: Self.session(schema)) }
+        if connection == nil { connection = try Connection(url: options.url, setup: Self.session(schema), log: log) }
         let c = connection!
         let results = try c.run(statements)
         if !c.broken { pool.withLock { $0.append(c) } }
-        if let failed = results.first(where: { $0.error != nil }) { throw Self.error(failed.error!) }
+        if let failed = results.first(where: { $0.error != nil }) { throw error(failed.error!) }
         return results
     }
 
@@ -360,10 +360,14 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         forget()
     }
 
-    static func error(_ e: (state: String, message: String)) -> StorageError {
+    /// A statement's failure in the kernel's words. PostgreSQL's own text goes to the log only: it can
+    /// quote data, names and settings, and no client should see it.
+    func error(_ e: (state: String, message: String)) -> StorageError {
         switch e.state {
-        case "40001", "40P01", busy: return .conflict(e.message)
-        default: return .unavailable(e.message)
+        case "40001", "40P01", Self.busy: return .conflict("lost a race with another kernel (SQLSTATE \(e.state))")
+        default:
+            log("PostgreSQL refused a statement: SQLSTATE \(e.state): \(e.message)")
+            return .unavailable("PostgreSQL refused the request (SQLSTATE \(e.state))")
         }
     }
 
@@ -516,8 +520,8 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     private func commitError(_ results: [StatementResult], at index: Int, first: Int, _ plan: CommitPlan) -> StorageError {
         let failed = results[index].error!
         if failed.state == "HK001", index >= first, let key = plan.claims[index - first] { return .taken(key) }
-        if failed.state == "23505" { return .conflict(failed.message) }
-        return Self.error(failed)
+        if failed.state == "23505" { return .conflict("a unique constraint (SQLSTATE 23505)") }
+        return error(failed)
     }
 
     /// The announcement of a commit's last user to await (`takeCommittedChanges`), if it announced any.
@@ -741,7 +745,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         let results = try main.run(statements)
         if let failed = results.first(where: { $0.error != nil })?.error {
             _ = try? main.run([Statement("ROLLBACK")])
-            throw Self.error(failed)
+            throw error(failed)
         }
     }
 
@@ -758,8 +762,9 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     /// Rows in every table, as PostgreSQL estimates them.
     public func estimatedRowCount() throws(StorageError) -> Int {
-        let sql = "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = to_regclass('\(schema).rows')"
-        return Int(try read(users: [], [Statement(sql)])[0].scalar ?? "0") ?? 0
+        // The schema's name is data: a parameter, never part of the SQL text (it once was, inside a literal).
+        let sql = "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = to_regclass($1)"
+        return Int(try read(users: [], [Statement(sql, [schema + ".rows"])])[0].scalar ?? "0") ?? 0
     }
 
     /// A secret every kernel on the database shares (made by the first that needs it): the signing

@@ -98,6 +98,12 @@ final class AuthHarness {
             "not a JWT": "hello",
             "two parts": b64(#"{"alg":"HS256"}"#) + "." + b64(good),
             "payload not JSON": b64(#"{"alg":"HS256"}"#) + "." + b64("nope") + ".c2ln",
+            // Correctly signed, absurd times (a provider's bug, a leaked key): refused, never a trap.
+            "exp 1e19": hs256(#"{"sub":"\#(alice)","aud":"authenticated","iss":"https://good.example/auth/v1","exp":1e19}"#),
+            "exp past Int64": hs256(#"{"sub":"\#(alice)","aud":"authenticated","iss":"https://good.example/auth/v1","exp":18446744073709551615}"#),
+            "exp Int64.max": hs256(#"{"sub":"\#(alice)","aud":"authenticated","iss":"https://good.example/auth/v1","exp":9223372036854775807}"#),
+            "negative iat": hs256(#"{"sub":"\#(alice)","aud":"authenticated","iss":"https://good.example/auth/v1","iat":-1e300,"exp":\#(t0.seconds + 3600)}"#),
+            "nbf 1e308": hs256(#"{"sub":"\#(alice)","aud":"authenticated","iss":"https://good.example/auth/v1","nbf":1e308,"exp":\#(t0.seconds + 3600)}"#),
         ]
         for casing in ["none", "None", "NONE", "nOnE"] {
             attacks["alg \(casing)"] = b64(#"{"alg":"\#(casing)","typ":"JWT"}"#) + "." + b64(good) + "."
@@ -225,6 +231,25 @@ struct IDClaims: JWTPayload {
         }
     }
 
+    /// Security round 2, item 5: one address in its composed and decomposed forms is one key (on
+    /// PostgreSQL, which compares bytes, they were two accounts), and characters that make look-alikes
+    /// are refused: zero-width, bidi and other format characters, controls, fullwidth letters.
+    @Test func emailsAreNFCAndLookAlikeCharactersAreRefused() throws {
+        let composed = "jos\u{e9}@example.com", decomposed = "jose\u{301}@example.com"
+        let key = try #require(AuthService.normalizeEmail(decomposed))
+        #expect(Array(key.utf8) == Array(composed.utf8), "the key is the NFC form, byte for byte")
+        #expect(AuthService.normalizeEmail("JOSE\u{301}@EXAMPLE.COM").map { Array($0.utf8) } == Array(composed.utf8))
+        for bad in ["ann\u{200b}@example.com", "ann\u{202e}@example.com", "ann\u{2066}@example.com", "ann\u{feff}@example.com",
+                    "ann\u{7f}@example.com", "ann\u{85}@example.com", "ann\u{1b}@example.com", "\u{ff41}nn@example.com", "ann@ex\u{ff41}mple.com"] {
+            #expect(AuthService.normalizeEmail(bad) == nil, "\(bad.unicodeScalars.map { String($0.value, radix: 16) })")
+        }
+        let h = try AuthHarness()
+        _ = try h.service.signUp(email: try #require(AuthService.normalizeEmail(composed)), password: "right password", now: t0)
+        #expect(throws: AuthError.emailTaken) {
+            try h.service.signUp(email: try #require(AuthService.normalizeEmail(decomposed)), password: "right password", now: t0)
+        }
+    }
+
     @Test func aReuseWithinTheIntervalAnswersTheSessionItsFirstUseCreated() throws {
         let h = try AuthHarness()
         let session = try h.service.signUp(email: "ann@example.com", password: "right password", now: t0)
@@ -324,16 +349,48 @@ struct IDClaims: JWTPayload {
         #expect(try h.service.userCount() == 1)
     }
 
-    @Test func verifiedEmailLinksToAnExistingAccount() async throws {
+    /// Account pre-hijacking: anyone can sign up with a victim's address and a password of their own.
+    /// The victim's later Google sign-in must not land in that account: it gets an account of its own
+    /// with the (now proven) email, and the unproven password and every session of the old one end.
+    @Test func aProvenIdentityTakesOverAnUnprovenEmailInsteadOfLinkingToIt() async throws {
         let h = try harness()
-        let signedUp = try h.service.signUp(email: "ann@example.com", password: "right password", now: t0)
-        let linked = try h.service.exchange(provider: "google", idToken: try await sign(googleClaims()), now: t0)
-        #expect(linked.user.id == signedUp.user.id)
-        #expect(linked.user.identities == ["password", "google"])
-        // An unverified email creates a separate account instead.
+        let attacker = try h.service.signUp(email: "ann@example.com", password: "attacker password", now: t0)
+        let victim = try h.service.exchange(provider: "google", idToken: try await sign(googleClaims()), now: t0)
+        #expect(victim.user.id != attacker.user.id, "the victim landed in the attacker's account")
+        #expect(victim.user.email == "ann@example.com" && victim.user.identities == ["google"])
+        // The attacker is out: the password is gone, the earlier token no longer works.
+        #expect(throws: AuthError.invalidCredentials) { try h.service.signIn(email: "ann@example.com", password: "attacker password", now: t0) }
+        #expect(throws: RPCError.self) { try h.service.authenticate(token: attacker.accessToken, requirement: .user, now: t0) }
+        #expect(try h.service.account(attacker.user.id)?.email == nil)
+        // The victim signs in with Google again into the same account.
+        #expect(try h.service.exchange(provider: "google", idToken: try await sign(googleClaims()), now: t0).user.id == victim.user.id)
+        // An unverified email creates a separate account, taking nothing.
         let other = try h.service.exchange(provider: "google", idToken: try await sign(googleClaims(sub: "g-999", verified: false)), now: t0)
-        #expect(other.user.id != signedUp.user.id)
-        #expect(other.user.email == nil)
+        #expect(other.user.id != victim.user.id && other.user.email == nil)
+    }
+
+    /// A proven email links a second provider; a signed-in user links an identity explicitly.
+    @Test func identitiesLinkToProvenEmailsAndToTheSignedInUser() async throws {
+        let h = try harness()
+        let google = try h.service.exchange(provider: "google", idToken: try await sign(googleClaims()), now: t0)
+        let (auth0, keys) = try h.service.provider("auth0")
+        let auth0Token = try await sign(IDClaims(iss: "https://tenant.eu.auth0.com/", sub: "auth0|1", aud: ["spa-client"], exp: Int(t0.seconds + 600),
+                                                 iat: Int(t0.seconds), email: "ann@example.com", email_verified: true, azp: nil), google: false)
+        let viaAuth0 = try h.service.exchange(AuthService.prove(auth0Token, provider: auth0, keys: keys, now: t0).get(), now: t0)
+        #expect(viaAuth0.user.id == google.user.id && viaAuth0.user.identities == ["google", "auth0"])
+
+        // A password account links Google only while signed in to it.
+        let bob = try h.service.signUp(email: "bob@example.com", password: "bob's password", now: t0)
+        let (googleConfig, googleKeys) = try h.service.provider("google")
+        let bobGoogle = try await sign(googleClaims(sub: "g-bob", email: "bob@example.com"))
+        let linked = try h.service.exchange(AuthService.prove(bobGoogle, provider: googleConfig, keys: googleKeys, now: t0).get(),
+                                            signedIn: bob.user.id, now: t0)
+        #expect(linked.user.id == bob.user.id && linked.user.identities == ["password", "google"])
+        #expect(try h.service.signIn(email: "bob@example.com", password: "bob's password", now: t0).user.id == bob.user.id)
+        // An identity linked elsewhere cannot be linked to the signed-in account.
+        #expect(throws: AuthError.identityTaken) {
+            try h.service.exchange(AuthService.prove(bobGoogle, provider: googleConfig, keys: googleKeys, now: t0).get(), signedIn: google.user.id, now: t0)
+        }
     }
 
     @Test func tokensThatDoNotVerifyAreRefused() async throws {

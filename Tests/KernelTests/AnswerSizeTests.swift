@@ -1,6 +1,7 @@
 import Foundation
 import JSON
 import JSONParsing
+import JSONRPC
 import Testing
 import TestSupport
 @testable import Kernel
@@ -73,5 +74,46 @@ import TestSupport
         #expect(dump["error"]?["data"]?["reason"] == "answer_too_large")
         #expect(client.call("kernel.info", [:])["result"] != nil, "a short line limit still answers ordinary reads")
         #expect(client.call("rpc.discover", [:])["result"] != nil)
+    }
+}
+
+/// Security round 2, item 2: one line of 20,000 `rpc.discover` calls once got a 1.22 GB answer line.
+/// A batch holds at most `Dispatcher.maxBatchLength` requests, and its answer stays within the line limit.
+extension AnswerSizeTests {
+    func batch(_ count: Int, _ method: String) -> [UInt8] {
+        JSON.array((0..<count).map { i in ["jsonrpc": "2.0", "id": .int(Int64(i)), "method": .string(method)] }).bytes + [0x0A]
+    }
+
+    @Test func aBatchPastItsLengthIsRefusedWhole() throws {
+        let kernel = try makeKernel { $0.maxLineBytes = Self.limit }
+        var connection = kernel.connection()
+        connection.receive(batch(20_000, "kernel.info"))
+        _ = connection.endBatch()
+        let answer = try JSON.parse(Array(connection.output.dropLast()))
+        #expect(answer["error"]?["code"] == -32600 && answer["error"]?["data"]?["reason"] == "batch_too_large", "\(answer.serialized.prefix(300))")
+        #expect(connection.output.count < 1000)
+    }
+
+    @Test func aBatchAnswerStaysWithinTheLineLimit() throws {
+        let kernel = try makeKernel { $0.maxLineBytes = Self.limit }
+        var connection = kernel.connection()
+        // rpc.discover answers about 100 KB: 1,000 of them would be a 100 MB line.
+        connection.receive(batch(Dispatcher.maxBatchLength, "rpc.discover"))
+        _ = connection.endBatch()
+        #expect(connection.output.count <= Self.limit + 1, "\(connection.output.count) bytes")
+        let answers = try #require(try JSON.parse(Array(connection.output.dropLast())).arrayValue)
+        #expect(answers.count == Dispatcher.maxBatchLength, "every element is answered")
+        #expect(answers.first?["result"] != nil)
+        #expect(answers.last?["error"]?["data"]?["reason"] == "answer_too_large")
+        #expect(answers.map { $0["id"] } == (0..<Dispatcher.maxBatchLength).map { JSON.int(Int64($0)) })
+        // Held behind a slow request, the batch goes out through its slots: the same bound.
+        var slow = kernel.connection()
+        let signUp: JSON = ["jsonrpc": "2.0", "id": "up", "method": "auth.signUp", "params": ["email": "batch@example.com", "password": "correct horse battery"]]
+        slow.receive(JSON.array([signUp] + (0..<999).map { i in ["jsonrpc": "2.0", "id": .int(Int64(i)), "method": "rpc.discover"] }).bytes + [0x0A])
+        _ = slow.endBatch()
+        #expect(slow.output.count <= Self.limit + 1, "\(slow.output.count) bytes")
+        let held = try #require(try JSON.parse(Array(slow.output.dropLast())).arrayValue)
+        #expect(held.count == 1000 && held.first?["result"]?["accessToken"] != nil, "the write's answer stays")
+        #expect(held.last?["error"]?["data"]?["reason"] == "answer_too_large")
     }
 }

@@ -256,3 +256,38 @@ import TestSupport
         system("psql -q '\(TestPostgres.url)' -c '\(sql)' > /dev/null")
     }
 }
+
+/// Security round 2, item 4: the schema's name reached SQL inside a string literal, and PostgreSQL's
+/// own error text reached clients.
+extension PostgresBinaryTests {
+    @Test func aSchemaNameIsDataAndPostgresTextNeverReachesAClient() throws {
+        let hostile = "b'||current_user::int||'" + String(TestPostgres.freshSchema().suffix(8))
+        let path = NSTemporaryDirectory() + "hk-config-hostile-\(UUID().uuidString).json"
+        let hostileConfig: JSON = ["store": ["schema": .string(hostile)]]
+        try hostileConfig.serialized.write(toFile: path, atomically: true, encoding: .utf8)
+        let store = ["--store", TestPostgres.url, "--config", path, "--jwt-secret", testSecret, "--log-level", "error"]
+        let info = try runBinary(["call", "kernel.info"] + store)
+        #expect(info.status == 0, "\(info.stdoutText) \(info.stderrText)")
+        #expect(!info.stdoutText.contains("invalid input syntax"), "\(info.stdoutText)")
+
+        // A store that fails under the kernel: the answer says what failed in the kernel's words.
+        let schema = TestPostgres.freshSchema()
+        let config = try configFile(schema)
+        let kernel = try LiveKernel(["serve", "--store", TestPostgres.url, "--config", config, "--jwt-secret", testSecret, "--log-level", "error"])
+        defer {
+            kernel.closeInput()
+            _ = kernel.finish()
+        }
+        let user = JSON.string(ScreenTimeBinaryTests.userToken)
+        func call(_ method: String, _ params: JSON) -> JSON? {
+            _ = kernel.send([JSON.object(JSONObject([("jsonrpc", "2.0"), ("id", 1), ("method", .string(method)), ("params", params)])).serialized])
+            return kernel.readRawLine(timeoutSeconds: 20).flatMap { try? JSON.parse($0) }
+        }
+        #expect(call("rewards.earn", ["auth": user, "xp": 10, "reason": "walk", "key": "a"])?["result"] != nil)
+        #expect(psql("ALTER TABLE \(schema).rows RENAME TO rows_gone") == 0)
+        let failed = try #require(call("rewards.earn", ["auth": user, "xp": 10, "reason": "walk", "key": "b"]))
+        #expect(failed["error"]?["code"] == -32050, "\(failed)")
+        let message = failed["error"]?["message"]?.stringValue ?? ""
+        #expect(!message.contains("rows") && !message.contains("does not exist") && !message.contains(schema), "PostgreSQL's text reached the client: \(message)")
+    }
+}

@@ -133,9 +133,11 @@ export interface Methods {
       deleted: true;
     };
   };
-  /** Signs in with an OpenID Connect id token from a configured provider (google, auth0, apple, ...). Auth: none; writes. */
+  /** Signs in with an OpenID Connect id token from a configured provider (google, auth0, apple, ...); with a signed-in user's token in auth, links the identity to that account. Auth: optionalUser; writes. */
   "auth.exchange": {
     params: {
+      /** Bearer access token of the user signed in, if any. */
+      auth?: string;
       /** a provider named in the auth configuration */
       provider: string;
       /** the provider's OpenID Connect id token (a JWS) */
@@ -251,17 +253,14 @@ export interface Methods {
     paramsRequired: true;
     result: {
       subscribed: true;
-      /** no change committed so far has a later feed position */
+      /** informational: the greatest feed position given so far (kernel-wide on the data dir; on PostgreSQL positions are per user, and this is the greatest of any user's) */
       seq: number;
     };
   };
-  /** Stops the events.changed notifications of this stream. Auth: service. */
+  /** Stops the events.changed notifications of this stream. Auth: none. */
   "events.unsubscribe": {
-    params: {
-      /** Bearer token whose role claim is service_role. */
-      auth: string;
-    };
-    paramsRequired: true;
+    params: Record<string, never>;
+    paramsRequired: false;
     result: {
       subscribed: false;
     };
