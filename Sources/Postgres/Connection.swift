@@ -61,6 +61,7 @@ final class Connection: @unchecked Sendable {
     private func connect() throws(StorageError) {
         if conn != nil { PQfinish(conn) }
         prepared.removeAll()
+        preparedNames = 0
         conn = PQconnectdb(url)
         guard PQstatus(conn) == CONNECTION_OK else {
             let message = self.message(conn)
@@ -160,15 +161,15 @@ final class Connection: @unchecked Sendable {
         received.removeAll()
         var preparing: [Bool] = []
         preparing.reserveCapacity(statements.count)
-        var added: [String] = []
         for statement in statements {
             var name = prepared[statement.sql]
             var prepare = false
             if name == nil, !statement.params.isEmpty, prepared.count < Self.maxPrepared {
-                // A statement with parameters is parsed and planned once per connection, not per run.
-                name = "hk\(prepared.count)"
+                // A statement with parameters is parsed and planned once per connection, not per run. Names
+                // are never reused on a connection: one forgotten below may still exist on the server.
+                preparedNames += 1
+                name = "hk\(preparedNames)"
                 prepared[statement.sql] = name
-                added.append(statement.sql)
                 prepare = true
                 guard PQsendPrepare(conn, name, statement.sql, Int32(statement.params.count), nil) == 1 else { return try fail() }
             }
@@ -179,22 +180,28 @@ final class Connection: @unchecked Sendable {
         guard PQpipelineSync(conn) == 1 else { return try fail() }
         var results: [StatementResult] = []
         results.reserveCapacity(statements.count)
-        var failedPrepare = false
         for index in statements.indices {
+            var result = StatementResult()
             if preparing[index] {
-                // The Prepare's own result comes first; a statement that did not prepare is forgotten below.
-                var got = false
+                // The Prepare's own result comes first. One that failed (or was skipped after an earlier
+                // error) is forgotten, and its failure is the statement's: a Prepare that fails aborts the
+                // transaction, so it must never pass for a statement that ran.
+                var got = false, madeIt = false
                 while let res = PQgetResult(conn) {
                     got = true
-                    if PQresultStatus(res) != PGRES_COMMAND_OK { failedPrepare = true }
+                    switch PQresultStatus(res) {
+                    case PGRES_COMMAND_OK: madeIt = true
+                    case PGRES_FATAL_ERROR: result.error = Self.error(of: res)
+                    default: break
+                    }
                     PQclear(res)
                 }
                 if !got {
                     received = results
                     return try fail()
                 }
+                if !madeIt { prepared[statements[index].sql] = nil }
             }
-            var result = StatementResult()
             var got = false
             while let res = PQgetResult(conn) {
                 got = true
@@ -216,11 +223,9 @@ final class Connection: @unchecked Sendable {
                 case PGRES_PIPELINE_ABORTED:
                     break
                 case PGRES_FATAL_ERROR:
-                    let state = PQresultErrorField(res, Int32(UInt8(ascii: "C"))).map { String(cString: $0) } ?? "?????"
-                    let message = PQresultErrorField(res, Int32(UInt8(ascii: "M"))).map { String(cString: $0) } ?? "unknown error"
-                    result.error = (state, message)
+                    result.error = Self.error(of: res)
                 default:
-                    result.error = ("?????", String(cString: PQresultErrorMessage(res)).trimmingWhitespace)
+                    if result.error == nil { result.error = ("?????", String(cString: PQresultErrorMessage(res)).trimmingWhitespace) }
                 }
             }
             if !got {
@@ -237,11 +242,14 @@ final class Connection: @unchecked Sendable {
             received = results
             return try fail()
         }
-        if failedPrepare || results.contains(where: { $0.error != nil }) {
-            // A statement skipped after an error was never prepared.
-            for sql in added { prepared[sql] = nil }
-        }
         return results
+    }
+
+    /// SQLSTATE and message of a failed result.
+    private static func error(of res: OpaquePointer) -> (state: String, message: String) {
+        let state = PQresultErrorField(res, Int32(UInt8(ascii: "C"))).map { String(cString: $0) } ?? "?????"
+        let message = PQresultErrorField(res, Int32(UInt8(ascii: "M"))).map { String(cString: $0) } ?? "unknown error"
+        return (state, message)
     }
 
     private func send(_ statement: Statement, as name: String?) -> Bool {
@@ -261,6 +269,8 @@ final class Connection: @unchecked Sendable {
     /// Statements prepared on this connection, by SQL text (gone with the connection), up to
     /// `maxPrepared`: the kernel's statements are a few dozen texts, and texts that vary (a LIMIT) stop there.
     private var prepared: [String: String] = [:]
+    /// Names given so far on this connection (`hk1`, `hk2`, ...).
+    private var preparedNames = 0
     static let maxPrepared = 256
 
     private func fail() throws(StorageError) -> [StatementResult] {

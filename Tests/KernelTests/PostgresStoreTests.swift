@@ -1,6 +1,6 @@
 import Chrono
 import JSON
-import Postgres
+@testable import Postgres
 import Storage
 import Testing
 import TestSupport
@@ -54,5 +54,28 @@ import TestSupport
         // Once the requests end, the rows are free again.
         #expect(try dueB.scanAllOrdered(through: "~", limit: 20).rows.count == 10)
         b.endRequest()
+    }
+}
+
+/// The CI failure of the sign-up race (#37 item 1): a pipeline with an error forgot every statement it
+/// had prepared, even those the server had prepared, and the next name (`hk` + the count, now smaller)
+/// clashed with one still on the server. That Prepare failed without a word, the statement was skipped,
+/// and the transaction was aborted behind an answer that said it had committed; the batch's COMMIT then
+/// failed and every answer of the batch became -32050.
+extension PostgresStoreTests {
+    @Test func aPrepareThatFailsIsTheStatementsErrorAndNamesAreNeverReused() throws {
+        let connection = try Connection(url: TestPostgres.url)
+        // A statement prepared and run, then one that prepares but fails when run.
+        let first = try connection.run([Statement("SELECT $1::text", ["a"]), Statement("SELECT 1 / $1::int", ["0"])])
+        #expect(first[0].scalar == "a" && first[1].error?.state == "22012")
+        // A new statement after it: prepared under a name of its own, and it runs.
+        let second = try connection.run([Statement("SELECT $1::text || 'b'", ["a"])])
+        #expect(second[0].error == nil && second[0].scalar == "ab", "\(second)")
+        // And the one forgotten as failed prepares again under a new name.
+        let third = try connection.run([Statement("SELECT 1 / $1::int", ["1"]), Statement("SELECT $1::text", ["c"])])
+        #expect(third[0].scalar == "1" && third[1].scalar == "c", "\(third)")
+        // A Prepare that fails on its own (a statement that does not parse) is that statement's error.
+        let bad = try connection.run([Statement("SELEKT $1::text", ["x"])])
+        #expect(bad[0].error?.state == "42601", "\(bad)")
     }
 }
