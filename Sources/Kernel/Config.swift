@@ -29,6 +29,8 @@ public struct KernelConfig: Sendable, Equatable {
     public var snapshotEveryRecords = 100_000
     /// Snapshot this many seconds after the first change since the last one (0: never by time).
     public var snapshotEverySeconds = 300
+    /// Snapshot once this many bytes of log follow the last one (0: never by size).
+    public var snapshotEveryBytes = 64 << 20
     /// Register the test-only methods (`test.write`, `test.dump`); off unless a test asks.
     public var enableTestMethods = false
     /// Accounts, tokens and identity providers.

@@ -57,6 +57,7 @@ public final class Kernel {
             options.fsync = config.fsync
             options.snapshotEveryRecords = config.snapshotEveryRecords
             options.snapshotEverySeconds = config.snapshotEverySeconds
+            options.snapshotEveryBytes = config.snapshotEveryBytes
             options.failAppendsBeyondBytes = config.failLogAppendsBeyondBytes
             options.faults = config.storeFaults
             if let bytes = config.segmentBytes { options.segmentBytes = bytes }

@@ -26,6 +26,8 @@ final class FileJournal: Journal {
     private(set) var lastSeq: UInt64 = 0
     private var logBytes = 0
     var recordsSinceCheckpoint = 0
+    /// Log bytes written since the last checkpoint (recovery counts the log it found after the snapshot).
+    var bytesSinceCheckpoint = 0
     var firstChangeSinceCheckpoint: Timestamp?
     let checkpoints = Locked(CheckpointState())
     let checkpointRunning = SharedFlag()
@@ -94,6 +96,7 @@ final class FileJournal: Journal {
         // full disk then refuses that write with -32050 instead of stopping start-up.
         if let name = scan.appendSegment, let e = segments.reopen(name) { throw .io("\(e) in \(dir)") }
         logBytes = StoreFiles.list(dir).segments.reduce(0) { $0 + (disk.size($1.name) ?? 0) }
+        bytesSinceCheckpoint = logBytes
         if options.fsync == .everysec { segments.startSyncer() }
     }
 
@@ -128,6 +131,7 @@ final class FileJournal: Journal {
         logBytes += queued.count
         lastSeq = seqBeforeQueued + UInt64(queuedRecords)
         recordsSinceCheckpoint += queuedRecords
+        bytesSinceCheckpoint += queued.count
         if firstChangeSinceCheckpoint == nil { firstChangeSinceCheckpoint = clock.now() }
         if segments.size >= options.segmentBytes, let why = segments.rotate(nextSeq: lastSeq + 1) {
             log("cannot start a new log segment (\(why)); records go on into the current one")

@@ -26,6 +26,7 @@ extension FileJournal {
     func checkpointDue(now: Timestamp) -> Bool {
         guard recordsSinceCheckpoint > 0, !checkpointRunning.isSet else { return false }
         if recordsSinceCheckpoint >= options.snapshotEveryRecords { return true }
+        if options.snapshotEveryBytes > 0, bytesSinceCheckpoint >= options.snapshotEveryBytes { return true }
         guard options.snapshotEverySeconds > 0, let first = firstChangeSinceCheckpoint else { return false }
         return now.milliseconds - first.milliseconds >= Int64(options.snapshotEverySeconds) * 1000
     }
@@ -51,6 +52,7 @@ extension FileJournal {
         let current = segments.current
         let covered = StoreFiles.list(disk.dir).segments.prefix { $0.name != current }.map(\.name)
         recordsSinceCheckpoint = 0
+        bytesSinceCheckpoint = 0
         firstChangeSinceCheckpoint = nil
         let createdAt = clock.now()
         let (disk, segments, state, running, log) = (self.disk, self.segments, checkpoints, checkpointRunning, self.log)

@@ -25,8 +25,11 @@ public struct StoreOptions: Sendable {
     public var fsync: FsyncMode = .always
     /// Take a snapshot after this many log records...
     public var snapshotEveryRecords = 100_000
-    /// ...or this many seconds after a change, whichever comes first (0 turns the timer off).
+    /// ...or this many seconds after a change, whichever comes first (0 turns the timer off)...
     public var snapshotEverySeconds = 300
+    /// ...or once this many bytes of log have been written since the last one (0: never by size), so a
+    /// few large records (a 256 KiB `raw` uploaded again and again) cannot grow the log without bound.
+    public var snapshotEveryBytes = 64 << 20
     /// Start a new log segment past this size.
     public var segmentBytes = 64 * 1024 * 1024
     /// Test hook: appends fail with ENOSPC once the log would pass this many bytes in total.

@@ -338,6 +338,36 @@ func reopenError(_ dir: String) -> StoreOpenError? {
     }
 }
 
+/// Security round 2, item 6 (part): re-uploading one day with a 256 KiB `raw` wrote 521 MiB of log in 20 s
+/// with nothing triggering a snapshot (a few records, far from the record count). The log's size now
+/// triggers one too.
+extension StoreTests {
+    @Test func automaticSnapshotByLogSize() throws {
+        let h = try Harness(configure: {
+            $0.snapshotEveryRecords = Int(Int32.max)
+            $0.snapshotEverySeconds = 0
+            $0.snapshotEveryBytes = 200_000
+        })
+        let big = String(repeating: "r", count: 30_000)
+        for i in 0..<3 {  // two rows of 30 KB a record: 180 KB of log, still below the size
+            try h.write("k\(i)", big)
+            _ = h.store.flush()
+            h.store.snapshotIfDue()
+        }
+        #expect(StoreFiles.list(h.dir).snapshots.isEmpty, "a snapshot before the log reached the size")
+        try h.write("k3", big)  // 240 KB: past it
+        _ = h.store.flush()
+        h.store.snapshotIfDue()
+        var waited = 0
+        while StoreFiles.list(h.dir).snapshots.isEmpty && waited < 5000 {
+            usleep(1000)
+            waited += 1
+        }
+        #expect(StoreFiles.list(h.dir).snapshots.first?.seq == 4)
+        h.store.shutdown()
+    }
+}
+
 @Suite struct ChangeFormTests {
     @Test func binaryFormRoundTrips() throws {
         let changes: [Change] = [
