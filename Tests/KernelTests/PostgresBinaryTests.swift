@@ -32,18 +32,8 @@ import TestSupport
             _ = b.finish()
         }
         let user = ScreenTimeBinaryTests.userToken
-        var id = 0
-        /// Sends one request to `k` and returns its response, keeping notifications read on the way.
-        var heard: [JSON] = []
-        func call(_ k: LiveKernel, _ method: String, _ params: JSON) -> JSON? {
-            id += 1
-            k.send([JSON.object(JSONObject([("jsonrpc", "2.0"), ("id", .int(Int64(id))), ("method", .string(method)), ("params", params)])).serialized])
-            while let text = k.readRawLine(timeoutSeconds: 10), let line = try? JSON.parse(text) {
-                if line["id"] == nil { if k === a { heard.append(line) }; continue }
-                return line
-            }
-            return nil
-        }
+        let host = NotifiedCalls(subscriber: a)
+        let call = host.call
         func claim(_ k: LiveKernel, _ date: String) {
             #expect(call(k, "screentime.claim", ["auth": .string(user), "date": .string(date), "minutes": 10])?["result"] != nil)
         }
@@ -54,10 +44,7 @@ import TestSupport
         claim(b, "2025-04-04")
         claim(a, "2025-04-05")
         // The other kernel's last changes arrive without a request to wake the subscribed one.
-        let deadline = Date().addingTimeInterval(10)
-        while heard.count < 5 && Date() < deadline {
-            if let text = a.readRawLine(timeoutSeconds: 1), let line = try? JSON.parse(text) { heard.append(line) }
-        }
+        let heard = host.waitFor(5)
         #expect(heard.compactMap { $0["params"]?["id"]?.stringValue } == ["2025-04-01", "2025-04-02", "2025-04-03", "2025-04-04", "2025-04-05"])
         let seqs = heard.compactMap { $0["params"]?["seq"]?.intValue }
         #expect(seqs == seqs.sorted() && Set(seqs).count == seqs.count, "out of order or repeated: \(seqs)")
@@ -77,17 +64,8 @@ import TestSupport
             _ = a.finish()
             _ = s.finish()
         }
-        var id = 0
-        var heard: [JSON] = []
-        func call(_ k: LiveKernel, _ method: String, _ params: JSON) -> JSON? {
-            id += 1
-            k.send([JSON.object(JSONObject([("jsonrpc", "2.0"), ("id", .int(Int64(id))), ("method", .string(method)), ("params", params)])).serialized])
-            while let text = k.readRawLine(timeoutSeconds: 10), let line = try? JSON.parse(text) {
-                if line["id"] == nil { if k === s { heard.append(line) }; continue }
-                return line
-            }
-            return nil
-        }
+        let host = NotifiedCalls(subscriber: s)
+        let call = host.call
         // The busy user: 30 feed entries before anyone subscribes.
         let busy = ScreenTimeBinaryTests.userToken
         for day in 1...30 {
@@ -99,10 +77,7 @@ import TestSupport
             let date = JSON.string(String(format: "2025-06-%02d", day))
             #expect(call(day % 2 == 0 ? a : s, "screentime.claim", ["auth": quiet, "date": date, "minutes": 5])?["result"] != nil)
         }
-        let deadline = Date().addingTimeInterval(10)
-        while heard.count < 10 && Date() < deadline {
-            if let text = s.readRawLine(timeoutSeconds: 1), let line = try? JSON.parse(text) { heard.append(line) }
-        }
+        let heard = host.waitFor(10)
         #expect(heard.compactMap { $0["params"]?["id"]?.stringValue } == (1...10).map { String(format: "2025-06-%02d", $0) })
         let seqs = heard.compactMap { $0["params"]?["seq"]?.intValue }
         #expect(seqs == Array(1...10).map(Int64.init), "the quiet user's own positions, in order: \(seqs)")
@@ -289,5 +264,35 @@ extension PostgresBinaryTests {
         #expect(failed["error"]?["code"] == -32050, "\(failed)")
         let message = failed["error"]?["message"]?.stringValue ?? ""
         #expect(!message.contains("rows") && !message.contains("does not exist") && !message.contains(schema), "PostgreSQL's text reached the client: \(message)")
+    }
+}
+
+/// Calls kernel processes one request at a time, keeping the `events.changed` lines the subscribed one
+/// writes on the way.
+final class NotifiedCalls {
+    let subscriber: LiveKernel
+    private(set) var heard: [JSON] = []
+    private var id = 0
+
+    init(subscriber: LiveKernel) { self.subscriber = subscriber }
+
+    /// Sends one request to `k` and returns its response.
+    func call(_ k: LiveKernel, _ method: String, _ params: JSON) -> JSON? {
+        id += 1
+        k.send([JSON.object(JSONObject([("jsonrpc", "2.0"), ("id", .int(Int64(id))), ("method", .string(method)), ("params", params)])).serialized])
+        while let text = k.readRawLine(timeoutSeconds: 10), let line = try? JSON.parse(text) {
+            if line["id"] == nil { if k === subscriber { heard.append(line) }; continue }
+            return line
+        }
+        return nil
+    }
+
+    /// The notifications heard, once there are `count` of them or 10 seconds have passed.
+    func waitFor(_ count: Int) -> [JSON] {
+        let deadline = Date().addingTimeInterval(10)
+        while heard.count < count && Date() < deadline {
+            if let text = subscriber.readRawLine(timeoutSeconds: 1), let line = try? JSON.parse(text) { heard.append(line) }
+        }
+        return heard
     }
 }

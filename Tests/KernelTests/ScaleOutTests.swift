@@ -12,16 +12,8 @@ import TestSupport
 @Suite struct ScaleOutTests {
     /// Two kernels on one fresh schema.
     func pair() throws -> (Kernel, Kernel) {
-        let schema = TestPostgres.freshSchema()
-        func one() throws -> Kernel {
-            try makeKernel { config in
-                config.memoryOnly = false
-                config.storeURL = TestPostgres.url
-                config.storeSchema = schema
-                AppStoreSetup.configure(&config)
-            }
-        }
-        return (try one(), try one())
+        let (a, b, _) = try pairOnSchema()
+        return (a, b)
     }
 
     /// Signs up `count` users through `client`; returns their access tokens.
@@ -203,6 +195,7 @@ extension ScaleOutTests {
         return thread
     }
 
+    /// Two kernels on one fresh schema, and its name.
     func pairOnSchema() throws -> (Kernel, Kernel, String) {
         let schema = TestPostgres.freshSchema()
         func one() throws -> Kernel {

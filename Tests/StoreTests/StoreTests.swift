@@ -44,6 +44,15 @@ final class Harness {
         try store.open()
     }
 
+    /// Waits up to 5 s for a background snapshot to appear.
+    func waitForSnapshot() {
+        var waited = 0
+        while StoreFiles.list(dir).snapshots.isEmpty && waited < 5000 {
+            usleep(1000)
+            waited += 1
+        }
+    }
+
     /// Commits one transaction writing `key` for two users.
     func write(_ key: String, _ text: String) throws {
         var tx = Transaction()
@@ -328,11 +337,7 @@ func reopenError(_ dir: String) -> StoreOpenError? {
             _ = h.store.flush()
             h.store.snapshotIfDue()
         }
-        var waited = 0
-        while StoreFiles.list(h.dir).snapshots.isEmpty && waited < 5000 {
-            usleep(1000)
-            waited += 1
-        }
+        h.waitForSnapshot()
         #expect(StoreFiles.list(h.dir).snapshots.first?.seq == 5)
         h.store.shutdown()
     }
@@ -358,11 +363,7 @@ extension StoreTests {
         try h.write("k3", big)  // 240 KB: past it
         _ = h.store.flush()
         h.store.snapshotIfDue()
-        var waited = 0
-        while StoreFiles.list(h.dir).snapshots.isEmpty && waited < 5000 {
-            usleep(1000)
-            waited += 1
-        }
+        h.waitForSnapshot()
         #expect(StoreFiles.list(h.dir).snapshots.first?.seq == 4)
         h.store.shutdown()
     }
