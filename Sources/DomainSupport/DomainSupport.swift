@@ -141,7 +141,7 @@ public struct StoredFields {
         return try Self.checked(i, k, Self.safeIntegers)
     }
     public func optionalInt(_ k: String) throws(StorageError) -> Int64? {
-        try object[k]?.intValue.map { (i) throws(StorageError) in try Self.checked(i, k, Self.safeIntegers) }
+        try optionalInt(k, in: Self.safeIntegers)
     }
     /// An integer member within `range` (a bound the domain enforces on input).
     public func int(_ k: String, in range: ClosedRange<Int64>) throws(StorageError) -> Int64 {
@@ -149,7 +149,8 @@ public struct StoredFields {
         return try Self.checked(i, k, range)
     }
     public func optionalInt(_ k: String, in range: ClosedRange<Int64>) throws(StorageError) -> Int64? {
-        try object[k]?.intValue.map { (i) throws(StorageError) in try Self.checked(i, k, range) }
+        guard let i = object[k]?.intValue else { return nil }
+        return try Self.checked(i, k, range)
     }
     /// An instant in milliseconds since 1970, within the years the kernel can write (`Instants.stored`).
     public func instant(_ k: String) throws(StorageError) -> Int64 { try int(k, in: Instants.stored) }
@@ -157,6 +158,7 @@ public struct StoredFields {
 
     static let safeIntegers: ClosedRange<Int64> = -(1 << 53)...(1 << 53)
 
+    @inline(__always)
     private static func checked(_ i: Int64, _ k: String, _ range: ClosedRange<Int64>) throws(StorageError) -> Int64 {
         guard range.contains(i) else { throw StorageError.corrupt("\(k) is \(i), outside \(range.lowerBound)...\(range.upperBound)") }
         return i
