@@ -41,6 +41,10 @@ public struct AuthConfig: Sendable, Equatable {
     /// A spent refresh token presented again within this many seconds answers the session its first use
     /// created (concurrent refreshes of two tabs); later, or with 0, it revokes the session.
     public var refreshReuseIntervalSeconds = 10
+    /// Sign-ups an hour from one client address (the host's `clientAddress`), and from requests that
+    /// name none (all of them together); 0: no limit.
+    public var signUpsPerHourPerAddress = 30
+    public var signUpsPerHourWithoutAddress = 1000
     /// JWKS file with extra ES256/RS256 keys for access tokens signed elsewhere.
     public var jwksPath: String?
     public var providers: [ProviderConfig] = []
@@ -63,6 +67,8 @@ public struct AuthConfig: Sendable, Equatable {
         if let v = try r.optional("accessTokenTtlSeconds", in: 60...86_400 * 7) { c.accessTokenTtlSeconds = Int(v) }
         if let v = try r.optional("refreshTokenTtlSeconds", in: 3600...86_400 * 365) { c.refreshTokenTtlSeconds = Int(v) }
         if let v = try r.optional("refreshReuseIntervalSeconds", in: 0...3600) { c.refreshReuseIntervalSeconds = Int(v) }
+        if let v = try r.optional("signUpsPerHourPerAddress", in: 0...1_000_000) { c.signUpsPerHourPerAddress = Int(v) }
+        if let v = try r.optional("signUpsPerHourWithoutAddress", in: 0...1_000_000) { c.signUpsPerHourWithoutAddress = Int(v) }
         if let v: String = try r.optional("jwks") { c.jwksPath = resolve(v) }
         if r.has("providers") {
             var providers = try r.object("providers")

@@ -32,6 +32,9 @@ extension AuthError {
         case .emailTaken: return .conflict("email_taken", "An account with this email already exists")
         case .identityTaken: return .conflict("identity_taken", "This identity is linked to another account; sign in with it, or unlink it there first")
         case .tooManyAttempts: return .rateLimited("Too many failed sign-ins for this email; try again later")
+        case .tooManySignUps(let wait):
+            return RPCError(code: -32029, message: "Too many sign-ups from this address; retry in \(wait) ms", reason: "rate_limited",
+                            extra: [("retryAfterMs", .int(wait))])
         case .invalidCredentials: return .unauthorized("invalid_credentials", "Invalid login credentials")
         case .invalidRefreshToken: return .unauthorized("invalid_token", "The refresh token is not valid")
         case .refreshTokenReused: return .unauthorized("invalid_token", "The refresh token was already used; the session is revoked")
@@ -74,13 +77,22 @@ public struct Credentials: RPCParams {
         },
         required("password", String.self).schema(["minLength": 8, "maxLength": 256]).checked { (password, path) throws(FieldError) in
             guard Passwords.acceptable(password) else { throw .outOfRange(path, "must be 8 to 256 characters") }
-        })
+        },
+        optional("clientAddress", String.self).schema(["maxLength": 64])
+            .described("the end user's IP address as the host saw it; set by the host, never taken from the end user")
+            .checked { (raw, path) throws(FieldError) in
+                guard let raw, Throttle.addressKey(raw) == nil else { return }
+                throw FieldError(field: path, reason: "invalid_params", message: "\(path) is not an IPv4 or IPv6 address")
+            })
     /// Trimmed and lowercased.
     let email: String
     let password: String
-    public init(_ v: (String, String)) {
+    /// The throttle key of `clientAddress`.
+    let address: String?
+    public init(_ v: (String, String, String?)) {
         email = AuthService.normalizeEmail(v.0) ?? v.0
         password = v.1
+        address = v.2.flatMap(Throttle.addressKey)
     }
 }
 
@@ -99,12 +111,13 @@ public struct AuthSignUp: SlowRPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.none
     public static let resultSchema = AuthSchemas.session
-    public static let errors = [ErrorDoc(-32009, "email_taken")]
+    public static let errors = [ErrorDoc(-32009, "email_taken"),
+                                ErrorDoc(-32029, "rate_limited: past auth.signUpsPerHourPerAddress (or WithoutAddress); data.retryAfterMs")]
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     public func orderingKeys(_ params: JSONObject) -> [String] { Credentials.orderingKeys(params) }
     public func start(_ p: Credentials, _ c: CallContext) throws(RPCError) -> SlowCall<JSON> {
-        try answerRPC(try service.beginSignUp(email: p.email))
+        try answerRPC(try service.beginSignUp(email: p.email, from: p.address, now: c.now))
         let (service, password) = (self.service, p.password)
         return SlowCall(work: { Passwords.hash(password) }) { (hash: String) throws(RPCError) -> JSON in
             try answerRPC(try service.finishSignUp(email: p.email, passwordHash: hash, now: c.now)).json
@@ -115,7 +128,7 @@ public struct AuthSignUp: SlowRPCMethod {
 /// `auth.signIn`: the password is verified on a worker thread.
 public struct AuthSignIn: SlowRPCMethod {
     public static let name = "auth.signIn"
-    public static let summary = "Signs in with email and password; 5 failures per email in 15 minutes are throttled."
+    public static let summary = "Signs in with email and password; 5 failures in 15 minutes per email and client address (50 from every address) are throttled."
     public static let mutates = true
     public static let auth = AuthRequirement.none
     public static let resultSchema = AuthSchemas.session
@@ -124,7 +137,7 @@ public struct AuthSignIn: SlowRPCMethod {
     public init(_ service: AuthService) { self.service = service }
     public func orderingKeys(_ params: JSONObject) -> [String] { Credentials.orderingKeys(params) }
     public func start(_ p: Credentials, _ c: CallContext) throws(RPCError) -> SlowCall<JSON> {
-        let attempt = try answerRPC(try service.beginSignIn(email: p.email, now: c.now))
+        let attempt = try answerRPC(try service.beginSignIn(email: p.email, from: p.address, now: c.now))
         let (service, password) = (self.service, p.password)
         return SlowCall(users: attempt.userId.map { [$0] } ?? [],
                         work: { Passwords.verify(password, against: attempt.passwordHash) }) { (matches: Bool) throws(RPCError) -> JSON in

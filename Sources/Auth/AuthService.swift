@@ -36,9 +36,6 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     /// The partition older releases kept the email and identity lookups in.
     static let legacyShared = "*"
     static let profileKey = "profile"
-    /// Failed sign-ins per email before throttling, and the window they count in.
-    static let maxFailures = 5
-    static let failureWindowMs: Int64 = 15 * 60 * 1000
     static let cacheLimit = 10_000
 
     let config: AuthConfig
@@ -266,17 +263,29 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     }
 
     /// Signs up at once (hashing on this thread); the methods split it around the hash.
-    func signUp(email: String, password: String, now: Timestamp) throws(AuthError) -> SignedIn {
-        try beginSignUp(email: email)
+    func signUp(email: String, password: String, from address: String? = nil, now: Timestamp) throws(AuthError) -> SignedIn {
+        try beginSignUp(email: email, from: address, now: now)
         return try finishSignUp(email: email, passwordHash: Passwords.hash(password), now: now)
     }
 
-    /// Refuses a taken email before the password is hashed.
-    func beginSignUp(email: String) throws(AuthError) {
-        guard try owner(of: .email(email)) == nil else { throw .emailTaken }
+    /// Counts the sign-up against its address's hourly limit (stored, so it holds across kernels and
+    /// whatever the answer). Whether the email is taken is not looked at before the password is
+    /// hashed, so a taken email costs the caller the same time as a free one.
+    func beginSignUp(email: String, from address: String?, now: Timestamp) throws(AuthError) {
+        let limit = address == nil ? config.signUpsPerHourWithoutAddress : config.signUpsPerHourPerAddress
+        guard limit > 0 else { return }
+        let partition = "signups:" + (address ?? "unnamed")
+        let stored = try storage(try tables.throttle.get(user: partition, key: Self.throttleKey))?.failures ?? []
+        let recent = Throttle.recent(stored, now: now.milliseconds, window: Throttle.signUpWindowMs)
+        if let wait = Throttle.wait(recent, limit: limit, now: now.milliseconds, window: Throttle.signUpWindowMs) {
+            throw .tooManySignUps(retryAfterMs: wait)
+        }
+        var tx = Transaction()
+        tx.put(tables.throttle, user: partition, key: Self.throttleKey, ThrottleRow(failures: recent.suffix(limit - 1) + [now.milliseconds]))
+        try commit(tx)
     }
 
-    /// Creates the account once its password is hashed (the email may have been taken meanwhile).
+    /// Creates the account once its password is hashed.
     func finishSignUp(email: String, passwordHash: String, now: Timestamp) throws(AuthError) -> SignedIn {
         guard try owner(of: .email(email)) == nil else { throw .emailTaken }
         let user = UserRow(id: Identifiers.uuid(), email: email, createdAt: now.milliseconds, identities: ["password"],
@@ -292,6 +301,8 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     /// What a sign-in found before its password is checked.
     struct SignInAttempt: Sendable {
         let email: String
+        /// The throttle key of the client's address, if the host named it.
+        let address: String?
         /// The account, when the email has one.
         let userId: String?
         /// The hash to check against: the account's, or a decoy, so an unknown email costs the same.
@@ -299,23 +310,31 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     }
 
     /// Signs in at once (verifying on this thread); the methods split it around the verification.
-    func signIn(email: String, password: String, now: Timestamp) throws(AuthError) -> SignedIn {
-        let attempt = try beginSignIn(email: email, now: now)
+    func signIn(email: String, password: String, from address: String? = nil, now: Timestamp) throws(AuthError) -> SignedIn {
+        let attempt = try beginSignIn(email: email, from: address, now: now)
         return try finishSignIn(attempt, passwordMatches: Passwords.verify(password, against: attempt.passwordHash), now: now)
     }
 
     /// Checks the throttle and finds the account. The attempt is stored as a failure until it succeeds,
-    /// so attempts verified concurrently, on this kernel or another, cannot get past the limit.
-    func beginSignIn(email: String, now: Timestamp) throws(AuthError) -> SignInAttempt {
+    /// so attempts verified concurrently, on this kernel or another, cannot get past the limit. With an
+    /// address, failures count per address (5) and for the email from everywhere (50); without, the
+    /// email's 5 count wherever they came from.
+    func beginSignIn(email: String, from address: String? = nil, now: Timestamp) throws(AuthError) -> SignInAttempt {
         let partition = Self.throttlePartition(email)
-        let stored = try storage(try tables.throttle.get(user: partition, key: Self.throttleKey))?.failures ?? []
-        let recent = stored.filter { now.milliseconds - $0 < Self.failureWindowMs }
-        guard recent.count < Self.maxFailures else { throw .tooManyAttempts }
+        var counted = [(key: Self.throttleKey, limit: address == nil ? Throttle.failuresPerAddress : Throttle.failuresAllAddresses)]
+        if let address { counted.append((key: "from:" + address, limit: Throttle.failuresPerAddress)) }
         var tx = Transaction()
-        tx.put(tables.throttle, user: partition, key: Self.throttleKey, ThrottleRow(failures: recent + [now.milliseconds]))
+        for (key, limit) in counted {
+            let stored = try storage(try tables.throttle.get(user: partition, key: key))?.failures ?? []
+            let recent = Throttle.recent(stored, now: now.milliseconds, window: Throttle.failureWindowMs)
+            guard Throttle.wait(recent, limit: limit, now: now.milliseconds, window: Throttle.failureWindowMs) == nil else {
+                throw .tooManyAttempts
+            }
+            tx.put(tables.throttle, user: partition, key: key, ThrottleRow(failures: recent + [now.milliseconds]))
+        }
         try commit(tx)
         let user = try owner(of: .email(email)).map { (id) throws(AuthError) in try account(id) } ?? nil
-        return SignInAttempt(email: email, userId: user?.id, passwordHash: user?.passwordHash ?? Passwords.decoy)
+        return SignInAttempt(email: email, address: address, userId: user?.id, passwordHash: user?.passwordHash ?? Passwords.decoy)
     }
 
     /// Starts a session once the password matched, if the account is still there with the same password.
@@ -324,6 +343,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
               user.passwordHash == attempt.passwordHash, user.email == attempt.email else { throw .invalidCredentials }
         var tx = Transaction()
         tx.delete(tables.throttle, user: Self.throttlePartition(attempt.email), key: Self.throttleKey)
+        if let address = attempt.address { tx.delete(tables.throttle, user: Self.throttlePartition(attempt.email), key: "from:" + address) }
         let session = startSession(user, &tx, now: now)
         try commit(tx)
         return session
@@ -618,6 +638,8 @@ public enum AuthError: Error, Equatable {
     case identityTaken
     /// Too many failed sign-ins for this email lately.
     case tooManyAttempts
+    /// Too many sign-ups from this address (or from requests naming none) in the last hour.
+    case tooManySignUps(retryAfterMs: Int64)
     case invalidCredentials
     case invalidRefreshToken
     /// A spent refresh token came back: its session is now revoked.

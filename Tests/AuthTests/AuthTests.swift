@@ -277,6 +277,62 @@ struct IDClaims: JWTPayload {
         #expect(throws: AuthError.invalidRefreshToken) { _ = try h.service.refresh(first.refreshToken, now: t0) }
     }
 
+    /// #38 item 7: five wrong passwords typed by a stranger locked the owner out wherever they were.
+    @Test func failuresCountPerClientAddressAndFiftyFromEverywhere() throws {
+        let h = try AuthHarness()
+        _ = try h.service.signUp(email: "ann@example.com", password: "right password", now: t0)
+        let stranger = try #require(Throttle.addressKey("203.0.113.9")), owner = try #require(Throttle.addressKey("198.51.100.7"))
+        for _ in 0..<5 { _ = try h.service.beginSignIn(email: "ann@example.com", from: stranger, now: t0) }
+        #expect(throws: AuthError.tooManyAttempts) { _ = try h.service.beginSignIn(email: "ann@example.com", from: stranger, now: t0) }
+        // The owner, from their own address, still signs in, and that forgives only their address.
+        _ = try h.service.signIn(email: "ann@example.com", password: "right password", from: owner, now: t0)
+        #expect(throws: AuthError.tooManyAttempts) { _ = try h.service.beginSignIn(email: "ann@example.com", from: stranger, now: t0) }
+        // Guessing spread over many addresses stops at 50 for the email (the 5 above are not among them:
+        // the owner's success cleared the email's count).
+        for i in 0..<50 { _ = try h.service.beginSignIn(email: "ann@example.com", from: "v4:192.0.2.\(i)", now: t0) }
+        #expect(throws: AuthError.tooManyAttempts) { _ = try h.service.beginSignIn(email: "ann@example.com", from: "v4:192.0.2.200", now: t0) }
+        // A host that names no address keeps the email's own limit of 5.
+        let other = try AuthHarness()
+        for _ in 0..<5 { _ = try other.service.beginSignIn(email: "bob@example.com", now: t0) }
+        #expect(throws: AuthError.tooManyAttempts) { _ = try other.service.beginSignIn(email: "bob@example.com", now: t0) }
+    }
+
+    @Test func addressesAreCountedByHostOrIPv6Slash64() {
+        #expect(Throttle.addressKey("203.0.113.9") == "v4:203.0.113.9")
+        #expect(Throttle.addressKey("::ffff:203.0.113.9") == "v4:203.0.113.9")
+        #expect(Throttle.addressKey("2001:db8:1:2:aaaa::1") == Throttle.addressKey("2001:db8:1:2:bbbb::7"))
+        #expect(Throttle.addressKey("2001:db8:1:3::1") != Throttle.addressKey("2001:db8:1:2::1"))
+        for bad in ["", "localhost", "203.0.113.9:80", "1.2.3", "v4:1.2.3.4", String(repeating: "1", count: 70)] {
+            #expect(Throttle.addressKey(bad) == nil, "\(bad)")
+        }
+        #expect(Throttle.wait([1, 2, 3], limit: 3, now: 10, window: 100) == 91)
+        #expect(Throttle.wait([1, 2], limit: 3, now: 10, window: 100) == nil)
+        #expect(Throttle.wait([1, 2, 3], limit: 0, now: 10, window: 100) == nil)
+        #expect(Throttle.recent([1, 50, 200], now: 120, window: 100) == [50])
+    }
+
+    /// #38 item 7: sign-ups were unlimited (52/s from one stream).
+    @Test func signUpsAreLimitedPerAddressAndWithoutOne() throws {
+        let h = try AuthHarness({ $0.signUpsPerHourPerAddress = 3; $0.signUpsPerHourWithoutAddress = 4 })
+        let here = try #require(Throttle.addressKey("203.0.113.9"))
+        for i in 0..<3 { try h.service.beginSignUp(email: "u\(i)@example.com", from: here, now: t0.adding(seconds: Int64(i))) }
+        #expect(throws: AuthError.tooManySignUps(retryAfterMs: 3_600_000 - 3000)) {
+            try h.service.beginSignUp(email: "u9@example.com", from: here, now: t0.adding(seconds: 3))
+        }
+        // Another address, and requests naming none, have their own allowance.
+        try h.service.beginSignUp(email: "u9@example.com", from: "v4:198.51.100.7", now: t0)
+        for i in 0..<4 { try h.service.beginSignUp(email: "n\(i)@example.com", from: nil, now: t0) }
+        #expect(throws: AuthError.tooManySignUps(retryAfterMs: 3_600_000)) { try h.service.beginSignUp(email: "n9@example.com", from: nil, now: t0) }
+        // An hour after the first, one more is allowed.
+        try h.service.beginSignUp(email: "u9@example.com", from: here, now: t0.adding(seconds: 3600))
+        // A taken email is not refused before the hash: the answer costs what a free one costs.
+        _ = try h.service.signUp(email: "taken@example.com", password: "right password", from: "v4:192.0.2.1", now: t0)
+        try h.service.beginSignUp(email: "taken@example.com", from: "v4:192.0.2.1", now: t0)
+        #expect(throws: AuthError.emailTaken) {
+            try h.service.finishSignUp(email: "taken@example.com", passwordHash: "unused", now: t0)
+        }
+    }
+
     @Test func concurrentSignInsCannotPassTheThrottle() throws {
         let h = try AuthHarness()
         _ = try h.service.signUp(email: "ann@example.com", password: "right password", now: t0)

@@ -176,11 +176,13 @@ export interface Methods {
       };
     };
   };
-  /** Signs in with email and password; 5 failures per email in 15 minutes are throttled. Auth: none; writes. */
+  /** Signs in with email and password; 5 failures in 15 minutes per email and client address (50 from every address) are throttled. Auth: none; writes. */
   "auth.signIn": {
     params: {
       email: string;
       password: string;
+      /** the end user's IP address as the host saw it; set by the host, never taken from the end user */
+      clientAddress?: string;
     };
     paramsRequired: true;
     result: {
@@ -213,6 +215,8 @@ export interface Methods {
     params: {
       email: string;
       password: string;
+      /** the end user's IP address as the host saw it; set by the host, never taken from the end user */
+      clientAddress?: string;
     };
     paramsRequired: true;
     result: {
