@@ -10,6 +10,12 @@ public struct UserLimits: Sendable, Equatable {
     public var healthItemsPerUser: Int64 = 20_000_000
     /// Bytes of Screen Time `raw` kept (their stored form).
     public var rawBytesPerUser: Int64 = 64 << 20
+    /// Deleted records' feed entries kept per user and synced table (see `Tombstones`).
+    public var tombstonesPerUser: Int64 = 1_000_000
+    /// Meditation sessions kept per user; past it `sessions.record` is refused.
+    public var sessionsPerUser: Int64 = 1_000_000
+    /// Days the rewards ledger (`rewards.earn`'s idempotency keys) and past unlock windows are kept.
+    public var rewardsRetentionDays: Int64 = 400
 
     public init() {}
 
@@ -19,6 +25,9 @@ public struct UserLimits: Sendable, Equatable {
         if let v = try r.optional("burst", in: 0...1_000_000_000) { burst = v }
         if let v = try r.optional("healthItemsPerUser", in: 0...Int64(Int32.max) * 16) { healthItemsPerUser = v }
         if let v = try r.optional("rawBytesPerUser", in: 0...(1 << 50)) { rawBytesPerUser = v }
+        if let v = try r.optional("tombstonesPerUser", in: 0...Int64(Int32.max)) { tombstonesPerUser = v }
+        if let v = try r.optional("sessionsPerUser", in: 0...Int64(Int32.max)) { sessionsPerUser = v }
+        if let v = try r.optional("rewardsRetentionDays", in: 0...36_500) { rewardsRetentionDays = v }
         try r.finish()
     }
 }

@@ -43,6 +43,7 @@ public final class Kernel {
             var options = PostgresOptions(url: url)
             options.schema = config.storeSchema
             options.connectTimeoutSeconds = config.storeConnectTimeoutSeconds
+            options.tombstonesPerUser = Int(config.limits.tombstonesPerUser)
             let postgres = try PostgresStore(options: options, clock: clock, log: { [logger] in logger.warning("\($0)") })
             if postgres.migration.from != postgres.migration.to {
                 logger.info("schema \(options.schema) migrated from version \(postgres.migration.from) to \(postgres.migration.to)")
@@ -56,6 +57,7 @@ public final class Kernel {
             var options = StoreOptions(dataDir: config.memoryOnly ? nil : config.dataDir)
             options.fsync = config.fsync
             options.snapshotEveryRecords = config.snapshotEveryRecords
+            options.tombstonesPerUser = Int(config.limits.tombstonesPerUser)
             options.snapshotEverySeconds = config.snapshotEverySeconds
             options.snapshotEveryBytes = config.snapshotEveryBytes
             options.failAppendsBeyondBytes = config.failLogAppendsBeyondBytes
@@ -101,9 +103,6 @@ public final class Kernel {
             }
         )
         dispatcher.journal = storage
-        // An answer, a batch's included, is one line a host reading up to the line limit can take; a limit
-        // set below 64 KiB (to refuse long requests) still lets ordinary answers through.
-        dispatcher.maxAnswerBytes = max(config.maxLineBytes, 64 << 10)
         dispatcher.hub = events
         dispatcher.maxAnswerBytes = config.maxAnswerBytes
         if config.limits.requestsPerSecond > 0 && config.limits.burst > 0 {

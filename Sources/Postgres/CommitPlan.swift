@@ -140,6 +140,23 @@ struct CommitPlan {
         }
     }
 
+    /// Drops `user`'s oldest tombstones of `table` down to `Tombstones.kept(of: limit)` when more than
+    /// `limit` are kept, raising the floor to the newest one dropped (see `Tombstones`), in the commit's
+    /// own transaction. The count stops at `limit + 1` (an index range), and the store asks only once
+    /// per quarter of the limit of deletes: O(limit) then, O(1) per delete on the whole.
+    mutating func dropOldTombstones(_ table: PostgresTableBase, user: String, limit: Int) {
+        close()
+        statements.append(Statement("""
+            WITH doomed AS (
+                SELECT key FROM tombstones WHERE tbl = $1 AND usr = $2 AND key <> ''
+                AND (SELECT count(*) FROM (SELECT 1 FROM tombstones WHERE tbl = $1 AND usr = $2 AND key <> '' LIMIT $3 + 1) c) > $3
+                ORDER BY seq DESC OFFSET $4),
+            gone AS (DELETE FROM tombstones t USING doomed d WHERE t.tbl = $1 AND t.usr = $2 AND t.key = d.key RETURNING t.seq)
+            INSERT INTO tombstones (tbl, usr, key, seq, at) SELECT $1, $2, '', max(seq), $5 FROM gone HAVING count(*) > 0
+            ON CONFLICT (tbl, usr, key) DO UPDATE SET seq = greatest(tombstones.seq, excluded.seq), at = excluded.at
+            """, [table.name, user, String(limit), String(Tombstones.kept(of: limit)), String(at)]))
+    }
+
     /// The statements, after the users' counters are moved: `users` rows first, then the changes, with
     /// each user's count filled in (parameter $5 of the statements that compute positions).
     mutating func finish() -> [Statement] {

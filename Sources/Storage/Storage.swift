@@ -119,11 +119,29 @@ public struct FeedPage: Sendable {
     public var entries: [FeedEntry]
     /// Whether more entries follow the last one.
     public var hasMore: Bool
+    /// The greatest position of a delete the feed no longer holds (tombstones past the limit are
+    /// dropped oldest first; see `Tombstones`), over the entities asked for; 0 when none was dropped. A
+    /// cursor before it would miss that delete: its holder reads the feed again from the start.
+    public var forgottenThrough: UInt64
 
-    public init(entries: [FeedEntry], hasMore: Bool) {
+    public init(entries: [FeedEntry], hasMore: Bool, forgottenThrough: UInt64 = 0) {
         self.entries = entries
         self.hasMore = hasMore
+        self.forgottenThrough = forgottenThrough
     }
+}
+
+/// How many deleted rows' feed entries a user keeps per synced table. Deleting is never refused, so
+/// without a bound delete-and-add cycles would grow a user's tombstones past any quota; past the limit
+/// the oldest are dropped down to three quarters of it (so a drop happens once per quarter of the
+/// limit of deletes, not on each), and the position of the newest one dropped is kept as the table's
+/// *floor*: the tombstone of the empty key (no row has it), so that it is stored, snapshotted, moved
+/// and deleted with the user exactly as tombstones are, on both stores, with no format of its own.
+public enum Tombstones {
+    /// The key of the floor's tombstone.
+    public static let floorKey = ""
+    /// How many a drop keeps of `limit`.
+    public static func kept(of limit: Int) -> Int { limit - limit / 4 }
 }
 
 /// A table as a transaction names it: its name, and the slot the storage that made it keeps it in.

@@ -32,15 +32,16 @@ protocol AnyTable: AnyObject {
     func freeze() -> FrozenTable
     /// One user's rows as (key, stored value).
     func storedRows(of user: String) -> [(String, JSON)]
-    /// Appends `user`'s first `limit` feed entries after position `after`, in position order.
-    func feed(user: String, after: UInt64, limit: Int, into out: inout [FeedCandidate])
+    /// Appends `user`'s first `limit` feed entries after position `after`, in position order; returns the
+    /// table's floor for the user (see `Tombstones`).
+    func feed(user: String, after: UInt64, limit: Int, into out: inout [FeedCandidate]) -> UInt64
     /// Builds what is derived from the rows (second order, feed index) after a snapshot loaded them.
     func buildIndexes()
 }
 
 extension AnyTable {
     var entity: Entity? { nil }
-    func feed(user: String, after: UInt64, limit: Int, into out: inout [FeedCandidate]) {}
+    func feed(user: String, after: UInt64, limit: Int, into out: inout [FeedCandidate]) -> UInt64 { 0 }
     func buildIndexes() {}
 }
 

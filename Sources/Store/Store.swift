@@ -30,6 +30,8 @@ public struct StoreOptions: Sendable {
     /// ...or once this many bytes of log have been written since the last one (0: never by size), so a
     /// few large records (a 256 KiB `raw` uploaded again and again) cannot grow the log without bound.
     public var snapshotEveryBytes = 64 << 20
+    /// Tombstones kept per user and synced table; 0: no limit (see `Tombstones`).
+    public var tombstonesPerUser = 0
     /// Start a new log segment past this size.
     public var segmentBytes = 64 * 1024 * 1024
     /// Test hook: appends fail with ENOSPC once the log would pass this many bytes in total.
@@ -168,6 +170,7 @@ public final class Store: Storage, @unchecked Sendable {
         if let entity = table.entity {
             precondition(!slots.contains { $0.entity?.name == entity.name }, "entity \(entity.name) registered twice")
         }
+        table.tombstoneLimit = options.tombstonesPerUser
         tables[name] = table
         tableOrder.append(name)
         slots.append(table)
@@ -182,13 +185,14 @@ public final class Store: Storage, @unchecked Sendable {
     public func feed(user: String, after: UInt64?, limit: Int, entities: Set<String>?) -> FeedPage {
         // Each synced table's index gives its first limit + 1 entries: O(tables × (log n + page)).
         var found: [FeedCandidate] = []
+        var floor: UInt64 = 0
         let take = limit == .max ? limit : limit + 1
         for table in slots {
             guard let entity = table.entity, entities?.contains(entity.name) ?? true else { continue }
-            table.feed(user: user, after: after ?? 0, limit: take, into: &found)
+            floor = max(floor, table.feed(user: user, after: after ?? 0, limit: take, into: &found))
         }
         found.sort { $0.stamp.seq < $1.stamp.seq }
-        return FeedPage(entries: found.prefix(limit).map(entry), hasMore: found.count > limit)
+        return FeedPage(entries: found.prefix(limit).map(entry), hasMore: found.count > limit, forgottenThrough: floor)
     }
 
     public func view<Row: StoredRow>(_ table: any StorageTable<Row>, user: String) -> any StorageTable<Row> {

@@ -30,6 +30,8 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     /// Users whose feed index is not built yet: after a snapshot load, each is built when first needed
     /// (O(the user's rows)), so a start-up pays for none and users who never sync cost no index.
     @usableFromInline var unindexed: Set<String> = []
+    /// Tombstones kept per user (synced tables; 0: no limit). See `Tombstones`.
+    var tombstoneLimit = 0
 
     /// Rows in the table.
     public var rowCount: Int { storedCount }
@@ -267,8 +269,35 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     func delete(user: String, key name: String, stamp: Stamp) -> Previous {
         let key = RowKey(name)
         guard let old = unset(user, key) else { return Previous() }
-        if synced { setTombstone(user, key, stamp) }
-        return Previous(row: old.row, stamp: old.stamp)
+        var previous = Previous(row: old.row, stamp: old.stamp)
+        if synced {
+            setTombstone(user, key, stamp)
+            if tombstoneLimit > 0, let count = deleted[user]?.count, count > tombstoneLimit + 1 {
+                previous.dropped = dropOldTombstones(user, at: stamp.at)
+            }
+        }
+        return previous
+    }
+
+    /// Drops `user`'s oldest tombstones down to `Tombstones.kept(of:)` the limit and raises the floor to
+    /// the newest one dropped; returns what it removed (the former floor included), for undo. Runs
+    /// deterministically inside the delete that passed the limit, so replaying the log drops the same
+    /// ones. O(t log t) for t tombstones, once per quarter of the limit of deletes.
+    private func dropOldTombstones(_ user: String, at: Int64) -> [(RowKey, Stamp)] {
+        let floorKey = RowKey(Tombstones.floorKey)
+        var all: [(RowKey, Stamp)] = []
+        deleted[user]?.forEach { key, stamp, _ in if key != floorKey { all.append((key, stamp)) } }
+        all.sort { $0.1.seq < $1.1.seq }
+        let doomed = all.prefix(all.count - Tombstones.kept(of: tombstoneLimit))
+        guard let newest = doomed.last?.1 else { return [] }
+        var removed: [(RowKey, Stamp)] = []
+        if let floor = dropTombstone(user, floorKey) { removed.append((floorKey, floor)) }
+        for (key, stamp) in doomed {
+            _ = dropTombstone(user, key)
+            removed.append((key, stamp))
+        }
+        setTombstone(user, floorKey, Stamp(seq: max(newest.seq, removed.first?.1.seq ?? 0), at: at))
+        return removed
     }
 
     func setTombstone(user: String, key name: String, stamp: Stamp) {
@@ -297,6 +326,10 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         guard synced else { return }
         _ = dropTombstone(user, key)
         if let tombstone = previous.tombstone { setTombstone(user, key, tombstone) }
+        if !previous.dropped.isEmpty {
+            _ = dropTombstone(user, RowKey(Tombstones.floorKey))
+            for (key, stamp) in previous.dropped { setTombstone(user, key, stamp) }
+        }
     }
 
     /// What `removeUser` takes away: the rows, their second order, their tombstones and feed index.
@@ -328,14 +361,18 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         scan(user: user).map { ($0.key, $0.row.stored) }
     }
 
-    func feed(user: String, after: UInt64, limit: Int, into out: inout [FeedCandidate]) {
+    func feed(user: String, after: UInt64, limit: Int, into out: inout [FeedCandidate]) -> UInt64 {
         feedIndexReady(user)
-        guard let index = feedIndex[user] else { return }
+        guard let index = feedIndex[user] else { return 0 }
         let mine = rows[user], gone = deleted[user]
-        for (seq, ref) in index.entries(from: nil, to: nil, after: after, reverse: false, limit: limit) {
+        let floorKey = RowKey(Tombstones.floorKey), floor = gone?[floorKey]?.seq ?? 0
+        // The floor's tombstone is no feed entry: one more is read in case it is among them.
+        let take = floor > after && limit < .max ? limit + 1 : limit
+        for (seq, ref) in index.entries(from: nil, to: nil, after: after, reverse: false, limit: take) where ref.key != floorKey {
             let at = (ref.deleted ? gone?[ref.key] : mine?.stamp(ref.key))?.at ?? 0
             out.append(FeedCandidate(stamp: Stamp(seq: seq, at: at), table: slot, key: ref.key, deleted: ref.deleted))
         }
+        return floor
     }
 
     func freeze() -> FrozenTable {

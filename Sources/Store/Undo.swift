@@ -9,6 +9,8 @@ struct Previous {
     @usableFromInline var stamp: Stamp?
     /// The tombstone the change replaced or removed (synced tables).
     @usableFromInline var tombstone: Stamp?
+    /// Tombstones a delete dropped past the limit, the floor's former one among them (see `Tombstones`).
+    @usableFromInline var dropped: [(RowKey, Stamp)] = []
 
     @inlinable
     init(row: (any StoredRow)? = nil, stamp: Stamp? = nil, tombstone: Stamp? = nil) {

@@ -58,6 +58,10 @@ public final class SyncService: @unchecked Sendable {
         } catch {
             throw RPCError.from(error)
         }
+        if let position, position < page.forgottenThrough {
+            throw RPCError.invalidParams("params.since", reason: "cursor_expired",
+                                         "params.since is older than deletes the feed no longer holds (limits.tombstonesPerUser); read the feed again from the start, without since, and keep only what it returns")
+        }
         var out: [JSON] = []
         out.reserveCapacity(page.entries.count)
         var bytes = 0

@@ -71,6 +71,42 @@ import TestSupport
         #expect(client.call("health.ingest", ["auth": auth, "samples": Self.samples(5...5), "dryRun": true])["error"]?["data"]?["reason"] == "quota_exceeded")
     }
 
+    /// #38 item 6: 20 ingest-and-delete cycles under a 60,000-item quota left a million tombstones.
+    /// Past `limits.tombstonesPerUser` the oldest go; a cursor from before them is told to read again.
+    @Test(arguments: StoreKind.allCases)
+    func tombstonesPastTheLimitAreDroppedAndOlderCursorsReadAgain(_ store: StoreKind) throws {
+        let kernel = try makeKernel(on: store) { $0.limits.tombstonesPerUser = 8; $0.limits.requestsPerSecond = 0 }
+        let client = InProcessClient(kernel)
+        let auth = JSON.string(Self.userToken)
+        let uuid = { (i: Int) in JSON.string(String(format: "0a000000-0000-4000-8000-%012d", i)) }
+        #expect(client.call("health.ingest", ["auth": auth, "samples": Self.samples(1...40)])["result"] != nil)
+        let session = try #require(client.call("sessions.record", ["auth": auth, "startTime": "2025-03-01T10:00:00Z",
+                                                                    "durationSeconds": 60])["result"]?["sessionId"])
+        let before = try #require(client.call("sync.changes", ["auth": auth, "limit": 1000])["result"]?["cursor"])
+        for i in stride(from: 1, through: 37, by: 4) {
+            #expect(client.call("health.delete", ["auth": auth, "uuids": .array((i...i + 3).map(uuid))])["result"] != nil)
+        }
+        let stale = client.call("sync.changes", ["auth": auth, "since": before])
+        #expect(stale["error"]?["code"] == -32602)
+        #expect(stale["error"]?["data"]?["reason"] == "cursor_expired")
+        #expect(stale["error"]?["data"]?["field"] == "params.since")
+        // Another entity's feed lost nothing: the same cursor still reads it.
+        #expect(client.call("sync.changes", ["auth": auth, "since": before, "entities": ["sessions.session"]])["result"]?["changes"] == [])
+        // From the start: every record as it stands, and at most the limit (plus a quarter per PostgreSQL
+        // kernel between drops) of deletes.
+        let all = try #require(client.call("sync.changes", ["auth": auth, "limit": 1000])["result"])
+        let changes = try #require(all["changes"]?.arrayValue)
+        let deletes = changes.filter { $0["op"] == "delete" }.count
+        #expect(deletes >= 6 && deletes <= 10, "\(deletes) deletes kept")
+        #expect(changes.filter { $0["op"] == "upsert" }.count > 0)
+        #expect(changes.allSatisfy { $0["id"] != "" })
+        // A cursor from after the drop goes on working: the next delete comes through it.
+        #expect(client.call("sessions.delete", ["auth": auth, "sessionId": session])["result"] != nil)
+        let after = try #require(all["cursor"])
+        let next = try #require(client.call("sync.changes", ["auth": auth, "since": after])["result"]?["changes"]?.arrayValue)
+        #expect(next.map { $0["id"] } == [session])
+    }
+
     @Test func rawBytesPastTheQuotaAreRefusedAndNothingIsStored() throws {
         let kernel = try makeKernel { $0.limits.rawBytesPerUser = 1000; $0.limits.requestsPerSecond = 0 }
         let client = InProcessClient(kernel)

@@ -23,12 +23,13 @@ final class TickingClock: Clock, @unchecked Sendable {
         let tasks: Table<Note>
         let other: Table<Note>
 
-        init(dir: String? = nil, copying source: String? = nil, failBeyond: Int? = nil) throws {
+        init(dir: String? = nil, copying source: String? = nil, failBeyond: Int? = nil, tombstones: Int = 0) throws {
             self.dir = dir ?? FileManager.default.temporaryDirectory.appendingPathComponent("hk-feed-\(UUID().uuidString)").path
             if let source { try FileManager.default.copyItem(atPath: source, toPath: self.dir) }
             var options = StoreOptions(dataDir: self.dir)
             options.fsync = .never
             options.failAppendsBeyondBytes = failBeyond
+            options.tombstonesPerUser = tombstones
             store = Store(options: options, clock: TickingClock(), log: { _ in })
             notes = store.table("notes", of: Note.self, entity: Entity("note", id: { "n-" + $0 }))
             tasks = store.table("tasks", of: Note.self, entity: Entity("task", id: { "t-" + $0 }))
@@ -195,6 +196,61 @@ final class TickingClock: Clock, @unchecked Sendable {
         #expect(h.feed("u1").entries == before)
         #expect(h.indexesMatchStamps())
         h.store.abandon()
+    }
+
+    /// #38 item 6: past the limit the oldest tombstones go and the floor rises, the same after replay
+    /// and after a snapshot; a failed write puts the dropped ones back.
+    @Test func tombstonesPastTheLimitAreDroppedTheSameAfterReplayAndSnapshot() throws {
+        let h = try FeedHarness(tombstones: 8)
+        var tx = Transaction()
+        for i in 0..<30 { tx.put(h.notes, user: "u1", key: "k\(i)", Note("1")) }
+        tx.put(h.tasks, user: "u1", key: "t", Note("1"))
+        try h.store.commit(tx)
+        for i in 0..<12 {
+            tx = Transaction()
+            tx.delete(h.notes, user: "u1", key: "k\(i)")
+            try h.store.commit(tx)
+        }
+        _ = h.store.flush()
+        let page = h.feed("u1")
+        let deletes = page.entries.filter { $0.op == .delete }
+        // The tenth delete passed 8 (+ the floor): the oldest 4 went, leaving 6; two more since.
+        #expect(deletes.map(\.id) == (4..<12).map { "n-k\($0)" })
+        #expect(page.forgottenThrough > 0 && page.forgottenThrough < deletes[0].seq)
+        #expect(h.store.feed(user: "u1", after: nil, limit: 100, entities: ["task"]).forgottenThrough == 0, "per table")
+        #expect(h.indexesMatchStamps())
+        let before = page.entries
+        h.store.abandon()
+        let replayed = try FeedHarness(dir: h.dir, tombstones: 8)
+        #expect(replayed.feed("u1").entries == before)
+        #expect(replayed.feed("u1").forgottenThrough == page.forgottenThrough)
+        _ = try replayed.store.snapshot()
+        replayed.store.abandon()
+        let loaded = try FeedHarness(dir: h.dir, tombstones: 8)
+        #expect(loaded.feed("u1").entries == before && loaded.feed("u1").forgottenThrough == page.forgottenThrough)
+        loaded.store.abandon()
+
+        // A write that fails after its delete dropped tombstones leaves them as they were.
+        let failing = try FeedHarness(failBeyond: 3000, tombstones: 4)
+        tx = Transaction()
+        for i in 0..<10 { tx.put(failing.notes, user: "u1", key: "k\(i)", Note("1")) }
+        try failing.store.commit(tx)
+        for i in 0..<5 {
+            tx = Transaction()
+            tx.delete(failing.notes, user: "u1", key: "k\(i)")
+            try failing.store.commit(tx)
+        }
+        #expect(failing.store.flush().failedCommits.isEmpty)
+        let kept = failing.feed("u1")
+        tx = Transaction()
+        tx.put(failing.notes, user: "u1", key: "pad", Note(String(repeating: "x", count: 3000)))
+        tx.delete(failing.notes, user: "u1", key: "k5")
+        try failing.store.commit(tx)
+        #expect(failing.feed("u1").forgottenThrough > kept.forgottenThrough, "the delete dropped more")
+        #expect(failing.store.flush().failedCommits.count == 1)
+        #expect(failing.feed("u1").entries == kept.entries && failing.feed("u1").forgottenThrough == kept.forgottenThrough)
+        #expect(failing.indexesMatchStamps())
+        failing.store.abandon()
     }
 
     @Test func entitiesFilterAndDeleteUserRemovesTheFeed() throws {
