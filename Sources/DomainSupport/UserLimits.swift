@@ -14,8 +14,9 @@ public struct UserLimits: Sendable, Equatable {
     public var tombstonesPerUser: Int64 = 1_000_000
     /// Meditation sessions kept per user; past it `sessions.record` is refused.
     public var sessionsPerUser: Int64 = 1_000_000
-    /// Days the rewards ledger (`rewards.earn`'s idempotency keys) and past unlock windows are kept.
-    public var rewardsRetentionDays: Int64 = 400
+    /// Rewards ledger entries kept per user: `rewards.earn` credits (their idempotency keys) and
+    /// `rewards.spend` unlock windows; past it both are refused.
+    public var rewardsLedgerPerUser: Int64 = 1_000_000
 
     public init() {}
 
@@ -27,7 +28,7 @@ public struct UserLimits: Sendable, Equatable {
         if let v = try r.optional("rawBytesPerUser", in: 0...(1 << 50)) { rawBytesPerUser = v }
         if let v = try r.optional("tombstonesPerUser", in: 0...Int64(Int32.max)) { tombstonesPerUser = v }
         if let v = try r.optional("sessionsPerUser", in: 0...Int64(Int32.max)) { sessionsPerUser = v }
-        if let v = try r.optional("rewardsRetentionDays", in: 0...36_500) { rewardsRetentionDays = v }
+        if let v = try r.optional("rewardsLedgerPerUser", in: 0...Int64(Int32.max)) { rewardsLedgerPerUser = v }
         try r.finish()
     }
 }

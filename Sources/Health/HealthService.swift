@@ -263,10 +263,8 @@ public final class HealthService: @unchecked Sendable {
     private func saveProfile(_ work: inout Work, zone: Zone?) throws(HealthError) {
         let (user, tables) = (work.user, work.tables)
         let old = try storage(try tables.profile.get(user: user, key: Self.profileKey))
-        let before: Int64
-        if let kept = old?.items { before = kept } else { before = try countItems(user, tables) }
-        let after = before + work.itemDelta
-        if maxItems > 0 && work.itemDelta > 0 && after > maxItems { throw .quota(maxItems) }
+        guard let after = try Quota.after(stored: old?.items, adding: work.itemDelta, limit: maxItems,
+                                          recount: { () throws(HealthError) in try countItems(user, tables) }) else { throw .quota(maxItems) }
         let row = ProfileRow(timezone: zone?.identifier ?? old?.timezone ?? Zone.utc.identifier, items: after)
         if row != old { work.tx.put(work.writes.profile, user: user, key: Self.profileKey, row) }
     }

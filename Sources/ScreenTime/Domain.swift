@@ -13,7 +13,8 @@ public struct ScreenTimeDomain: Domain {
 
     public init(config: ScreenTimeConfig, tables: ScreenTimeTables, context: DomainContext) {
         let st = ScreenTimeService(config: config, store: context.store, tables: tables,
-                                   maxRawBytes: context.limits.rawBytesPerUser, maxAnswerBytes: context.maxAnswerBytes)
+                                   maxRawBytes: context.limits.rawBytesPerUser,
+                                   maxLedgerEntries: context.limits.rewardsLedgerPerUser, maxAnswerBytes: context.maxAnswerBytes)
         // Each synced entity as its own read method shows it.
         context.entities.add([
             "screentime.connection": { (user, _, _) throws(RPCError) in try answer { () throws(ScreenTimeError) in try st.connection(user) } },

@@ -56,6 +56,7 @@ extension ScreenTimeError {
         case .notEnoughXP: return .conflict("insufficient_balance", "Not enough XP")
         case .notEnoughMinutes: return .conflict("insufficient_balance", "Not enough unlocked minutes")
         case .rawQuota(let limit): return .quotaExceeded("bytes of Screen Time raw", limit: limit)
+        case .ledgerQuota(let limit): return .quotaExceeded("rewards ledger entries (credits and unlock windows)", limit: limit)
         case .storage(let error): return .from(error)
         }
     }
@@ -408,7 +409,7 @@ public struct RewardsEarn: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = Schemas.balance
-    public static let errors = [ErrorDoc(-32009, "idempotency_key_reused")]
+    public static let errors = [ErrorDoc(-32009, "idempotency_key_reused"), ErrorDoc(-32029, "quota_exceeded: past limits.rewardsLedgerPerUser entries")]
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
@@ -451,7 +452,7 @@ public struct RewardsSpend: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["startsAt", "endsAt", "balance"], "properties": {"startsAt": {"type": "string", "format": "date-time"}, "endsAt": {"type": "string", "format": "date-time"}, "balance": "# + Schemas.balance + "}}"
-    public static let errors = [ErrorDoc(-32009, "insufficient_balance")]
+    public static let errors = [ErrorDoc(-32009, "insufficient_balance"), ErrorDoc(-32029, "quota_exceeded: past limits.rewardsLedgerPerUser entries")]
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {

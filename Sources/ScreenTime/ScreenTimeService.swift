@@ -31,20 +31,25 @@ public final class ScreenTimeService: @unchecked Sendable {
     static let connectionKey = "connection"
     static let balanceKey = "balance"
     static let eventCounterKey = "events"
+    /// The counter of rewards ledger entries (credits and unlock windows).
+    static let ledgerCounterKey = "ledger"
 
     let config: ScreenTimeConfig
     let store: any Storage
     let tables: ScreenTimeTables
     /// Most bytes of `raw` one user may keep; 0: no limit.
     let maxRawBytes: Int64
+    /// Most rewards ledger entries one user may keep; 0: no limit.
+    let maxLedgerEntries: Int64
     /// Most bytes of one answer.
     let maxAnswerBytes: Int
 
     /// A service over `tables`.
     public init(config: ScreenTimeConfig, store: any Storage, tables: ScreenTimeTables, maxRawBytes: Int64 = 0,
-                maxAnswerBytes: Int = 16 << 20) {
+                maxLedgerEntries: Int64 = 0, maxAnswerBytes: Int = 16 << 20) {
         self.config = config
         self.maxRawBytes = maxRawBytes
+        self.maxLedgerEntries = maxLedgerEntries
         self.maxAnswerBytes = maxAnswerBytes
         self.store = store
         self.tables = tables
@@ -233,6 +238,7 @@ public final class ScreenTimeService: @unchecked Sendable {
         guard !overflow, sum <= Self.maxXP else { throw .balanceLimit }
         b.xp = sum
         var tx = Transaction()
+        try countLedger(user, &tx)
         tx.put(tables.earned, user: user, key: key, EarnRow(xp: xp, reason: reason, at: now.milliseconds))
         tx.put(tables.balance, user: user, key: Self.balanceKey, b)
         try commit(tx)
@@ -264,10 +270,23 @@ public final class ScreenTimeService: @unchecked Sendable {
         b.unlockedUntil = window.endsAt
         let unlock = UnlockRow(startsAt: window.startsAt, endsAt: window.endsAt, minutes: minutes)
         var tx = Transaction()
+        try countLedger(user, &tx)
         tx.put(tables.balance, user: user, key: Self.balanceKey, b)
         tx.put(tables.unlocks, user: user, key: padded(window.startsAt), unlock)
         try commit(tx)
         return Unlock(window: unlock, balance: b)
+    }
+
+    /// Counts one more ledger entry (a credit or an unlock window) into `tx`; past
+    /// `limits.rewardsLedgerPerUser` the write is refused and nothing is stored.
+    private func countLedger(_ user: String, _ tx: inout Transaction) throws(ScreenTimeError) {
+        let stored = try storage(try tables.counters.get(user: user, key: Self.ledgerCounterKey))?.value
+        guard let after = try Quota.after(stored: stored, adding: 1, limit: maxLedgerEntries, recount: { () throws(ScreenTimeError) in
+            let earned = try storage(try tables.earned.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count
+            let unlocks = try storage(try tables.unlocks.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count
+            return Int64(earned + unlocks)
+        }) else { throw .ledgerQuota(maxLedgerEntries) }
+        tx.put(tables.counters, user: user, key: Self.ledgerCounterKey, CounterRow(value: after))
     }
 
     /// The unlock window starting at `startsAt`, if any.
@@ -296,6 +315,8 @@ enum ScreenTimeError: Error, Equatable {
     case notEnoughMinutes
     /// The upload's `raw` would take the user past this many bytes kept.
     case rawQuota(Int64)
+    /// The user keeps `limits.rewardsLedgerPerUser` credits and unlock windows already.
+    case ledgerQuota(Int64)
     /// Storage failed; nothing changed.
     case storage(StorageError)
 }

@@ -11,7 +11,8 @@ public struct SessionsDomain: Domain {
     public static func tables(_ store: some Storage) -> SessionTables { SessionTables(store) }
 
     public init(config: NoConfig, tables: SessionTables, context: DomainContext) {
-        let se = SessionsService(store: context.store, tables: tables, cursorSecrets: context.cursorSecrets)
+        let se = SessionsService(store: context.store, tables: tables, cursorSecrets: context.cursorSecrets,
+                                  maxSessions: context.limits.sessionsPerUser)
         context.entities.add([
             "sessions.session": { (user, id, _) throws(RPCError) in
                 try answer { () throws(SessionsError) in try se.session(user, id) }

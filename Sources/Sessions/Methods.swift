@@ -39,6 +39,7 @@ extension SessionsError {
         case .clientSessionIdUsed: return .conflict("idempotency_key_reused", "This clientSessionId already belongs to a recorded session")
         case .noActiveSession: return .conflict("no_active_session", "No session timer is running or paused")
         case .notFound: return .notFound("No such session")
+        case .quota(let limit): return .quotaExceeded("meditation sessions", limit: limit)
         case .storage(let error): return .from(error)
         }
     }
@@ -104,6 +105,7 @@ public struct SessionsRecord: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = Schemas.session
+    public static let errors = [ErrorDoc(-32029, "quota_exceeded: past limits.sessionsPerUser kept sessions")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
@@ -126,7 +128,8 @@ public struct SessionsStart: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = Schemas.timer
-    public static let errors = [ErrorDoc(-32009, "session_active, idempotency_key_reused")]
+    public static let errors = [ErrorDoc(-32009, "session_active, idempotency_key_reused"),
+                                ErrorDoc(-32029, "quota_exceeded: past limits.sessionsPerUser kept sessions")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {

@@ -71,11 +71,20 @@ public struct ClientIDRow: StoredRow {
     public var stored: JSON { ["sessionId": .string(sessionId)] }
 }
 
+/// How many sessions a user keeps (`sessions.count`, key `sessions`), for `limits.sessionsPerUser`.
+public struct SessionCountRow: StoredRow {
+    public let count: Int64
+    public init(count: Int64) { self.count = count }
+    public init(stored: JSON) throws(StorageError) { count = try StoredFields(stored, "session count").int("count") }
+    public var stored: JSON { ["count": .int(count)] }
+}
+
 /// The sessions tables, registered with the store before it recovers.
 public struct SessionTables: Sendable {
     public let records: any StorageTable<MeditationRow>
     public let timer: any StorageTable<TimerRow>
     public let clientIds: any StorageTable<ClientIDRow>
+    public let count: any StorageTable<SessionCountRow>
 
     /// Registers the tables. Inlinable, so that the composition root's call is specialised for its
     /// storage and each table's row operations are compiled for their row type.
@@ -86,5 +95,6 @@ public struct SessionTables: Sendable {
                               entity: Entity("sessions.session"))
         timer = store.table("sessions.timer", of: TimerRow.self, entity: Entity("sessions.timer", id: { _ in "timer" }))
         clientIds = store.table("sessions.clientIds", of: ClientIDRow.self)
+        count = store.table("sessions.count", of: SessionCountRow.self)
     }
 }

@@ -8,11 +8,15 @@ public final class SessionsService: @unchecked Sendable {
     let store: any Storage
     let tables: SessionTables
     private let cursors: CursorSeal
+    /// Sessions kept per user (0: no limit).
+    let maxSessions: Int64
+    static let countKey = "sessions"
 
     /// A service over `tables`; `cursorSecrets` (the first signs, all open) list cursors so a tampered one is refused.
-    public init(store: any Storage, tables: SessionTables, cursorSecrets: [[UInt8]]) {
+    public init(store: any Storage, tables: SessionTables, cursorSecrets: [[UInt8]], maxSessions: Int64 = 0) {
         self.store = store
         self.tables = tables
+        self.maxSessions = maxSessions
         cursors = CursorSeal(purpose: "sessions", secrets: cursorSecrets)
     }
 
@@ -47,6 +51,7 @@ public final class SessionsService: @unchecked Sendable {
                              createdAt: now.milliseconds, clientSessionId: clientSessionId)
         let id = Identifiers.uuid()
         var tx = Transaction()
+        try count(user, adding: 1, &tx)
         tx.put(tables.records, user: user, key: id, row)
         if let cid = clientSessionId { tx.put(tables.clientIds, user: user, key: cid, ClientIDRow(sessionId: id)) }
         try storage(try store.commit(tx))
@@ -59,6 +64,8 @@ public final class SessionsService: @unchecked Sendable {
             throw .sessionActive
         }
         if try existing(user, clientSessionId: clientSessionId) != nil { throw .clientSessionIdUsed }
+        var unused = Transaction()
+        try count(user, adding: 1, &unused)  // only checks: the count moves when the timer stops
         let timer = TimerRow(sessionId: Identifiers.uuid(), clientSessionId: clientSessionId, startedAt: now.milliseconds,
                              accumulatedMs: 0, runningSince: now.milliseconds)
         try save(user, timer)
@@ -100,11 +107,23 @@ public final class SessionsService: @unchecked Sendable {
                              endTime: max(now.milliseconds, t.startedAt + SessionRules.recordedDuration(elapsedMs: elapsed) * 1000),
                              createdAt: now.milliseconds, clientSessionId: t.clientSessionId)
         var tx = Transaction()
+        // The limit was checked when the timer started: stopping it is never refused.
+        try count(user, adding: 1, &tx, refusing: false)
         tx.delete(tables.timer, user: user, key: Self.timerKey)
         tx.put(tables.records, user: user, key: t.sessionId, row)
         if let cid = t.clientSessionId { tx.put(tables.clientIds, user: user, key: cid, ClientIDRow(sessionId: t.sessionId)) }
         try storage(try store.commit(tx))
         return Session(id: t.sessionId, row: row)
+    }
+
+    /// Puts the user's session count after adding `added` into `tx`; past `limits.sessionsPerUser`
+    /// (when `refusing`) the write is refused and nothing is stored.
+    private func count(_ user: String, adding added: Int64, _ tx: inout Transaction, refusing: Bool = true) throws(SessionsError) {
+        let stored = try storage(try tables.count.get(user: user, key: Self.countKey))?.count
+        guard let after = try Quota.after(stored: stored, adding: added, limit: refusing ? maxSessions : 0, recount: { () throws(SessionsError) in
+            Int64(try storage(try tables.records.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count)
+        }) else { throw .quota(maxSessions) }
+        tx.put(tables.count, user: user, key: Self.countKey, SessionCountRow(count: max(0, after)))
     }
 
     func active(_ user: String, now: Timestamp) throws(SessionsError) -> SessionTimer? {
@@ -119,6 +138,7 @@ public final class SessionsService: @unchecked Sendable {
     func delete(_ user: String, sessionId: String) throws(SessionsError) {
         let found = try get(user, sessionId: sessionId)
         var tx = Transaction()
+        try count(user, adding: -1, &tx)
         tx.delete(tables.records, user: user, key: sessionId)
         if let cid = found.clientSessionId { tx.delete(tables.clientIds, user: user, key: cid) }
         try storage(try store.commit(tx))
@@ -193,6 +213,8 @@ enum SessionsError: Error, Equatable {
     case noActiveSession
     /// No such session of this user.
     case notFound
+    /// The user keeps `limits.sessionsPerUser` sessions already.
+    case quota(Int64)
     /// Storage failed; nothing changed.
     case storage(StorageError)
 }

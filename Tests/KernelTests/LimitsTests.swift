@@ -107,6 +107,40 @@ import TestSupport
         #expect(next.map { $0["id"] } == [session])
     }
 
+    /// #38 item 6: sessions and the rewards ledger grew as fast as the rate limit let them.
+    @Test(arguments: StoreKind.allCases)
+    func sessionsAndTheRewardsLedgerHaveQuotas(_ store: StoreKind) throws {
+        let kernel = try makeKernel(on: store) {
+            $0.limits.sessionsPerUser = 2; $0.limits.rewardsLedgerPerUser = 3; $0.limits.requestsPerSecond = 0
+        }
+        let client = InProcessClient(kernel)
+        let auth = JSON.string(Self.userToken)
+        let record = { (hour: Int) in
+            client.call("sessions.record", ["auth": auth, "startTime": .string("2025-03-01T\(10 + hour):00:00Z"), "durationSeconds": 60])
+        }
+        let first = try #require(record(0)["result"]?["sessionId"])
+        #expect(record(1)["result"] != nil)
+        #expect(record(2)["error"]?["data"]?["reason"] == "quota_exceeded")
+        #expect(client.call("sessions.start", ["auth": auth])["error"]?["data"]?["reason"] == "quota_exceeded")
+        #expect(client.call("sessions.list", ["auth": auth])["result"]?["sessions"]?.arrayValue?.count == 2, "nothing of it was stored")
+        // A delete makes room; a timer then runs and its stop is never refused.
+        #expect(client.call("sessions.delete", ["auth": auth, "sessionId": first])["result"] != nil)
+        #expect(client.call("sessions.start", ["auth": auth])["result"] != nil)
+        #expect(client.call("sessions.stop", ["auth": auth])["result"] != nil)
+        #expect(record(3)["error"]?["data"]?["reason"] == "quota_exceeded")
+
+        let earn = { (key: String) in client.call("rewards.earn", ["auth": auth, "xp": 100, "reason": "r", "key": .string(key)]) }
+        #expect(earn("a")["result"] != nil)
+        #expect(earn("b")["result"] != nil)
+        #expect(earn("a")["result"] != nil, "a credit already made is answered again, not counted")
+        #expect(client.call("rewards.redeem", ["auth": auth, "xp": 100])["result"] != nil)
+        #expect(client.call("rewards.spend", ["auth": auth, "minutes": 5])["result"] != nil)
+        let refused = earn("c")
+        #expect(refused["error"]?["code"] == -32029 && refused["error"]?["data"]?["reason"] == "quota_exceeded")
+        #expect(client.call("rewards.spend", ["auth": auth, "minutes": 1])["error"]?["data"]?["reason"] == "quota_exceeded")
+        #expect(client.call("rewards.balance", ["auth": auth])["result"]?["xp"] == 100, "the refused credit changed nothing")
+    }
+
     @Test func rawBytesPastTheQuotaAreRefusedAndNothingIsStored() throws {
         let kernel = try makeKernel { $0.limits.rawBytesPerUser = 1000; $0.limits.requestsPerSecond = 0 }
         let client = InProcessClient(kernel)
