@@ -45,6 +45,8 @@ public struct AuthConfig: Sendable, Equatable {
     /// name none (all of them together); 0: no limit.
     public var signUpsPerHourPerAddress = 30
     public var signUpsPerHourWithoutAddress = 1000
+    /// Sign-in sessions kept per user: a new one ends the oldest past it; 0: no limit.
+    public var sessionsPerUser = 100
     /// JWKS file with extra ES256/RS256 keys for access tokens signed elsewhere.
     public var jwksPath: String?
     public var providers: [ProviderConfig] = []
@@ -69,6 +71,7 @@ public struct AuthConfig: Sendable, Equatable {
         if let v = try r.optional("refreshReuseIntervalSeconds", in: 0...3600) { c.refreshReuseIntervalSeconds = Int(v) }
         if let v = try r.optional("signUpsPerHourPerAddress", in: 0...1_000_000) { c.signUpsPerHourPerAddress = Int(v) }
         if let v = try r.optional("signUpsPerHourWithoutAddress", in: 0...1_000_000) { c.signUpsPerHourWithoutAddress = Int(v) }
+        if let v = try r.optional("sessionsPerUser", in: 0...1_000_000) { c.sessionsPerUser = Int(v) }
         if let v: String = try r.optional("jwks") { c.jwksPath = resolve(v) }
         if r.has("providers") {
             var providers = try r.object("providers")

@@ -182,17 +182,46 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     // MARK: Sessions
 
     /// Starts a session for `user`: a session row, a refresh token and an access token.
-    func startSession(_ user: UserRow, _ tx: inout Transaction, now: Timestamp) -> SignedIn {
+    func startSession(_ user: UserRow, _ tx: inout Transaction, now: Timestamp) throws(AuthError) -> SignedIn {
+        try makeRoomForSession(user.id, &tx)
         let sid = Identifiers.uuid()
-        tx.put(tables.sessions, user: user.id, key: sid, SignInRow(createdAt: now.milliseconds, revoked: false))
-        return tokens(for: user, sessionId: sid, &tx, now: now)
+        var session = SignInRow(createdAt: now.milliseconds, revoked: false)
+        let signedIn = tokens(for: user, sessionId: sid, session: &session, &tx, now: now)
+        tx.put(tables.sessions, user: user.id, key: sid, session)
+        return signedIn
     }
 
-    /// A new refresh token and access token within session `sid`.
-    private func tokens(for user: UserRow, sessionId sid: String, _ tx: inout Transaction, now: Timestamp) -> SignedIn {
+    /// Refresh tokens kept per session: the current one and the 16 spent before it, as far as a
+    /// concurrent refresh's chain is followed (`reusedWithinInterval`). An older spent token presented
+    /// again is -32001 `invalid_token` without ending the session: its reuse is no longer told apart.
+    static let refreshTokensKept = 17
+
+    /// Ends the user's oldest sessions (revoked ones first), with their refresh tokens, so that the new
+    /// one keeps them within `auth.sessionsPerUser`. O(the user's sessions), which that bounds.
+    private func makeRoomForSession(_ userId: String, _ tx: inout Transaction) throws(AuthError) {
+        let limit = config.sessionsPerUser
+        guard limit > 0 else { return }
+        let sessions = try storage(try tables.sessions.rows(of: userId))
+        guard sessions.count >= limit else { return }
+        let oldest = sessions.sorted { ($0.row.revoked ? 0 : 1, $0.row.createdAt) < ($1.row.revoked ? 0 : 1, $1.row.createdAt) }
+        for (sid, session) in oldest.prefix(sessions.count - limit + 1) {
+            tx.delete(tables.sessions, user: userId, key: sid)
+            for key in session.refreshKeys { tx.delete(tables.refresh, user: userId, key: key) }
+        }
+    }
+
+    /// A new refresh token and access token within session `sid`, the token's key noted in `session`
+    /// (which the caller stores) and the oldest past `refreshTokensKept` dropped.
+    private func tokens(for user: UserRow, sessionId sid: String, session: inout SignInRow, _ tx: inout Transaction,
+                        now: Timestamp) -> SignedIn {
         let refreshToken = user.id + "." + Base64URL.encode(Identifiers.randomBytes(32))
-        tx.put(tables.refresh, user: user.id, key: Self.digest(refreshToken),
+        let key = Self.digest(refreshToken)
+        tx.put(tables.refresh, user: user.id, key: key,
                RefreshRow(sessionId: sid, expiresAt: now.seconds + Int64(config.refreshTokenTtlSeconds), spent: false))
+        session.refreshKeys.append(key)
+        if session.refreshKeys.count > Self.refreshTokensKept {
+            tx.delete(tables.refresh, user: user.id, key: session.refreshKeys.removeFirst())
+        }
         let access = mint(sub: user.id, role: "authenticated", sessionId: sid, email: user.email,
                           ttl: config.accessTokenTtlSeconds, now: now)
         return SignedIn(accessToken: access, expiresIn: config.accessTokenTtlSeconds, refreshToken: refreshToken, user: user)
@@ -293,7 +322,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         var tx = Transaction()
         tx.put(tables.users, user: user.id, key: Self.profileKey, user)
         tx.claim(.email(email), for: user.id)
-        let session = startSession(user, &tx, now: now)
+        let session = try startSession(user, &tx, now: now)
         try commit(tx)
         return session
     }
@@ -344,7 +373,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         var tx = Transaction()
         tx.delete(tables.throttle, user: Self.throttlePartition(attempt.email), key: Self.throttleKey)
         if let address = attempt.address { tx.delete(tables.throttle, user: Self.throttlePartition(attempt.email), key: "from:" + address) }
-        let session = startSession(user, &tx, now: now)
+        let session = try startSession(user, &tx, now: now)
         try commit(tx)
         return session
     }
@@ -376,7 +405,8 @@ public final class AuthService: Authenticator, @unchecked Sendable {
             throw .refreshTokenReused
         }
         guard now.seconds <= row.expiresAt else { throw .refreshTokenExpired }
-        let result = tokens(for: user, sessionId: row.sessionId, &tx, now: now)
+        let result = tokens(for: user, sessionId: row.sessionId, session: &session, &tx, now: now)
+        tx.put(tables.sessions, user: userId, key: row.sessionId, session)
         var spent = row
         spent.spent = true
         spent.spentAt = now.milliseconds
@@ -532,7 +562,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
             tx.claim(identity, for: user.id)
             if let email = claims.email { tx.claim(.email(email), for: user.id) }
         }
-        let session = startSession(user, &tx, now: now)
+        let session = try startSession(user, &tx, now: now)
         try commit(tx)
         return session
     }

@@ -58,16 +58,25 @@ public struct IndexRow: StoredRow {
 public struct SignInRow: StoredRow {
     public let createdAt: Int64
     public var revoked: Bool
-    public init(createdAt: Int64, revoked: Bool) {
+    /// The keys of the session's refresh tokens still kept, oldest first, the current one last: what
+    /// goes when the session is pushed out, and what drops off as the token rotates.
+    public var refreshKeys: [String]
+    public init(createdAt: Int64, revoked: Bool, refreshKeys: [String] = []) {
         self.createdAt = createdAt
         self.revoked = revoked
+        self.refreshKeys = refreshKeys
     }
     public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "session")
         createdAt = try f.instant("createdAt")
         revoked = f.bool("revoked")
+        refreshKeys = f.object["refresh"]?.arrayValue?.compactMap(\.stringValue) ?? []
     }
-    public var stored: JSON { ["createdAt": .int(createdAt), "revoked": .bool(revoked)] }
+    public var stored: JSON {
+        var o = JSONObject([("createdAt", .int(createdAt)), ("revoked", .bool(revoked))])
+        if !refreshKeys.isEmpty { o["refresh"] = .array(refreshKeys.map(JSON.string)) }
+        return .object(o)
+    }
 }
 
 /// A refresh token (`auth.refresh`, keyed by the SHA-256 of the token in the user's partition).

@@ -297,6 +297,34 @@ struct IDClaims: JWTPayload {
         #expect(throws: AuthError.tooManyAttempts) { _ = try other.service.beginSignIn(email: "bob@example.com", now: t0) }
     }
 
+    /// #38 item 6: every sign-in and every refresh added rows that nothing ever removed.
+    @Test func sessionsAndRefreshTokensPerUserAreBounded() throws {
+        let h = try AuthHarness({ $0.sessionsPerUser = 3; $0.refreshReuseIntervalSeconds = 0 })
+        let first = try h.service.signUp(email: "ann@example.com", password: "right password", now: t0)
+        let userId = first.user.id
+        var sessions: [SignedIn] = [first]
+        for i in 1..<5 {
+            sessions.append(try h.service.signIn(email: "ann@example.com", password: "right password", now: t0.adding(seconds: Int64(i))))
+        }
+        #expect(try h.tables.sessions.rows(of: userId).count == 3)
+        // The oldest two went, with their tokens; the newest three still work.
+        #expect(h.refusal(sessions[0].accessToken, at: t0.adding(seconds: 10)) == "invalid_token")
+        #expect(h.refusal(sessions[1].accessToken, at: t0.adding(seconds: 10)) == "invalid_token")
+        #expect(h.refusal(sessions[4].accessToken, at: t0.adding(seconds: 10)) == nil)
+        #expect(throws: AuthError.invalidRefreshToken) { _ = try h.service.refresh(sessions[0].refreshToken, now: t0.adding(seconds: 10)) }
+        // A session refreshed 40 times keeps its current token and the 16 spent before it.
+        var token = sessions[4].refreshToken
+        var spent: [String] = []
+        for i in 0..<40 {
+            spent.append(token)
+            token = try h.service.refresh(token, now: t0.adding(seconds: 20 + Int64(i))).refreshToken
+        }
+        #expect(try h.tables.refresh.rows(of: userId).count == 17 + 2 * 1, "17 for the refreshed session, 1 each for the other two")
+        #expect(throws: AuthError.invalidRefreshToken) { _ = try h.service.refresh(spent[0], now: t0.adding(seconds: 100)) }
+        // The last spent one is still told apart: its reuse ends the session.
+        #expect(throws: AuthError.refreshTokenReused) { _ = try h.service.refresh(spent[39], now: t0.adding(seconds: 100)) }
+    }
+
     @Test func addressesAreCountedByHostOrIPv6Slash64() {
         #expect(Throttle.addressKey("203.0.113.9") == "v4:203.0.113.9")
         #expect(Throttle.addressKey("::ffff:203.0.113.9") == "v4:203.0.113.9")
