@@ -71,3 +71,10 @@ extension Param where Value: DateBounded {
         return checked { (value, path) throws(FieldError) in try DateFloor.check(value, notBefore: floor, at: path) }.schema(more)
     }
 }
+
+/// A checked date range of at most `maxDays` days.
+public func dateRange(_ from: CalendarDate, _ to: CalendarDate, maxDays: Int) throws(FieldError) -> (CalendarDate, CalendarDate) {
+    guard to >= from else { throw .outOfRange("params.to", "must not be before params.from") }
+    guard to.daysSinceEpoch - from.daysSinceEpoch < maxDays else { throw .outOfRange("params.to", "must be within \(maxDays) days of params.from") }
+    return (from, to)
+}

@@ -166,12 +166,6 @@ func typeCodes(_ names: [String]?) throws(FieldError) -> Set<Int>? {
     return codes
 }
 
-/// A checked date range of at most `maxDays` days.
-func dateRange(_ from: CalendarDate, _ to: CalendarDate, maxDays: Int) throws(FieldError) -> (CalendarDate, CalendarDate) {
-    guard to >= from else { throw .outOfRange("params.to", "must not be before params.from") }
-    guard to.daysSinceEpoch - from.daysSinceEpoch < maxDays else { throw .outOfRange("params.to", "must be within \(maxDays) days of params.from") }
-    return (from, to)
-}
 
 /// An item of any kind as sent.
 enum Sent: Equatable {

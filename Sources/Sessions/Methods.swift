@@ -70,9 +70,13 @@ extension SessionPage: JSONEncodable {
 
 extension SessionStats: JSONEncodable {
     var json: JSON {
-        ["totalSessions": .int(Int64(totalSessions)), "totalSeconds": .int(totalSeconds), "currentStreakDays": .int(Int64(currentStreakDays)),
-         "longestStreakDays": .int(Int64(longestStreakDays)), "last7DaysSeconds": .int(last7DaysSeconds),
-         "last30DaysSeconds": .int(last30DaysSeconds)]
+        var o = JSONObject([("totalSessions", .int(Int64(totalSessions))), ("totalSeconds", .int(totalSeconds)),
+                            ("currentStreakDays", .int(Int64(currentStreakDays))), ("longestStreakDays", .int(Int64(longestStreakDays))),
+                            ("last7DaysSeconds", .int(last7DaysSeconds)), ("last30DaysSeconds", .int(last30DaysSeconds))])
+        if let days {
+            o["days"] = .array(days.map { ["date": .string($0.date.description), "sessions": .int(Int64($0.sessions)), "seconds": .int($0.seconds)] })
+        }
+        return .object(o)
     }
 }
 
@@ -278,12 +282,24 @@ public struct SessionsDelete: RPCMethod {
 /// `sessions.stats`.
 public struct SessionsStats: RPCMethod {
     public struct Params: RPCParams {
-        public static let declaration = ParamList(optional("timezone", Zone.self).described("IANA time zone name for local days; default UTC"))
+        public static let declaration = ParamList(
+            optional("timezone", Zone.self).described("IANA time zone name for local days; default UTC"),
+            optional("from", CalendarDate.self).notBefore(DateFloor.sessions).described("with to: also answer days, the totals of each local day from through to"),
+            optional("to", CalendarDate.self).notBefore(DateFloor.sessions).described("inclusive; at most 366 days after from"))
         let zone: Zone
-        public init(_ zone: Zone?) { self.zone = zone ?? Zone.utc }
+        let days: (CalendarDate, CalendarDate)?
+        public init(_ v: (Zone?, CalendarDate?, CalendarDate?)) throws(FieldError) {
+            zone = v.0 ?? Zone.utc
+            switch (v.1, v.2) {
+            case (nil, nil): days = nil
+            case (let from?, let to?): days = try dateRange(from, to, maxDays: 366)
+            case (nil, _): throw FieldError(field: "params.from", reason: "missing_field", message: "params.from is required with params.to")
+            case (_, nil): throw FieldError(field: "params.to", reason: "missing_field", message: "params.to is required with params.from")
+            }
+        }
     }
     public static let name = "sessions.stats"
-    public static let summary = "Totals, streaks of consecutive local days (in timezone, default UTC), last 7 and 30 local days."
+    public static let summary = "Totals, streaks of consecutive local days (in timezone, default UTC), last 7 and 30 local days; with from and to, each of those days' totals."
     public static let mutates = false
     public static let auth = AuthRequirement.user
     public static let resultSchema = #"""
@@ -292,12 +308,16 @@ public struct SessionsStats: RPCMethod {
      "properties": {
        "totalSessions": {"type": "integer", "minimum": 0}, "totalSeconds": {"type": "integer", "minimum": 0},
        "currentStreakDays": {"type": "integer", "minimum": 0}, "longestStreakDays": {"type": "integer", "minimum": 0},
-       "last7DaysSeconds": {"type": "integer", "minimum": 0}, "last30DaysSeconds": {"type": "integer", "minimum": 0}}}
+       "last7DaysSeconds": {"type": "integer", "minimum": 0}, "last30DaysSeconds": {"type": "integer", "minimum": 0},
+       "days": {"type": "array", "description": "with from and to: the local days of that range with sessions, oldest first (by each session's start)",
+                "items": {"type": "object", "additionalProperties": false, "required": ["date", "sessions", "seconds"],
+                          "properties": {"date": {"type": "string", "format": "date"}, "sessions": {"type": "integer", "minimum": 1},
+                                         "seconds": {"type": "integer", "minimum": 0}}}}}}
     """#
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
         let user = try c.userID()
-        return try answer { () throws(SessionsError) in try service.stats(user, zone: p.zone, now: c.now) }
+        return try answer { () throws(SessionsError) in try service.stats(user, zone: p.zone, days: p.days, now: c.now) }
     }
 }

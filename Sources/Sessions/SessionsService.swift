@@ -178,10 +178,13 @@ public final class SessionsService: @unchecked Sendable {
 
     // MARK: Stats
 
-    func stats(_ user: String, zone: Zone, now: Timestamp) throws(SessionsError) -> SessionStats {
+    /// The user's totals, and with `range` each of its local days' (so a dashboard reads a year of days
+    /// in one answer, not every session). O(the user's sessions).
+    func stats(_ user: String, zone: Zone, days range: (CalendarDate, CalendarDate)? = nil, now: Timestamp) throws(SessionsError) -> SessionStats {
         let rows = try storage(try tables.records.rows(of: user)).map(\.row)
         let today = zone.localDate(at: now)
         var days = Set<CalendarDate>()
+        var perDay: [CalendarDate: SessionStats.Day] = [:]
         var stats = SessionStats()
         for s in rows {
             let day = zone.localDate(at: Timestamp(milliseconds: s.startTime))
@@ -190,9 +193,13 @@ public final class SessionsService: @unchecked Sendable {
             let age = today.daysSinceEpoch - day.daysSinceEpoch
             if age >= 0 && age < 7 { stats.last7DaysSeconds += s.durationSeconds }
             if age >= 0 && age < 30 { stats.last30DaysSeconds += s.durationSeconds }
+            if let (from, to) = range, day >= from, day <= to {
+                perDay[day, default: SessionStats.Day(date: day)].add(seconds: s.durationSeconds)
+            }
         }
         stats.totalSessions = rows.count
         (stats.currentStreakDays, stats.longestStreakDays) = SessionRules.streaks(days: days, today: today)
+        if range != nil { stats.days = perDay.values.sorted { $0.date < $1.date } }
         return stats
     }
 }
@@ -267,4 +274,18 @@ struct SessionStats: Equatable, Sendable {
     var longestStreakDays = 0
     var last7DaysSeconds: Int64 = 0
     var last30DaysSeconds: Int64 = 0
+    /// The days asked for that have sessions, oldest first; nil when none were asked for.
+    var days: [Day]?
+
+    /// One local day's totals.
+    struct Day: Equatable, Sendable {
+        let date: CalendarDate
+        var sessions = 0
+        var seconds: Int64 = 0
+
+        mutating func add(seconds more: Int64) {
+            sessions += 1
+            seconds += more
+        }
+    }
 }

@@ -971,13 +971,17 @@ export interface Methods {
       elapsedSeconds: number;
     };
   };
-  /** Totals, streaks of consecutive local days (in timezone, default UTC), last 7 and 30 local days. Auth: user. */
+  /** Totals, streaks of consecutive local days (in timezone, default UTC), last 7 and 30 local days; with from and to, each of those days' totals. Auth: user. */
   "sessions.stats": {
     params: {
       /** Bearer access token of the user. */
       auth: string;
       /** IANA time zone name for local days; default UTC */
       timezone?: string;
+      /** with to: also answer days, the totals of each local day from through to */
+      from?: string;
+      /** inclusive; at most 366 days after from */
+      to?: string;
     };
     paramsRequired: true;
     result: {
@@ -987,6 +991,12 @@ export interface Methods {
       longestStreakDays: number;
       last7DaysSeconds: number;
       last30DaysSeconds: number;
+      /** with from and to: the local days of that range with sessions, oldest first (by each session's start) */
+      days?: Array<{
+        date: string;
+        sessions: number;
+        seconds: number;
+      }>;
     };
   };
   /** Stops the timer and records the session (elapsed time without pauses). Auth: user; writes. */
