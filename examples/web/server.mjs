@@ -32,13 +32,20 @@ const missingToken = new KernelError({ code: -32001, message: 'Missing bearer to
 /** The example server's own limits; each can be set by the environment variable of the same name. */
 export const limitDefaults = {
   MAX_CONNECTIONS: 1024,            // open HTTP connections; more are refused by the socket
-  BODY_BYTES_IN_FLIGHT: 64 << 20,   // request body bytes buffered at once, all requests together: past it, 503
+  CONNECTIONS_PER_ADDRESS: 64,      // open HTTP connections from one client address; more are closed at once
+  IDLE_CONNECTION_MS: 5_000,        // a new connection that has not sent a request within this is closed
+  HEADERS_TIMEOUT_MS: 10_000,       // a request's headers must arrive within this (408 and closed)
+  BODY_IDLE_MS: 10_000,             // a body that sends nothing for this long is answered 408 and closed
+  REQUEST_TIMEOUT_MS: 120_000,      // a whole request (headers and body) must arrive within this
+  BODY_BYTES_IN_FLIGHT: 64 << 20,   // request body bytes buffered at once, counted as they arrive, all requests together: past it, 503
+  BODY_BYTES_PER_ADDRESS: 24 << 20, // of those, bytes from one client address: past it, 429
   STREAMS_PER_USER: 4,              // open /api/events streams per user: past it, 429
   STREAM_BUFFER_BYTES: 256 << 10,   // unsent bytes of one events stream before it is dropped
   STREAM_COALESCE_MS: 250,          // changes within this window reach a stream as one event per entity
   UNAUTHENTICATED_PER_MINUTE: 30,   // requests to routes without a token, per client address
   UNAUTHENTICATED_BURST: 10,
-  TOKEN_CACHE_ENTRIES: 10_000,      // access tokens the kernel accepted, kept until they expire
+  TOKEN_CACHE_ENTRIES: 10_000,      // access tokens the kernel accepted, kept until they expire or the kernel refuses them
+  STREAM_RECHECK_MS: 30_000,        // how often an open events stream asks the kernel whether its session still stands
   TICKET_SECONDS: 60,               // how long an /api/events ticket may wait for its stream (used once)
   TICKETS_MAX: 10_000,              // unused tickets kept at once: past it, the oldest is forgotten
 };
@@ -169,9 +176,18 @@ export const routes = [
 
 const dashboardPage = readFileSync(here('./dashboard.html'));
 
+/** A date formatter per time zone, made once: building one costs more than a dashboard's other work. */
+const dateFormats = new Map();
+
 /** YYYY-MM-DD of `date` in time zone `zone`. */
 function localDate(date, zone) {
-  return new Intl.DateTimeFormat('en-CA', { timeZone: zone, year: 'numeric', month: '2-digit', day: '2-digit' }).format(date);
+  let format = dateFormats.get(zone);
+  if (!format) {
+    format = new Intl.DateTimeFormat('en-CA', { timeZone: zone, year: 'numeric', month: '2-digit', day: '2-digit' });
+    if (dateFormats.size >= 1000) dateFormats.delete(dateFormats.keys().next().value);
+    dateFormats.set(zone, format);
+  }
+  return format.format(date);
 }
 
 function addDays(date, days) {
@@ -186,13 +202,14 @@ export async function dashboard(k, auth, url) {
   const zone = connection.timezone;
   const to = localDate(new Date(), zone);
   const from = addDays(to, 1 - count);
-  const [history, penalties, stats, health, membership, sessions] = await Promise.all([
+  // Every part is bounded by the days asked for: the kernel totals the sessions of each day, so a user
+  // with 100,000 sessions costs the page what one with ten does.
+  const [history, penalties, stats, health, membership] = await Promise.all([
     k.call('screentime.history', { auth, from, to }),
     k.call('screentime.penalties', { auth, from, to }),
-    k.call('sessions.stats', { auth, timezone: zone }),
+    k.call('sessions.stats', { auth, timezone: zone, from, to }),
     k.call('health.summary', { auth, from, to, types: ['HKQuantityTypeIdentifierStepCount'] }),
     k.call('subscriptions.status', { auth }),
-    allSessions(k, auth, addDays(from, -1), addDays(to, 1)),
   ]);
   const days = [];
   for (let date = from; date <= to; date = addDays(date, 1)) {
@@ -204,9 +221,9 @@ export async function dashboard(k, auth, url) {
     const d = byDate.get(h.date);
     if (d) Object.assign(d, { claimedMinutes: h.claimedMinutes, verifiedMinutes: h.verifiedMinutes, status: h.status, penaltyPoints: h.penaltyPoints });
   }
-  for (const s of sessions) {
-    const d = byDate.get(localDate(new Date(s.startTime), zone));
-    if (d) d.meditationMinutes = Math.round((d.meditationMinutes + s.durationSeconds / 60) * 10) / 10;
+  for (const s of stats.days) {
+    const d = byDate.get(s.date);
+    if (d) d.meditationMinutes = Math.round(s.seconds / 6) / 10;
   }
   for (const h of health.days) {
     const d = byDate.get(h.date);
@@ -223,17 +240,6 @@ export async function dashboard(k, auth, url) {
   };
 }
 
-async function allSessions(k, auth, from, to) {
-  const out = [];
-  let cursor;
-  do {
-    const page = await k.call('sessions.list', { auth, from, to, limit: 500, ...(cursor ? { cursor } : {}) });
-    out.push(...page.sessions);
-    cursor = page.nextCursor;
-  } while (cursor);
-  return out;
-}
-
 /** The claims of a token the kernel has just accepted (its signature is the kernel's to check). */
 function payload(token) {
   try {
@@ -244,32 +250,59 @@ function payload(token) {
 }
 
 /**
- * Bytes of request bodies buffered at once, all requests together. A request takes its share before
- * reading (its declared length, or chunk by chunk) and gives it back when its answer is sent.
+ * Bytes of request bodies buffered at once: all requests together, and per client address. A request
+ * takes its share chunk by chunk as bytes arrive (a declared length costs nothing until it is sent)
+ * and gives it back when its answer is sent.
  */
 class BodyBudget {
-  constructor(limit) { this.limit = limit; this.used = 0; }
-  take(bytes) {
+  constructor(limit, perAddress) { this.limit = limit; this.perAddress = perAddress; this.used = 0; this.byAddress = new Map(); }
+  take(bytes, address) {
+    const mine = this.byAddress.get(address) ?? 0;
+    if (mine + bytes > this.perAddress) {
+      throw new HttpError(429, 'Too many request bodies in flight from this address; retry later', { reason: 'busy' }, { 'retry-after': '1' });
+    }
     if (this.used + bytes > this.limit) {
       throw new HttpError(503, 'Too many request bodies in flight; retry later', { reason: 'busy' }, { 'retry-after': '1' });
     }
     this.used += bytes;
+    this.byAddress.set(address, mine + bytes);
   }
-  give(bytes) { this.used -= bytes; }
+  give(bytes, address) {
+    if (bytes === 0) return;
+    this.used -= bytes;
+    const left = (this.byAddress.get(address) ?? 0) - bytes;
+    if (left > 0) this.byAddress.set(address, left); else this.byAddress.delete(address);
+  }
 }
 
-/** Reads a body of at most `limit` bytes, counting it against `budget`; `held.bytes` is what it took. */
-async function readBody(req, limit, budget, held) {
+/**
+ * Reads a body of at most `limit` bytes, counting each chunk against `budget` for `held.address` as it
+ * arrives (`held.bytes`: what it took). A body that sends nothing for `idleMs` is answered 408 and its
+ * connection closed, so a slow sender holds neither memory nor a socket for long.
+ */
+async function readBody(req, res, limit, budget, held, idleMs) {
   const declared = Number(req.headers['content-length']);
   if (declared > limit) throw new HttpError(413, `Body larger than ${limit} bytes`);
-  if (declared > 0) { budget.take(declared); held.bytes = declared; }
   const chunks = [];
   let size = 0;
-  for await (const chunk of req) {
-    size += chunk.length;
-    if (size > limit) throw new HttpError(413, `Body larger than ${limit} bytes`);
-    if (size > held.bytes) { budget.take(size - held.bytes); held.bytes = size; }
-    chunks.push(chunk);
+  let timer;
+  const idle = () => {
+    send(res, 408, { error: `No body bytes for ${idleMs} ms`, reason: 'body_timeout' }, { connection: 'close' });
+    res.once('finish', () => req.destroy());
+  };
+  try {
+    timer = setTimeout(idle, idleMs);
+    for await (const chunk of req) {
+      clearTimeout(timer);
+      timer = setTimeout(idle, idleMs);
+      size += chunk.length;
+      if (size > limit) throw new HttpError(413, `Body larger than ${limit} bytes`);
+      budget.take(chunk.length, held.address);
+      held.bytes = size;
+      chunks.push(chunk);
+    }
+  } finally {
+    clearTimeout(timer);
   }
   return Buffer.concat(chunks);
 }
@@ -339,11 +372,14 @@ function limitSettings(overrides) {
 class TokenCache {
   constructor(kernel, size) { this.kernel = kernel; this.size = size; this.entries = new Map(); }
 
-  /** {userId, expiresAt} of a token the kernel accepts; rejects with the kernel's error otherwise. */
-  async check(token) {
+  /**
+   * {userId, expiresAt} of a token the kernel accepts; rejects with the kernel's error otherwise. `fresh`
+   * asks the kernel even for a cached token: a signed-out session ends there, not at the token's `exp`.
+   */
+  async check(token, { fresh = false } = {}) {
     const now = Date.now();
     const hit = this.entries.get(token);
-    if (hit && hit.expiresAt > now) return hit;
+    if (hit && hit.expiresAt > now && !fresh) return hit;
     this.entries.delete(token);
     await this.kernel.call('screentime.getConnection', { auth: token }, { timeout: 5000 }); // the kernel verifies it
     const claims = payload(token);
@@ -355,6 +391,9 @@ class TokenCache {
     this.entries.set(token, entry);
     return entry;
   }
+
+  /** Forgets a token the kernel has just refused (its session ended): the next request asks again. */
+  forget(token) { this.entries.delete(token); }
 }
 
 /** Token buckets per client address for routes that take no token (account creation among them). */
@@ -393,7 +432,7 @@ class AddressLimiter {
  * (a client that does not read) is dropped, and so is one whose token expires.
  */
 export class EventStream {
-  constructor(res, userId, { coalesceMs, maxBuffer, expiresAt, onEnd }) {
+  constructor(res, userId, { coalesceMs, maxBuffer, expiresAt, onEnd, recheck, recheckMs = 30_000 }) {
     this.res = res;
     this.userId = userId;
     this.coalesceMs = coalesceMs;
@@ -404,6 +443,11 @@ export class EventStream {
     this.ended = false;
     this.keepAlive = setInterval(() => this.write(': keep-alive\n\n'), 15_000);
     this.expiry = setTimeout(() => this.end(), Math.min(2 ** 31 - 1, Math.max(0, expiresAt - Date.now())));
+    // Whether the session behind the stream still stands (signed out: the kernel says no): asked every
+    // `recheckMs`, and the stream ends on a no.
+    this.recheck = recheck && setInterval(async () => {
+      if (!(await recheck().catch(() => true))) this.end();
+    }, recheckMs);
     res.on('close', () => this.end());
   }
 
@@ -430,6 +474,7 @@ export class EventStream {
     if (this.ended) return;
     this.ended = true;
     clearInterval(this.keepAlive);
+    clearInterval(this.recheck);
     clearTimeout(this.expiry);
     clearTimeout(this.timer);
     this.pending.clear();
@@ -466,7 +511,7 @@ export async function start({
   const tokens = new TokenCache(kernel, limits.TOKEN_CACHE_ENTRIES);
   const tickets = new Map(); // ticket -> {userId, expiresAt, validUntil}, in the order issued
   const unauthenticated = new AddressLimiter(limits.UNAUTHENTICATED_PER_MINUTE, limits.UNAUTHENTICATED_BURST);
-  const bodies = new BodyBudget(limits.BODY_BYTES_IN_FLIGHT);
+  const bodies = new BodyBudget(limits.BODY_BYTES_IN_FLIGHT, limits.BODY_BYTES_PER_ADDRESS);
 
   // One subscription to the kernel's events fans out to every browser's event stream.
   const streams = new Map(); // userId -> Set<EventStream>
@@ -479,7 +524,9 @@ export async function start({
 
   let inFlight = 0;
   let draining = null;
-  const server = createServer(async (req, res) => {
+  // Node checks the header and request timeouts every `connectionsCheckingInterval`: each second, so
+  // that they hold within a second, not within its default 30.
+  const server = createServer({ connectionsCheckingInterval: 1000 }, async (req, res) => {
     inFlight += 1;
     try {
       await serve(req, res);
@@ -494,6 +541,24 @@ export async function start({
     }
   });
   server.maxConnections = limits.MAX_CONNECTIONS;
+  server.headersTimeout = limits.HEADERS_TIMEOUT_MS;
+  server.requestTimeout = limits.REQUEST_TIMEOUT_MS;
+  // Connections per client address, and a deadline for a new one's first request: one address cannot
+  // take every connection, nor hold them open sending nothing.
+  const connections = new Map(); // address -> open connections
+  server.on('connection', (socket) => {
+    const address = socket.remoteAddress ?? '';
+    const open = (connections.get(address) ?? 0) + 1;
+    if (open > limits.CONNECTIONS_PER_ADDRESS) return socket.destroy();
+    connections.set(address, open);
+    socket.idleUntilRequest = setTimeout(() => socket.destroy(), limits.IDLE_CONNECTION_MS);
+    socket.once('close', () => {
+      clearTimeout(socket.idleUntilRequest);
+      const left = connections.get(address) - 1;
+      if (left > 0) connections.set(address, left); else connections.delete(address);
+    });
+  });
+  server.on('request', (req) => clearTimeout(req.socket.idleUntilRequest));
 
   async function serve(req, res) {
     let url;
@@ -516,10 +581,10 @@ export async function start({
     if (matching.length === 0) return send(res, 404, { error: 'Not found' });
     const route = matching.find((r) => r.method === req.method);
     if (!route) return send(res, 405, { error: 'Method not allowed' }, { allow: matching.map((r) => r.method).join(', ') });
-    const held = { bytes: 0 };
+    const held = { bytes: 0, address: req.socket.remoteAddress ?? '' };
+    const token = bearer(req);
     try {
       // Who is asking is settled before a byte of the body is read: an anonymous flood costs no memory.
-      const token = bearer(req);
       if (route.auth === 'signed') {
         // No token: the body's signature is the proof, checked by the kernel. No address limit either: a 4xx
         // would make Apple drop the notification. Keep such routes behind a proxy that admits Apple's addresses.
@@ -535,18 +600,21 @@ export async function start({
         await tokens.check(token);
       }
       const body = route.body
-        ? parseBody(await readBody(req, route.limit ?? bodyLimit, bodies, held), route.body === 'optional', req.headers['content-type'])
+        ? parseBody(await readBody(req, res, route.limit ?? bodyLimit, bodies, held, limits.BODY_IDLE_MS), route.body === 'optional',
+                    req.headers['content-type'])
         : {};
       const answer = await route.handle(kernel, req, body, url, { service });
       if (answer instanceof Reply) return send(res, answer.status, answer.body, answer.headers);
       return send(res, 200, answer);
     } catch (error) {
+      // The kernel refused the token (signed out, session ended): the cache must not vouch for it again.
+      if (error instanceof KernelError && error.code === -32001 && token !== undefined) tokens.forget(token);
       const [status, body] = errorReply(route, error);
       // An unread body would be parsed as the next request: close the connection instead.
       const headers = { ...(error.headers ?? {}), ...(route.body && !req.complete ? { connection: 'close' } : {}) };
       return send(res, status, body, headers);
     } finally {
-      bodies.give(held.bytes);
+      bodies.give(held.bytes, held.address);
     }
   }
 
@@ -554,16 +622,17 @@ export async function start({
    * A ticket for one /api/events stream: EventSource cannot send an Authorization header, and a token in
    * the URL would end up in access logs, so the page fetches a ticket with its bearer token and opens
    * the stream with `?ticket=`. A ticket is random, works once, within TICKET_SECONDS, and stands for
-   * the token's user until the token expires.
+   * the token's session while it lasts: the kernel is asked when the ticket is issued and when the
+   * stream opens, never the cache.
    */
   async function issueTicket(req, res) {
     try {
       const token = bearer(req);
       if (!token) throw missingToken;
-      const identity = await tokens.check(token);
+      const identity = await tokens.check(token, { fresh: true });
       const ticket = randomBytes(24).toString('base64url');
       if (tickets.size >= limits.TICKETS_MAX) tickets.delete(tickets.keys().next().value);
-      tickets.set(ticket, { ...identity, validUntil: Date.now() + limits.TICKET_SECONDS * 1000 });
+      tickets.set(ticket, { ...identity, token, validUntil: Date.now() + limits.TICKET_SECONDS * 1000 });
       return send(res, 200, { ticket, expiresIn: limits.TICKET_SECONDS });
     } catch (error) {
       const [status, body] = errorReply({}, error);
@@ -578,22 +647,24 @@ export async function start({
                               reason: 'token_in_url' });
     }
     let identity;
+    let token = bearer(req);
     const ticket = url.searchParams.get('ticket');
     if (ticket !== null) {
-      identity = tickets.get(ticket);
+      const issued = tickets.get(ticket);
       tickets.delete(ticket);
-      if (!identity || identity.validUntil < Date.now() || identity.expiresAt <= Date.now()) {
+      if (!issued || issued.validUntil < Date.now() || issued.expiresAt <= Date.now()) {
         return send(res, 401, { error: 'Invalid or expired ticket', reason: 'invalid_ticket' });
       }
-    } else {
-      try {
-        const token = bearer(req);
-        if (!token) throw missingToken;
-        identity = await tokens.check(token);
-      } catch (error) {
-        const [status, body] = errorReply({}, error);
-        return send(res, status, body);
-      }
+      token = issued.token;
+    }
+    // The session behind the stream is asked for now (signed out since the ticket: 401), and again
+    // every STREAM_RECHECK_MS while the stream is open.
+    try {
+      if (!token) throw missingToken;
+      identity = await tokens.check(token, { fresh: true });
+    } catch (error) {
+      const [status, body] = errorReply({}, error);
+      return send(res, status, body);
     }
     const own = streams.get(identity.userId) ?? new Set();
     if (own.size >= limits.STREAMS_PER_USER) {
@@ -604,6 +675,9 @@ export async function start({
     await new Promise((resolve) => {
       const stream = new EventStream(res, identity.userId, {
         coalesceMs: limits.STREAM_COALESCE_MS, maxBuffer: limits.STREAM_BUFFER_BYTES, expiresAt: identity.expiresAt,
+        recheckMs: limits.STREAM_RECHECK_MS,
+        // A no only when the kernel refuses the token; a kernel restarting or slow keeps the stream.
+        recheck: () => tokens.check(token, { fresh: true }).then(() => true, (e) => !(e instanceof KernelError && e.code === -32001)),
         onEnd: (ended) => {
           own.delete(ended);
           if (own.size === 0) streams.delete(identity.userId);
