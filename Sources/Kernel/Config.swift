@@ -20,9 +20,9 @@ public struct KernelConfig: Sendable, Equatable {
     public var fsync: FsyncMode = .always
     /// Longest request line accepted, in bytes.
     public var maxLineBytes = 16 * 1024 * 1024
-    /// The longest answer: the line limit, but never below 64 KiB, so that a kernel reading short
+    /// The longest answer: the line limit, but never below 256 KiB, so that a kernel reading short
     /// requests (a tight `--max-line-bytes`) still answers `kernel.info` and ordinary reads.
-    public var maxAnswerBytes: Int { max(maxLineBytes, 64 << 10) }
+    public var maxAnswerBytes: Int { max(maxLineBytes, 256 << 10) }
     /// swift-log level name for stderr logging.
     public var logLevel = "info"
     /// Snapshot after this many log records.
