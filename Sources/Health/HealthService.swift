@@ -10,6 +10,9 @@ public enum HealthError: Error, Equatable {
     case future(String)
     /// Storing the request would take the user past this many items.
     case quota(Int64)
+    /// The user's HealthKit rows changed while an ingest was planned against a view of them: nothing
+    /// was stored, and the ingest is planned again from the start on a worker.
+    case stale
     case storage(StorageError)
 }
 
@@ -166,19 +169,21 @@ public final class HealthService: @unchecked Sendable {
     /// requests of other users. O(1) here.
     public func beginIngest(_ user: String, now: Timestamp) throws(HealthError) -> PreparedIngest {
         PreparedIngest(service: self, user: user, now: now, views: Views(tables.views(of: user, in: store)),
-                       version: try storage(try store.version(of: user)))
+                       versions: try storage(try store.versions(of: user, in: tables.all)))
     }
 
-    /// Commits a planned ingest, on the serving thread. When the user's rows changed after the view was
-    /// made (a write of theirs on another connection), the plan read stale rows: it is planned again
-    /// here against the rows as they are.
+    /// Commits a planned ingest, on the serving thread. When the user's HealthKit rows changed after the
+    /// view was made (a health write of theirs on another connection), the plan read stale rows: it is
+    /// refused as `.stale`, and the dispatcher plans it again on a worker (a few times at most), so that a
+    /// month's re-plan never runs on the thread every other user waits for. Writes to the user's other
+    /// tables (a reward, a Screen Time day) leave the plan current.
     public func finishIngest(_ prepared: PreparedIngest, _ planned: PlannedIngest) throws(HealthError) -> IngestReport {
         // Let go of the views first: while they hold the user's partitions, the commit would copy every
         // chunk it touches (copy on write), which for random UUIDs is all of them.
         prepared.views.tables = nil
-        guard try storage(try store.version(of: prepared.user)) == prepared.version else {
-            logger.info("health.ingest: the user's rows changed while it was planned; planning it again")
-            return try ingest(prepared.user, planned.request, now: prepared.now)
+        guard try storage(try store.versions(of: prepared.user, in: tables.all)) == prepared.versions else {
+            logger.info("health.ingest: the user's HealthKit rows changed while it was planned; planning it again on a worker")
+            throw .stale
         }
         let plan = try planned.result.get()
         if !planned.request.dryRun { try storage(try store.commit(plan.tx)) }
@@ -579,8 +584,8 @@ public struct PreparedIngest: @unchecked Sendable {
     let user: String
     let now: Timestamp
     let views: Views
-    /// The user's version (`Storage.version(of:)`) when the views were made.
-    let version: UInt64
+    /// The versions of the user's HealthKit tables (`Storage.versions(of:in:)`) when the views were made.
+    let versions: [UInt64]
 
     /// Places, compares and recomputes against the views: safe on any thread.
     public func plan(_ request: IngestRequest) -> PlannedIngest {

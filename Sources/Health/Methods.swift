@@ -12,6 +12,7 @@ extension HealthError {
         case .future(let path):
             return .invalidParams(path, reason: "future_date", "\(path) is more than a day in the future")
         case .quota(let limit): return .quotaExceeded("HealthKit items", limit: limit)
+        case .stale: return .storageConflict("the user's HealthKit rows changed while the ingest was planned")
         case .storage(let error): return .from(error)
         }
     }

@@ -445,6 +445,9 @@ public struct HealthTables: Sendable {
     }
 
     /// Read-only copies of `user`'s rows of every health table, for a worker thread (`Storage.view`).
+    /// Every table, as `Storage.versions(of:in:)` takes them.
+    var all: [TableHandle] { [samples, workouts, sleep, days, profile] }
+
     func views(of user: String, in store: any Storage) -> HealthTables {
         HealthTables(samples: store.view(samples, user: user), workouts: store.view(workouts, user: user), sleep: store.view(sleep, user: user),
                      days: store.view(days, user: user), profile: store.view(profile, user: user))

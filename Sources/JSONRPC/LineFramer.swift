@@ -127,6 +127,35 @@ public struct RequestReader: Sendable {
         return lines
     }
 
+    /// A line as `readLines` gives it: parsed, or (a long one) its bytes for another thread to parse.
+    public enum ReadLine: Sendable {
+        case parsed(ParsedLine)
+        case unparsed([UInt8])
+    }
+
+    /// The lines completed by `chunk`, in order: those up to `parseUpTo` bytes parsed here, longer ones
+    /// as their bytes (parsing 12 MB takes a tenth of a second: on a thread that serves every connection
+    /// it would hold all of them).
+    public mutating func readLines(_ chunk: UnsafeRawBufferPointer, parseUpTo: Int) -> [ReadLine] {
+        var lines: [ReadLine] = []
+        let limit = framer.maxLineBytes
+        framer.feed(chunk) { lines.append(Self.read($0, limit, parseUpTo)) }
+        return lines
+    }
+
+    /// End of input, as `readLines` gives lines.
+    public mutating func finishLines(parseUpTo: Int) -> [ReadLine] {
+        var lines: [ReadLine] = []
+        let limit = framer.maxLineBytes
+        framer.finish { lines.append(Self.read($0, limit, parseUpTo)) }
+        return lines
+    }
+
+    private static func read(_ event: LineFramer.Event, _ limit: Int, _ parseUpTo: Int) -> ReadLine {
+        if case .line(let line) = event, line.count > parseUpTo { return .unparsed(Array(line)) }
+        return .parsed(parse(event, limit))
+    }
+
     /// Whether an unterminated line is buffered.
     public var hasPartialLine: Bool { framer.hasPartialLine }
 

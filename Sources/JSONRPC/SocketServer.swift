@@ -6,6 +6,13 @@ import Darwin
 import Chrono
 import Threads
 
+#if canImport(Glibc)
+/// glibc's `malloc_trim` (declared in malloc.h, which the Glibc module leaves out): returns free memory
+/// of every arena to the system.
+@_silgen_name("malloc_trim")
+private func glibcMallocTrim(_ pad: Int) -> Int32
+#endif
+
 /// Held while a stream uses the dispatcher: the dispatcher answers one batch at a time, whichever
 /// stream (stdio or a socket connection) it came from.
 public final class ServingLock: Sendable {
@@ -25,7 +32,9 @@ public struct SocketError: Error, CustomStringConvertible {
 
 /// Serves JSON-RPC on a Unix socket, beside stdio: each accepted connection is its own stream with the
 /// same framing and ordering as stdin/stdout. One thread polls every connection; reads and writes never
-/// block, so a slow or dead peer holds up nobody. A peer whose unread output passes `maxUnreadBytes` is
+/// block, so a slow or dead peer holds up nobody. A line longer than `parseInlineBytes` is parsed on a
+/// parser thread (a month of samples, 12 MB, takes a tenth of a second), so a short line on another
+/// connection is never held behind it; lines of one connection are still answered in the order read. A peer whose unread output passes `maxUnreadBytes` is
 /// disconnected; one that has more than a quarter of that unread is not read from until it catches up.
 /// Unfinished request lines of all connections together are bounded by `maxInputBytes`: past it, the
 /// connection holding the longest one is cut, so many peers that never end a line cannot exhaust memory.
@@ -43,6 +52,11 @@ public final class SocketServer: @unchecked Sendable {
     private var wakeRead: Int32 = -1
     private var wakeWrite: Int32 = -1
     private let stopping = SharedFlag()
+    /// Lines longer than this are parsed on `parsers`, shorter ones on the polling thread.
+    public static let parseInlineBytes = 64 << 10
+    private let parsers = WorkerPool(threads: 2)
+    /// Long lines the parsers finished, for the polling thread to answer.
+    private let parsedLines = Inbox<ParsedLongLine>()
     private let stopped = HandoffQueue<Bool>(capacity: 1)
     /// Receives diagnostics for stderr.
     public var log: (String) -> Void = { _ in }
@@ -83,10 +97,30 @@ public final class SocketServer: @unchecked Sendable {
             _ = fcntl(f, F_SETFL, fcntl(f, F_GETFL) | O_NONBLOCK)
         }
         (wakeRead, wakeWrite) = (fds[0], fds[1])
+        warmParsers()
         spawnThread { [self] in
             serve()
             _ = stopped.put(true)
         }
+    }
+
+    /// Has every parser thread parse a line once now, each at the same time (so each on its own thread):
+    /// a thread's first allocation makes its malloc arena, which reserves 64 MiB of address space, and
+    /// that belongs to start-up, not to the first long line a host sends (whose memory a host watches).
+    /// Waits at most a second.
+    private func warmParsers() {
+        let started = Locked(0)
+        let threads = parsers.threads
+        for _ in 0..<threads {
+            parsers.submit {
+                _ = Array("{\"jsonrpc\":\"2.0\",\"method\":\"kernel.info\"}".utf8).withUnsafeBytes { Dispatcher.parse($0) }
+                started.withLock { $0 += 1 }
+                let deadline = monotonicMicros() + 1_000_000
+                while started.withLock({ $0 }) < threads && monotonicMicros() < deadline { usleep(1000) }
+            }
+        }
+        let deadline = monotonicMicros() + 1_000_000
+        while started.withLock({ $0 }) < threads && monotonicMicros() < deadline { usleep(1000) }
     }
 
     /// The address of the Unix socket at `path`.
@@ -182,6 +216,24 @@ public final class SocketServer: @unchecked Sendable {
         listenFD = -1
     }
 
+    /// A line of a peer's, read but not yet answered: parsed, or waiting for a parser.
+    private final class QueuedLine: @unchecked Sendable {
+        /// Set on the polling thread only (a parser hands its value over through `parsedLines`).
+        var line: ParsedLine?
+        /// Bytes of an unparsed line (for the input budget).
+        let bytes: Int
+        init(_ line: ParsedLine?, bytes: Int = 0) {
+            self.line = line
+            self.bytes = bytes
+        }
+    }
+
+    /// A long line a parser finished.
+    private struct ParsedLongLine: Sendable {
+        let queued: QueuedLine
+        let line: ParsedLine
+    }
+
     /// One accepted connection.
     private final class Peer {
         let fd: Int32
@@ -190,6 +242,12 @@ public final class SocketServer: @unchecked Sendable {
         var sent = 0
         /// The peer closed its writing side: answer what was read, write it, close.
         var ended = false
+        /// Lines read and not yet answered, in read order: a long one at the head waits for its parser
+        /// (and the peer is not read from meanwhile), the ones behind it wait for it.
+        var queued: [QueuedLine] = []
+
+        /// Bytes of lines waiting for a parser.
+        var queuedBytes: Int { queued.reduce(0) { $0 + ($1.line == nil ? $1.bytes : 0) } }
 
         init(fd: Int32, connection: Connection) {
             self.fd = fd
@@ -218,11 +276,14 @@ public final class SocketServer: @unchecked Sendable {
             fds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
             for peer in peers {
                 var events: Int32 = 0
-                if !peer.ended && peer.unread <= maxUnreadBytes / 4 && peer.connection.stream.outstanding <= StdioServer.maxOutstanding {
+                if !peer.ended && peer.queued.isEmpty && peer.unread <= maxUnreadBytes / 4
+                    && peer.connection.stream.outstanding <= StdioServer.maxOutstanding {
                     events |= Int32(POLLIN)
                 }
                 if peer.unread > 0 { events |= Int32(POLLOUT) }
-                fds.append(pollfd(fd: peer.fd, events: Int16(events), revents: 0))
+                // Nothing to wait for on the socket (a long line being parsed, or slow work after the
+                // peer ended): leave it out, or a hang-up would wake every round until then.
+                fds.append(pollfd(fd: events == 0 ? -1 : peer.fd, events: Int16(events), revents: 0))
             }
             let timeout = accepting ? -1 : Int32((acceptPausedUntil - now) / 1000 + 1)
             if poll(&fds, nfds_t(fds.count), timeout) < 0 {
@@ -233,9 +294,14 @@ public final class SocketServer: @unchecked Sendable {
             if fds[1].revents != 0 {
                 var drain = [UInt8](repeating: 0, count: 64)
                 while read(wakeRead, &drain, drain.count) > 0 {}
-                // Other streams' changes, or slow work finished: apply it and write what became ready.
+                for done in parsedLines.takeAll(wait: false) { done.queued.line = done.line }
+                // Other streams' changes, slow work or long lines' parsing finished: answer what can be,
+                // apply it and write what became ready.
                 for peer in peers {
-                    let fatal = lock.run { peer.connection.endBatch(waitAbove: nil) }
+                    let fatal = lock.run {
+                        answerParsed(peer)
+                        return peer.connection.endBatch(waitAbove: nil)
+                    }
                     if fatal { onStorageFailure() }
                 }
             }
@@ -268,20 +334,25 @@ public final class SocketServer: @unchecked Sendable {
             var closing: [Peer] = []
             for (i, peer) in peers[..<polled].enumerated() {
                 let revents = Int32(fds[i + 2].revents)
-                if revents & (Int32(POLLIN) | Int32(POLLHUP) | Int32(POLLERR)) != 0 && !peer.ended {
-                    if !receive(peer, buffer) { closing.append(peer); continue }
+                if revents & (Int32(POLLIN) | Int32(POLLHUP) | Int32(POLLERR)) != 0 && !peer.ended && peer.queued.isEmpty {
+                    if !receive(peer, buffer, wake: wake) { closing.append(peer); continue }
                 }
                 if peer.unread > 0 && !send(peer) { closing.append(peer); continue }
                 if peer.unread > maxUnreadBytes {
                     log("socket connection cut: \(peer.unread) bytes of answers and events unread (limit \(maxUnreadBytes))")
                     closing.append(peer)
-                } else if peer.ended && peer.unread == 0 && peer.connection.stream.isSettled {
+                } else if peer.ended && peer.unread == 0 && peer.queued.isEmpty && peer.connection.stream.isSettled {
                     closing.append(peer)
                 }
             }
             closing += overBudget(peers.filter { peer in !closing.contains { $0 === peer } })
             for peer in closing { disconnect(peer) }
             peers.removeAll { peer in closing.contains { $0 === peer } }
+        }
+        // Every line read is answered before the server stops, long ones still being parsed included.
+        while peers.contains(where: { !$0.queued.isEmpty }) {
+            for done in parsedLines.takeAll(wait: true) { done.queued.line = done.line }
+            for peer in peers { lock.run { answerParsed(peer) } }
         }
         for peer in peers {
             if lock.run({ peer.connection.endBatch(waitAbove: 0) }) { onStorageFailure() }
@@ -290,29 +361,62 @@ public final class SocketServer: @unchecked Sendable {
         }
     }
 
+    /// Answers the peer's queued lines up to the first still being parsed (holding the serving lock).
+    /// After a long line, its memory goes back to the system: it was allocated on a parser thread, whose
+    /// malloc arena would otherwise keep it resident once freed here.
+    private func answerParsed(_ peer: Peer) {
+        let ready = peer.queued.prefix { $0.line != nil }
+        guard !ready.isEmpty else { return }
+        peer.queued.removeFirst(ready.count)
+        let long = ready.contains { $0.bytes > 0 }
+        peer.connection.answer(ready.compactMap(\.line))
+        #if canImport(Glibc)
+        if long { parsers.submit { _ = glibcMallocTrim(0) } }
+        #endif
+    }
+
     /// The peers to cut so that their unfinished lines fit `maxInputBytes`, longest first: O(peers) per
     /// poll round, sorting only when over the budget.
     private func overBudget(_ peers: [Peer]) -> [Peer] {
-        var total = peers.reduce(0) { $0 + $1.connection.reader.bufferedBytes }
+        let held = { (peer: Peer) in peer.connection.reader.bufferedBytes + peer.queuedBytes }
+        var total = peers.reduce(0) { $0 + held($1) }
         guard total > maxInputBytes else { return [] }
         var cut: [Peer] = []
-        for peer in peers.sorted(by: { $0.connection.reader.bufferedBytes > $1.connection.reader.bufferedBytes }) {
+        for peer in peers.sorted(by: { held($0) > held($1) }) {
             guard total > maxInputBytes else { break }
-            total -= peer.connection.reader.bufferedBytes
-            log("socket connection cut: \(peer.connection.reader.bufferedBytes) bytes of an unfinished request line, while all connections together held more than \(maxInputBytes)")
+            total -= held(peer)
+            log("socket connection cut: \(held(peer)) bytes of an unfinished request line and lines waiting to be parsed, while all connections together held more than \(maxInputBytes)")
             cut.append(peer)
         }
         return cut
     }
 
-    /// Reads what the peer sent and answers it; false when the connection failed.
-    private func receive(_ peer: Peer, _ buffer: UnsafeMutableRawBufferPointer) -> Bool {
+    /// Reads what the peer sent and answers it, long lines once a parser has read them; false when the
+    /// connection failed.
+    private func receive(_ peer: Peer, _ buffer: UnsafeMutableRawBufferPointer, wake: @escaping @Sendable () -> Void) -> Bool {
         let n = read(peer.fd, buffer.baseAddress, buffer.count)
         if n < 0 { return errno == EAGAIN || errno == EINTR }
-        let lines = n == 0 ? peer.connection.reader.finish() : peer.connection.reader.read(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+        // A line the peer never ended is parsed here at once (it is cut short anyway), so that its bytes
+        // leave the input budget as soon as the peer is gone.
+        let lines = n == 0 ? peer.connection.reader.finishLines(parseUpTo: .max)
+            : peer.connection.reader.readLines(UnsafeRawBufferPointer(rebasing: buffer[0..<n]), parseUpTo: Self.parseInlineBytes)
         if n == 0 { peer.ended = true }
+        for line in lines {
+            switch line {
+            case .parsed(let parsed):
+                peer.queued.append(QueuedLine(parsed))
+            case .unparsed(let bytes):
+                let queued = QueuedLine(nil, bytes: bytes.count)
+                peer.queued.append(queued)
+                let done = parsedLines
+                parsers.submit {
+                    done.put(ParsedLongLine(queued: queued, line: bytes.withUnsafeBytes { Dispatcher.parse($0) }))
+                    wake()
+                }
+            }
+        }
         let fatal = lock.run {
-            peer.connection.answer(lines)
+            answerParsed(peer)
             return peer.connection.endBatch(waitAbove: nil)
         }
         if fatal {

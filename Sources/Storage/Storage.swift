@@ -38,6 +38,10 @@ public protocol Storage: AnyObject {
     /// changes `user`'s rows: reads made through a view are still current at commit when it has not
     /// changed since the view was made.
     func version(of user: String) throws(StorageError) -> UInt64
+    /// Numbers that change whenever `user`'s rows of `tables` change (as `version(of:)` for those
+    /// tables only): a plan that read only those tables is still current when they have not changed,
+    /// whatever else of the user's changed. A store that cannot tell tables apart answers `version(of:)`.
+    func versions(of user: String, in tables: [TableHandle]) throws(StorageError) -> [UInt64]
     /// Ends the current request's scope. The scope opened with the request's first read: on a shared
     /// database a transaction holding the lock of every user read. A commit closes it too; this ends one
     /// that did not commit (reads only, or a refusal), and is harmless after a commit.
@@ -49,6 +53,8 @@ public protocol Storage: AnyObject {
 }
 
 extension Storage {
+    public func versions(of user: String, in tables: [TableHandle]) throws(StorageError) -> [UInt64] { [try version(of: user)] }
+
     public func prefetch(_ rows: @autoclosure () -> [(table: TableHandle, user: String, key: String)]) throws(StorageError) {}
 
     /// Registers a table kept in key order only.

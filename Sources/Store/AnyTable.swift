@@ -24,6 +24,10 @@ protocol AnyTable: AnyObject {
     func restore(user: String, key: String, _ previous: Previous)
     /// Sets the feed entry of a deleted row of a synced table, as a store moved in had it (no-op elsewhere).
     func setTombstone(user: String, key: String, stamp: Stamp)
+    /// The change count when `user`'s rows last changed (0: never, or no rows).
+    func version(of user: String) -> UInt64
+    /// Notes that `user`'s rows changed at change count `version`.
+    func markChanged(_ user: String, _ version: UInt64)
     /// Removes a user's rows; returns them (for undo).
     func removeUser(_ user: String) -> Any
     /// Puts back what `removeUser` returned.

@@ -32,6 +32,9 @@ struct SortedChunks<Key: Comparable, Row> {
     /// The last key of each chunk.
     @usableFromInline var lasts: [Key] = []
     @usableFromInline var count = 0
+    /// The store's change count when these rows last changed (a table's partition of a user's rows):
+    /// what `Store.versions(of:in:)` compares. 0 until then.
+    @usableFromInline var version: UInt64 = 0
 
     @inlinable init() {}
 

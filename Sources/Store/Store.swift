@@ -202,6 +202,12 @@ public final class Store: Storage, @unchecked Sendable {
 
     public func version(of user: String) -> UInt64 { versions[user] ?? 0 }
 
+    /// Per table, from the table's partition of the user's rows: O(tables), and no memory beyond a
+    /// number in each partition.
+    public func versions(of user: String, in tables: [TableHandle]) -> [UInt64] {
+        tables.map { slots[$0.slot].version(of: user) }
+    }
+
     /// Notes that `user`'s rows changed (see `version(of:)`).
     private func touch(_ user: String) {
         changes += 1
@@ -389,6 +395,10 @@ public final class Store: Storage, @unchecked Sendable {
                 touch(user)
                 lastUser = user
             }
+            switch entry {
+            case .put(let handle, let user, _, _), .delete(let handle, let user, _): slots[handle.slot].markChanged(user, changes)
+            default: break
+            }
         }
         lastCommitID += 1
         seq = record
@@ -492,6 +502,7 @@ public final class Store: Storage, @unchecked Sendable {
             case .row(let table, let user, let key, let previous):
                 table.restore(user: user, key: key, previous)
                 touch(user)
+                table.markChanged(user, changes)
             case .user(let user, let rows):
                 for (table, stored) in rows { table.restoreUser(user, stored) }
                 touch(user)

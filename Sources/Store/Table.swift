@@ -78,6 +78,10 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         userRows(user).scanOrdered(from: from, to: to, after: after, reverse: reverse, limit: limit)
     }
 
+    func version(of user: String) -> UInt64 { rows[user]?.version ?? 0 }
+
+    func markChanged(_ user: String, _ version: UInt64) { rows[user]?.version = version }
+
     /// A read-only copy of `user`'s rows for another thread (see `TableView`).
     func view(user: String) -> TableView<Row> { TableView(of: self, user: user) }
 

@@ -63,6 +63,11 @@ final class UniqueKeys: AnyTable {
 
     func setTombstone(user: String, key: String, stamp: Stamp) {}
 
+    /// Unique keys are read through `holder(of:)`, never through a view: nothing compares their versions.
+    func version(of user: String) -> UInt64 { 0 }
+
+    func markChanged(_ user: String, _ version: UInt64) {}
+
     func restore(user: String, key: String, _ previous: Previous) {
         if previous.row != nil { _ = claim(user, key) } else { _ = delete(user: user, key: key, stamp: Stamp(seq: 0, at: 0)) }
     }

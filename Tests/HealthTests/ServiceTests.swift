@@ -52,11 +52,13 @@ func workout(_ n: Int, _ activity: String, _ start: String, _ end: String, secon
 final class Harness {
     let store: any Storage
     let tables: HealthTables
+    /// A table of another domain's, beside the health tables.
+    let other: any StorageTable<HealthProfileStandIn>
     let service: HealthService
     let user: String
 
     init(user: String = testUser) throws {
-        (store, tables) = try testStore { HealthTables($0) }
+        (store, (tables, other)) = try testStore { (HealthTables($0), $0.table("other.things", of: HealthProfileStandIn.self)) }
         service = HealthService(store: store, tables: tables, cursorSecrets: [Array("cursor test secret".utf8)])
         self.user = user
     }
@@ -95,9 +97,11 @@ final class Harness {
         #expect(try h.days().isEmpty)  // a day with nothing left is gone
     }
 
-    /// The slow path: planned against a view while the user's rows change, the plan is not committed
-    /// as it stands (it read stale rows) but planned again; unchanged rows commit the plan as made.
-    @Test func aPlanMadeOnStaleRowsIsMadeAgain() throws {
+    /// The slow path: planned against a view while the user's HealthKit rows change, the plan is not
+    /// committed (it read stale rows) but refused as `.stale`, which the dispatcher answers by planning it
+    /// again on a worker (#39: never on the serving thread); made again, it merges with what changed.
+    /// Unchanged HealthKit rows commit the plan as made, whatever else of the user changed.
+    @Test func aPlanMadeOnStaleRowsIsRefusedAndMadeAgain() throws {
         let h = try Harness()
         let first = IngestRequest(samples: [try sample(1, 1000, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z", model: "iPhone")])
         let prepared = try h.service.beginIngest(h.user, now: now)
@@ -105,17 +109,29 @@ final class Harness {
         try h.ingest(samples: [try sample(2, 600, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z", model: "Watch")])
         let planned = prepared.plan(first)
         #expect(try planned.result.get().report.daysRecomputed == ["2026-03-02"])
-        // The plan alone would store 1000 (it never saw the watch); made again, the two merge and the
-        // watch's 600 wins the interval they share.
-        let report = try h.service.finishIngest(prepared, planned)
+        #expect(throws: HealthError.stale) { try h.service.finishIngest(prepared, planned) }
+        #expect(try h.sum("2026-03-02") == 600, "nothing of the stale plan was stored")
+        // Planned again (as the dispatcher does, on a worker): the two merge and the watch's 600 wins the
+        // interval they share.
+        let again = try h.service.beginIngest(h.user, now: now)
+        let report = try h.service.finishIngest(again, again.plan(first))
         #expect(report.samples == 1)
         #expect(try h.sum("2026-03-02") == 600)
         #expect(try h.service.sample(h.user, uuid(2)) != nil && h.service.sample(h.user, uuid(1)) != nil)
-        // Unchanged rows: the plan commits as made.
+        // A write to another table of the user (another domain's) leaves the plan current in memory;
+        // PostgreSQL keeps one version per user, so there the plan is made again.
         let third = IngestRequest(samples: [try sample(3, 50, "2026-03-03T10:00:00Z", "2026-03-03T10:10:00Z")])
-        let again = try h.service.beginIngest(h.user, now: now)
-        _ = try h.service.finishIngest(again, again.plan(third))
-        #expect(try h.sum("2026-03-03") == 50)
+        let current = try h.service.beginIngest(h.user, now: now)
+        var tx = Transaction()
+        tx.put(h.other, user: h.user, key: "k", HealthProfileStandIn())
+        try h.store.commit(tx)
+        h.store.endRequest()
+        if testStoreKind == "memory" {
+            _ = try h.service.finishIngest(current, current.plan(third))
+            #expect(try h.sum("2026-03-03") == 50)
+        } else {
+            #expect(throws: HealthError.stale) { try h.service.finishIngest(current, current.plan(third)) }
+        }
     }
 
     @Test func reSentDaysChangeNothing() throws {
@@ -328,4 +344,11 @@ struct SeededRandom: RandomNumberGenerator {
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
     }
+}
+
+/// A row of some other domain's table, for `aPlanMadeOnStaleRowsIsRefusedAndMadeAgain`.
+struct HealthProfileStandIn: StoredRow {
+    init() {}
+    init(stored: JSON) throws(StorageError) {}
+    var stored: JSON { [:] }
 }

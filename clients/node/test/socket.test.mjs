@@ -228,6 +228,37 @@ test('socket memory: unfinished lines of all connections are bounded, and a long
   fresh.socket.destroy();
 });
 
+test('a long line on one connection never holds a short one on another (#39 item 1): it is parsed on a parser thread', async (t) => {
+  const dir = temporaryDirectory(t);
+  const path = join(dir, 'kernel.sock');
+  const child = spawn(binary, ['serve', '--memory-only', '--no-stdin', '--listen', `unix:${path}`, '--max-line-bytes', String(64 << 20)],
+    { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'inherit'] });
+  t.after(() => child.kill('SIGKILL'));
+  await eventually(() => existsSync(path), 10_000, 'the socket');
+  const long = await open(path);
+  const short = await open(path);
+  t.after(() => { long.socket.destroy(); short.socket.destroy(); });
+  // About 40 MB of small objects: parsing it takes a good part of a second.
+  const pad = Array.from({ length: 700_000 }, (_, i) => ({ i, v: 'abcdefghij', n: [1, 2, 3] }));
+  const text = JSON.stringify({ jsonrpc: '2.0', id: 'long', method: 'kernel.info', params: { pad } }) + '\n';
+  // All of the long line but its newline, given time to be read; then the newline and the short line
+  // together: the long one is complete first, and a kernel parsing it where it reads would answer it first.
+  await new Promise((resolve) => long.socket.write(text.slice(0, -1), resolve));
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  long.socket.write('\n');
+  short.send({ id: 'short', method: 'kernel.info' });
+  const shortAnswer = await short.answer('short');
+  const longAnswered = long.lines.some((l) => l.id === 'long');
+  assert.equal(shortAnswer.result.name, 'healthkernel');
+  assert.equal(longAnswered, false, 'the short line was answered while the long one was still being parsed');
+  assert.equal((await long.answer('long')).error.data.reason, 'unknown_field');
+  // Lines of one connection keep their order behind a long one.
+  long.socket.write(text.replace('"long"', '"long2"') + JSON.stringify({ jsonrpc: '2.0', id: 'after', method: 'kernel.info' }) + '\n');
+  await long.answer('after');
+  const order = long.lines.map((l) => l.id).filter((id) => id === 'long2' || id === 'after');
+  assert.deepEqual(order, ['long2', 'after']);
+});
+
 test('descriptors exhausted: accept backs off with a log line instead of spinning, and recovers', async (t) => {
   const dir = temporaryDirectory(t);
   const path = join(dir, 'kernel.sock');

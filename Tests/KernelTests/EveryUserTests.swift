@@ -1,0 +1,60 @@
+import Foundation
+import JSON
+import JSONRPC
+import Testing
+import TestSupport
+@testable import Kernel
+
+/// Issue "Every user at once": one user's heavy work never holds another's.
+@Suite struct EveryUserTests {
+    static let auth = JSON.string(LimitsTests.userToken)
+
+    /// A month-like ingest of `count` minute samples from `day` with random UUIDs.
+    static func ingest(_ id: Int, count: Int, day: String = "2025-03-01") -> [UInt8] {
+        let start = Date(timeIntervalSince1970: ISO8601DateFormatter().date(from: day + "T00:00:00Z")!.timeIntervalSince1970)
+        let formatter = ISO8601DateFormatter()
+        let samples: [JSON] = (0..<count).map { i in
+            let at = JSON.string(formatter.string(from: start.addingTimeInterval(Double(i * 60))))
+            return ["uuid": .string(UUID().uuidString), "type": "HKQuantityTypeIdentifierHeartRate", "value": .int(Int64(60 + i % 40)),
+                    "unit": "count/min", "start": at, "end": at]
+        }
+        let request: JSON = ["jsonrpc": "2.0", "id": .int(Int64(id)), "method": "health.ingest",
+                             "params": ["auth": auth, "timezone": "UTC", "samples": .array(samples)]]
+        return request.bytes + [0x0A]
+    }
+
+    static func retries(_ kernel: Kernel) -> Int64? {
+        InProcessClient(kernel).call("kernel.info", ["auth": .string(testServiceToken)])["result"]?["requests"]?["retries"]?.intValue
+    }
+
+    /// Item 2: a plan whose user's HealthKit rows changed meanwhile (a health write on another stream) is
+    /// planned again on a worker, not on the serving thread, and the answer merges both; a write to
+    /// another domain's table of the same user (a reward) leaves the plan current (on the data dir,
+    /// whose versions are per table).
+    @Test func aStalePlanIsPlannedAgainOnAWorkerAndOtherDomainsLeaveItCurrent() throws {
+        let kernel = try makeKernel { $0.limits.requestsPerSecond = 0 }
+        let before = try #require(Self.retries(kernel))
+        var big = kernel.connection()
+        big.receive(Self.ingest(1, count: 5000))
+        _ = big.endBatch(waitAbove: nil)  // planned on a worker from here
+        let other = InProcessClient(kernel)
+        // Another stream of the same user writes HealthKit rows before the plan is applied.
+        let small = try JSON.parse(Array(Self.ingest(2, count: 10, day: "2025-04-01").dropLast()))
+        #expect(other.call("health.ingest", try #require(small["params"]))["result"]?["accepted"]?["samples"] == 10)
+        _ = big.endBatch(waitAbove: 0)
+        let answer = try JSON.parse(Array(big.output.dropLast()))
+        #expect(answer["result"]?["accepted"]?["samples"] == 5000, "\(answer)")
+        #expect(Self.retries(kernel) == before + 1, "planned again once")
+        let days = other.call("health.summary", ["auth": Self.auth, "from": "2025-03-01", "to": "2025-04-01"])["result"]?["days"]?.arrayValue
+        #expect(days?.count == 5, "four days of the big ingest and the small one's day")
+
+        // A reward of the same user meanwhile: no re-plan in memory (PostgreSQL's versions are per user).
+        big.output.removeAll()
+        big.receive(Self.ingest(3, count: 5000, day: "2025-05-01"))
+        _ = big.endBatch(waitAbove: nil)
+        #expect(other.call("rewards.earn", ["auth": Self.auth, "xp": 10, "reason": "r", "key": "k1"])["result"] != nil)
+        _ = big.endBatch(waitAbove: 0)
+        #expect(try JSON.parse(Array(big.output.dropLast()))["result"]?["accepted"]?["samples"] == 5000)
+        if testStoreKind == "memory" { #expect(Self.retries(kernel) == before + 1, "a reward left the plan current") }
+    }
+}
