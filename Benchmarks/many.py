@@ -62,7 +62,7 @@ class Kernel:
     """A kernel serving a socket; stdin kept open (closing it stops the kernel)."""
     def __init__(self, binary, args, sock):
         self.sock = sock
-        self.p = subprocess.Popen([binary, "serve", "--jwt-secret", SECRET, "--log-level", "error", "--listen", "unix:" + sock] + args,
+        self.p = subprocess.Popen([binary, "serve", "--jwt-secret", SECRET, "--log-level", os.environ.get("HK_LOG", "error"), "--listen", "unix:" + sock] + args,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.p.stdin.write(line("ready", "kernel.info", {}))
         self.p.stdin.flush()

@@ -52,6 +52,10 @@ public final class SocketServer: @unchecked Sendable {
     private var wakeRead: Int32 = -1
     private var wakeWrite: Int32 = -1
     private let stopping = SharedFlag()
+    /// A peer's turn longer than this ends the round of applying finished work (see `serve`).
+    static let longTurnMicros: UInt64 = 5_000
+    /// The peer the next round of applying finished work starts with.
+    private var wakeCursor = 0
     /// Lines longer than this are parsed on `parsers`, shorter ones on the polling thread.
     public static let parseInlineBytes = 64 << 10
     private let parsers = WorkerPool(threads: 2)
@@ -291,19 +295,11 @@ public final class SocketServer: @unchecked Sendable {
                 log("socket poll failed: errno \(errno)")
                 break
             }
-            if fds[1].revents != 0 {
+            let woken = fds[1].revents != 0
+            if woken {
                 var drain = [UInt8](repeating: 0, count: 64)
                 while read(wakeRead, &drain, drain.count) > 0 {}
                 for done in parsedLines.takeAll(wait: false) { done.queued.line = done.line }
-                // Other streams' changes, slow work or long lines' parsing finished: answer what can be,
-                // apply it and write what became ready.
-                for peer in peers {
-                    let fatal = lock.run {
-                        answerParsed(peer)
-                        return peer.connection.endBatch(waitAbove: nil)
-                    }
-                    if fatal { onStorageFailure() }
-                }
             }
             let polled = peers.count
             if fds[0].revents != 0 {
@@ -344,6 +340,28 @@ public final class SocketServer: @unchecked Sendable {
                 } else if peer.ended && peer.unread == 0 && peer.queued.isEmpty && peer.connection.stream.isSettled {
                     closing.append(peer)
                 }
+            }
+            // Other streams' changes, slow work or long lines' parsing finished: answer what can be, apply
+            // it and write what became ready. After every peer's input was read and answered, and in fair
+            // turns: once one peer's turn took long (a month's commit), the rest wait for the next round, so
+            // a short request waits for at most one such commit.
+            if woken {
+                var turns = 0
+                for k in peers.indices {
+                    let peer = peers[(wakeCursor + k) % peers.count]
+                    let began = monotonicMicros()
+                    let fatal = lock.run {
+                        answerParsed(peer)
+                        return peer.connection.endBatch(waitAbove: nil)
+                    }
+                    if fatal { onStorageFailure() }
+                    turns = k + 1
+                    if monotonicMicros() - began > Self.longTurnMicros && turns < peers.count {
+                        wake()
+                        break
+                    }
+                }
+                wakeCursor = peers.isEmpty ? 0 : (wakeCursor + turns) % peers.count
             }
             closing += overBudget(peers.filter { peer in !closing.contains { $0 === peer } })
             for peer in closing { disconnect(peer) }
