@@ -112,13 +112,14 @@ struct CommitPlan {
         if g.deleting {
             if g.table.entity != nil {
                 statements.append(Statement("""
-                    WITH d AS (DELETE FROM rows WHERE tbl = $1 AND usr = $2 AND key = ANY($3::text[]) RETURNING key)
+                    WITH d AS (DELETE FROM rows r USING unnest($3::text[]) AS k(key) WHERE r.tbl = $1 AND r.usr = $2 AND r.key = k.key RETURNING r.key)
                     INSERT INTO tombstones (tbl, usr, key, seq, at)
                     SELECT $1, $2, t.k, \(position), $6 FROM unnest($3::text[], $4::bigint[]) AS t(k, i) JOIN d ON d.key = t.k
                     ON CONFLICT (tbl, usr, key) DO UPDATE SET seq = excluded.seq, at = excluded.at
                     """, [name, g.user, keys, offsets, nil, String(at)]))
             } else {
-                statements.append(Statement("DELETE FROM rows WHERE tbl = $1 AND usr = $2 AND key = ANY($3::text[])", [name, g.user, keys]))
+                statements.append(Statement("DELETE FROM rows r USING unnest($3::text[]) AS k(key) WHERE r.tbl = $1 AND r.usr = $2 AND r.key = k.key",
+                                            [name, g.user, keys]))
             }
             return
         }
@@ -130,7 +131,8 @@ struct CommitPlan {
                 SELECT $1, $2, t.k, t.o, t.b, \(position), $6 FROM unnest($3::text[], $4::bigint[], $7::text[], $8::text[]) AS t(k, i, o, b)
                 ON CONFLICT (tbl, usr, key) DO UPDATE SET ord = excluded.ord, body = excluded.body, seq = excluded.seq, at = excluded.at
                 """, [name, g.user, keys, offsets, nil, String(at), orders, bodies]))
-            statements.append(Statement("DELETE FROM tombstones WHERE tbl = $1 AND usr = $2 AND key = ANY($3::text[])", [name, g.user, keys]))
+            statements.append(Statement("DELETE FROM tombstones t USING unnest($3::text[]) AS k(key) WHERE t.tbl = $1 AND t.usr = $2 AND t.key = k.key",
+                                        [name, g.user, keys]))
         } else {
             statements.append(Statement("""
                 INSERT INTO rows (tbl, usr, key, ord, body)

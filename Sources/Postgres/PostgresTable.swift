@@ -84,8 +84,12 @@ final class PostgresTable<Row: StoredRow>: PostgresTableBase, StorageTable, @unc
 
     func get(user: String, keys: [String]) throws(StorageError) -> [String: Row] {
         guard !keys.isEmpty else { return [:] }
-        let rows = try run(user, Statement("SELECT key, body FROM rows WHERE tbl = $1 AND usr = $2 AND key = ANY($3::text[])",
-                                           [name, user, PostgresStore.array(keys)]))
+        // A join with the keys, never `key = ANY($3)`: with a parameter array PostgreSQL tests each row
+        // against the whole array, and once the user's rows outgrow the index plan (a third month of
+        // samples) 43,200 keys against 86,400 rows took 142 s instead of a fraction of one.
+        let rows = try run(user, Statement("""
+            SELECT r.key, r.body FROM unnest($3::text[]) AS k(key) JOIN rows r ON r.tbl = $1 AND r.usr = $2 AND r.key = k.key
+            """, [name, user, PostgresStore.array(keys)]))
         var out: [String: Row] = [:]
         out.reserveCapacity(rows.count)
         for r in rows { out[r[0] ?? ""] = try decode(r[1], key: r[0]) }
