@@ -24,6 +24,7 @@ import argparse, json, os, shutil, socket, subprocess, sys, tempfile, threading,
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402  (tokens, the release binary's path)
+from history import rss  # noqa: E402  (a process's resident bytes)
 
 ROOT, SECRET = bench.ROOT, bench.SECRET
 SAMPLES = 43200
@@ -43,14 +44,6 @@ def month_line(tok, m, months, samples, ident):
         out.append({"uuid": str(uuid.uuid4()).upper(), "type": "HKQuantityTypeIdentifierHeartRate", "value": 60 + i % 40,
                     "unit": "count/min", "start": at, "end": at})
     return line(ident, "health.ingest", {"auth": tok, "timezone": "UTC", "samples": out})
-
-
-def rss(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for l in f:
-            if l.startswith("VmRSS:"):
-                return int(l.split()[1]) * 1024
-    return 0
 
 
 def pct(xs, q):
