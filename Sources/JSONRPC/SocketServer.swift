@@ -419,8 +419,13 @@ public final class SocketServer: @unchecked Sendable {
         let lines = n == 0 ? peer.connection.reader.finishLines(parseUpTo: .max)
             : peer.connection.reader.readLines(UnsafeRawBufferPointer(rebasing: buffer[0..<n]), parseUpTo: Self.parseInlineBytes)
         if n == 0 { peer.ended = true }
+        // Lines before the first long one are answered as they are (the peer is read only while nothing
+        // waits for a parser); only those behind a long one are queued, so a short line costs no box.
+        var direct: [ParsedLine] = []
         for line in lines {
             switch line {
+            case .parsed(let parsed) where peer.queued.isEmpty:
+                direct.append(parsed)
             case .parsed(let parsed):
                 peer.queued.append(QueuedLine(parsed))
             case .unparsed(let bytes):
@@ -434,6 +439,7 @@ public final class SocketServer: @unchecked Sendable {
             }
         }
         let fatal = lock.run {
+            peer.connection.answer(direct)
             answerParsed(peer)
             return peer.connection.endBatch(waitAbove: nil)
         }

@@ -25,7 +25,7 @@ import Testing
         "sessions.get": ["sessionId": "OWN_SESSION"],
         "sessions.list": ["limit": 1],
         "sessions.delete": ["sessionId": "OWN_SESSION"],
-        "sessions.stats": ["timezone": "Europe/Berlin"],
+        "sessions.stats": ["timezone": "Europe/Berlin", "from": "2025-02-01", "to": "2025-03-31"],
         "sync.changes": ["limit": 1000, "includeData": true],
         "subscriptions.verify": ["provider": "apple", "productId": "premium.yearly", "receipt": "RECEIPT_OWNER"],
         // Both users send the same HealthKit UUIDs: each user's items are their own.
