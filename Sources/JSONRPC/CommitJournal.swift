@@ -10,6 +10,15 @@ public protocol CommitJournal: AnyObject {
     /// Called after every request (and after each part of a slow one): a store that opened a
     /// transaction for the request's reads ends it when the request did not commit.
     func endRequest()
+    /// Whether a commit made now may leave a big unit's changes to be applied later, in slices
+    /// (`applyBacklog`); the dispatcher turns it on only around a slow request's commit, whose answer it
+    /// then holds until `isApplied`.
+    var appliesInSlices: Bool { get set }
+    /// Applies units committed but not yet wholly applied, for about `budgetMicros`; returns whether any
+    /// remain. A store that applies every commit at once has none.
+    func applyBacklog(budgetMicros: UInt64) -> Bool
+    /// Whether commit `id` is wholly applied (or was undone).
+    func isApplied(_ commit: UInt64) -> Bool
 }
 
 /// A committed change, as an `events.changed` notification announces it.

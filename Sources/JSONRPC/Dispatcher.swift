@@ -48,6 +48,10 @@ public final class Dispatcher {
     private var settledCommitID: UInt64 = 0
     /// A flush in the middle of this batch failed to sync: the kernel stops after answering it.
     private var syncFailed = false
+    /// Commits being applied in slices, with the stream whose answer waits for each.
+    private var applying: [(commit: UInt64, stream: RequestStream)] = []
+    /// How long the serving thread applies the backlog between rounds of other requests.
+    public static let backlogSliceMicros: UInt64 = 4000
 
     /// A dispatcher; `onInternalError` receives the details of bugs that are answered -32603.
     public init(registry: MethodRegistry, authenticator: Authenticator, clock: Clock, stats: RequestStats,
@@ -316,10 +320,13 @@ public final class Dispatcher {
             guard let index = stream.entries.firstIndex(where: { $0.ticket == done.ticket }),
                   case .running(let method, let params, let call) = stream.entries[index].state else { continue }
             let entry = stream.entries[index]
+            // A big unit of work committed here may be applied in slices between other users' requests.
+            journal?.appliesInSlices = true
             let (outcome, commits) = tracked(method) {
                 defer { journal?.endRequest() }
                 do throws(RPCError) { return .success(try call.apply(done.value)) } catch { return .failure(error) }
             }
+            journal?.appliesInSlices = false
             // Lost a race with another kernel: the whole request runs again, its slow part included.
             if case .failure(let error) = outcome, error.isConflict, entry.attempts < Self.attempts {
                 entry.attempts += 1
@@ -334,10 +341,46 @@ public final class Dispatcher {
                 }
                 continue
             }
+            if let commits, let journal, !journal.isApplied(commits.upperBound) {
+                // Answered (so it shares the batch's flush and its fate) but written once applied.
+                deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
+                entry.slot.gate = commits.upperBound
+                entry.state = .applying(commit: commits.upperBound)
+                stream.applying += 1
+                applying.append((commits.upperBound, stream))
+                continue
+            }
             stream.entries.remove(at: index)
             deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
         }
+        releaseApplied()
         release(into: &out)
+    }
+
+    /// Ends the entries of the current stream whose commits are now wholly applied (or were undone):
+    /// their answers may be written, and requests held behind them run.
+    private func releaseApplied() {
+        let stream = current
+        guard let journal, stream.applying > 0 else { return }
+        stream.entries.removeAll { entry in
+            guard case .applying(let commit) = entry.state, journal.isApplied(commit) else { return false }
+            entry.slot.gate = nil
+            stream.applying -= 1
+            return true
+        }
+    }
+
+    /// Applies the store's backlog for one slice (`backlogSliceMicros`), and wakes the streams whose
+    /// answers it finished. The servers call it between rounds of requests; returns whether any is left.
+    public func applyBacklog() -> Bool {
+        guard let journal, !applying.isEmpty else { return false }
+        let more = journal.applyBacklog(budgetMicros: Self.backlogSliceMicros)
+        applying.removeAll { commit, stream in
+            guard journal.isApplied(commit) else { return false }
+            stream.wake()
+            return true
+        }
+        return more
     }
 
     /// Executes the held requests nothing before them holds up any more, in read order.
@@ -405,7 +448,15 @@ public final class Dispatcher {
     public func endBatch(_ out: inout [UInt8], waitAbove: Int? = nil) -> Bool {
         applyFinished(wait: false, into: &out)
         if let waitAbove {
-            while current.entries.count > waitAbove { applyFinished(wait: true, into: &out) }
+            while current.entries.count > waitAbove {
+                if let journal, current.applying > 0 {
+                    // Waiting for this stream's commits being applied: apply them now.
+                    while journal.applyBacklog(budgetMicros: .max) {}
+                    applyFinished(wait: false, into: &out)
+                } else {
+                    applyFinished(wait: true, into: &out)
+                }
+            }
         }
         settle()
         let fatal = syncFailed

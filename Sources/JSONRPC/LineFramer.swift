@@ -225,6 +225,12 @@ public struct Connection {
         return dispatcher.endBatch(&output, waitAbove: waitAbove)
     }
 
+    /// Applies one slice of the store's big commits still being applied (see `Dispatcher.applyBacklog`);
+    /// returns whether any is left. Servers call it between rounds of requests.
+    public func applyBacklog() -> Bool {
+        dispatcher.applyBacklog()
+    }
+
     /// The stream is gone: it gets no more notifications.
     public func close() {
         dispatcher.hub.remove(events)

@@ -26,6 +26,8 @@ public final class RequestStream: @unchecked Sendable {
     var slots: [Slot] = []
     /// Requests not yet applied, in read order: running slow work, or held behind earlier ones.
     var entries: [Entry] = []
+    /// Entries answered whose commits are still being applied in slices.
+    var applying = 0
     var nextTicket: UInt64 = 0
 
     public init(ordering: ResponseOrdering = .read) {
@@ -83,13 +85,15 @@ final class Slot {
     /// The answer's id, and whether it answers a write (whose answer is never replaced: it applied).
     var id: JSON = .null
     var answersWrite = false
+    /// The commit this answer waits for while it is applied in slices (`Dispatcher.applyBacklog`).
+    var gate: UInt64?
 
     init(ordered: Bool, elements: [Slot]? = nil) {
         self.ordered = ordered
         self.elements = elements
     }
 
-    var isDone: Bool { elements.map { $0.allSatisfy(\.done) } ?? done }
+    var isDone: Bool { elements.map { $0.allSatisfy(\.isDone) } ?? (done && gate == nil) }
 
     /// The line (a batch as one array of its elements' answers; nothing when none has one). A batch's
     /// line stays within `limit` bytes: an answer to a read that would take it past is replaced by
@@ -126,6 +130,9 @@ final class Entry {
         case held(RegisteredMethod, JSONObject)
         /// Its slow part runs on a worker.
         case running(RegisteredMethod, JSONObject, SlowCall<JSON>)
+        /// Answered and durable, its commit still being applied in slices: later requests with a shared
+        /// key wait, and the answer is written once the commit is applied.
+        case applying(commit: UInt64)
     }
 
     let ticket: UInt64

@@ -66,6 +66,9 @@ public final class SocketServer: @unchecked Sendable {
     public var log: (String) -> Void = { _ in }
     /// Called when making a batch durable failed: the kernel must stop.
     public var onStorageFailure: () -> Void = {}
+    /// Applies a slice of big commits still being applied (`Dispatcher.applyBacklog`), holding the
+    /// serving lock; returns whether any is left.
+    public var applyBacklog: () -> Bool = { false }
 
     /// A server for `path` whose connections come from `makeConnection`, answered holding `lock`.
     public init(path: String, lock: ServingLock, maxUnreadBytes: Int, maxInputBytes: Int = 256 << 20,
@@ -272,6 +275,7 @@ public final class SocketServer: @unchecked Sendable {
             _ = write(wakeFD, &byte, 1)
         }
         var fds: [pollfd] = []
+        var backlogLeft = false
         while !stopping.isSet {
             fds.removeAll(keepingCapacity: true)
             let now = monotonicMicros()
@@ -289,7 +293,7 @@ public final class SocketServer: @unchecked Sendable {
                 // peer ended): leave it out, or a hang-up would wake every round until then.
                 fds.append(pollfd(fd: events == 0 ? -1 : peer.fd, events: Int16(events), revents: 0))
             }
-            let timeout = accepting ? -1 : Int32((acceptPausedUntil - now) / 1000 + 1)
+            let timeout = backlogLeft ? 0 : accepting ? -1 : Int32((acceptPausedUntil - now) / 1000 + 1)
             if poll(&fds, nfds_t(fds.count), timeout) < 0 {
                 if errno == EINTR { continue }
                 log("socket poll failed: errno \(errno)")
@@ -363,6 +367,8 @@ public final class SocketServer: @unchecked Sendable {
                 }
                 wakeCursor = peers.isEmpty ? 0 : (wakeCursor + turns) % peers.count
             }
+            // One slice of a big commit per round, after every peer's input was read and answered.
+            backlogLeft = lock.run { applyBacklog() }
             closing += overBudget(peers.filter { peer in !closing.contains { $0 === peer } })
             for peer in closing { disconnect(peer) }
             peers.removeAll { peer in closing.contains { $0 === peer } }

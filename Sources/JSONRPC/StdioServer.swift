@@ -138,6 +138,8 @@ public final class StdioServer {
                 // for its malloc arena (a few percent of both threads' time under load).
                 answered.withLock { $0.append(lines) }
                 if let ending = flush(fatal: fatal) { return ending }
+                // A slice of a big commit between batches; the reader hands over an empty batch to come back.
+                if serve({ connection.applyBacklog() }) { wake() }
             case .end(let ending):
                 // Every request read is answered before the kernel stops, slow ones included.
                 let fatal = connection.stream.isSettled ? false : serve { connection.endBatch(waitAbove: 0) }

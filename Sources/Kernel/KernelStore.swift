@@ -68,6 +68,16 @@ extension PostgresStore: KernelStore {
 
     public func takeChanges() -> [ChangeNotice] { Self.notices(takeCommittedChanges()) }
 
+    /// A commit here is PostgreSQL's: whole when it returns, nothing left to apply.
+    public var appliesInSlices: Bool {
+        get { false }
+        set {}
+    }
+
+    public func applyBacklog(budgetMicros: UInt64) -> Bool { false }
+
+    public func isApplied(_ commit: UInt64) -> Bool { true }
+
     func recordCount() throws(StorageError) -> Int { try estimatedRowCount() }
 
     /// PostgreSQL keeps the data: no data dir, no log of the kernel's own.

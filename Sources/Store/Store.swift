@@ -85,7 +85,7 @@ public final class Store: Storage, @unchecked Sendable {
     private let journal: Journal
     private let uniqueKeys = UniqueKeys()
     /// Whether the journal keeps records (else no undo is needed: nothing can fail to be written).
-    private let keepsRecords: Bool
+    let keepsRecords: Bool
 
     /// Sequence number of the last applied record.
     public private(set) var seq: UInt64 = 0
@@ -95,7 +95,7 @@ public final class Store: Storage, @unchecked Sendable {
     // Commits applied in memory whose records the journal has queued but not yet written.
     private var firstQueuedCommit: UInt64 = 0
     private var seqBeforeQueued: UInt64 = 0
-    private var undo: [Undo] = []
+    var undo: [Undo] = []
     private var failedCommits: [ClosedRange<UInt64>] = []
     private var refuseWrites: String?
 
@@ -115,6 +115,13 @@ public final class Store: Storage, @unchecked Sendable {
     private var unflushedChanges: [(commit: UInt64, user: String, change: FeedCandidate)] = []
     private var committedChanges: [(commit: UInt64, user: String, change: FeedCandidate)] = []
 
+    /// Big units of work committed but still being applied to memory in slices (see `Backlog`).
+    let backlog = Backlog()
+    /// Whether a commit made now may leave its changes to the backlog (`Backlog.user(ofSliceable:)`):
+    /// set by the dispatcher around the commit of a slow request's result, whose answer it holds until
+    /// the unit is applied. Off, every commit is applied at once.
+    public var appliesInSlices = false
+
     /// A store with `options`; register tables, then `open()`.
     public init(options: StoreOptions, clock: Clock, log: @escaping @Sendable (String) -> Void) {
         self.options = options
@@ -124,6 +131,7 @@ public final class Store: Storage, @unchecked Sendable {
         keepsRecords = journal.keepsRecords
         tables[uniqueKeys.name] = uniqueKeys
         tableOrder.append(uniqueKeys.name)
+        backlog.finish = { [unowned self] user in self.finishUnits(of: user) }
     }
 
     /// The user holding `key`, if anyone.
@@ -171,6 +179,7 @@ public final class Store: Storage, @unchecked Sendable {
             precondition(!slots.contains { $0.entity?.name == entity.name }, "entity \(entity.name) registered twice")
         }
         table.tombstoneLimit = options.tombstonesPerUser
+        table.backlog = backlog
         tables[name] = table
         tableOrder.append(name)
         slots.append(table)
@@ -183,6 +192,7 @@ public final class Store: Storage, @unchecked Sendable {
     // MARK: The change feed
 
     public func feed(user: String, after: UInt64?, limit: Int, entities: Set<String>?) -> FeedPage {
+        backlog.settle(user)
         // Each synced table's index gives its first limit + 1 entries: O(tables × (log n + page)).
         var found: [FeedCandidate] = []
         var floor: UInt64 = 0
@@ -200,16 +210,20 @@ public final class Store: Storage, @unchecked Sendable {
         return table.view(user: user)
     }
 
-    public func version(of user: String) -> UInt64 { versions[user] ?? 0 }
+    public func version(of user: String) -> UInt64 {
+        backlog.settle(user)
+        return versions[user] ?? 0
+    }
 
     /// Per table, from the table's partition of the user's rows: O(tables), and no memory beyond a
     /// number in each partition.
     public func versions(of user: String, in tables: [TableHandle]) -> [UInt64] {
-        tables.map { slots[$0.slot].version(of: user) }
+        backlog.settle(user)
+        return tables.map { slots[$0.slot].version(of: user) }
     }
 
     /// Notes that `user`'s rows changed (see `version(of:)`).
-    private func touch(_ user: String) {
+    func touch(_ user: String) {
         changes += 1
         versions[user] = changes
     }
@@ -234,14 +248,21 @@ public final class Store: Storage, @unchecked Sendable {
         return committedChanges.map { CommittedChange(user: $0.user, entry: entry($0.change), commit: $0.commit) }
     }
 
-    /// Notes a committed change to a synced row for `takeCommittedChanges`.
-    private func collect(_ slot: Int, _ user: String, _ key: String, _ stamp: Stamp, deleted: Bool) {
-        let change = FeedCandidate(stamp: stamp, table: slot, key: RowKey(key), deleted: deleted)
-        if keepsRecords { unflushedChanges.append((lastCommitID + 1, user, change)) } else { committedChanges.append((lastCommitID + 1, user, change)) }
+    /// Hands a commit's changes to synced rows over for `takeCommittedChanges`: at once when durable
+    /// (or nothing is logged), else once its record is written.
+    func handOver(_ changes: [(commit: UInt64, user: String, change: FeedCandidate)], durable: Bool) {
+        guard !changes.isEmpty else { return }
+        if durable { committedChanges += changes } else { unflushedChanges += changes }
+    }
+
+    /// Notes that `user`'s rows of the table `handle` changed (see `versions(of:in:)`).
+    func markChanged(_ handle: TableHandle, _ user: String) {
+        slots[handle.slot].markChanged(user, changes)
     }
 
     /// Every row of `user` in every table as (table, key, stored value): for exports and isolation checks.
     public func rows(of user: String) -> [(String, String, JSON)] {
+        backlog.settle(user)
         var out: [(String, String, JSON)] = []
         for name in tableOrder {
             for (key, value) in tables[name]!.storedRows(of: user) { out.append((name, key, value)) }
@@ -371,6 +392,13 @@ public final class Store: Storage, @unchecked Sendable {
     public func commit(_ tx: Transaction) throws(StorageError) {
         guard !tx.isEmpty else { return }
         if let refuseWrites { throw StorageError.unavailable(refuseWrites) }
+        // A user's units apply in commit order: one still in the backlog is finished first.
+        if !backlog.isEmpty {
+            var seen: String?
+            for entry in tx.entries {
+                if let user = entry.user, user != seen { backlog.settle(user); seen = user }
+            }
+        }
         // A key the unit of work releases first may be claimed by another user in it (a hand-over).
         var released: Set<String> = []
         for entry in tx.entries {
@@ -387,21 +415,30 @@ public final class Store: Storage, @unchecked Sendable {
         precondition(tx.entries.count < 1 << Stamp.positionBits, "a unit of work of over a million changes")
         let record = seq + 1
         let at = clock.now().milliseconds
-        var lastUser: String?
-        for (i, entry) in tx.entries.enumerated() {
-            let entryUndo = apply(entry, Stamp(seq: Stamp.position(record: record, index: i), at: at))
-            if keepsRecords { undo.append(entryUndo) }
-            if let user = entry.user, user != lastUser {
-                touch(user)
-                lastUser = user
+        if appliesInSlices, let user = Backlog.user(ofSliceable: tx) {
+            lastCommitID += 1
+            seq = record
+            enqueue(tx, user: user, record: record, at: at)
+        } else {
+            var lastUser: String?
+            var collected: [(commit: UInt64, user: String, change: FeedCandidate)] = []
+            for (i, entry) in tx.entries.enumerated() {
+                let entryUndo = apply(entry, Stamp(seq: Stamp.position(record: record, index: i), at: at), commit: lastCommitID + 1,
+                                      changes: &collected)
+                if keepsRecords { undo.append(entryUndo) }
+                if let user = entry.user, user != lastUser {
+                    touch(user)
+                    lastUser = user
+                }
+                switch entry {
+                case .put(let handle, let user, _, _), .delete(let handle, let user, _): markChanged(handle, user)
+                default: break
+                }
             }
-            switch entry {
-            case .put(let handle, let user, _, _), .delete(let handle, let user, _): slots[handle.slot].markChanged(user, changes)
-            default: break
-            }
+            lastCommitID += 1
+            seq = record
+            handOver(collected, durable: !keepsRecords)
         }
-        lastCommitID += 1
-        seq = record
         guard keepsRecords else { return }
         if !journal.hasQueued {
             firstQueuedCommit = lastCommitID
@@ -430,7 +467,8 @@ public final class Store: Storage, @unchecked Sendable {
                 if position == 0, case .put(let handle, _, _, _) = entry, slots[handle.slot].entity != nil {
                     position = (restoredPositions[user] ?? 0) + 1
                 }
-                _ = apply(entry, Stamp(seq: position, at: change.at))
+                var ignored: [(commit: UInt64, user: String, change: FeedCandidate)] = []
+                _ = apply(entry, Stamp(seq: position, at: change.at), changes: &ignored)
             case .tombstone(let handle, let u, let key):
                 user = u
                 slots[handle.slot].setTombstone(user: user, key: key, stamp: Stamp(seq: position, at: change.at))
@@ -455,21 +493,27 @@ public final class Store: Storage, @unchecked Sendable {
     /// Per user, the greatest feed position restored so far.
     private var restoredPositions: [String: UInt64] = [:]
 
-    /// Applies one change of a transaction; returns how to undo it.
-    private func apply(_ entry: Transaction.Entry, _ stamp: Stamp) -> Undo {
+    /// Applies one change of commit `commit`; returns how to undo it. Changes to synced rows are added
+    /// to `changes` for host events (while some host wants them).
+    func apply(_ entry: Transaction.Entry, _ stamp: Stamp, commit: UInt64 = 0,
+               changes: inout [(commit: UInt64, user: String, change: FeedCandidate)]) -> Undo {
         switch entry {
         case .put(let handle, let user, let key, let row):
             let table = slots[handle.slot]
             let previous = table.put(user: user, key: key, row: row, stamp: stamp)
-            if collectsChanges, table.entity != nil { collect(handle.slot, user, key, stamp, deleted: false) }
+            if collectsChanges, table.entity != nil {
+                changes.append((commit, user, FeedCandidate(stamp: stamp, table: handle.slot, key: RowKey(key), deleted: false)))
+            }
             return .row(table: table, user: user, key: key, previous: previous)
         case .delete(let handle, let user, let key):
             let table = slots[handle.slot]
             let previous = table.delete(user: user, key: key, stamp: stamp)
-            if collectsChanges, table.entity != nil, previous.row != nil { collect(handle.slot, user, key, stamp, deleted: true) }
+            if collectsChanges, table.entity != nil, previous.row != nil {
+                changes.append((commit, user, FeedCandidate(stamp: stamp, table: handle.slot, key: RowKey(key), deleted: true)))
+            }
             return .row(table: table, user: user, key: key, previous: previous)
         case .deleteUser(let user):
-            if collectsChanges { unflushedChanges.removeAll { $0.user == user && $0.commit == lastCommitID + 1 } }
+            changes.removeAll { $0.user == user }
             return removeUser(user)
         case .claim(let key, let user):
             return .row(table: uniqueKeys, user: user, key: key.rowKey,
@@ -484,7 +528,8 @@ public final class Store: Storage, @unchecked Sendable {
     /// result, the next start replays the older records and makes the same change again. It may not
     /// touch synced tables (it has no feed position to give).
     public func upgrade(_ tx: Transaction) {
-        for entry in tx.entries { _ = apply(entry, Stamp(seq: 0, at: 0)) }
+        var ignored: [(commit: UInt64, user: String, change: FeedCandidate)] = []
+        for entry in tx.entries { _ = apply(entry, Stamp(seq: 0, at: 0), changes: &ignored) }
     }
 
     private func removeUser(_ user: String) -> Undo {
@@ -530,8 +575,10 @@ public final class Store: Storage, @unchecked Sendable {
             rollBack()
             failedCommits.append(firstQueuedCommit...lastCommitID)
             seq = seqBeforeQueued
-        } else if !unflushedChanges.isEmpty {
-            committedChanges += unflushedChanges
+            backlogWritten(false)
+        } else {
+            if !unflushedChanges.isEmpty { committedChanges += unflushedChanges }
+            backlogWritten(true)
         }
         unflushedChanges.removeAll(keepingCapacity: true)
         undo.removeAll(keepingCapacity: true)
@@ -545,7 +592,11 @@ public final class Store: Storage, @unchecked Sendable {
     /// Sizes and times for `kernel.info`.
     public var durability: (walBytes: Int, lastSnapshotAt: Timestamp?) { journal.durability }
 
-    private func freeze() -> [FrozenTable] { tableOrder.map { tables[$0]!.freeze() } }
+    /// Every table as of now, the backlog applied first (a snapshot holds whole units only).
+    private func freeze() -> [FrozenTable] {
+        finishUnits(of: nil)
+        return tableOrder.map { tables[$0]!.freeze() }
+    }
 
     /// Takes a snapshot now and returns once it is durable (queued writes are flushed first).
     public func snapshot() throws(StorageError) -> SnapshotInfo {
@@ -563,7 +614,8 @@ public final class Store: Storage, @unchecked Sendable {
 
     /// Starts a background snapshot when enough records or time have passed since the last one.
     public func snapshotIfDue() {
-        guard refuseWrites == nil, !journal.hasQueued, journal.checkpointDue(now: clock.now()),
+        // Not while a unit is being applied: the snapshot would have to finish it on this thread.
+        guard refuseWrites == nil, !journal.hasQueued, backlog.isEmpty, journal.checkpointDue(now: clock.now()),
               let job = journal.checkpoint(freeze) else { return }
         spawnThread {
             // Requests come first: a background snapshot yields the CPU to the serving threads (nice 10

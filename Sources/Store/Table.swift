@@ -32,6 +32,8 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     @usableFromInline var unindexed: Set<String> = []
     /// Tombstones kept per user (synced tables; 0: no limit). See `Tombstones`.
     var tombstoneLimit = 0
+    /// The store's units still being applied: a read of a user with one finishes it first.
+    var backlog: Backlog?
 
     /// Rows in the table.
     public var rowCount: Int { storedCount }
@@ -50,32 +52,37 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
 
     /// Row `key` of `user`.
     public func get(user: String, key: String) -> Row? {
+        backlog?.settle(user)
         if let lookup { return lookup(user, key) }
         return rows[user]?[RowKey(key)]
     }
 
     /// The rows of `user` among `keys` that exist, by key: O(keys × log n).
     public func get(user: String, keys: [String]) -> [String: Row] {
-        userRows(user).get(keys)
+        backlog?.settle(user)
+        return userRows(user).get(keys)
     }
 
     /// Rows of `user` in the second order within each of `ranges`, range after range.
     public func scanOrdered(user: String, ranges: [OrderRange]) -> [(key: String, row: Row)] {
-        userRows(user).scanOrdered(ranges)
+        backlog?.settle(user)
+        return userRows(user).scanOrdered(ranges)
     }
 
     /// Rows of `user` in key order, or reverse key order: keys from `from` through `to` (either end open),
     /// beyond `after` in the scan direction (where the previous page ended), at most `limit`.
     public func scan(user: String, from: String? = nil, to: String? = nil, after: String? = nil, reverse: Bool = false,
                      limit: Int = .max) -> [(key: String, row: Row)] {
-        userRows(user).scan(from: from, to: to, after: after, reverse: reverse, limit: limit)
+        backlog?.settle(user)
+        return userRows(user).scan(from: from, to: to, after: after, reverse: reverse, limit: limit)
     }
 
     /// Rows of `user` in the table's second order (see `Store.table(_:of:orderedBy:)`), with `from`,
     /// `to`, `after`, `reverse` and `limit` as in `scan` but over order keys.
     public func scanOrdered(user: String, from: String? = nil, to: String? = nil, after: String? = nil, reverse: Bool = false,
                             limit: Int = .max) -> [(key: String, row: Row)] {
-        userRows(user).scanOrdered(from: from, to: to, after: after, reverse: reverse, limit: limit)
+        backlog?.settle(user)
+        return userRows(user).scanOrdered(from: from, to: to, after: after, reverse: reverse, limit: limit)
     }
 
     func version(of user: String) -> UInt64 { rows[user]?.version ?? 0 }
@@ -83,12 +90,16 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     func markChanged(_ user: String, _ version: UInt64) { rows[user]?.version = version }
 
     /// A read-only copy of `user`'s rows for another thread (see `TableView`).
-    func view(user: String) -> TableView<Row> { TableView(of: self, user: user) }
+    func view(user: String) -> TableView<Row> {
+        backlog?.settle(user)
+        return TableView(of: self, user: user)
+    }
 
     /// Rows of every user in the second order, order keys up to `through`: the first `limit`, and how
     /// many there are. A scan of every user's index (the in-memory store keeps no cross-user index): fine
     /// for a daily job, not for a request path.
     public func scanAllOrdered(through: String, limit: Int) -> (rows: [(user: String, key: String, row: Row)], total: Int) {
+        backlog?.finishAll()
         var total = 0
         var candidates: [(order: String, user: String, key: RowKey)] = []
         for (user, index) in ordered {

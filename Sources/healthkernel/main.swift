@@ -188,6 +188,7 @@ struct Serve: ParsableCommand {
                                             maxInputBytes: maxInputBytes,
                                             makeConnection: { kernel.connection() })
             socketServer.log = { logger.warning("\($0)") }
+            socketServer.applyBacklog = { kernel.dispatcher.applyBacklog() }
             socketServer.onStorageFailure = {
                 fail("healthkernel: syncing the log failed; stopped so that no further write is acknowledged",
                      status: ExitStatus.storageFailed)
