@@ -591,7 +591,9 @@ public struct PreparedIngest: @unchecked Sendable {
     public func plan(_ request: IngestRequest) -> PlannedIngest {
         PlannedIngest(request: request, result: Result { () throws(HealthError) in
             guard let tables = views.tables else { preconditionFailure("an ingest planned after it finished") }
-            return try service.plan(user, request, now: now, tables: tables)
+            var planned = try service.plan(user, request, now: now, tables: tables)
+            service.store.prepare(&planned.tx)
+            return planned
         })
     }
 }

@@ -345,6 +345,9 @@ public final class Dispatcher {
                 // Answered (so it shares the batch's flush and its fate) but written once applied.
                 deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
                 entry.slot.gate = commits.upperBound
+                // The request's params and its plan are a month of samples (hundreds of thousands of
+                // allocations): they are freed on a worker, not on the thread every other request waits for.
+                release(Garbage((entry.state, done)))
                 entry.state = .applying(commit: commits.upperBound)
                 stream.applying += 1
                 applying.append((commits.upperBound, stream))
@@ -355,6 +358,17 @@ public final class Dispatcher {
         }
         releaseApplied()
         release(into: &out)
+    }
+
+    /// Drops the last references to `garbage` on a worker thread, and gives the memory back to the
+    /// system there (as after a long line: freed memory of other threads' arenas stays resident otherwise).
+    private func release(_ garbage: Garbage) {
+        workers.submit {
+            garbage.drop()
+            #if canImport(Glibc)
+            _ = glibcMallocTrim(0)
+            #endif
+        }
     }
 
     /// Ends the entries of the current stream whose commits are now wholly applied (or were undone):
@@ -591,4 +605,11 @@ public final class Dispatcher {
         }
         out.append(UInt8(ascii: "}"))
     }
+}
+
+/// Values handed to a worker only to be freed there; nothing reads them.
+private final class Garbage: @unchecked Sendable {
+    private var value: Any?
+    init(_ value: Any) { self.value = value }
+    func drop() { value = nil }
 }

@@ -10,7 +10,7 @@ import Threads
 /// glibc's `malloc_trim` (declared in malloc.h, which the Glibc module leaves out): returns free memory
 /// of every arena to the system.
 @_silgen_name("malloc_trim")
-private func glibcMallocTrim(_ pad: Int) -> Int32
+func glibcMallocTrim(_ pad: Int) -> Int32
 #endif
 
 /// Held while a stream uses the dispatcher: the dispatcher answers one batch at a time, whichever

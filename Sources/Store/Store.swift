@@ -446,8 +446,20 @@ public final class Store: Storage, @unchecked Sendable {
         }
         journal.append(seq: seq) { payload in
             Binary.writeVarint(UInt64(bitPattern: at), to: &payload)
-            for entry in tx.entries { entry.writeBinary(to: &payload) }
+            if let prepared = tx.prepared { payload.append(contentsOf: prepared) } else { Self.writeEntries(tx, to: &payload) }
         }
+    }
+
+    /// The log record's changes; pure, so a worker may do it ahead of the commit.
+    public func prepare(_ tx: inout Transaction) {
+        guard keepsRecords, tx.entries.count >= Backlog.entriesPerCheck else { return }
+        var bytes: [UInt8] = []
+        Self.writeEntries(tx, to: &bytes)
+        tx.prepared = bytes
+    }
+
+    private static func writeEntries(_ tx: Transaction, to out: inout [UInt8]) {
+        for entry in tx.entries { entry.writeBinary(to: &out) }
     }
 
     // MARK: Moving a deployment in
