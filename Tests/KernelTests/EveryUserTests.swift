@@ -57,4 +57,47 @@ import TestSupport
         #expect(try JSON.parse(Array(big.output.dropLast()))["result"]?["accepted"]?["samples"] == 5000)
         if testStoreKind == "memory" { #expect(Self.retries(kernel) == before + 1, "a reward left the plan current") }
     }
+
+    /// Item 2 on the data dir: a month-sized commit is applied in slices between other requests. While
+    /// it is, its answer is held, another user's request is answered without finishing it, and a request
+    /// of the same user from another stream finishes it first and sees all of it.
+    @Test func aBigCommitIsAppliedInSlicesAndItsAnswerWaitsForIt() throws {
+        let kernel = try makeKernel { $0.limits.requestsPerSecond = 0 }
+        let store = try #require(kernel.store)
+        let other = InProcessClient(kernel)
+        let signedUp = other.call("auth.signUp", ["email": "light@example.com", "password": "correct horse battery staple"])
+        let light = try #require(signedUp["result"]?["accessToken"], "\(signedUp)")
+        var big = kernel.connection()
+        // Waits for the plan on its worker and its commit, which leaves the rows to the backlog.
+        func planAndCommit(_ request: [UInt8]) {
+            big.output.removeAll()
+            big.receive(request)
+            for _ in 0..<60_000 where !store.hasBacklog {
+                _ = big.endBatch(waitAbove: nil)
+                usleep(1000)
+            }
+        }
+        planAndCommit(Self.ingest(1, count: 5000))
+        #expect(store.hasBacklog)
+        #expect(big.output.isEmpty, "no answer before the rows are applied")
+        // Another user's write is answered while the unit is still being applied.
+        let earned = other.call("rewards.earn", ["auth": light, "xp": 10, "reason": "r", "key": "k1"])
+        #expect(earned["result"] != nil, "\(earned)")
+        #expect(store.hasBacklog)
+        var slices = 0
+        while big.applyBacklog() { slices += 1 }
+        #expect(slices >= 2, "applied in several slices")
+        _ = big.endBatch(waitAbove: nil)
+        let answer = try JSON.parse(Array(big.output.dropLast()))
+        #expect(answer["result"]?["accepted"]?["samples"] == 5000, "\(answer)")
+
+        // The same user read from another stream meanwhile: the rest is applied first, and all of it is seen.
+        planAndCommit(Self.ingest(2, count: 5000, day: "2025-05-01"))
+        #expect(store.hasBacklog)
+        let days = other.call("health.summary", ["auth": Self.auth, "from": "2025-03-01", "to": "2025-05-31"])["result"]?["days"]?.arrayValue
+        #expect(days?.count == 8, "both ingests' days")
+        #expect(!store.hasBacklog)
+        _ = big.endBatch(waitAbove: 0)
+        #expect(try JSON.parse(Array(big.output.dropLast()))["result"]?["accepted"]?["samples"] == 5000)
+    }
 }
