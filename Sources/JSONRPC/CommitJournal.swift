@@ -17,8 +17,11 @@ public protocol CommitJournal: AnyObject {
     /// Applies units committed but not yet wholly applied, for about `budgetMicros`; returns whether any
     /// remain. A store that applies every commit at once has none.
     func applyBacklog(budgetMicros: UInt64) -> Bool
-    /// Whether commit `id` is wholly applied (or was undone).
+    /// Whether commit `id` is wholly applied (or was undone, or failed).
     func isApplied(_ commit: UInt64) -> Bool
+    /// Whether commit `id`, applied after its batch's flush (PostgreSQL's detached commits), failed: its
+    /// held answer becomes -32050. Told once.
+    func takeFailure(of commit: UInt64) -> Bool
 }
 
 /// A committed change, as an `events.changed` notification announces it.

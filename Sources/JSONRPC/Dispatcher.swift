@@ -378,6 +378,11 @@ public final class Dispatcher {
         guard let journal, stream.applying > 0 else { return }
         stream.entries.removeAll { entry in
             guard case .applying(let commit) = entry.state, journal.isApplied(commit) else { return false }
+            if journal.takeFailure(of: commit), entry.id != nil {
+                entry.slot.bytes.removeAll()
+                writeResponse(id: entry.slot.id, outcome: .failure(.storageUnavailable("Storage failed: the write was not applied")),
+                              into: &entry.slot.bytes)
+            }
             entry.slot.gate = nil
             stream.applying -= 1
             return true

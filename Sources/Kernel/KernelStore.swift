@@ -39,6 +39,9 @@ extension Store: KernelStore {
 
     public func takeChanges() -> [ChangeNotice] { Self.notices(takeCommittedChanges()) }
 
+    /// A failed log write is reported by the flush of its own batch: nothing fails later here.
+    public func takeFailure(of commit: UInt64) -> Bool { false }
+
     func recordCount() -> Int { rowCount }
 
     func isEmpty() -> Bool { rowCount == 0 }
@@ -67,16 +70,6 @@ extension PostgresStore: KernelStore {
     public func flushCommits() -> (failed: [ClosedRange<UInt64>], fatal: Bool) { (flushBatch(), false) }
 
     public func takeChanges() -> [ChangeNotice] { Self.notices(takeCommittedChanges()) }
-
-    /// A commit here is PostgreSQL's: whole when it returns, nothing left to apply.
-    public var appliesInSlices: Bool {
-        get { false }
-        set {}
-    }
-
-    public func applyBacklog(budgetMicros: UInt64) -> Bool { false }
-
-    public func isApplied(_ commit: UInt64) -> Bool { true }
 
     func recordCount() throws(StorageError) -> Int { try estimatedRowCount() }
 

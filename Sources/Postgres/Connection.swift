@@ -5,7 +5,7 @@ import CLibPQ
 import Storage
 
 /// One statement of a pipeline: SQL with `$n` placeholders and its parameters as text (nil: NULL).
-public struct Statement {
+public struct Statement: Sendable {
     public var sql: String
     public var params: [String?]
     /// Asks the server to send every result so far before it runs the next statement, so that they reach

@@ -32,7 +32,7 @@ public struct PostgresOptions: Sendable {
 public final class PostgresStore: Storage, @unchecked Sendable {
     public let options: PostgresOptions
     let clock: Clock
-    private let log: @Sendable (String) -> Void
+    let log: @Sendable (String) -> Void
     /// The serving thread's connection.
     let main: Connection
     /// Connections for the worker threads that read through views, taken one per read.
@@ -63,6 +63,13 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     private var ledBy = 0
     /// Commits made so far (the dispatcher's acknowledgement counter).
     public private(set) var lastCommitID: UInt64 = 0
+    /// Whether a big commit made now may run detached (`DetachedCommits`): set by the dispatcher around
+    /// the commit of a slow request's result, whose answer it holds until `isApplied`.
+    public var appliesInSlices = false
+    /// Versions of users this request read (`version(of:)`): what a detached commit checks again.
+    var versionsRead: [String: UInt64] = [:]
+    /// Big commits running on connections of their own.
+    let detached = DetachedCommits()
     /// Whether committed changes are kept for `takeCommittedChanges` and other kernels' changes heard
     /// (some host subscribed).
     public var collectsChanges = false {
@@ -240,13 +247,22 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     /// Runs `statements` on a pooled connection, outside any request (a view's read on a worker).
     func readPooled(_ statements: [Statement]) throws(StorageError) -> [StatementResult] {
-        var connection = pool.withLock { $0.popLast() }
-        if connection == nil { connection = try Connection(url: options.url, setup: Self.session(schema), log: log) }
-        let c = connection!
+        let c = try pooledConnection()
         let results = try c.run(statements)
-        if !c.broken { pool.withLock { $0.append(c) } }
+        returnPooled(c)
         if let failed = results.first(where: { $0.error != nil }) { throw error(failed.error!) }
         return results
+    }
+
+    /// A connection of the pool (a new one when none is free), for use on one thread at a time.
+    func pooledConnection() throws(StorageError) -> Connection {
+        if let c = pool.withLock({ $0.popLast() }) { return c }
+        return try Connection(url: options.url, setup: Self.session(schema), log: log)
+    }
+
+    /// Gives a pooled connection back, unless it broke.
+    func returnPooled(_ c: Connection) {
+        if !c.broken { pool.withLock { $0.append(c) } }
     }
 
     /// The statements that open the request's scope and lock `users` not yet locked, after any deferred
@@ -300,10 +316,12 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         deferred += [Statement("ROLLBACK TO SAVEPOINT request"), Statement("RELEASE SAVEPOINT request")]
         for user in requestLocks { locked.remove(user) }
         requestLocks.removeAll(keepingCapacity: true)
+        versionsRead.removeAll()
     }
 
     private func forget() {
         prefetched.removeAll()
+        versionsRead.removeAll()
         open = false
         locked.removeAll(keepingCapacity: true)
         requestLocks.removeAll(keepingCapacity: true)
@@ -380,7 +398,9 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     }
 
     public func version(of user: String) throws(StorageError) -> UInt64 {
-        UInt64(try read(users: [user], [Statement("SELECT version FROM users WHERE usr = $1", [user])])[0].scalar ?? "0") ?? 0
+        let version = UInt64(try read(users: [user], [Statement("SELECT version FROM users WHERE usr = $1", [user])])[0].scalar ?? "0") ?? 0
+        versionsRead[user] = version
+        return version
     }
 
     public func lastFeedPosition(of user: String?) throws(StorageError) -> UInt64 {
@@ -486,6 +506,12 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         for entry in tx.entries { plan.add(entry, slots) }
         dropOldTombstones(tx, &plan)
         guard groupCommit else { return try commitAlone(plan) }
+        if let (user, version) = detachable(tx, plan) {
+            // Off the serving thread; the request's scope (its read of the version) ends as a read's.
+            lastCommitID += 1
+            detach(plan.finish(), user: user, version: version, commit: lastCommitID)
+            return
+        }
         let statements = plan.finish() + [Statement("RELEASE SAVEPOINT request")]
         let opening = scope(plan.users)
         if plan.claims.isEmpty && !collectsChanges {
@@ -546,6 +572,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     private func joinBatch() {
         open = false
         prefetched.removeAll()
+        versionsRead.removeAll()
         requestLocks.removeAll(keepingCapacity: true)
         lastCommitID += 1
         batchCommits = (batchCommits?.lowerBound ?? lastCommitID)...lastCommitID
@@ -820,6 +847,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     /// Closes the connections.
     public func shutdown() {
+        _ = applyBacklog(budgetMicros: .max)  // detached commits finish first
         listener.stop(wait: true)
         endRequest()
         commitBatch()

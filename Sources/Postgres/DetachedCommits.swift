@@ -1,0 +1,106 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Storage
+import Threads
+
+/// Big commits run on a connection of their own, on a thread of their own, instead of in the serving
+/// thread's batch: a month of samples is 43,000 rows, seconds of PostgreSQL's time, during which the
+/// serving thread answered nobody. The serving thread hands the commit over and goes on; the dispatcher
+/// holds the request's answer (and the same stream's later requests of the user) until `isApplied`,
+/// and answers -32050 instead when the commit failed.
+///
+/// The detached transaction takes the user's advisory lock like any request and checks first that the
+/// user's version is still the one the request read, so nothing another request or kernel wrote
+/// meanwhile is overwritten by a stale plan (the commit then fails and is answered -32050). Another
+/// request of the same user, on this kernel or another, waits for the lock as it would for any commit.
+final class DetachedCommits: @unchecked Sendable {
+    /// Commits handed over and not yet finished, and those that failed (until the dispatcher asks).
+    private let state = Locked<(running: Set<UInt64>, failed: Set<UInt64>)>(([], []))
+    /// Two threads: two users' months commit side by side (PostgreSQL takes them on two backends).
+    let threads = WorkerPool(threads: 2)
+    /// Wakes the serving thread when a commit finished (set by the kernel).
+    let onFinished = Locked<@Sendable () -> Void>({})
+
+    /// Units with fewer changes commit in the batch as before: their round trip is short.
+    static let minimumEntries = 4096
+
+    func start(_ commit: UInt64) { state.withLock { _ = $0.running.insert(commit) } }
+
+    func finish(_ commit: UInt64, failed: Bool) {
+        state.withLock {
+            $0.running.remove(commit)
+            if failed { $0.failed.insert(commit) }
+        }
+        onFinished.withLock { $0 }()
+    }
+
+    func isRunning(_ commit: UInt64) -> Bool { state.withLock { $0.running.contains(commit) } }
+
+    var anyRunning: Bool { state.withLock { !$0.running.isEmpty } }
+
+    func takeFailure(_ commit: UInt64) -> Bool { state.withLock { $0.failed.remove(commit) != nil } }
+}
+
+extension PostgresStore {
+    /// Whether the unit of work `plan` may commit detached: the dispatcher allows it for this commit,
+    /// it is big, it claims no unique key (whose loser must be answered at once), it changes one user's
+    /// rows whose version this request read, and no host waits for change events (their order rests on
+    /// the batch's commits). Returns the user and the version read.
+    func detachable(_ tx: Transaction, _ plan: CommitPlan) -> (user: String, version: UInt64)? {
+        guard appliesInSlices, groupCommit, !collectsChanges, tx.entries.count >= DetachedCommits.minimumEntries,
+              plan.claims.isEmpty, plan.users.count == 1, let user = plan.users.first, let version = versionsRead[user] else { return nil }
+        return (user, version)
+    }
+
+    /// Hands `statements` (a finished plan) to a detached thread as commit `commit`.
+    func detach(_ statements: [Statement], user: String, version: UInt64, commit: UInt64) {
+        detached.start(commit)
+        let check = Statement("SELECT 1 / (coalesce((SELECT version FROM users WHERE usr = $1), 0) = $2::bigint)::int",
+                              [user, String(version)])
+        let all = [Statement("BEGIN"), Statement("SELECT pg_advisory_xact_lock(hashtextextended($1, \(lockSeed)))", [user]), check]
+            + statements + [Statement("COMMIT")]
+        let (detached, log, count) = (self.detached, self.log, statements.count)
+        detached.threads.submit { [self] in
+            var failed = true
+            do {
+                let c = try pooledConnection()
+                let results = try c.run(all)
+                if let bad = results.first(where: { $0.error != nil })?.error {
+                    _ = try? c.run([Statement("ROLLBACK")])
+                    log(bad.state == "22012"
+                        ? "a detached commit of \(count) statements not made: the user's rows changed since they were read"
+                        : "a detached commit failed: SQLSTATE \(bad.state): \(bad.message)")
+                } else {
+                    failed = false
+                }
+                returnPooled(c)
+            } catch {
+                // A connection lost during COMMIT may have committed: the answer then says it failed, and a
+                // client that sends it again changes nothing (HealthKit items are keyed by UUID).
+                log("a detached commit failed: \(error)")
+            }
+            detached.finish(commit, failed: failed)
+        }
+    }
+
+    /// Whether commit `id` is done (made, or failed): false while a detached thread runs it.
+    public func isApplied(_ commit: UInt64) -> Bool { !detached.isRunning(commit) }
+
+    /// Whether commit `id` was detached and failed (told once).
+    public func takeFailure(of commit: UInt64) -> Bool { detached.takeFailure(commit) }
+
+    /// Nothing to apply on the serving thread: detached commits wake it when done. With an unbounded
+    /// budget (shutdown, the in-process harness), waits for them.
+    public func applyBacklog(budgetMicros: UInt64) -> Bool {
+        guard budgetMicros == .max else { return false }
+        while detached.anyRunning { usleep(1000) }
+        return false
+    }
+
+    /// Called on another thread when a detached commit finished, to wake the serving thread.
+    public var onCommitFinished: @Sendable () -> Void {
+        get { detached.onFinished.withLock { $0 } }
+        set { detached.onFinished.withLock { $0 = newValue } }
+    }
+}
