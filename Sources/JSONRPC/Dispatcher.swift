@@ -469,7 +469,9 @@ public final class Dispatcher {
         if let waitAbove {
             while current.entries.count > waitAbove {
                 if let journal, current.applying > 0 {
-                    // Waiting for this stream's commits being applied: apply them now.
+                    // Waiting for this stream's commits being applied: apply them now, after ending the
+                    // batch (a detached commit on PostgreSQL waits for the locks the batch holds).
+                    settle()
                     while journal.applyBacklog(budgetMicros: .max) {}
                     applyFinished(wait: false, into: &out)
                 } else {

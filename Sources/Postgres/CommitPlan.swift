@@ -7,7 +7,10 @@ import Storage
 /// number of synced changes, `version` by one), under the user's lock; change k of the user (from 1)
 /// then gets `feed_seq - n + k`, computed by the server in the same pipeline.
 struct CommitPlan {
-    let at: Int64
+    /// Commit time (milliseconds since 1970), a parameter of the statements that stamp rows.
+    private(set) var at: Int64
+    /// Where `at` is a parameter: statement and parameter index.
+    private var atParams: [(statement: Int, param: Int)] = []
     private(set) var statements: [Statement] = []
     /// Users in the order first touched, and their synced change counts.
     private(set) var users: [String] = []
@@ -117,6 +120,7 @@ struct CommitPlan {
                     SELECT $1, $2, t.k, \(position), $6 FROM unnest($3::text[], $4::bigint[]) AS t(k, i) JOIN d ON d.key = t.k
                     ON CONFLICT (tbl, usr, key) DO UPDATE SET seq = excluded.seq, at = excluded.at
                     """, [name, g.user, keys, offsets, nil, String(at)]))
+                atParams.append((statements.count - 1, 5))
             } else {
                 statements.append(Statement("DELETE FROM rows r USING unnest($3::text[]) AS k(key) WHERE r.tbl = $1 AND r.usr = $2 AND r.key = k.key",
                                             [name, g.user, keys]))
@@ -131,6 +135,7 @@ struct CommitPlan {
                 SELECT $1, $2, t.k, t.o, t.b, \(position), $6 FROM unnest($3::text[], $4::bigint[], $7::text[], $8::text[]) AS t(k, i, o, b)
                 ON CONFLICT (tbl, usr, key) DO UPDATE SET ord = excluded.ord, body = excluded.body, seq = excluded.seq, at = excluded.at
                 """, [name, g.user, keys, offsets, nil, String(at), orders, bodies]))
+            atParams.append((statements.count - 1, 5))
             statements.append(Statement("DELETE FROM tombstones t USING unnest($3::text[]) AS k(key) WHERE t.tbl = $1 AND t.usr = $2 AND t.key = k.key",
                                         [name, g.user, keys]))
         } else {
@@ -157,6 +162,13 @@ struct CommitPlan {
             INSERT INTO tombstones (tbl, usr, key, seq, at) SELECT $1, $2, '', max(seq), $5 FROM gone HAVING count(*) > 0
             ON CONFLICT (tbl, usr, key) DO UPDATE SET seq = greatest(tombstones.seq, excluded.seq), at = excluded.at
             """, [table.name, user, String(limit), String(Tombstones.kept(of: limit)), String(at)]))
+        atParams.append((statements.count - 1, 4))
+    }
+
+    /// Sets the commit time of a plan made ahead of its commit (`PostgresStore.prepare`).
+    mutating func restamp(_ at: Int64) {
+        self.at = at
+        for (s, p) in atParams { statements[s].params[p] = String(at) }
     }
 
     /// The statements, after the users' counters are moved: `users` rows first, then the changes, with

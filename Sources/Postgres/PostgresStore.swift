@@ -502,8 +502,14 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     public func commit(_ tx: Transaction) throws(StorageError) {
         guard !tx.isEmpty else { return }
         let at = clock.now().milliseconds
-        var plan = CommitPlan(at: at, collects: collectsChanges, channel: channel)
-        for entry in tx.entries { plan.add(entry, slots) }
+        var plan: CommitPlan
+        if let prepared = tx.prepared as? PreparedPlan, prepared.plan.collects == collectsChanges {
+            plan = prepared.plan
+            plan.restamp(at)
+        } else {
+            plan = CommitPlan(at: at, collects: collectsChanges, channel: channel)
+            for entry in tx.entries { plan.add(entry, slots) }
+        }
         dropOldTombstones(tx, &plan)
         guard groupCommit else { return try commitAlone(plan) }
         if let (user, version) = detachable(tx, plan) {

@@ -242,7 +242,7 @@ public struct Transaction {
         didSet { prepared = nil }
     }
     /// The entries in the store's own form, as `Storage.prepare` made them; nil once the entries change.
-    public var prepared: [UInt8]?
+    public var prepared: (any Sendable)?
 
     /// An empty transaction.
     public init() {}

@@ -446,7 +446,7 @@ public final class Store: Storage, @unchecked Sendable {
         }
         journal.append(seq: seq) { payload in
             Binary.writeVarint(UInt64(bitPattern: at), to: &payload)
-            if let prepared = tx.prepared { payload.append(contentsOf: prepared) } else { Self.writeEntries(tx, to: &payload) }
+            if let prepared = tx.prepared as? [UInt8] { payload.append(contentsOf: prepared) } else { Self.writeEntries(tx, to: &payload) }
         }
     }
 

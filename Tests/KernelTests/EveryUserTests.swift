@@ -100,4 +100,21 @@ import TestSupport
         _ = big.endBatch(waitAbove: 0)
         #expect(try JSON.parse(Array(big.output.dropLast()))["result"]?["accepted"]?["samples"] == 5000)
     }
+
+    /// On both stores: a month-sized ingest and a read of the same user pipelined on one stream; the
+    /// read waits for the ingest to be applied (in slices on the data dir, detached on PostgreSQL) and
+    /// sees all of it.
+    @Test(arguments: StoreKind.allCases)
+    func aReadBehindABigIngestSeesAllOfIt(_ store: StoreKind) throws {
+        let kernel = try makeKernel(on: store) { $0.limits.requestsPerSecond = 0 }
+        var conn = kernel.connection()
+        let read: JSON = ["jsonrpc": "2.0", "id": 2, "method": "health.summary",
+                          "params": ["auth": Self.auth, "from": "2025-03-01", "to": "2025-03-31"]]
+        conn.receive(Self.ingest(1, count: 5000) + read.bytes + [0x0A])
+        _ = conn.endBatch(waitAbove: 0)
+        let lines = conn.output.split(separator: 0x0A).map { try? JSON.parse(Array($0)) }
+        #expect(lines.count == 2)
+        #expect(lines.first??["result"]?["accepted"]?["samples"] == 5000, "\(String(describing: lines.first))")
+        #expect(lines.last??["result"]?["days"]?.arrayValue?.count == 4, "\(String(describing: lines.last))")
+    }
 }
