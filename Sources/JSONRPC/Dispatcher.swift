@@ -18,14 +18,18 @@ public enum ParsedLine: Sendable {
 /// serving thread, or whichever stream holds the serving lock), so it is the store's single writer;
 /// the slow parts of slow methods run on worker threads meanwhile, and their answers follow the
 /// stream's ordering (read order, or completion order).
+///
+/// This file reads a line to the call of its method; the rest is in files of their own: the envelope
+/// (`Envelope.swift`), slow work and big commits (`SlowWork.swift`), answers held until their writes
+/// are durable (`Acknowledgement.swift`) and response lines (`Responses.swift`).
 public final class Dispatcher {
     /// The methods served.
     public let registry: MethodRegistry
     /// Counters and latencies for `kernel.info`.
     public let stats: RequestStats
-    private let authenticator: Authenticator
-    private let clock: Clock
-    private let onInternalError: (String) -> Void
+    let authenticator: Authenticator
+    let clock: Clock
+    let onInternalError: (String) -> Void
     /// The store's commit log; nil for a kernel without writes.
     public var journal: CommitJournal?
     /// Every stream's subscription to change notifications, and the stream being answered.
@@ -41,15 +45,15 @@ public final class Dispatcher {
     /// Where slow parts run; started on first use.
     public lazy var workers = WorkerPool.perCore()
     /// Answers given since the journal was last flushed that depend on writes not yet durable.
-    private var pendingWrites: [PendingWrite] = []
+    var pendingWrites: [PendingWrite] = []
     /// Answers to replace with -32050 at the end of the batch: their writes failed to be logged.
-    private var refusedWrites: [PendingWrite] = []
+    var refusedWrites: [PendingWrite] = []
     /// The last commit id the journal has flushed (made durable, or refused and undone).
-    private var settledCommitID: UInt64 = 0
+    var settledCommitID: UInt64 = 0
     /// A flush in the middle of this batch failed to sync: the kernel stops after answering it.
-    private var syncFailed = false
+    var syncFailed = false
     /// Commits being applied in slices, with the stream whose answer waits for each.
-    private var applying: [(commit: UInt64, stream: RequestStream)] = []
+    var applying: [(commit: UInt64, stream: RequestStream)] = []
     /// How long the serving thread applies the backlog between rounds of other requests.
     public static let backlogSliceMicros: UInt64 = 4000
 
@@ -153,7 +157,7 @@ public final class Dispatcher {
         deliver(id: .null, .failure(error), commits: nil, started: monotonicMicros(), slot: nil, into: &out)
     }
 
-    private enum Outcome {
+    enum Outcome {
         case success(JSON)
         case failure(RPCError)
 
@@ -161,52 +165,14 @@ public final class Dispatcher {
     }
 
     /// What executing a request gave: its answer, or slow work to run first.
-    private enum Step {
+    enum Step {
         case answered(Outcome, commits: ClosedRange<UInt64>?)
         case slow(SlowCall<JSON>)
     }
 
-    private static let envelopeKeys: Set<String> = ["jsonrpc", "id", "method", "params"]
-
-    /// Whether `request` calls a method with a slow part.
-    private func isSlow(_ request: JSON) -> Bool {
-        guard case .object(let o) = request, case .string(let name)? = o["method"] else { return false }
-        return registry.method(named: name)?.slow ?? false
-    }
-
-    /// Answers a request now, or keeps it in the stream: held while an earlier request it is ordered
-    /// after is not applied, running while its slow part runs. `element` is its place in a batch.
-    private func place(_ request: JSON, started: UInt64, element: Slot?, into out: inout [UInt8]) {
-        let stream = current
-        let (id, target) = envelope(request)
-        guard case .success(let (method, params)) = target else {
-            if case .failure(let error) = target { deliver(id: id, .failure(error), commits: nil, started: started, slot: element, into: &out) }
-            return
-        }
-        var keys: Set<String>? = []
-        if method.readsState && (!stream.entries.isEmpty || method.slow) {
-            keys = orderingKeys(method, params)
-            if stream.mustWait(keys) {
-                let slot = element ?? newSlot()
-                stream.entries.append(Entry(ticket: nextTicket(), id: id, slot: slot, keys: keys, started: started,
-                                            state: .held(method, params)))
-                return
-            }
-        }
-        switch execute(method, params) {
-        case .answered(let outcome, let commits):
-            deliver(id: id, outcome, commits: commits, started: started, slot: element, into: &out)
-        case .slow(let call):
-            let entry = Entry(ticket: nextTicket(), id: id, slot: element ?? newSlot(), keys: keys, started: started,
-                              state: .running(method, params, call))
-            stream.entries.append(entry)
-            run(entry, call)
-        }
-    }
-
     /// A batch element answered into the batch's array in `out` (no request of the batch waits);
     /// returns whether it wrote a response (notifications write none).
-    private func answerInline(_ request: JSON, started: UInt64, room: Int, into out: inout [UInt8]) -> Bool {
+    func answerInline(_ request: JSON, started: UInt64, room: Int, into out: inout [UInt8]) -> Bool {
         let (id, target) = envelope(request)
         let outcome: Outcome, commits: ClosedRange<UInt64>?
         switch target {
@@ -235,13 +201,13 @@ public final class Dispatcher {
     /// Room below which a batch element is not run: no answer but its refusal fits in less.
     static let smallestAnswer = 256
 
-    private func nextTicket() -> UInt64 {
+    func nextTicket() -> UInt64 {
         current.nextTicket += 1
         return current.nextTicket
     }
 
     /// A new top-level place for an answer that cannot be written yet, after every other one.
-    private func newSlot() -> Slot {
+    func newSlot() -> Slot {
         let slot = Slot(ordered: current.ordering == .read)
         current.slots.append(slot)
         return slot
@@ -249,7 +215,7 @@ public final class Dispatcher {
 
     /// The caller's user and the method's own keys; nil (ordered after everything before it) for a
     /// request of no user in read order.
-    private func orderingKeys(_ method: RegisteredMethod, _ params: JSONObject) -> Set<String>? {
+    func orderingKeys(_ method: RegisteredMethod, _ params: JSONObject) -> Set<String>? {
         var keys = Set(method.orderingKeys(params))
         if method.auth != .none, case .string(let token)? = params["auth"],
            let user = (try? authenticator.authenticate(token: token, requirement: method.auth, now: clock.now()))??.userId {
@@ -264,7 +230,7 @@ public final class Dispatcher {
     /// flush (group commit), so: a read first flushes the writes before it (it then sees only durable
     /// state), and the answer of a write method that commits nothing itself (an idempotent repeat, a
     /// refusal) shares the fate of the unflushed writes it saw: -32050 if they fail.
-    private func execute(_ method: RegisteredMethod, _ params: JSONObject, attempts: Int = 0) -> Step {
+    func execute(_ method: RegisteredMethod, _ params: JSONObject, attempts: Int = 0) -> Step {
         var slow: SlowCall<JSON>?
         var attempt = attempts
         while true {
@@ -293,140 +259,9 @@ public final class Dispatcher {
     /// Runs of a request that lost races (`RPCError.isConflict`) before its answer is the -32050 itself.
     static let attempts = 3
 
-    private func tracked(_ method: RegisteredMethod, _ body: () -> Outcome) -> (Outcome, ClosedRange<UInt64>?) {
-        if !method.mutates, let journal, journal.lastCommitID > settledCommitID { settle() }
-        let before = journal?.lastCommitID ?? 0
-        let outcome = body()
-        let after = journal?.lastCommitID ?? 0
-        if after > before { return (outcome, (settledCommitID + 1)...after) }
-        if method.mutates, before > settledCommitID { return (outcome, (settledCommitID + 1)...before) }
-        return (outcome, nil)
-    }
-
-    /// Runs an entry's slow part on a worker; its value comes back through the stream's `finished`.
-    private func run(_ entry: Entry, _ call: SlowCall<JSON>) {
-        if let keys = entry.keys { entry.keys = keys.union(call.users.map { "user:" + $0 }) }
-        let (finished, wake, ticket, work) = (current.finished, current.wake, entry.ticket, call.work)
-        workers.submit {
-            finished.put(Finished(ticket: ticket, value: work()))
-            wake()
-        }
-    }
-
-    /// Applies the slow work the workers finished, then whatever was held behind it.
-    private func applyFinished(wait: Bool, into out: inout [UInt8]) {
-        let stream = current
-        for done in stream.finished.takeAll(wait: wait) {
-            guard let index = stream.entries.firstIndex(where: { $0.ticket == done.ticket }),
-                  case .running(let method, let params, let call) = stream.entries[index].state else { continue }
-            let entry = stream.entries[index]
-            // A big unit of work committed here may be applied in slices between other users' requests.
-            journal?.appliesInSlices = true
-            let (outcome, commits) = tracked(method) {
-                defer { journal?.endRequest() }
-                do throws(RPCError) { return .success(try call.apply(done.value)) } catch { return .failure(error) }
-            }
-            journal?.appliesInSlices = false
-            // Lost a race with another kernel: the whole request runs again, its slow part included.
-            if case .failure(let error) = outcome, error.isConflict, entry.attempts < Self.attempts {
-                entry.attempts += 1
-                stats.recordRetry()
-                switch execute(method, params, attempts: entry.attempts) {
-                case .slow(let again):
-                    entry.state = .running(method, params, again)
-                    run(entry, again)
-                case .answered(let outcome, let commits):
-                    stream.entries.remove(at: index)
-                    deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
-                }
-                continue
-            }
-            if let commits, let journal, !journal.isApplied(commits.upperBound) {
-                // Answered (so it shares the batch's flush and its fate) but written once applied.
-                deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
-                entry.slot.gate = commits.upperBound
-                // The request's params and its plan are a month of samples (hundreds of thousands of
-                // allocations): they are freed on a worker, not on the thread every other request waits for.
-                release(Garbage((entry.state, done)))
-                entry.state = .applying(commit: commits.upperBound)
-                stream.applying += 1
-                applying.append((commits.upperBound, stream))
-                continue
-            }
-            stream.entries.remove(at: index)
-            deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
-        }
-        releaseApplied()
-        release(into: &out)
-    }
-
-    /// Drops the last references to `garbage` on a worker thread, and gives the memory back to the
-    /// system there (as after a long line: freed memory of other threads' arenas stays resident otherwise).
-    private func release(_ garbage: Garbage) {
-        workers.submit {
-            garbage.drop()
-            #if canImport(Glibc)
-            _ = glibcMallocTrim(0)
-            #endif
-        }
-    }
-
-    /// Ends the entries of the current stream whose commits are now wholly applied (or were undone):
-    /// their answers may be written, and requests held behind them run.
-    private func releaseApplied() {
-        let stream = current
-        guard let journal, stream.applying > 0 else { return }
-        stream.entries.removeAll { entry in
-            guard case .applying(let commit) = entry.state, journal.isApplied(commit) else { return false }
-            if journal.takeFailure(of: commit), entry.id != nil {
-                entry.slot.bytes.removeAll()
-                writeResponse(id: entry.slot.id, outcome: .failure(.storageUnavailable("Storage failed: the write was not applied")),
-                              into: &entry.slot.bytes)
-            }
-            entry.slot.gate = nil
-            stream.applying -= 1
-            return true
-        }
-    }
-
-    /// Applies the store's backlog for one slice (`backlogSliceMicros`), and wakes the streams whose
-    /// answers it finished. The servers call it between rounds of requests; returns whether any is left.
-    public func applyBacklog() -> Bool {
-        guard let journal, !applying.isEmpty else { return false }
-        let more = journal.applyBacklog(budgetMicros: Self.backlogSliceMicros)
-        applying.removeAll { commit, stream in
-            guard journal.isApplied(commit) else { return false }
-            stream.wake()
-            return true
-        }
-        return more
-    }
-
-    /// Executes the held requests nothing before them holds up any more, in read order.
-    private func release(into out: inout [UInt8]) {
-        let stream = current
-        var i = 0
-        while i < stream.entries.count {
-            let entry = stream.entries[i]
-            guard case .held(let method, let params) = entry.state, !stream.mustWait(entry.keys, before: i) else {
-                i += 1
-                continue
-            }
-            switch execute(method, params) {
-            case .answered(let outcome, let commits):
-                stream.entries.remove(at: i)
-                deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
-            case .slow(let call):
-                entry.state = .running(method, params, call)
-                run(entry, call)
-                i += 1
-            }
-        }
-    }
-
     /// Records an answer and writes it: into its slot, into a new slot behind earlier unwritten answers
     /// (read order), or straight to `out`.
-    private func deliver(id: JSON?, _ outcome: Outcome, commits: ClosedRange<UInt64>?, started: UInt64, slot: Slot?,
+    func deliver(id: JSON?, _ outcome: Outcome, commits: ClosedRange<UInt64>?, started: UInt64, slot: Slot?,
                          into out: inout [UInt8]) {
         stats.record(micros: monotonicMicros() - started, failed: outcome.failed)
         guard let id else {
@@ -447,118 +282,7 @@ public final class Dispatcher {
         out.append(UInt8(ascii: "\n"))
     }
 
-    /// Flushes the journal; answers that depend on writes that failed are marked for -32050.
-    private func settle() {
-        guard let journal else { return }
-        let (failed, fatal) = journal.flushCommits()
-        settledCommitID = journal.lastCommitID
-        if fatal { syncFailed = true }
-        if fatal || !failed.isEmpty {
-            refusedWrites += pendingWrites.filter { w in fatal || failed.contains { $0.overlaps(w.commits) } }
-        }
-        pendingWrites.removeAll(keepingCapacity: true)
-    }
-
-    /// Ends a batch of the current stream: applies the slow work its workers finished (waiting, while
-    /// more than `waitAbove` of its requests are outstanding), makes the writes durable before their
-    /// responses go out, and moves every answer that may be written to `out`. Answers that depend on
-    /// writes that failed are replaced by -32050 (those changes were undone). Returns true when syncing
-    /// failed and the kernel must stop after writing `out`.
-    public func endBatch(_ out: inout [UInt8], waitAbove: Int? = nil) -> Bool {
-        applyFinished(wait: false, into: &out)
-        if let waitAbove {
-            while current.entries.count > waitAbove {
-                if let journal, current.applying > 0 {
-                    // Waiting for this stream's commits being applied: apply them now, after ending the
-                    // batch (a detached commit on PostgreSQL waits for the locks the batch holds).
-                    settle()
-                    while journal.applyBacklog(budgetMicros: .max) {}
-                    applyFinished(wait: false, into: &out)
-                } else {
-                    applyFinished(wait: true, into: &out)
-                }
-            }
-        }
-        settle()
-        let fatal = syncFailed
-        syncFailed = false
-        defer { announceChanges(&out) }
-        defer { current.flushReady(into: &out, limit: maxAnswerBytes) }
-        defer { refusedWrites.removeAll(keepingCapacity: true) }
-        guard !refusedWrites.isEmpty else { return fatal }
-        let error = RPCError.storageUnavailable(fatal
-            ? "Storage failed: syncing the log failed, the kernel is stopping; the write may not be durable"
-            : "Storage failed: the write was not applied")
-        // Ranges in `out` were recorded in output order and nothing before them has moved since.
-        var rebuilt: [UInt8] = []
-        rebuilt.reserveCapacity(out.count)
-        var cursor = 0
-        for w in refusedWrites {
-            guard let slot = w.slot else {
-                rebuilt.append(contentsOf: out[cursor..<w.range.lowerBound])
-                writeResponse(id: w.id, outcome: .failure(error), into: &rebuilt)
-                cursor = w.range.upperBound
-                continue
-            }
-            slot.bytes.removeAll()
-            writeResponse(id: w.id, outcome: .failure(error), into: &slot.bytes)
-        }
-        rebuilt.append(contentsOf: out[cursor...])
-        out = rebuilt
-        return fatal
-    }
-
-    /// Appends an `events.changed` line for each change made durable in this batch that the host
-    /// subscribed to: after the batch's responses (never inside a batch's array), in commit order.
-    private func announceChanges(_ out: inout [UInt8]) {
-        guard let changes = journal?.takeChanges(), !changes.isEmpty else { return }
-        hub.announce(changes, at: clock.now().seconds, into: &out)
-    }
-
-    /// The response id (nil for a notification), and the method and params to call or why not.
-    private func envelope(_ request: JSON) -> (JSON?, Result<(RegisteredMethod, JSONObject), RPCError>) {
-        guard case .object(let envelope) = request else {
-            return (.null, .failure(.invalidRequest("a request must be an object")))
-        }
-        let rawID = envelope["id"]
-        var responseID: JSON? = nil
-        if let rawID {
-            switch rawID {
-            // An id the kernel could not echo exactly: NaN, an infinity, an integer beyond 64 bits.
-            case .double(let d) where !d.isFinite || (d.rounded() == d && d.magnitude >= 0x1p63):
-                return (.null, .failure(.invalidRequest("id must be a string, null, a 64-bit integer or a finite number")))
-            case .string, .int, .double, .null: responseID = rawID
-            default: return (.null, .failure(.invalidRequest("id must be a string, a number or null")))
-            }
-        }
-        let replyID = responseID ?? .null
-        guard envelope["jsonrpc"] == .string("2.0") else {
-            return (replyID, .failure(.invalidRequest("jsonrpc must be \"2.0\"")))
-        }
-        guard case .string(let name)? = envelope["method"] else {
-            return (replyID, .failure(.invalidRequest("method must be a string")))
-        }
-        if let extra = envelope.members.first(where: { !Self.envelopeKeys.contains($0.key) })?.key {
-            return (replyID, .failure(.invalidRequest("unknown member \"\(extra)\" in the request")))
-        }
-        var params = JSONObject()
-        switch envelope["params"] {
-        case nil: break
-        case .object(let o)?: params = o
-        case .array(let a)? where a.isEmpty: break
-        case .array?:
-            return (responseID, .failure(.invalidParams("params", reason: "wrong_type",
-                                                       "params must be an object: methods take named params")))
-        default:
-            return (replyID, .failure(.invalidRequest("params must be an object or an array")))
-        }
-        guard let method = registry.method(named: name) else {
-            return (responseID, .failure(.methodNotFound(name)))
-        }
-        return (responseID, .success((method, params)))
-    }
-
-    private func call(_ method: RegisteredMethod, _ params: JSONObject) -> Result<RegisteredMethod.Invocation, RPCError> {
+    func call(_ method: RegisteredMethod, _ params: JSONObject) -> Result<RegisteredMethod.Invocation, RPCError> {
         var reader = ObjectReader(params, path: "params")
         let token: String?
         do {
@@ -580,43 +304,4 @@ public final class Dispatcher {
         }
     }
 
-    /// Writes a response. The answer to a `read` (a request that wrote nothing) that comes out longer
-    /// than `maxAnswerBytes` is replaced by -32602 `answer_too_large`: a host reading lines up to the
-    /// same limit could not take it, and a socket would be cut mid-answer. Methods that can answer
-    /// that much page by bytes or name the param to narrow first; this is the net below them.
-    private func writeResponse(id: JSON, outcome: Outcome, read: Bool = false, room: Int? = nil, into out: inout [UInt8]) {
-        let start = out.count
-        out.append(contentsOf: #"{"jsonrpc":"2.0","id":"#.utf8)
-        id.write(to: &out)
-        switch outcome {
-        case .success(let result):
-            out.append(contentsOf: #","result":"#.utf8)
-            result.write(to: &out)
-            if read, let room, out.count - start > room {
-                // A batch element past its share of the line: the refusal the batch kept room for.
-                out.removeSubrange(start...)
-                writeResponse(id: id, outcome: .failure(BatchBudget.error(maxAnswerBytes)), into: &out)
-                return
-            }
-            if read && out.count - start > maxAnswerBytes {
-                out.removeSubrange(start...)
-                let error = RPCError.invalidParams("params", reason: "answer_too_large",
-                                                   "the answer would be longer than \(maxAnswerBytes) bytes; ask for less (a narrower range, a smaller limit)")
-                writeResponse(id: id, outcome: .failure(error), into: &out)
-                return
-            }
-        case .failure(let error):
-            if error.code == RPCError.internalError.code { onInternalError(error.logDetail ?? error.message) }
-            out.append(contentsOf: #","error":"#.utf8)
-            error.json.write(to: &out)
-        }
-        out.append(UInt8(ascii: "}"))
-    }
-}
-
-/// Values handed to a worker only to be freed there; nothing reads them.
-private final class Garbage: @unchecked Sendable {
-    private var value: Any?
-    init(_ value: Any) { self.value = value }
-    func drop() { value = nil }
 }

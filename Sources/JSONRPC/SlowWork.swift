@@ -1,0 +1,141 @@
+import Chrono
+import JSON
+import Threads
+
+/// Slow work: the parts of requests that run on workers, their results applied on the serving thread,
+/// and big commits whose answers wait until they are applied (in slices, or detached on PostgreSQL).
+extension Dispatcher {
+    /// Whether `request` calls a method with a slow part.
+    func isSlow(_ request: JSON) -> Bool {
+        guard case .object(let o) = request, case .string(let name)? = o["method"] else { return false }
+        return registry.method(named: name)?.slow ?? false
+    }
+
+    /// Runs an entry's slow part on a worker; its value comes back through the stream's `finished`.
+    func run(_ entry: Entry, _ call: SlowCall<JSON>) {
+        if let keys = entry.keys { entry.keys = keys.union(call.users.map { "user:" + $0 }) }
+        let (finished, wake, ticket, work) = (current.finished, current.wake, entry.ticket, call.work)
+        workers.submit {
+            finished.put(Finished(ticket: ticket, value: work()))
+            wake()
+        }
+    }
+
+    /// Applies the slow work the workers finished, then whatever was held behind it.
+    func applyFinished(wait: Bool, into out: inout [UInt8]) {
+        let stream = current
+        for done in stream.finished.takeAll(wait: wait) {
+            guard let index = stream.entries.firstIndex(where: { $0.ticket == done.ticket }),
+                  case .running(let method, let params, let call) = stream.entries[index].state else { continue }
+            let entry = stream.entries[index]
+            // A big unit of work committed here may be applied in slices between other users' requests.
+            journal?.appliesInSlices = true
+            let (outcome, commits) = tracked(method) {
+                defer { journal?.endRequest() }
+                do throws(RPCError) { return .success(try call.apply(done.value)) } catch { return .failure(error) }
+            }
+            journal?.appliesInSlices = false
+            // Lost a race with another kernel: the whole request runs again, its slow part included.
+            if case .failure(let error) = outcome, error.isConflict, entry.attempts < Self.attempts {
+                entry.attempts += 1
+                stats.recordRetry()
+                switch execute(method, params, attempts: entry.attempts) {
+                case .slow(let again):
+                    entry.state = .running(method, params, again)
+                    run(entry, again)
+                case .answered(let outcome, let commits):
+                    stream.entries.remove(at: index)
+                    deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
+                }
+                continue
+            }
+            if let commits, let journal, !journal.isApplied(commits.upperBound) {
+                // Answered (so it shares the batch's flush and its fate) but written once applied.
+                deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
+                entry.slot.gate = commits.upperBound
+                // The request's params and its plan are a month of samples (hundreds of thousands of
+                // allocations): they are freed on a worker, not on the thread every other request waits for.
+                release(Garbage((entry.state, done)))
+                entry.state = .applying(commit: commits.upperBound)
+                stream.applying += 1
+                applying.append((commits.upperBound, stream))
+                continue
+            }
+            stream.entries.remove(at: index)
+            deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
+        }
+        releaseApplied()
+        release(into: &out)
+    }
+
+    /// Drops the last references to `garbage` on a worker thread, and gives the memory back to the
+    /// system there (as after a long line: freed memory of other threads' arenas stays resident otherwise).
+    private func release(_ garbage: Garbage) {
+        workers.submit {
+            garbage.drop()
+            #if canImport(Glibc)
+            _ = glibcMallocTrim(0)
+            #endif
+        }
+    }
+
+    /// Ends the entries of the current stream whose commits are now wholly applied (or were undone):
+    /// their answers may be written, and requests held behind them run.
+    func releaseApplied() {
+        let stream = current
+        guard let journal, stream.applying > 0 else { return }
+        stream.entries.removeAll { entry in
+            guard case .applying(let commit) = entry.state, journal.isApplied(commit) else { return false }
+            if journal.takeFailure(of: commit), entry.id != nil {
+                entry.slot.bytes.removeAll()
+                writeResponse(id: entry.slot.id, outcome: .failure(.storageUnavailable("Storage failed: the write was not applied")),
+                              into: &entry.slot.bytes)
+            }
+            entry.slot.gate = nil
+            stream.applying -= 1
+            return true
+        }
+    }
+
+    /// Applies the store's backlog for one slice (`backlogSliceMicros`), and wakes the streams whose
+    /// answers it finished. The servers call it between rounds of requests; returns whether any is left.
+    public func applyBacklog() -> Bool {
+        guard let journal, !applying.isEmpty else { return false }
+        let more = journal.applyBacklog(budgetMicros: Self.backlogSliceMicros)
+        applying.removeAll { commit, stream in
+            guard journal.isApplied(commit) else { return false }
+            stream.wake()
+            return true
+        }
+        return more
+    }
+
+    /// Executes the held requests nothing before them holds up any more, in read order.
+    func release(into out: inout [UInt8]) {
+        let stream = current
+        var i = 0
+        while i < stream.entries.count {
+            let entry = stream.entries[i]
+            guard case .held(let method, let params) = entry.state, !stream.mustWait(entry.keys, before: i) else {
+                i += 1
+                continue
+            }
+            switch execute(method, params) {
+            case .answered(let outcome, let commits):
+                stream.entries.remove(at: i)
+                deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
+            case .slow(let call):
+                entry.state = .running(method, params, call)
+                run(entry, call)
+                i += 1
+            }
+        }
+    }
+}
+
+/// Values handed to a worker only to be freed there; nothing reads them.
+private final class Garbage: @unchecked Sendable {
+    private var value: Any?
+    init(_ value: Any) { self.value = value }
+    func drop() { value = nil }
+}
