@@ -17,8 +17,10 @@ import Threads
 final class DetachedCommits: @unchecked Sendable {
     /// Commits handed over and not yet finished, and those that failed (until the dispatcher asks).
     private let state = Locked<(running: Set<UInt64>, failed: Set<UInt64>)>(([], []))
-    /// Two threads: two users' months commit side by side (PostgreSQL takes them on two backends).
-    let threads = WorkerPool(threads: 2)
+    /// One thread: big commits go one after another. Two (two backends writing months side by side) gave
+    /// the same ingest rate on a 2-core machine and held other users' commits longer behind the WAL:
+    /// many.py's light host p99 was 188-246 ms with two, 124-149 ms with one.
+    let threads = WorkerPool(threads: 1)
     /// Wakes the serving thread when a commit finished (set by the kernel).
     let onFinished = Locked<@Sendable () -> Void>({})
 
