@@ -10,10 +10,10 @@ public protocol CommitJournal: AnyObject {
     /// Called after every request (and after each part of a slow one): a store that opened a
     /// transaction for the request's reads ends it when the request did not commit.
     func endRequest()
-    /// Whether a commit made now may leave a big unit's changes to be applied later, in slices
-    /// (`applyBacklog`); the dispatcher turns it on only around a slow request's commit, whose answer it
-    /// then holds until `isApplied`.
-    var appliesInSlices: Bool { get set }
+    /// Whether a big commit made now (`Transaction.bigUnit`) may finish after `commit` returns: applied
+    /// in slices (`applyBacklog`) on the data dir, detached on PostgreSQL. The dispatcher turns it on only
+    /// around a slow request's commit, whose answer it then holds until `isApplied`.
+    var mayFinishLater: Bool { get set }
     /// Applies units committed but not yet wholly applied, for about `budgetMicros`; returns whether any
     /// remain. A store that applies every commit at once has none.
     func applyBacklog(budgetMicros: UInt64) -> Bool

@@ -29,12 +29,12 @@ extension Dispatcher {
                   case .running(let method, let params, let call) = stream.entries[index].state else { continue }
             let entry = stream.entries[index]
             // A big unit of work committed here may be applied in slices between other users' requests.
-            journal?.appliesInSlices = true
+            journal?.mayFinishLater = true
             let (outcome, commits) = tracked(method) {
                 defer { journal?.endRequest() }
                 do throws(RPCError) { return .success(try call.apply(done.value)) } catch { return .failure(error) }
             }
-            journal?.appliesInSlices = false
+            journal?.mayFinishLater = false
             // Lost a race with another kernel: the whole request runs again, its slow part included.
             if case .failure(let error) = outcome, error.isConflict, entry.attempts < Self.attempts {
                 entry.attempts += 1

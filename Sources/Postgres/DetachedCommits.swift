@@ -24,9 +24,6 @@ final class DetachedCommits: @unchecked Sendable {
     /// Wakes the serving thread when a commit finished (set by the kernel).
     let onFinished = Locked<@Sendable () -> Void>({})
 
-    /// Units with fewer changes commit in the batch as before: their round trip is short.
-    static let minimumEntries = 4096
-
     func start(_ commit: UInt64) { state.withLock { _ = $0.running.insert(commit) } }
 
     func finish(_ commit: UInt64, failed: Bool) {
@@ -50,7 +47,7 @@ extension PostgresStore {
     /// rows whose version this request read, and no host waits for change events (their order rests on
     /// the batch's commits). Returns the user and the version read.
     func detachable(_ tx: Transaction, _ plan: CommitPlan) -> (user: String, version: UInt64)? {
-        guard appliesInSlices, groupCommit, !collectsChanges, tx.entries.count >= DetachedCommits.minimumEntries,
+        guard mayFinishLater, groupCommit, !collectsChanges, tx.entries.count >= Transaction.bigUnit,
               plan.claims.isEmpty, plan.users.count == 1, let user = plan.users.first, let version = versionsRead[user] else { return nil }
         return (user, version)
     }
@@ -89,7 +86,7 @@ extension PostgresStore {
     /// Makes a big unit's statements on the worker that planned it (their array literals are 12 MB of text
     /// for a month of samples, half a second of the serving thread's time); the commit sets their time.
     public func prepare(_ tx: inout Transaction) {
-        guard tx.entries.count >= DetachedCommits.minimumEntries else { return }
+        guard tx.entries.count >= Transaction.bigUnit else { return }
         // Without the changes for host events (`collectsChanges` belongs to the serving thread): a commit
         // made while a host listens makes its plan again.
         var plan = CommitPlan(at: 0, collects: false, channel: channel)

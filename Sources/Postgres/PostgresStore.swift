@@ -65,7 +65,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     public private(set) var lastCommitID: UInt64 = 0
     /// Whether a big commit made now may run detached (`DetachedCommits`): set by the dispatcher around
     /// the commit of a slow request's result, whose answer it holds until `isApplied`.
-    public var appliesInSlices = false
+    public var mayFinishLater = false
     /// Versions of users this request read (`version(of:)`): what a detached commit checks again.
     var versionsRead: [String: UInt64] = [:]
     /// Big commits running on connections of their own.

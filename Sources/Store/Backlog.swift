@@ -39,8 +39,6 @@ final class Backlog {
     /// Applies every unit of a user at once, or of every user for nil (set by the store).
     var finish: (String?) -> Void = { _ in }
 
-    /// Units smaller than this are applied at once: slicing them would cost more than it saves.
-    static let minimumEntries = 4096
     /// Changes applied between looks at the clock (the dispatcher sets a slice's time).
     static let entriesPerCheck = 256
 
@@ -71,7 +69,7 @@ final class Backlog {
     /// Whether `tx` may be applied in slices: big, every change a put or delete of one user's rows (no
     /// unique keys, whose holders other users' requests read, and no removal of a user).
     static func user(ofSliceable tx: Transaction) -> String? {
-        guard tx.entries.count >= minimumEntries, let user = tx.entries.first?.user else { return nil }
+        guard tx.entries.count >= Transaction.bigUnit, let user = tx.entries.first?.user else { return nil }
         for entry in tx.entries {
             switch entry {
             case .put(_, let u, _, _), .delete(_, let u, _): if u != user { return nil }

@@ -120,7 +120,7 @@ public final class Store: Storage, @unchecked Sendable {
     /// Whether a commit made now may leave its changes to the backlog (`Backlog.user(ofSliceable:)`):
     /// set by the dispatcher around the commit of a slow request's result, whose answer it holds until
     /// the unit is applied. Off, every commit is applied at once.
-    public var appliesInSlices = false
+    public var mayFinishLater = false
 
     /// A store with `options`; register tables, then `open()`.
     public init(options: StoreOptions, clock: Clock, log: @escaping @Sendable (String) -> Void) {
@@ -415,7 +415,7 @@ public final class Store: Storage, @unchecked Sendable {
         precondition(tx.entries.count < 1 << Stamp.positionBits, "a unit of work of over a million changes")
         let record = seq + 1
         let at = clock.now().milliseconds
-        if appliesInSlices, let user = Backlog.user(ofSliceable: tx) {
+        if mayFinishLater, let user = Backlog.user(ofSliceable: tx) {
             lastCommitID += 1
             seq = record
             enqueue(tx, user: user, record: record, at: at)
@@ -452,7 +452,7 @@ public final class Store: Storage, @unchecked Sendable {
 
     /// The log record's changes; pure, so a worker may do it ahead of the commit.
     public func prepare(_ tx: inout Transaction) {
-        guard keepsRecords, tx.entries.count >= Backlog.entriesPerCheck else { return }
+        guard keepsRecords, tx.entries.count >= Transaction.bigUnit else { return }
         var bytes: [UInt8] = []
         Self.writeEntries(tx, to: &bytes)
         tx.prepared = bytes

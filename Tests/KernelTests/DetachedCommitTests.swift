@@ -29,9 +29,9 @@ import TestSupport
         var tx = Transaction()
         for i in 0..<count { tx.put(table, user: "u", key: String(format: "k%05d", i), Due(at: String(i))) }
         store.prepare(&tx)  // on the worker, in the kernel
-        store.appliesInSlices = true
+        store.mayFinishLater = true
         try store.commit(tx)
-        store.appliesInSlices = false
+        store.mayFinishLater = false
         let id = store.lastCommitID
         #expect(!store.isApplied(id), "detached: the serving thread went on")
         store.endRequest()
@@ -49,9 +49,9 @@ import TestSupport
     @Test func aBigCommitRunsDetachedAndIsDurableWhenDone() throws {
         let (store, table) = try open(TestPostgres.freshSchema())
         defer { store.shutdown() }
-        let id = try commitBig(store, table, count: DetachedCommits.minimumEntries + 100)
+        let id = try commitBig(store, table, count: Transaction.bigUnit + 100)
         #expect(!store.takeFailure(of: id))
-        #expect(try rows(store, table) == DetachedCommits.minimumEntries + 100)
+        #expect(try rows(store, table) == Transaction.bigUnit + 100)
         #expect(try store.version(of: "u") == 1)
         store.endRequest()
     }
@@ -65,7 +65,7 @@ import TestSupport
         try store.commit(seed)
         #expect(store.flushBatch().isEmpty)
         // Another writer changes the user after the request read its version.
-        let id = try commitBig(store, table, count: DetachedCommits.minimumEntries) {
+        let id = try commitBig(store, table, count: Transaction.bigUnit) {
             let psql = Process()
             psql.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
             psql.arguments = [TestPostgres.url, "-q", "-X", "-v", "ON_ERROR_STOP=1", "-c",
@@ -83,12 +83,12 @@ import TestSupport
         let (store, table) = try open(TestPostgres.freshSchema())
         defer { store.shutdown() }
         var tx = Transaction()
-        for i in 0..<DetachedCommits.minimumEntries { tx.put(table, user: "u", key: "k\(i)", Due(at: "1")) }
-        store.appliesInSlices = true
+        for i in 0..<Transaction.bigUnit { tx.put(table, user: "u", key: "k\(i)", Due(at: "1")) }
+        store.mayFinishLater = true
         try store.commit(tx)  // no version was read: nothing to check it against
-        store.appliesInSlices = false
+        store.mayFinishLater = false
         #expect(store.isApplied(store.lastCommitID), "in the batch, not detached")
         #expect(store.flushBatch().isEmpty)
-        #expect(try rows(store, table) == DetachedCommits.minimumEntries)
+        #expect(try rows(store, table) == Transaction.bigUnit)
     }
 }

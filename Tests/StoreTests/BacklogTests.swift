@@ -27,8 +27,8 @@ import TestSupport
 
         /// Commits `tx`, leaving it to the backlog when it is big enough.
         func commit(_ tx: Transaction, sliced: Bool) throws {
-            store.appliesInSlices = sliced
-            defer { store.appliesInSlices = false }
+            store.mayFinishLater = sliced
+            defer { store.mayFinishLater = false }
             try store.commit(tx)
         }
 
@@ -49,7 +49,7 @@ import TestSupport
         return tx
     }
 
-    static let keys = (0..<(Backlog.minimumEntries + 1000)).map { _ in UUID().uuidString }
+    static let keys = (0..<(Transaction.bigUnit + 1000)).map { _ in UUID().uuidString }
 
     @Test func aBigUnitAppliesInSlicesBetweenOtherUsersAndEndsAsIfAppliedAtOnce() throws {
         let sliced = try Slices(), whole = try Slices()
@@ -66,7 +66,7 @@ import TestSupport
             slices += 1
             if slices % 5 == 0 { try sliced.small("u2", "k\(slices)") }
         }
-        #expect(slices >= Backlog.minimumEntries / Backlog.entriesPerCheck)
+        #expect(slices >= Transaction.bigUnit / Backlog.entriesPerCheck)
         #expect(sliced.store.isApplied(commit))
         try whole.commit(big(whole), sliced: false)
         for i in 1...slices where i % 5 == 0 { try whole.small("u2", "k\(i)") }
@@ -149,7 +149,7 @@ import TestSupport
 
     @Test func smallUnitsAndUnitsOfSeveralUsersApplyAtOnce() throws {
         let s = try Slices()
-        try s.commit(Self.unit(s.notes, "u1", keys: Array(Self.keys.prefix(Backlog.minimumEntries - 1))), sliced: true)
+        try s.commit(Self.unit(s.notes, "u1", keys: Array(Self.keys.prefix(Transaction.bigUnit - 1))), sliced: true)
         #expect(!s.store.hasBacklog)
         var tx = Self.unit(s.notes, "u1", keys: Self.keys)
         tx.put(s.notes, user: "u2", key: "x", Note("x"))
