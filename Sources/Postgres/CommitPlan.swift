@@ -33,8 +33,27 @@ struct CommitPlan {
         var seen: Set<String> = []
         var bodies: [String] = []
         var orders: [String?] = []
-        var offsets: [String] = []
+        var offsets: [Int] = []
     }
+
+    /// Big groups of puts of a synced table, which a detached commit may write with `COPY` (`Bulk`), by
+    /// the index of their INSERT statement.
+    private(set) var bulks: [Int: Bulk] = [:]
+
+    /// Rows of one table and user that a detached commit may `COPY` straight into `rows` when none of
+    /// their keys is there yet: COPY wrote a month of samples in 0.5 s where the INSERT over arrays with
+    /// its conflict check took 0.85 s (43,200 rows, four indexes).
+    struct Bulk {
+        let table: String
+        let user: String
+        let keys: [String]
+        let orders: [String?]
+        let bodies: [String]
+        let offsets: [Int]
+    }
+
+    /// Groups from this many puts are bulks: below it, the extra round trips cost more than COPY saves.
+    static let bulkRows = 1024
 
     /// Whether to keep the synced changes for host events (`changes`).
     let collects: Bool
@@ -57,12 +76,12 @@ struct CommitPlan {
             join(table, user, deleting: false, key: key)
             group!.bodies.append(body)
             group!.orders.append(order)
-            group!.offsets.append(String(offset))
+            group!.offsets.append(offset)
         case .delete(let handle, let user, let key):
             let table = slots[handle.slot]
             let offset = touch(user, synced: table.entity != nil)
             join(table, user, deleting: true, key: key)
-            group!.offsets.append(String(offset))
+            group!.offsets.append(offset)
         case .deleteUser(let user):
             _ = touch(user, synced: false)
             close()
@@ -110,7 +129,7 @@ struct CommitPlan {
     private mutating func close() {
         guard let g = group else { return }
         group = nil
-        let name = g.table.name, keys = PostgresStore.array(g.keys), offsets = "{" + g.offsets.joined(separator: ",") + "}"
+        let name = g.table.name, keys = PostgresStore.array(g.keys), offsets = "{" + g.offsets.map(String.init).joined(separator: ",") + "}"
         let position = "(SELECT feed_seq FROM users WHERE usr = $2) - $5 + t.i"
         if g.deleting {
             if g.table.entity != nil {
@@ -127,14 +146,18 @@ struct CommitPlan {
             }
             return
         }
-        let bodies = PostgresStore.array(g.bodies)
-        let orders = PostgresStore.array(g.orders)
         if g.table.entity != nil {
+            // A bulk's orders and bodies (12 MB of array literal for a month) are written into its INSERT
+            // only when it runs (`finish`, `inserting`): a detached commit usually copies them instead.
+            let bulk = g.keys.count >= Self.bulkRows
+            if bulk {
+                bulks[statements.count] = Bulk(table: name, user: g.user, keys: g.keys, orders: g.orders, bodies: g.bodies, offsets: g.offsets)
+            }
             statements.append(Statement("""
                 INSERT INTO rows (tbl, usr, key, ord, body, seq, at)
                 SELECT $1, $2, t.k, t.o, t.b, \(position), $6 FROM unnest($3::text[], $4::bigint[], $7::text[], $8::text[]) AS t(k, i, o, b)
                 ON CONFLICT (tbl, usr, key) DO UPDATE SET ord = excluded.ord, body = excluded.body, seq = excluded.seq, at = excluded.at
-                """, [name, g.user, keys, offsets, nil, String(at), orders, bodies]))
+                """, [name, g.user, keys, offsets, nil, String(at)] + (bulk ? [nil, nil] : [PostgresStore.array(g.orders), PostgresStore.array(g.bodies)])))
             atParams.append((statements.count - 1, 5))
             statements.append(Statement("DELETE FROM tombstones t USING unnest($3::text[]) AS k(key) WHERE t.tbl = $1 AND t.usr = $2 AND t.key = k.key",
                                         [name, g.user, keys]))
@@ -143,7 +166,7 @@ struct CommitPlan {
                 INSERT INTO rows (tbl, usr, key, ord, body)
                 SELECT $1, $2, t.k, t.o, t.b FROM unnest($3::text[], $4::text[], $5::text[]) AS t(k, o, b)
                 ON CONFLICT (tbl, usr, key) DO UPDATE SET ord = excluded.ord, body = excluded.body
-                """, [name, g.user, keys, orders, bodies]))
+                """, [name, g.user, keys, PostgresStore.array(g.orders), PostgresStore.array(g.bodies)]))
         }
     }
 
@@ -171,9 +194,18 @@ struct CommitPlan {
         for (s, p) in atParams { statements[s].params[p] = String(at) }
     }
 
+    /// A bulk's INSERT (`statement`, as `finish` gave it) with its orders and bodies written in.
+    static func inserting(_ bulk: Bulk, _ statement: Statement) -> Statement {
+        var s = statement
+        s.params[6] = PostgresStore.array(bulk.orders)
+        s.params[7] = PostgresStore.array(bulk.bodies)
+        return s
+    }
+
     /// The statements, after the users' counters are moved: `users` rows first, then the changes, with
-    /// each user's count filled in (parameter $5 of the statements that compute positions).
-    mutating func finish() -> [Statement] {
+    /// each user's count filled in (parameter $5 of the statements that compute positions). With
+    /// `copying` (a detached commit), bulks' INSERTs are left without their rows (`inserting`).
+    mutating func finish(copying: Bool = false) -> [Statement] {
         close()
         var out: [Statement] = []
         for user in users {
@@ -185,8 +217,10 @@ struct CommitPlan {
         }
         let shift = out.count
         claims = Dictionary(uniqueKeysWithValues: claims.map { ($0.key + shift, $0.value) })
-        for var s in statements {
+        bulks = Dictionary(uniqueKeysWithValues: bulks.map { ($0.key + shift, $0.value) })
+        for (index, var s) in statements.enumerated() {
             if s.params.count >= 5, s.params[4] == nil, let user = s.params[1] { s.params[4] = String(counts[user]!) }
+            if !copying, let bulk = bulks[index + shift] { s = Self.inserting(bulk, s) }
             out.append(s)
         }
         // Announce each user's new positions to listening kernels ("<last> <count> <user>"); PostgreSQL
@@ -199,6 +233,41 @@ struct CommitPlan {
         }
         return out
     }
+
+    /// `bulk` in COPY's text format for `rows`, its feed positions from its user's position after the
+    /// commit (`last`, what the user's `users` statement returned). O(bytes of the rows).
+    func copyData(_ bulk: Bulk, last: UInt64) -> [UInt8] {
+        let tab = UInt8(ascii: "\t"), newline = UInt8(ascii: "\n"), backslash = UInt8(ascii: "\\")
+        var out: [UInt8] = []
+        out.reserveCapacity(bulk.bodies.reduce(0) { $0 + $1.utf8.count } + bulk.keys.count * 120)
+        func field(_ text: String) {
+            for b in text.utf8 {
+                switch b {
+                case backslash: out += [backslash, backslash]
+                case tab: out += [backslash, UInt8(ascii: "t")]
+                case newline: out += [backslash, UInt8(ascii: "n")]
+                case UInt8(ascii: "\r"): out += [backslash, UInt8(ascii: "r")]
+                default: out.append(b)
+                }
+            }
+            out.append(tab)
+        }
+        let base = Int64(last) - Int64(counts[bulk.user] ?? 0)
+        for i in bulk.keys.indices {
+            field(bulk.table)
+            field(bulk.user)
+            field(bulk.keys[i])
+            if let order = bulk.orders[i] { field(order) } else { out += [backslash, UInt8(ascii: "N"), tab] }
+            field(bulk.bodies[i])
+            field(String(base + Int64(bulk.offsets[i])))
+            out += String(at).utf8
+            out.append(newline)
+        }
+        return out
+    }
+
+    /// The statement of `finish()`'s output that moves `user`'s counters and returns their feed position.
+    func userStatement(of user: String) -> Int? { userStatements[user] }
 
     /// Whether the commit announces `user`'s changes: it made synced ones, and the payload stays under
     /// NOTIFY's 8,000 bytes.

@@ -245,6 +245,47 @@ final class Connection: @unchecked Sendable {
         return results
     }
 
+    /// Runs `sql`, a `COPY ... FROM STDIN`, with `data` (COPY's text format) and returns its result. COPY
+    /// cannot run in pipeline mode, so the connection leaves it for the statement and enters it again.
+    /// Throws `unavailable` when the connection fails.
+    func copy(_ sql: String, _ data: [UInt8]) throws(StorageError) -> StatementResult {
+        if broken || conn == nil { try connect() }
+        guard PQexitPipelineMode(conn) == 1 else { _ = try fail(); return StatementResult() }
+        defer { if !broken && PQenterPipelineMode(conn) != 1 { broken = true } }
+        var result = StatementResult()
+        guard let started = PQexec(conn, sql) else { _ = try fail(); return result }
+        let status = PQresultStatus(started)
+        if status != PGRES_COPY_IN {
+            result.error = status == PGRES_FATAL_ERROR ? Self.error(of: started) : ("?????", "COPY did not start")
+            PQclear(started)
+            while let res = PQgetResult(conn) { PQclear(res) }
+            return result
+        }
+        PQclear(started)
+        // In pieces of 1 MB: libpq buffers what it is given, and one call with 12 MB would double that.
+        let piece = 1 << 20
+        var sent = true
+        data.withUnsafeBufferPointer { buffer in
+            var at = 0
+            while sent, at < buffer.count {
+                let n = min(piece, buffer.count - at)
+                sent = buffer.baseAddress!.advanced(by: at).withMemoryRebound(to: CChar.self, capacity: n) {
+                    PQputCopyData(conn, $0, Int32(n)) == 1
+                }
+                at += n
+            }
+        }
+        guard sent, PQputCopyEnd(conn, nil) == 1 else { _ = try fail(); return result }
+        var got = false
+        while let res = PQgetResult(conn) {
+            got = true
+            if PQresultStatus(res) == PGRES_FATAL_ERROR { result.error = Self.error(of: res) }
+            PQclear(res)
+        }
+        if !got { _ = try fail() }
+        return result
+    }
+
     /// SQLSTATE and message of a failed result.
     private static func error(of res: OpaquePointer) -> (state: String, message: String) {
         let state = PQresultErrorField(res, Int32(UInt8(ascii: "C"))).map { String(cString: $0) } ?? "?????"

@@ -515,7 +515,8 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         if let (user, version) = detachable(tx, plan) {
             // Off the serving thread; the request's scope (its read of the version) ends as a read's.
             lastCommitID += 1
-            detach(plan.finish(), user: user, version: version, commit: lastCommitID)
+            let statements = plan.finish(copying: true)
+            detach(plan, statements, user: user, version: version, commit: lastCommitID)
             return
         }
         let statements = plan.finish() + [Statement("RELEASE SAVEPOINT request")]
