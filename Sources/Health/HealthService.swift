@@ -453,7 +453,7 @@ public final class HealthService: @unchecked Sendable {
         mutating func touch(_ item: Item) {
             switch item {
             case .sample(let r, _):
-                let days = r.type.aggregation == .cumulative ? split(r.placement).map(\.day) : [r.placement.calendarDay]
+                let days = r.type.aggregation.spreads ? split(r.placement).map(\.day) : [r.placement.calendarDay]
                 touched[.metric(r.type.code), default: []].formUnion(days)
             case .workout(let r, _): touched[.workouts, default: []].insert(r.placement.calendarDay)
             case .sleep(let r, _): touched[.sleep, default: []].insert(r.placement.calendarDay)
@@ -533,7 +533,7 @@ public final class HealthService: @unchecked Sendable {
         /// request leaves them.
         mutating func metrics(_ type: HealthType, days: Set<CalendarDate>, pending: [(String, SampleRow)]) throws(HealthError) -> [(CalendarDate, Metric?)] {
             // Samples start at most 7 days (and a zone's offset) before a day they reach into.
-            let lookback = type.aggregation == .cumulative ? 8 : 0
+            let lookback = type.aggregation.spreads ? 8 : 0
             let ranges = clusters(days.sorted(), gap: lookback).map { lo, hi in dayRange(type, lo.adding(days: -lookback), hi) }
             var rows = try storage(try tables.samples.scanOrdered(user: user, ranges: ranges))
                 .filter { self.pending[$0.key] == nil }.map { ($0.key, $0.row) }
@@ -554,14 +554,14 @@ public final class HealthService: @unchecked Sendable {
                     let ranks = HealthRules.ranks(list.map(\.0))
                     out.append((d, .sum(HealthRules.mergedSum(list.map { var c = $0.1; c.rank = ranks[$0.0]!; return c }))))
                 }
-            case .discrete:
+            case .discreteArithmetic, .discreteTemporallyWeighted, .discreteEquivalentContinuousLevel, .category:
                 var values: [CalendarDate: [(value: Double, duration: Int64)]] = [:]
                 for (_, r) in rows {
                     let d = r.placement.calendarDay
                     guard days.contains(d) else { continue }
                     values[d, default: []].append((r.value, r.placement.end - r.placement.start))
                 }
-                for d in days { out.append((d, values[d].flatMap(HealthRules.stats))) }
+                for d in days { out.append((d, values[d].flatMap { HealthRules.figure(type.aggregation, $0) })) }
             }
             return out
         }

@@ -97,11 +97,23 @@ public struct SampleInput: ParamType, Sendable, Equatable {
             throw FieldError(field: r.path("type"), reason: "invalid_params",
                              message: "\(r.path("type")) is not a HealthKit type the kernel keeps (see protocol/health.md)")
         }
-        let raw = try finite(&r, "value", required: true)!
-        let unit: String = try r.required("unit")
+        let raw: Double = try r.required("value")
+        guard raw.isFinite else { throw .outOfRange(r.path("value"), "must be a finite number") }
+        // A category sample's value is an enumeration case (an integer), sent without a unit.
+        let category = type.aggregation == .category
+        let unit: String? = category ? try r.optional("unit") : try r.required("unit")
+        if category {
+            guard unit == nil else {
+                throw FieldError(field: r.path("unit"), reason: "invalid_params", message: "\(r.path("unit")) is not sent for a category type (\(name))")
+            }
+            guard raw == raw.rounded(), raw >= 0, raw <= 1000 else { throw .outOfRange(r.path("value"), "must be an enumeration value from 0 to 1000") }
+        }
         guard let value = type.canonical(raw, unit: unit) else {
             throw FieldError(field: r.path("unit"), reason: "invalid_params",
                              message: "\(r.path("unit")) must be one of \(type.units.map(\.unit).joined(separator: ", ")) for \(name)")
+        }
+        guard value >= type.minimum else {
+            throw .outOfRange(r.path("value"), type.minimum == 0 ? "must not be negative" : "must be at least \(type.minimum) \(type.unit)")
         }
         guard value <= type.maximum else {
             throw .outOfRange(r.path("value"), type.maximum == 1 ? "must be at most 100%" : "must be at most 1e9 \(type.unit)")
@@ -111,10 +123,10 @@ public struct SampleInput: ParamType, Sendable, Equatable {
     }
 
     public static var schema: JSON {
-        itemSchema(["uuid", "type", "value", "unit", "start", "end"], [
+        itemSchema(["uuid", "type", "value", "start", "end"], [
             ("type", ["enum": .array(HealthType.all.map { .string($0.identifier) })]),
-            ("value", ["type": "number", "minimum": 0]),
-            ("unit", ["type": "string", "description": "one the type accepts (protocol/health.md); converted to its canonical unit"]),
+            ("value", ["type": "number", "description": "not negative, except temperatures; a category type's enumeration value"]),
+            ("unit", ["type": "string", "description": "one the type accepts (protocol/health.md), converted to its canonical unit; required for quantity types, absent for category types"]),
         ])
     }
 }

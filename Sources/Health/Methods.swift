@@ -36,7 +36,8 @@ private func placed(_ uuid: String, _ p: Placement, _ members: [(String, JSON)])
 
 extension SampleRow {
     func json(_ uuid: String) -> JSON {
-        placed(uuid, placement, [("type", .string(type.identifier)), ("value", .double(value)), ("unit", .string(type.unit))])
+        placed(uuid, placement, [("type", .string(type.identifier)), ("value", .double(value))]
+               + (type.units.isEmpty ? [] : [("unit", .string(type.unit))]))
     }
 }
 
@@ -65,6 +66,7 @@ extension DayRow {
             case .sum(let v): m[type.identifier] = ["unit": .string(type.unit), "sum": .double(v)]
             case .stats(let avg, let lo, let hi, let n):
                 m[type.identifier] = ["unit": .string(type.unit), "avg": .double(avg), "min": .double(lo), "max": .double(hi), "count": .int(n)]
+            case .events(let n, let ms): m[type.identifier] = ["count": .int(n), "durationSeconds": .int((ms + 500) / 1000)]
             }
         }
         var w = JSONObject()
@@ -133,9 +135,10 @@ enum Schemas {
     static let placedRequired = #""uuid", "start", "end", "timezone", "date", "source", "device", "deviceId""#
     static let workout = #"{"type": "object", "additionalProperties": false, "required": [\#(placedRequired), "activityType", "durationSeconds", "energyKcal", "distanceMeters"], "properties": {\#(placed), "activityType": {"type": "string"}, "durationSeconds": {"type": "integer", "minimum": 0}, "energyKcal": {"type": ["number", "null"]}, "distanceMeters": {"type": ["number", "null"]}}}"#
     static let summary = #"""
-    "metrics": {"type": "object", "description": "by HealthKit type identifier: {unit, sum} for cumulative types, {unit, avg, min, max, count} for discrete ones",
-      "additionalProperties": {"type": "object", "required": ["unit"], "properties": {"unit": {"type": "string"}, "sum": {"type": "number"},
-        "avg": {"type": "number"}, "min": {"type": "number"}, "max": {"type": "number"}, "count": {"type": "integer", "minimum": 1}}}},
+    "metrics": {"type": "object", "description": "by HealthKit type identifier: {unit, sum} for cumulative types, {unit, avg, min, max, count} for discrete ones, {count, durationSeconds} for category types",
+      "additionalProperties": {"type": "object", "properties": {"unit": {"type": "string"}, "sum": {"type": "number"},
+        "avg": {"type": "number"}, "min": {"type": "number"}, "max": {"type": "number"}, "count": {"type": "integer", "minimum": 1},
+        "durationSeconds": {"type": "integer", "minimum": 0}}}},
     "workouts": {"type": "object", "description": "by activity type",
       "additionalProperties": {"type": "object", "additionalProperties": false, "required": ["count", "durationSeconds", "energyKcal", "distanceMeters"],
         "properties": {"count": {"type": "integer", "minimum": 1}, "durationSeconds": {"type": "integer", "minimum": 0},

@@ -303,6 +303,8 @@ public struct SleepRow: StoredRow {
 public enum Metric: Sendable, Equatable {
     case sum(Double)
     case stats(avg: Double, min: Double, max: Double, count: Int64)
+    /// A category type's samples that start on the day, and their total duration.
+    case events(count: Int64, durationMs: Int64)
 }
 
 /// A day's workouts of one activity type.
@@ -367,6 +369,8 @@ public struct DayRow: StoredRow {
             guard let type = HealthType.named(id), let o = m.objectValue else { throw StorageError.corrupt("bad day metric") }
             if let sum = o["sum"]?.numberValue {
                 metrics[type.code] = .sum(sum)
+            } else if let count = o["count"]?.intValue, let ms = o["durationMs"]?.intValue {
+                metrics[type.code] = .events(count: count, durationMs: ms)
             } else if let avg = o["avg"]?.numberValue, let lo = o["min"]?.numberValue, let hi = o["max"]?.numberValue,
                       let count = o["count"]?.intValue {
                 metrics[type.code] = .stats(avg: avg, min: lo, max: hi, count: count)
@@ -397,6 +401,7 @@ public struct DayRow: StoredRow {
             case .sum(let v): m[HealthType(code: code).identifier] = ["sum": .double(v)]
             case .stats(let avg, let lo, let hi, let count):
                 m[HealthType(code: code).identifier] = ["avg": .double(avg), "min": .double(lo), "max": .double(hi), "count": .int(count)]
+            case .events(let count, let ms): m[HealthType(code: code).identifier] = ["count": .int(count), "durationMs": .int(ms)]
             }
         }
         var w = JSONObject()

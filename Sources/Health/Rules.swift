@@ -1,4 +1,7 @@
 import Chrono
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A sample's share of one local day: the part of its interval inside the day, and its whole value and
 /// interval, from which that part's share is prorated.
@@ -63,9 +66,15 @@ public enum HealthRules {
     /// Whether a cursor's position has today's order key form (older kernels used `day|start|uuid`).
     public static func isItemOrder(_ position: String) -> Bool { position.utf8.count > 13 && !position.contains("|") }
 
+    /// Two characters per type: codes below 90 as two digits (as every order key written before the type
+    /// table grew), later codes as a letter and a sorted base-64 digit. Fixed width, so no type's prefix
+    /// begins another's; room for 90 + 26 x 64 types.
     static func typePrefix(_ type: HealthType) -> String {
-        precondition(type.code < 100, "type codes are two digits in order keys")
-        return (type.code < 10 ? "0" : "") + String(type.code)
+        let code = type.code
+        if code < 90 { return (code < 10 ? "0" : "") + String(code) }
+        let n = code - 90
+        precondition(n < 26 * 64, "type codes fit two characters in order keys")
+        return String(decoding: [UInt8(ascii: "A") + UInt8(n / 64), sortedDigits[n % 64]], as: UTF8.self)
     }
 
     static func dayCode(_ day: CalendarDate) -> String {
@@ -167,21 +176,33 @@ public enum HealthRules {
         (a.start, a.end, a.rank, a.value) < (b.start, b.end, b.rank, b.value)
     }
 
-    /// A discrete type's figures for the samples of a day: the average weighted by time where every sample
-    /// has a duration, else by count; minimum, maximum and count.
-    public static func stats(_ samples: [(value: Double, duration: Int64)]) -> Metric? {
+    /// A day's figure of a type that does not spread (`Aggregation.spreads` is false) from the samples
+    /// that start on it: for discrete types the average (by count; by duration for temporally weighted
+    /// types and sound levels where every sample has one; of sound energy for sound levels), minimum,
+    /// maximum and count; for category types the count and total duration. O(n log n) in the samples.
+    public static func figure(_ aggregation: Aggregation, _ samples: [(value: Double, duration: Int64)]) -> Metric? {
         guard !samples.isEmpty else { return nil }
+        if aggregation == .category {
+            return .events(count: Int64(samples.count), durationMs: samples.reduce(0) { $0 + max($1.duration, 0) })
+        }
+        // Sorted first, so the sum (and its last bits) does not depend on the order samples arrived in.
         let ordered = samples.sorted { ($0.value, $0.duration) < ($1.value, $1.duration) }
-        let timed = ordered.allSatisfy { $0.duration > 0 }
+        let level = aggregation == .discreteEquivalentContinuousLevel
+        let timed = aggregation != .discreteArithmetic && ordered.allSatisfy { $0.duration > 0 }
         var weighted = 0.0
         var weight = 0.0
         for s in ordered {
             let w = timed ? Double(s.duration) : 1
-            weighted += s.value * w
+            weighted += (level ? energy(s.value) : s.value) * w
             weight += w
         }
-        return .stats(avg: rounded(weighted / weight), min: ordered.first!.value, max: ordered.last!.value, count: Int64(ordered.count))
+        let avg = level ? decibels(weighted / weight) : weighted / weight
+        return .stats(avg: rounded(avg), min: ordered.first!.value, max: ordered.last!.value, count: Int64(ordered.count))
     }
+
+    /// A sound level's relative energy, and back (`10^(L/10)`, `10·log10(E)`).
+    static func energy(_ decibels: Double) -> Double { pow(10, decibels / 10) }
+    static func decibels(_ energy: Double) -> Double { 10 * log10(energy) }
 
     /// A night's sleep per stage from the samples counted toward it. In-bed time is the time any source
     /// marks in bed. The other stages are merged like cumulative samples: at each moment the
@@ -268,8 +289,12 @@ public enum HealthRules {
                 case (.sum(let a)?, .sum(let b)): out.metrics[code] = .sum(a + b)
                 case (.stats(let a, let lo, let hi, let n)?, .stats(let b, let lo2, let hi2, let n2)):
                     let count = n + n2
-                    out.metrics[code] = .stats(avg: (a * Double(n) + b * Double(n2)) / Double(count), min: Swift.min(lo, lo2),
-                                               max: Swift.max(hi, hi2), count: count)
+                    // Sound levels average their energy, not their decibels.
+                    let avg = HealthType(code: code).aggregation == .discreteEquivalentContinuousLevel
+                        ? decibels((energy(a) * Double(n) + energy(b) * Double(n2)) / Double(count))
+                        : (a * Double(n) + b * Double(n2)) / Double(count)
+                    out.metrics[code] = .stats(avg: avg, min: Swift.min(lo, lo2), max: Swift.max(hi, hi2), count: count)
+                case (.events(let n, let ms)?, .events(let n2, let ms2)): out.metrics[code] = .events(count: n + n2, durationMs: ms + ms2)
                 default: break
                 }
             }
@@ -280,6 +305,7 @@ public enum HealthRules {
             switch m {
             case .sum(let v): out.metrics[code] = .sum(rounded(v))
             case .stats(let avg, let lo, let hi, let n): out.metrics[code] = .stats(avg: rounded(avg), min: lo, max: hi, count: n)
+            case .events: break
             }
         }
         for (activity, t) in out.workouts {

@@ -1,32 +1,48 @@
-/// How a type's samples make a day's figure.
-public enum Aggregation: Sendable {
+/// How a type's samples make a day's figure: HealthKit's `HKQuantityAggregationStyle` for quantity
+/// types, and one rule for category types.
+public enum Aggregation: String, Sendable, CaseIterable {
     /// Summed, each sample spread evenly over its interval, overlapping sources merged by priority.
     case cumulative
-    /// Average, minimum, maximum and count of the samples that start on the day.
-    case discrete
+    /// Average (by count), minimum, maximum and count of the samples that start on the day.
+    case discreteArithmetic
+    /// Like `discreteArithmetic`, but the average is weighted by each sample's duration where every
+    /// sample of the day has one (heart rate from a workout: a long reading counts for longer).
+    case discreteTemporallyWeighted
+    /// Sound levels in dB: the equivalent continuous level, the level of the average sound energy
+    /// (10·log10 of the duration-weighted mean of 10^(L/10)), with minimum, maximum and count.
+    case discreteEquivalentContinuousLevel
+    /// A category type: how many samples start on the day, and their total duration.
+    case category
+
+    /// Whether a sample's value is shared among the days its interval covers.
+    var spreads: Bool { self == .cumulative }
 }
 
-/// A unit a type accepts, and how its values become the type's canonical unit.
+/// A unit a type accepts, and how its values become the type's canonical unit (`value * factor + offset`).
 public struct UnitConversion: Sendable {
     public let unit: String
     let factor: Double
+    let offset: Double
 
-    init(_ unit: String, _ factor: Double = 1) {
+    init(_ unit: String, _ factor: Double = 1, offset: Double = 0) {
         self.unit = unit
         self.factor = factor
+        self.offset = offset
     }
 }
 
 /// A HealthKit sample type the kernel keeps: its identifier, how it aggregates, its canonical unit (the
-/// first one) and the units it converts from. Rows keep the type's `code`, its index in `all`: the
+/// first one) and the units it converts from. Rows keep the type's `code`, its index in `table`: the
 /// identifier is only on the wire and in the stored form.
 public struct HealthType: Sendable, Hashable {
     public let code: Int
 
     public var identifier: String { Self.table[code].identifier }
     public var aggregation: Aggregation { Self.table[code].aggregation }
-    /// The unit values are kept and summed in.
-    public var unit: String { Self.table[code].units[0].unit }
+    /// Whether HealthKit makes it an `HKCategoryType` (values are enumeration cases, no unit).
+    public var isCategory: Bool { Self.table[code].aggregation == .category || identifier.hasPrefix("HKCategoryTypeIdentifier") }
+    /// The unit values are kept and summed in ("" for a category type).
+    public var unit: String { Self.table[code].units.first?.unit ?? "" }
     public var units: [UnitConversion] { Self.table[code].units }
     /// Values of this type are fractions (0...1); with unit `%` a value above 1 is read as a percentage.
     var isFraction: Bool { Self.table[code].fraction }
@@ -36,37 +52,153 @@ public struct HealthType: Sendable, Hashable {
         let aggregation: Aggregation
         let units: [UnitConversion]
         var fraction = false
+        /// The smallest canonical value (temperatures and depths below zero are real).
+        var minimum: Double = 0
     }
 
     static let count = UnitConversion("count")
     static let kcal = [UnitConversion("kcal"), UnitConversion("Cal"), UnitConversion("kJ", 1 / 4.184), UnitConversion("J", 1 / 4184)]
     static let meters = [UnitConversion("m"), UnitConversion("km", 1000), UnitConversion("cm", 0.01), UnitConversion("mi", 1609.344),
                          UnitConversion("yd", 0.9144), UnitConversion("ft", 0.3048)]
+    static let bodyLength = [UnitConversion("cm"), UnitConversion("m", 100), UnitConversion("mm", 0.1), UnitConversion("in", 2.54),
+                             UnitConversion("ft", 30.48)]
     static let minutes = [UnitConversion("min"), UnitConversion("s", 1.0 / 60), UnitConversion("hr", 60)]
+    static let milliseconds = [UnitConversion("ms"), UnitConversion("s", 1000)]
     static let perMinute = [UnitConversion("count/min"), UnitConversion("count/s", 60)]
+    static let bodyMass = [UnitConversion("kg"), UnitConversion("g", 0.001), UnitConversion("lb", 0.45359237), UnitConversion("st", 6.35029318)]
+    static let percent = [UnitConversion("%")]
+    static let celsius = [UnitConversion("degC"), UnitConversion("degF", 5.0 / 9, offset: -32 * 5.0 / 9), UnitConversion("K", 1, offset: -273.15)]
+    static let speed = [UnitConversion("m/s"), UnitConversion("km/hr", 1 / 3.6), UnitConversion("mi/hr", 0.44704), UnitConversion("m/min", 1.0 / 60)]
+    static let watts = [UnitConversion("W"), UnitConversion("kW", 1000)]
+    static let grams = [UnitConversion("g"), UnitConversion("mg", 0.001), UnitConversion("mcg", 0.000_001), UnitConversion("kg", 1000),
+                        UnitConversion("oz", 28.349523125)]
+    static let milliliters = [UnitConversion("mL"), UnitConversion("L", 1000), UnitConversion("fl_oz_us", 29.5735295625),
+                              UnitConversion("cup_us", 236.5882365)]
+    static let liters = [UnitConversion("L"), UnitConversion("mL", 0.001)]
+    static let mmHg = [UnitConversion("mmHg"), UnitConversion("kPa", 7.500_615_758)]
+    static let decibels = [UnitConversion("dBASPL")]
+    static let effort = [UnitConversion("appleEffortScore")]
 
+    static func q(_ name: String, _ aggregation: Aggregation, _ units: [UnitConversion], fraction: Bool = false, minimum: Double = 0) -> Entry {
+        Entry(identifier: "HKQuantityTypeIdentifier" + name, aggregation: aggregation, units: units, fraction: fraction, minimum: minimum)
+    }
+
+    static func c(_ name: String) -> Entry { Entry(identifier: "HKCategoryTypeIdentifier" + name, aggregation: .category, units: []) }
+
+    /// Append only: a stored sample's order key holds its type's code (`HealthRules.typePrefix`).
     static let table: [Entry] = [
-        Entry(identifier: "HKQuantityTypeIdentifierStepCount", aggregation: .cumulative, units: [count]),
-        Entry(identifier: "HKQuantityTypeIdentifierActiveEnergyBurned", aggregation: .cumulative, units: kcal),
-        Entry(identifier: "HKQuantityTypeIdentifierBasalEnergyBurned", aggregation: .cumulative, units: kcal),
-        Entry(identifier: "HKQuantityTypeIdentifierDistanceWalkingRunning", aggregation: .cumulative, units: meters),
-        Entry(identifier: "HKQuantityTypeIdentifierDistanceCycling", aggregation: .cumulative, units: meters),
-        Entry(identifier: "HKQuantityTypeIdentifierDistanceSwimming", aggregation: .cumulative, units: meters),
-        Entry(identifier: "HKQuantityTypeIdentifierFlightsClimbed", aggregation: .cumulative, units: [count]),
-        Entry(identifier: "HKQuantityTypeIdentifierAppleExerciseTime", aggregation: .cumulative, units: minutes),
-        Entry(identifier: "HKQuantityTypeIdentifierAppleStandTime", aggregation: .cumulative, units: minutes),
+        q("StepCount", .cumulative, [count]),
+        q("ActiveEnergyBurned", .cumulative, kcal),
+        q("BasalEnergyBurned", .cumulative, kcal),
+        q("DistanceWalkingRunning", .cumulative, meters),
+        q("DistanceCycling", .cumulative, meters),
+        q("DistanceSwimming", .cumulative, meters),
+        q("FlightsClimbed", .cumulative, [count]),
+        q("AppleExerciseTime", .cumulative, minutes),
+        q("AppleStandTime", .cumulative, minutes),
+        // Summed as a quantity (1 = stood that hour), as it was before category types had their own rule.
         Entry(identifier: "HKCategoryTypeIdentifierAppleStandHour", aggregation: .cumulative, units: [count]),
-        Entry(identifier: "HKQuantityTypeIdentifierHeartRate", aggregation: .discrete, units: perMinute),
-        Entry(identifier: "HKQuantityTypeIdentifierRestingHeartRate", aggregation: .discrete, units: perMinute),
-        Entry(identifier: "HKQuantityTypeIdentifierWalkingHeartRateAverage", aggregation: .discrete, units: perMinute),
-        Entry(identifier: "HKQuantityTypeIdentifierHeartRateVariabilitySDNN", aggregation: .discrete, units: [UnitConversion("ms"), UnitConversion("s", 1000)]),
-        Entry(identifier: "HKQuantityTypeIdentifierRespiratoryRate", aggregation: .discrete, units: perMinute),
-        Entry(identifier: "HKQuantityTypeIdentifierOxygenSaturation", aggregation: .discrete, units: [UnitConversion("%")], fraction: true),
-        Entry(identifier: "HKQuantityTypeIdentifierBodyMass", aggregation: .discrete,
-              units: [UnitConversion("kg"), UnitConversion("g", 0.001), UnitConversion("lb", 0.45359237), UnitConversion("st", 6.35029318)]),
-        Entry(identifier: "HKQuantityTypeIdentifierVO2Max", aggregation: .discrete,
-              units: [UnitConversion("ml/(kg*min)"), UnitConversion("ml/kg*min"), UnitConversion("ml/kg/min")]),
-    ]
+        q("HeartRate", .discreteTemporallyWeighted, perMinute),
+        q("RestingHeartRate", .discreteArithmetic, perMinute),
+        q("WalkingHeartRateAverage", .discreteArithmetic, perMinute),
+        q("HeartRateVariabilitySDNN", .discreteArithmetic, milliseconds),
+        q("RespiratoryRate", .discreteArithmetic, perMinute),
+        q("OxygenSaturation", .discreteArithmetic, percent, fraction: true),
+        q("BodyMass", .discreteArithmetic, bodyMass),
+        q("VO2Max", .discreteArithmetic, [UnitConversion("ml/(kg*min)"), UnitConversion("ml/kg*min"), UnitConversion("ml/kg/min")]),
+        // Body measurements
+        q("BodyMassIndex", .discreteArithmetic, [count]),
+        q("BodyFatPercentage", .discreteArithmetic, percent, fraction: true),
+        q("Height", .discreteArithmetic, bodyLength),
+        q("LeanBodyMass", .discreteArithmetic, bodyMass),
+        q("WaistCircumference", .discreteArithmetic, bodyLength),
+        q("AppleSleepingWristTemperature", .discreteArithmetic, celsius, minimum: -100),
+        q("AppleSleepingBreathingDisturbances", .discreteArithmetic, [count]),
+        // Fitness
+        q("DistanceWheelchair", .cumulative, meters),
+        q("PushCount", .cumulative, [count]),
+        q("SwimmingStrokeCount", .cumulative, [count]),
+        q("NikeFuel", .cumulative, [count]),
+        q("DistanceDownhillSnowSports", .cumulative, meters),
+        q("AppleMoveTime", .cumulative, minutes),
+        q("WalkingSpeed", .discreteArithmetic, speed),
+        q("WalkingDoubleSupportPercentage", .discreteArithmetic, percent, fraction: true),
+        q("WalkingAsymmetryPercentage", .discreteArithmetic, percent, fraction: true),
+        q("WalkingStepLength", .discreteArithmetic, bodyLength),
+        q("SixMinuteWalkTestDistance", .discreteArithmetic, meters),
+        q("StairAscentSpeed", .discreteArithmetic, speed),
+        q("StairDescentSpeed", .discreteArithmetic, speed),
+        q("AppleWalkingSteadiness", .discreteArithmetic, percent, fraction: true),
+        q("RunningStrideLength", .discreteArithmetic, meters),
+        q("RunningVerticalOscillation", .discreteArithmetic, bodyLength),
+        q("RunningGroundContactTime", .discreteArithmetic, milliseconds),
+        q("RunningPower", .discreteArithmetic, watts),
+        q("RunningSpeed", .discreteArithmetic, speed),
+        q("CyclingSpeed", .discreteArithmetic, speed),
+        q("CyclingPower", .discreteArithmetic, watts),
+        q("CyclingFunctionalThresholdPower", .discreteArithmetic, watts),
+        q("CyclingCadence", .discreteArithmetic, perMinute),
+        q("PhysicalEffort", .discreteArithmetic, [UnitConversion("kcal/(kg*hr)"), UnitConversion("kcal/hr·kg")]),
+        q("TimeInDaylight", .cumulative, minutes),
+        q("DistanceRowing", .cumulative, meters),
+        q("DistancePaddleSports", .cumulative, meters),
+        q("DistanceCrossCountrySkiing", .cumulative, meters),
+        q("DistanceSkatingSports", .cumulative, meters),
+        q("RowingSpeed", .discreteArithmetic, speed),
+        q("PaddleSportsSpeed", .discreteArithmetic, speed),
+        q("CrossCountrySkiingSpeed", .discreteArithmetic, speed),
+        q("WorkoutEffortScore", .discreteArithmetic, effort),
+        q("EstimatedWorkoutEffortScore", .discreteArithmetic, effort),
+        q("UnderwaterDepth", .discreteArithmetic, meters),
+        q("WaterTemperature", .discreteArithmetic, celsius, minimum: -100),
+        // Vitals
+        q("BodyTemperature", .discreteArithmetic, celsius, minimum: -100),
+        q("BasalBodyTemperature", .discreteArithmetic, celsius, minimum: -100),
+        q("BloodPressureSystolic", .discreteArithmetic, mmHg),
+        q("BloodPressureDiastolic", .discreteArithmetic, mmHg),
+        q("HeartRateRecoveryOneMinute", .discreteArithmetic, perMinute),
+        q("AtrialFibrillationBurden", .discreteArithmetic, percent, fraction: true),
+        q("HeartRateVariabilityRMSSD", .discreteArithmetic, milliseconds),
+        // Lab and test results
+        q("PeripheralPerfusionIndex", .discreteArithmetic, percent, fraction: true),
+        q("BloodGlucose", .discreteArithmetic, [UnitConversion("mg/dL"), UnitConversion("mmol<180.15588000005408>/L", 18.015588),
+                                                UnitConversion("mmol/L", 18.015588)]),
+        q("NumberOfTimesFallen", .cumulative, [count]),
+        q("ElectrodermalActivity", .discreteArithmetic, [UnitConversion("mcS"), UnitConversion("S", 1_000_000)]),
+        q("InhalerUsage", .cumulative, [count]),
+        q("InsulinDelivery", .cumulative, [UnitConversion("IU")]),
+        q("BloodAlcoholContent", .discreteArithmetic, percent, fraction: true),
+        q("ForcedVitalCapacity", .discreteArithmetic, liters),
+        q("ForcedExpiratoryVolume1", .discreteArithmetic, liters),
+        q("PeakExpiratoryFlowRate", .discreteArithmetic, [UnitConversion("L/min"), UnitConversion("L/s", 60)]),
+        q("NumberOfAlcoholicBeverages", .cumulative, [count]),
+        q("UVExposure", .discreteArithmetic, [count]),
+        // Hearing
+        q("EnvironmentalAudioExposure", .discreteEquivalentContinuousLevel, decibels),
+        q("HeadphoneAudioExposure", .discreteEquivalentContinuousLevel, decibels),
+        q("EnvironmentalSoundReduction", .discreteEquivalentContinuousLevel, decibels),
+        // Nutrition
+        q("DietaryEnergyConsumed", .cumulative, kcal),
+        q("DietaryWater", .cumulative, milliliters),
+    ] + [
+        "FatTotal", "FatPolyunsaturated", "FatMonounsaturated", "FatSaturated", "Cholesterol", "Sodium", "Carbohydrates", "Fiber",
+        "Sugar", "Protein", "VitaminA", "VitaminB6", "VitaminB12", "VitaminC", "VitaminD", "VitaminE", "VitaminK", "Calcium", "Iron",
+        "Thiamin", "Riboflavin", "Niacin", "Folate", "Biotin", "PantothenicAcid", "Phosphorus", "Iodine", "Magnesium", "Zinc",
+        "Selenium", "Copper", "Manganese", "Chromium", "Molybdenum", "Chloride", "Potassium", "Caffeine",
+    ].map { q("Dietary" + $0, .cumulative, grams) } + [
+        "SleepAnalysis", "MindfulSession", "CervicalMucusQuality", "OvulationTestResult", "PregnancyTestResult",
+        "ProgesteroneTestResult", "MenstrualFlow", "IntermenstrualBleeding", "InfrequentMenstrualCycles", "IrregularMenstrualCycles",
+        "PersistentIntermenstrualBleeding", "ProlongedMenstrualPeriods", "SexualActivity", "Contraceptive", "Pregnancy", "Lactation",
+        "BleedingAfterPregnancy", "BleedingDuringPregnancy", "MenopausalState", "HighHeartRateEvent", "LowHeartRateEvent",
+        "IrregularHeartRhythmEvent", "LowCardioFitnessEvent", "HypertensionEvent", "AudioExposureEvent",
+        "EnvironmentalAudioExposureEvent", "HeadphoneAudioExposureEvent", "ToothbrushingEvent", "HandwashingEvent",
+        "AppleWalkingSteadinessEvent", "SleepApneaEvent", "AbdominalCramps", "Acne", "AppetiteChanges", "BladderIncontinence",
+        "Bloating", "BreastPain", "ChestTightnessOrPain", "Chills", "Constipation", "Coughing", "Diarrhea", "Dizziness", "DrySkin",
+        "Fainting", "Fatigue", "Fever", "GeneralizedBodyAche", "HairLoss", "Headache", "Heartburn", "HotFlashes", "LossOfSmell",
+        "LossOfTaste", "LowerBackPain", "MemoryLapse", "MoodChanges", "Nausea", "NightSweats", "PelvicPain",
+        "RapidPoundingOrFlutteringHeartbeat", "RunnyNose", "ShortnessOfBreath", "SinusCongestion", "SkippedHeartbeat",
+        "SleepChanges", "SoreThroat", "VaginalDryness", "Vomiting", "Wheezing",
+    ].map(c)
 
     /// Every type, in table order.
     public static let all: [HealthType] = table.indices.map { HealthType(code: $0) }
@@ -77,15 +209,19 @@ public struct HealthType: Sendable, Hashable {
     public static func named(_ identifier: String) -> HealthType? { byIdentifier[identifier] }
 
     /// `value` in `unit` as this type's canonical value, or nil when the type does not take that unit.
-    /// Fractions given in `%` are fractions up to 1 (HealthKit's own form) and percentages above.
-    public func canonical(_ value: Double, unit: String) -> Double? {
+    /// Fractions given in `%` are fractions up to 1 (HealthKit's own form) and percentages above. A
+    /// category type's value is its enumeration case's raw value, with no unit.
+    public func canonical(_ value: Double, unit: String?) -> Double? {
+        guard let unit else { return isCategory && aggregation == .category ? value : nil }
         guard let conversion = units.first(where: { $0.unit == unit }) else { return nil }
         if isFraction, value > 1 { return value / 100 }
-        return value * conversion.factor
+        return value * conversion.factor + conversion.offset
     }
 
-    /// The largest canonical value a sample may have: 1 for fractions, else a billion (far beyond any
-    /// real measurement, so that a client's overflow or unit mix-up is refused rather than summed).
+    /// The smallest and largest canonical value a sample may have: up to 1 for fractions, else a
+    /// billion (far beyond any real measurement, so that a client's overflow or unit mix-up is refused
+    /// rather than summed).
+    var minimum: Double { Self.table[code].minimum }
     var maximum: Double { isFraction ? 1 : 1e9 }
 }
 

@@ -69,12 +69,26 @@ private func share(_ from: Int64, _ to: Int64, _ value: Double, rank: Int) -> Co
         #expect(ranks[other]! < ranks[garmin]!)
     }
 
-    @Test func discreteStatsWeighByTimeWhereSamplesHaveDuration() {
-        // 60 for 10 minutes and 90 for 20 minutes: (600 + 1800) / 30 = 80.
-        #expect(HealthRules.stats([(60, 600_000), (90, 1_200_000)]) == .stats(avg: 80, min: 60, max: 90, count: 2))
-        // Instants: by count.
-        #expect(HealthRules.stats([(60, 0), (90, 0), (75, 0)]) == .stats(avg: 75, min: 60, max: 90, count: 3))
-        #expect(HealthRules.stats([]) == nil)
+    @Test func eachAggregationStyleMakesItsOwnFigure() {
+        let timed: [(value: Double, duration: Int64)] = [(60, 600_000), (90, 1_200_000)], instants: [(value: Double, duration: Int64)] = [(60, 0), (90, 0), (75, 0)]
+        // Temporally weighted: 60 for 10 minutes and 90 for 20 minutes, (600 + 1800) / 30 = 80; instants by count.
+        #expect(HealthRules.figure(.discreteTemporallyWeighted, timed) == .stats(avg: 80, min: 60, max: 90, count: 2))
+        #expect(HealthRules.figure(.discreteTemporallyWeighted, instants) == .stats(avg: 75, min: 60, max: 90, count: 3))
+        // Arithmetic: by count whatever the durations.
+        #expect(HealthRules.figure(.discreteArithmetic, timed) == .stats(avg: 75, min: 60, max: 90, count: 2))
+        // Sound: the level of the mean energy, 10 log10((10^6 x 10 + 10^9 x 20) / 30) = 88.241 dB, not 80.
+        #expect(HealthRules.figure(.discreteEquivalentContinuousLevel, timed) == .stats(avg: 88.241, min: 60, max: 90, count: 2))
+        // Category: how many, and for how long (an instant counts, for no time).
+        #expect(HealthRules.figure(.category, timed + [(1, 0)]) == .events(count: 3, durationMs: 1_800_000))
+        for style in Aggregation.allCases where style != .cumulative { #expect(HealthRules.figure(style, []) == nil) }
+    }
+
+    @Test func aWeekOfSoundLevelsAveragesTheirEnergy() {
+        let audio = HealthType.named("HKQuantityTypeIdentifierEnvironmentalAudioExposure")!
+        let day = { (level: Double, n: Int64) in DayRow(metrics: [audio.code: .stats(avg: level, min: level, max: level, count: n)]) }
+        // Three days at 65 dB and one at 80 dB (one sample each): 10 log10((3 x 10^6.5 + 10^8) / 4) = 74.373.
+        let week = HealthRules.combine([day(65, 1), day(65, 1), day(65, 1), day(80, 1)])
+        #expect(week.metrics[audio.code] == .stats(avg: 74.373, min: 65, max: 80, count: 4))
     }
 
     @Test func sleepStagesMergeByPriorityAndInBedIsApart() {
@@ -152,14 +166,35 @@ private func share(_ from: Int64, _ to: Int64, _ value: Double, rank: Int) -> Co
 }
 
 @Suite struct DocumentationTests {
-    @Test func protocolHealthMdListsEveryTypeAndUnit() throws {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        let doc = try String(contentsOf: root.appendingPathComponent("protocol/health.md"), encoding: .utf8)
+    /// protocol/health.md's type table, made from the kernel's table. Regenerate it with
+    /// `HEALTHKERNEL_UPDATE_DOCS=1 swift test --filter protocolHealthMdCarriesTheWholeTypeTable`.
+    static func typeTable() -> String {
+        func number(_ x: Double) -> String { String(format: "%.6g", x) }
+        var lines = ["| type | aggregation | units (canonical first; others as factor, offset) |", "|---|---|---|"]
         for type in HealthType.all {
-            let row = try #require(doc.split(separator: "\n").first { $0.hasPrefix("| `\(type.identifier)` |") }, "\(type.identifier)")
-            #expect(row.contains(type.aggregation == .cumulative ? "cumulative" : "discrete"))
-            for unit in type.units { #expect(row.contains("`\(unit.unit)`"), "\(type.identifier): \(unit.unit)") }
+            var units = type.units.enumerated().map { i, u in
+                i == 0 || (u.factor == 1 && u.offset == 0) ? "`\(u.unit)`"
+                    : "`\(u.unit)` (×\(number(u.factor))\(u.offset == 0 ? "" : (u.offset < 0 ? " − " : " + ") + number(abs(u.offset))))"
+            }.joined(separator: ", ")
+            if type.units.isEmpty { units = "none: the enumeration's raw value" }
+            if type.isFraction { units += ", kept as a fraction" }
+            lines.append("| `\(type.identifier)` | \(type.aggregation.rawValue) | \(units) |")
         }
+        return lines.joined(separator: "\n")
+    }
+
+    @Test func protocolHealthMdCarriesTheWholeTypeTable() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let url = root.appendingPathComponent("protocol/health.md")
+        let doc = try String(contentsOf: url, encoding: .utf8)
+        let begin = try #require(doc.range(of: "<!-- types:begin -->\n")), end = try #require(doc.range(of: "<!-- types:end -->"))
+        let table = Self.typeTable() + "\n"
+        if ProcessInfo.processInfo.environment["HEALTHKERNEL_UPDATE_DOCS"] == "1" {
+            try (String(doc[..<begin.upperBound]) + table + String(doc[end.lowerBound...])).write(to: url, atomically: true, encoding: .utf8)
+            return
+        }
+        #expect(String(doc[begin.upperBound..<end.lowerBound]) == table,
+                "protocol/health.md's type table differs from the kernel's: HEALTHKERNEL_UPDATE_DOCS=1 swift test --filter protocolHealthMdCarriesTheWholeTypeTable")
         for stage in SleepStage.allCases { #expect(doc.contains("`\(stage.rawValue)`")) }
     }
 }

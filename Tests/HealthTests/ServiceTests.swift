@@ -1,4 +1,5 @@
 import Chrono
+import Foundation
 import JSON
 import Store
 import Storage
@@ -351,4 +352,75 @@ struct HealthProfileStandIn: StoredRow {
     init() {}
     init(stored: JSON) throws(StorageError) {}
     var stored: JSON { [:] }
+}
+
+/// Every type of the kernel's table through `health.ingest` (#40): a type added to the table is tested
+/// here without being named. Each gets, on one day, a 10-minute sample, a 20-minute one and a point in
+/// time, and its day figure is checked against the figure its aggregation style gives by hand.
+@Suite struct EveryTypeTests {
+    func sample(_ n: Int, _ type: HealthType, _ value: Double, unit: String?, _ start: String, _ end: String) throws -> SampleInput {
+        var o = JSONObject([("uuid", .string(uuid(n))), ("type", .string(type.identifier)), ("value", .double(value)),
+                            ("start", .string(start)), ("end", .string(end))])
+        if let unit { o["unit"] = .string(unit) }
+        return try SampleInput.decode(.object(o), at: "params.samples[0]")
+    }
+
+    @Test func everyTypeIsKeptAndSummarisedByItsStyle() throws {
+        let h = try Harness()
+        var samples: [SampleInput] = []
+        var expected: [Int: Metric] = [:]
+        for type in HealthType.all {
+            let (a, b, c) = type.isFraction ? (0.2, 0.5, 0.35) : type.aggregation == .category ? (0.0, 1, 2) : (60.0, 90, 75)
+            let unit = type.units.first?.unit
+            let n = type.code * 3
+            samples += [try sample(n + 1, type, a, unit: unit, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z"),
+                        try sample(n + 2, type, b, unit: unit, "2026-03-02T11:00:00Z", "2026-03-02T11:20:00Z"),
+                        try sample(n + 3, type, c, unit: unit, "2026-03-02T12:00:00Z", "2026-03-02T12:00:00Z")]
+            let r = HealthRules.rounded
+            switch type.aggregation {
+            case .cumulative: expected[type.code] = .sum(r(a + b + c))
+            case .discreteArithmetic, .discreteTemporallyWeighted:
+                // With a point in time among them, the temporally weighted average is by count too.
+                expected[type.code] = .stats(avg: r((a + b + c) / 3), min: a, max: b, count: 3)
+            case .discreteEquivalentContinuousLevel:
+                let energy = (pow(10, a / 10) + pow(10, b / 10) + pow(10, c / 10)) / 3
+                expected[type.code] = .stats(avg: r(10 * log10(energy)), min: a, max: b, count: 3)
+            case .category: expected[type.code] = .events(count: 3, durationMs: 30 * 60_000)
+            }
+        }
+        let report = try h.ingest("UTC", samples: samples)
+        #expect(report.samples == HealthType.all.count * 3)
+        let day = try #require(try h.service.day(h.user, "2026-03-02"))
+        for type in HealthType.all {
+            #expect(day.metrics[type.code] == expected[type.code], "\(type.identifier) (\(type.aggregation))")
+        }
+        #expect(day.metrics.count == HealthType.all.count)
+        // Stored and read back whole, through the feed's form.
+        for type in HealthType.all { #expect(try h.service.sample(h.user, uuid(type.code * 3 + 3)) != nil, "\(type.identifier)") }
+    }
+
+    @Test func everyUnitOfEveryTypeConvertsAndOthersAreRefusedOnTheirField() throws {
+        for type in HealthType.all {
+            if type.aggregation == .category {
+                #expect(try sample(1, type, 1, unit: nil, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z").value == 1)
+                #expect(throws: FieldError.self) { try sample(1, type, 1, unit: "count", "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z") }
+                #expect(throws: FieldError.self) { try sample(1, type, 1.5, unit: nil, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z") }
+                continue
+            }
+            for unit in type.units {
+                // 0.5 stays below 1, so a fraction type reads it as a fraction, not a percentage; 0.5 K would
+                // be colder than anything (refused), so kelvins get 300.
+                let v = unit.offset < -100 ? 300 : 0.5
+                let s = try sample(1, type, v, unit: unit.unit, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z")
+                #expect(abs(s.value - (v * unit.factor + unit.offset)) < 1e-9, "\(type.identifier) in \(unit.unit)")
+            }
+            do {
+                _ = try sample(1, type, 1, unit: "furlong", "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z")
+                Issue.record("\(type.identifier) took furlongs")
+            } catch let error as FieldError {
+                #expect(error.field == "params.samples[0].unit")
+            }
+            #expect(throws: FieldError.self) { try sample(1, type, 1, unit: nil, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z") }
+        }
+    }
 }
