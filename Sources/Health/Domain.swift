@@ -10,9 +10,9 @@ public struct HealthDomain: Domain {
     @inlinable
     public static func tables(_ store: some Storage) -> HealthTables { HealthTables(store) }
 
-    public init(config: NoConfig, tables: HealthTables, context: DomainContext) {
+    public init(config: HealthConfig, tables: HealthTables, context: DomainContext) {
         let service = HealthService(store: context.store, tables: tables, cursorSecrets: context.cursorSecrets,
-                                    maxItems: context.limits.healthItemsPerUser)
+                                    maxItems: context.limits.healthItemsPerUser, unknownTypes: config.unknownTypes)
         context.entities.add([
             "health.sample": { (user, id, _) throws(RPCError) in
                 try answer { () throws(HealthError) in try service.sample(user, id).map { $0.json(id) } }

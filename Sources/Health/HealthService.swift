@@ -13,6 +13,9 @@ public enum HealthError: Error, Equatable {
     /// The user's HealthKit rows changed while an ingest was planned against a view of them: nothing
     /// was stored, and the ingest is planned again from the start on a worker.
     case stale
+    /// A sample of a type the kernel's table lacks, while `health.unknownTypes` is `refuse`; the path
+    /// names its `type`.
+    case unknownType(String)
     case storage(StorageError)
 }
 
@@ -61,6 +64,10 @@ public struct IngestReport: Sendable, Equatable {
     public var replaced = 0
     public var daysRecomputed: [String] = []
     public var dryRun = false
+    /// Samples of types the kernel's table lacks, kept but not summarised, by type identifier.
+    public var unsummarized: [String: Int] = [:]
+    /// Samples of such types left out (`health.unknownTypes` is `skip`), by type identifier.
+    public var skipped: [String: Int] = [:]
 }
 
 /// What a deletion did.
@@ -101,9 +108,12 @@ public final class HealthService: @unchecked Sendable {
 
     /// Most items one user may keep; 0: no limit.
     let maxItems: Int64
+    /// What happens to samples of types the kernel's table lacks.
+    let unknownTypes: UnknownTypePolicy
 
-    public init(store: any Storage, tables: HealthTables, cursorSecrets: [[UInt8]], maxItems: Int64 = 0) {
+    public init(store: any Storage, tables: HealthTables, cursorSecrets: [[UInt8]], maxItems: Int64 = 0, unknownTypes: UnknownTypePolicy = .keep) {
         self.maxItems = maxItems
+        self.unknownTypes = unknownTypes
         self.store = store
         self.tables = tables
         cursors = CursorSeal(purpose: "health.workouts", secrets: cursorSecrets)
@@ -215,6 +225,15 @@ public final class HealthService: @unchecked Sendable {
             report.replaced = try work.removeDevice(device, days: request.replaceDays, keeping: incoming)
         }
         for s in request.samples {
+            if !s.type.isKnown {
+                switch unknownTypes {
+                case .refuse: throw .unknownType(s.item.path + ".type")
+                case .skip:
+                    report.skipped[s.type.identifier, default: 0] += 1
+                    continue
+                case .keep: report.unsummarized[s.type.identifier, default: 0] += 1
+                }
+            }
             let existing = try work.current(s.item.uuid)
             let row = SampleRow(type: s.type, value: s.value, placement: work.placement(s.item, existing, zone, request.deviceId))
             if existing == .sample(row, sameContent: true) { report.unchanged += 1; continue }
@@ -404,7 +423,11 @@ public final class HealthService: @unchecked Sendable {
             // One call per table: every (type, day) range of samples, every day of workouts and sleep.
             let days = Set(days).sorted()
             let itemRanges = days.map { dayRange(nil, $0, $0) }
-            let sampleRanges = HealthType.all.flatMap { type in days.map { dayRange(type, $0, $0) } }
+            // Per known type and day, plus every unknown type's (which share one prefix) per day: 195 x days.
+            let unknownRanges = days.map { d in
+                OrderRange(from: HealthRules.unknownPrefix + HealthRules.dayCode(d), to: HealthRules.unknownPrefix + HealthRules.dayCode(d) + "~")
+            }
+            let sampleRanges = HealthType.all.flatMap { type in days.map { dayRange(type, $0, $0) } } + unknownRanges
             var doomed: [String] = []
             for (uuid, row) in try storage(try tables.samples.scanOrdered(user: user, ranges: sampleRanges))
             where row.placement.deviceId == device && !keeping.contains(uuid) {
@@ -453,6 +476,7 @@ public final class HealthService: @unchecked Sendable {
         mutating func touch(_ item: Item) {
             switch item {
             case .sample(let r, _):
+                guard r.type.isKnown else { return }
                 let days = r.type.aggregation.spreads ? split(r.placement).map(\.day) : [r.placement.calendarDay]
                 touched[.metric(r.type.code), default: []].formUnion(days)
             case .workout(let r, _): touched[.workouts, default: []].insert(r.placement.calendarDay)

@@ -93,10 +93,7 @@ public struct SampleInput: ParamType, Sendable, Equatable {
         var r = ObjectReader(try JSONObject.decode(json, at: path), path: path)
         let item = try ItemInput(&r)
         let name: String = try r.required("type")
-        guard let type = HealthType.named(name) else {
-            throw FieldError(field: r.path("type"), reason: "invalid_params",
-                             message: "\(r.path("type")) is not a HealthKit type the kernel keeps (see protocol/health.md)")
-        }
+        guard let type = HealthType.named(name) else { return try unknown(&r, item, name) }
         let raw: Double = try r.required("value")
         guard raw.isFinite else { throw .outOfRange(r.path("value"), "must be a finite number") }
         // A category sample's value is an enumeration case (an integer), sent without a unit.
@@ -122,9 +119,29 @@ public struct SampleInput: ParamType, Sendable, Equatable {
         return SampleInput(item: item, type: type, value: value)
     }
 
+    /// A sample of a type the kernel's table lacks (a newer iOS's): its value and unit are kept as sent.
+    private static func unknown(_ r: inout ObjectReader, _ item: ItemInput, _ name: String) throws(FieldError) -> SampleInput {
+        guard UnknownTypes.isHealthKitName(name) else {
+            throw FieldError(field: r.path("type"), reason: "invalid_params",
+                             message: "\(r.path("type")) is not a HealthKit quantity or category type identifier")
+        }
+        let value: Double = try r.required("value")
+        guard value.isFinite else { throw .outOfRange(r.path("value"), "must be a finite number") }
+        guard abs(value) <= 1e9 else { throw .outOfRange(r.path("value"), "must be within ±1e9") }
+        let unit: String? = try r.optional("unit")
+        if let unit, unit.isEmpty || unit.utf8.count > 50 { throw .outOfRange(r.path("unit"), "must be 1 to 50 bytes") }
+        guard let type = UnknownTypes.shared.type(name, unit: unit, fromClient: true) else {
+            throw FieldError(field: r.path("type"), reason: "invalid_params",
+                             message: "\(r.path("type")) is one more type than the kernel keeps unknown types of (\(UnknownTypes.maxNew))")
+        }
+        try r.finish()
+        return SampleInput(item: item, type: type, value: value)
+    }
+
     public static var schema: JSON {
         itemSchema(["uuid", "type", "value", "start", "end"], [
-            ("type", ["enum": .array(HealthType.all.map { .string($0.identifier) })]),
+            ("type", ["type": "string", "pattern": "^HK(Quantity|Category)TypeIdentifier[A-Za-z0-9]+$", "maxLength": 100,
+                      "description": "a HealthKit type identifier; those protocol/health.md lists are summarised, others kept as sent (health.unknownTypes)"]),
             ("value", ["type": "number", "description": "not negative, except temperatures; a category type's enumeration value"]),
             ("unit", ["type": "string", "description": "one the type accepts (protocol/health.md), converted to its canonical unit; required for quantity types, absent for category types"]),
         ])

@@ -13,6 +13,9 @@ extension HealthError {
             return .invalidParams(path, reason: "future_date", "\(path) is more than a day in the future")
         case .quota(let limit): return .quotaExceeded("HealthKit items", limit: limit)
         case .stale: return .storageConflict("the user's HealthKit rows changed while the ingest was planned")
+        case .unknownType(let path):
+            return .invalidParams(path, reason: "invalid_params",
+                                  "\(path) is not a type the kernel summarises, and this deployment refuses others (health.unknownTypes)")
         case .storage(let error): return .from(error)
         }
     }
@@ -37,7 +40,7 @@ private func placed(_ uuid: String, _ p: Placement, _ members: [(String, JSON)])
 extension SampleRow {
     func json(_ uuid: String) -> JSON {
         placed(uuid, placement, [("type", .string(type.identifier)), ("value", .double(value))]
-               + (type.units.isEmpty ? [] : [("unit", .string(type.unit))]))
+               + (type.unit.isEmpty ? [] : [("unit", .string(type.unit))]))
     }
 }
 
@@ -106,9 +109,14 @@ struct Weeks: JSONEncodable {
 
 extension IngestReport: JSONEncodable {
     public var json: JSON {
-        ["accepted": ["samples": .int(Int64(samples)), "workouts": .int(Int64(workouts)), "sleep": .int(Int64(sleep))],
-         "unchanged": .int(Int64(unchanged)), "replaced": .int(Int64(replaced)),
-         "daysRecomputed": .array(daysRecomputed.map { .string($0) }), "dryRun": .bool(dryRun)]
+        let accepted: JSON = ["samples": .int(Int64(samples)), "workouts": .int(Int64(workouts)), "sleep": .int(Int64(sleep))]
+        var o = JSONObject([("accepted", accepted), ("unchanged", .int(Int64(unchanged))), ("replaced", .int(Int64(replaced))),
+                            ("daysRecomputed", .array(daysRecomputed.map { .string($0) })), ("dryRun", .bool(dryRun))])
+        // Only when there are some: most ingests carry no type the kernel lacks.
+        func counts(_ c: [String: Int]) -> JSON { .object(JSONObject(c.keys.sorted().map { ($0, JSON.int(Int64(c[$0]!))) })) }
+        if !unsummarized.isEmpty { o["unsummarized"] = counts(unsummarized) }
+        if !skipped.isEmpty { o["skipped"] = counts(skipped) }
+        return .object(o)
     }
 }
 
@@ -232,7 +240,11 @@ public struct HealthIngest: BulkRPCMethod {
        "unchanged": {"type": "integer", "minimum": 0},
        "replaced": {"type": "integer", "minimum": 0, "description": "items replaceDays removed"},
        "daysRecomputed": {"type": "array", "items": {"type": "string", "format": "date"}},
-       "dryRun": {"type": "boolean"}}}
+       "dryRun": {"type": "boolean"},
+       "unsummarized": {"type": "object", "description": "samples of types the kernel does not summarise, kept as sent, by type (present when any)",
+         "additionalProperties": {"type": "integer", "minimum": 1}},
+       "skipped": {"type": "object", "description": "samples of such types left out (health.unknownTypes skip), by type (present when any)",
+         "additionalProperties": {"type": "integer", "minimum": 1}}}}
     """#
     public static let errors = [ErrorDoc(-32029, "quota_exceeded: past limits.healthItemsPerUser stored items")]
     let service: HealthService

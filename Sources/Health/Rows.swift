@@ -192,23 +192,38 @@ public struct SampleRow: StoredRow {
 
     public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "sample")
-        guard let type = HealthType.named(try f.string("type")) else { throw StorageError.corrupt("unknown sample type") }
+        let type = try Self.type(try f.string("type"), unit: f.object["unit"]?.stringValue)
         guard case .some(let v) = f.object["value"], let value = v.numberValue else { throw StorageError.corrupt("missing value") }
         self.type = type
         self.value = value
         placement = try Placement(f)
     }
 
-    public var stored: JSON { object([("type", .string(type.identifier)), ("value", .double(value))] + placement.stored) }
+    public var stored: JSON {
+        object([("type", .string(type.identifier)), ("value", .double(value))] + (type.isKnown || type.unit.isEmpty ? [] : [("unit", .string(type.unit))])
+               + placement.stored)
+    }
+
+    /// The type a stored row names: from the table, else an unknown one with the unit it was sent in.
+    /// A name that is no HealthKit identifier at all is a corrupt row.
+    static func type(_ identifier: String, unit: String?) throws(StorageError) -> HealthType {
+        if let known = HealthType.named(identifier) { return known }
+        guard UnknownTypes.isHealthKitName(identifier), let type = UnknownTypes.shared.type(identifier, unit: unit, fromClient: false) else {
+            throw StorageError.corrupt("unknown sample type")
+        }
+        return type
+    }
 
     /// Reads the members straight from the binary form, without a JSON tree: recovery reads millions.
     public init(binaryStored reader: inout BinaryReader) throws(StorageError) {
         var fields = PlacementFields()
-        var type: HealthType?, value: Double?
+        var name: String?, unit: String?, value: Double?
         do {
             try reader.readObjectMembers { (key, r) throws(BinaryDecodeError) in
                 if key.elementsEqual("type".utf8) {
-                    type = try r.optionalStringValue().flatMap(HealthType.named)
+                    name = try r.optionalStringValue()
+                } else if key.elementsEqual("unit".utf8) {
+                    unit = try r.optionalStringValue()
                 } else if key.elementsEqual("value".utf8) {
                     value = try r.numberValue()
                 } else {
@@ -219,19 +234,24 @@ public struct SampleRow: StoredRow {
         } catch {
             throw StorageError.corrupt("sample: \(error)")
         }
-        guard let type else { throw StorageError.corrupt("unknown sample type") }
+        guard let name else { throw StorageError.corrupt("unknown sample type") }
         guard let value else { throw StorageError.corrupt("missing value") }
-        self.type = type
+        self.type = try Self.type(name, unit: unit)
         self.value = value
         placement = try fields.placement()
     }
 
     public func writeStored(to out: inout [UInt8]) {
-        Binary.writeObjectHeader(count: 2 + placement.memberCount, to: &out)
+        let unit = type.isKnown ? "" : type.unit
+        Binary.writeObjectHeader(count: 2 + (unit.isEmpty ? 0 : 1) + placement.memberCount, to: &out)
         Binary.writeString("type", to: &out)
         Binary.writeStringValue(type.identifier, to: &out)
         Binary.writeString("value", to: &out)
         Binary.writeDouble(value, to: &out)
+        if !unit.isEmpty {
+            Binary.writeString("unit", to: &out)
+            Binary.writeStringValue(unit, to: &out)
+        }
         placement.writeMembers(to: &out)
     }
 

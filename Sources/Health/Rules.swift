@@ -68,14 +68,18 @@ public enum HealthRules {
 
     /// Two characters per type: codes below 90 as two digits (as every order key written before the type
     /// table grew), later codes as a letter and a sorted base-64 digit. Fixed width, so no type's prefix
-    /// begins another's; room for 90 + 26 x 64 types.
+    /// begins another's; room for 90 + 26 x 64 types. Every type the table lacks shares `~~`: they are not
+    /// summarised, so nothing reads them by type and day.
     static func typePrefix(_ type: HealthType) -> String {
+        guard type.isKnown else { return unknownPrefix }
         let code = type.code
         if code < 90 { return (code < 10 ? "0" : "") + String(code) }
         let n = code - 90
         precondition(n < 26 * 64, "type codes fit two characters in order keys")
         return String(decoding: [UInt8(ascii: "A") + UInt8(n / 64), sortedDigits[n % 64]], as: UTF8.self)
     }
+
+    static let unknownPrefix = "~~"
 
     static func dayCode(_ day: CalendarDate) -> String {
         let n = min(max(day.daysSinceEpoch + 10_000, 0), 99_999)

@@ -1,3 +1,5 @@
+import Threads
+
 /// How a type's samples make a day's figure: HealthKit's `HKQuantityAggregationStyle` for quantity
 /// types, and one rule for category types.
 public enum Aggregation: String, Sendable, CaseIterable {
@@ -34,18 +36,24 @@ public struct UnitConversion: Sendable {
 /// A HealthKit sample type the kernel keeps: its identifier, how it aggregates, its canonical unit (the
 /// first one) and the units it converts from. Rows keep the type's `code`, its index in `table`: the
 /// identifier is only on the wire and in the stored form.
+///
+/// A type not in the table (a newer iOS's) is kept as sent (`UnknownTypes`): its code, from
+/// `UnknownTypes.firstCode` on, stands for its identifier and the unit it came in, in this process only.
 public struct HealthType: Sendable, Hashable {
     public let code: Int
 
-    public var identifier: String { Self.table[code].identifier }
-    public var aggregation: Aggregation { Self.table[code].aggregation }
+    /// Whether the type is in the kernel's table (and so summarised).
+    public var isKnown: Bool { code < Self.table.count }
+    public var identifier: String { isKnown ? Self.table[code].identifier : UnknownTypes.shared.name(code).identifier }
+    /// Unknown types are not summarised: never asked.
+    public var aggregation: Aggregation { isKnown ? Self.table[code].aggregation : .category }
     /// Whether HealthKit makes it an `HKCategoryType` (values are enumeration cases, no unit).
-    public var isCategory: Bool { Self.table[code].aggregation == .category || identifier.hasPrefix("HKCategoryTypeIdentifier") }
-    /// The unit values are kept and summed in ("" for a category type).
-    public var unit: String { Self.table[code].units.first?.unit ?? "" }
-    public var units: [UnitConversion] { Self.table[code].units }
+    public var isCategory: Bool { aggregation == .category || identifier.hasPrefix("HKCategoryTypeIdentifier") }
+    /// The unit values are kept and summed in ("" for a category type; an unknown type's as sent).
+    public var unit: String { isKnown ? Self.table[code].units.first?.unit ?? "" : UnknownTypes.shared.name(code).unit ?? "" }
+    public var units: [UnitConversion] { isKnown ? Self.table[code].units : [] }
     /// Values of this type are fractions (0...1); with unit `%` a value above 1 is read as a percentage.
-    var isFraction: Bool { Self.table[code].fraction }
+    var isFraction: Bool { isKnown && Self.table[code].fraction }
 
     struct Entry {
         let identifier: String
@@ -220,9 +228,63 @@ public struct HealthType: Sendable, Hashable {
 
     /// The smallest and largest canonical value a sample may have: up to 1 for fractions, else a
     /// billion (far beyond any real measurement, so that a client's overflow or unit mix-up is refused
-    /// rather than summed).
-    var minimum: Double { Self.table[code].minimum }
+    /// rather than summed). An unknown type's value may be negative (who knows what it measures).
+    var minimum: Double { isKnown ? Self.table[code].minimum : -1e9 }
     var maximum: Double { isFraction ? 1 : 1e9 }
+}
+
+/// The types not in the kernel's table that samples have named, each with the unit it came in: a code
+/// each, from `firstCode` on, given in the order first seen. Codes live in memory only (rows store the
+/// identifier and unit), so they may differ between runs. Lookups are a dictionary probe under a lock;
+/// memory grows with the distinct pairs, which intake caps at `maxNew` (stored rows always get one).
+public final class UnknownTypes: Sendable {
+    public static let shared = UnknownTypes()
+    /// Above any table size the kernel will reach.
+    public static let firstCode = 1 << 20
+    /// Distinct unknown identifier and unit pairs samples from clients may bring in one process.
+    public static let maxNew = 10_000
+
+    private struct Name: Hashable {
+        let identifier: String
+        let unit: String?
+    }
+
+    private let state = Locked<(codes: [Name: Int], names: [Name])>(([:], []))
+
+    /// The type standing for `identifier` in `unit`; nil when it is new and `maxNew` are known already
+    /// (`fromClient`), so that a client inventing names cannot grow memory without bound.
+    public func type(_ identifier: String, unit: String?, fromClient: Bool) -> HealthType? {
+        let name = Name(identifier: identifier, unit: unit)
+        return state.withLock { s -> HealthType? in
+            if let code = s.codes[name] { return HealthType(code: code) }
+            guard !fromClient || s.names.count < Self.maxNew else { return nil }
+            let code = Self.firstCode + s.names.count
+            s.codes[name] = code
+            s.names.append(name)
+            return HealthType(code: code)
+        }
+    }
+
+    func name(_ code: Int) -> (identifier: String, unit: String?) {
+        state.withLock { s in
+            let i = code - Self.firstCode
+            guard i >= 0, i < s.names.count else { return ("", nil) }
+            return (s.names[i].identifier, s.names[i].unit)
+        }
+    }
+
+    /// Whether `identifier` has the form of a HealthKit quantity or category type identifier (a newer
+    /// one than the table's): `HKQuantityTypeIdentifier` or `HKCategoryTypeIdentifier` and a name of
+    /// letters and digits, 100 bytes at most.
+    public static func isHealthKitName(_ identifier: String) -> Bool {
+        let bytes = Array(identifier.utf8)
+        guard bytes.count <= 100 else { return false }
+        for prefix in ["HKQuantityTypeIdentifier", "HKCategoryTypeIdentifier"] where identifier.hasPrefix(prefix) {
+            let rest = bytes.dropFirst(prefix.utf8.count)
+            return !rest.isEmpty && rest.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A) }
+        }
+        return false
+    }
 }
 
 /// A stage of sleep, as HealthKit's `HKCategoryValueSleepAnalysis` names it.

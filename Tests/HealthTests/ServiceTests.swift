@@ -424,3 +424,88 @@ struct HealthProfileStandIn: StoredRow {
         }
     }
 }
+
+/// Samples of types the kernel's table lacks (next year's iOS): kept as sent by default, or skipped, or
+/// refused, as `health.unknownTypes` says (#40).
+@Suite struct UnknownTypeTests {
+    static let future = "HKQuantityTypeIdentifierNextYearsThing", event = "HKCategoryTypeIdentifierNextYearsEvent"
+
+    func unknown(_ n: Int, _ type: String, _ value: Double, unit: String?, _ start: String = "2026-03-02T10:00:00Z",
+                 _ end: String = "2026-03-02T10:10:00Z") throws -> SampleInput {
+        var o = JSONObject([("uuid", .string(uuid(n))), ("type", .string(type)), ("value", .double(value)), ("start", .string(start)),
+                            ("end", .string(end))])
+        if let unit { o["unit"] = .string(unit) }
+        return try SampleInput.decode(.object(o), at: "params.samples[1]")
+    }
+
+    func month() throws -> [SampleInput] {
+        [try sample(1, 100, "2026-03-02T09:00:00Z", "2026-03-02T09:10:00Z"),
+         try quantity(2, "HKQuantityTypeIdentifierHeartRateVariabilityRMSSD", 42, unit: "ms", "2026-03-02T09:00:00Z", "2026-03-02T09:00:00Z"),
+         try unknown(3, Self.future, -3.5, unit: "zorkmid"),
+         try unknown(4, Self.future, 7, unit: "zorkmid", "2026-03-03T10:00:00Z", "2026-03-03T10:00:00Z"),
+         try unknown(5, Self.event, 2, unit: nil)]
+    }
+
+    @Test func aMonthMixingKnownAndUnknownTypesIsKeptWholeAndOnlyKnownOnesAreSummarised() throws {
+        let h = try Harness()
+        let report = try h.ingest("UTC", samples: try month())
+        #expect(report.samples == 5)
+        #expect(report.unsummarized == [Self.future: 2, Self.event: 1])
+        #expect(report.json["unsummarized"] == [Self.future: 2, Self.event: 1])
+        let day = try #require(try h.service.day(h.user, "2026-03-02"))
+        #expect(day.metrics.count == 2, "steps and RMSSD; unknown types are not summarised")
+        #expect(try h.days().keys.sorted() == ["2026-03-02"], "the unknown sample of 3 March made no day")
+        // Kept as sent: value (negative too) and unit, through the feed's form and the stored form.
+        let kept = try #require(try h.service.sample(h.user, uuid(3)))
+        #expect(kept.type.identifier == Self.future && kept.type.unit == "zorkmid" && kept.value == -3.5 && !kept.type.isKnown)
+        #expect(kept.json(uuid(3))["unit"] == "zorkmid")
+        #expect(try h.service.sample(h.user, uuid(5))?.json(uuid(5))["unit"] == nil)
+        for row in [kept, try #require(try h.service.sample(h.user, uuid(5)))] {
+            var direct: [UInt8] = []
+            row.writeStored(to: &direct)
+            var generic: [UInt8] = []
+            row.stored.writeBinary(to: &generic)
+            #expect(direct == generic)
+            #expect(try SampleRow(stored: row.stored) == row)
+            let back = try direct.withUnsafeBytes { raw in
+                var reader = BinaryReader(raw)
+                return try SampleRow(binaryStored: &reader)
+            }
+            #expect(back == row)
+        }
+        // Deleted by UUID like any other.
+        #expect(try h.service.delete(h.user, uuids: [uuid(3), uuid(5)]).deleted == 2)
+        #expect(try h.service.sample(h.user, uuid(3)) == nil)
+        #expect(try h.service.sample(h.user, uuid(4)) != nil)
+    }
+
+    @Test func aDeploymentMaySkipOrRefuseThem() throws {
+        let skipping = try Harness()
+        let service = HealthService(store: skipping.store, tables: skipping.tables, cursorSecrets: [Array("s".utf8)], unknownTypes: .skip)
+        let report = try service.ingest(skipping.user, IngestRequest(zone: .utc, samples: try month()), now: now)
+        #expect(report.samples == 2 && report.skipped == [Self.future: 2, Self.event: 1] && report.unsummarized.isEmpty)
+        #expect(try service.sample(skipping.user, uuid(3)) == nil)
+        #expect(try service.sample(skipping.user, uuid(1)) != nil)
+
+        let refusing = try Harness()
+        let strict = HealthService(store: refusing.store, tables: refusing.tables, cursorSecrets: [Array("s".utf8)], unknownTypes: .refuse)
+        #expect(throws: HealthError.unknownType("params.samples[1].type")) {
+            try strict.ingest(refusing.user, IngestRequest(zone: .utc, samples: try month()), now: now)
+        }
+        #expect(try strict.sample(refusing.user, uuid(1)) == nil, "refused whole")
+    }
+
+    @Test func namesThatAreNoHealthKitIdentifierAreRefusedOnTheirField() throws {
+        for bad in ["Steps", "HKQuantityTypeIdentifier", "HKQuantityTypeIdentifierHeart Rate", "HKWorkoutTypeIdentifier",
+                    "HKQuantityTypeIdentifier" + String(repeating: "A", count: 90)] {
+            do {
+                _ = try unknown(1, bad, 1, unit: "count")
+                Issue.record("\(bad) was taken")
+            } catch let error as FieldError {
+                #expect(error.field == "params.samples[1].type")
+            }
+        }
+        #expect(throws: FieldError.self) { try unknown(1, Self.future, .infinity, unit: nil) }
+        #expect(throws: FieldError.self) { try unknown(1, Self.future, 1, unit: "") }
+    }
+}
