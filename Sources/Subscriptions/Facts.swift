@@ -15,6 +15,10 @@ public struct AppleTransaction: Equatable, Sendable {
     public var revocationDate: Int64?
     public var signedDate: Int64
     public var appAccountToken: String?
+    /// `MONTHLY` for a monthly subscription billed under a 12-month commitment (App Store Server API 1.21).
+    public var billingPlanType: String? = nil
+    /// The commitment this transaction's period belongs to (`commitmentInfo`).
+    public var commitment: Commitment? = nil
 
     /// The facts of `payload`, or the first field it lacks.
     public static func read(_ payload: JSONObject) -> Result<AppleTransaction, PayloadError> {
@@ -25,7 +29,12 @@ public struct AppleTransaction: Equatable, Sendable {
                 productId: try p.string("productId"), bundleId: try p.string("bundleId"), environment: try p.string("environment"),
                 type: p.optionalString("type"), purchaseDate: try p.date("purchaseDate"), expiresDate: p.optionalDate("expiresDate"),
                 revocationDate: p.optionalDate("revocationDate"), signedDate: try p.date("signedDate"),
-                appAccountToken: p.optionalString("appAccountToken")))
+                appAccountToken: p.optionalString("appAccountToken"), billingPlanType: p.optionalString("billingPlanType"),
+                commitment: payload["commitmentInfo"]?.objectValue.map { c in
+                    let r = PayloadReader(c, "commitment info")
+                    return Commitment(period: r.optionalDate("billingPeriodNumber"), periods: r.optionalDate("totalBillingPeriods"),
+                                      endsAt: r.optionalDate("commitmentExpiresDate"), price: r.optionalDate("commitmentPrice"))
+                }))
         } catch {
             return .failure(error)
         }
@@ -40,6 +49,8 @@ public struct AppleRenewal: Equatable, Sendable {
     public var autoRenewStatus: Int64?
     public var gracePeriodExpiresDate: Int64?
     public var signedDate: Int64
+    /// What the next commitment will be (`commitmentInfo` and `renewalBillingPlanType` of renewal info).
+    public var renewal: CommitmentRenewal? = nil
 
     public static func read(_ payload: JSONObject) -> Result<AppleRenewal, PayloadError> {
         do throws(PayloadError) {
@@ -47,11 +58,38 @@ public struct AppleRenewal: Equatable, Sendable {
             return .success(AppleRenewal(
                 originalTransactionId: try p.id("originalTransactionId"), environment: p.optionalString("environment"),
                 autoRenewStatus: p.optionalDate("autoRenewStatus"), gracePeriodExpiresDate: p.optionalDate("gracePeriodExpiresDate"),
-                signedDate: try p.date("signedDate")))
+                signedDate: try p.date("signedDate"),
+                renewal: payload["commitmentInfo"]?.objectValue.map { c in
+                    let r = PayloadReader(c, "renewal commitment info")
+                    return CommitmentRenewal(renews: r.optionalDate("commitmentAutoRenewStatus").map { $0 == 1 },
+                                             date: r.optionalDate("commitmentRenewalDate"), productId: r.optionalString("commitmentAutoRenewProductId"),
+                                             billingPlanType: r.optionalString("commitmentRenewalBillingPlanType") ?? p.optionalString("renewalBillingPlanType"),
+                                             price: r.optionalDate("commitmentRenewalPrice"))
+                }))
         } catch {
             return .failure(error)
         }
     }
+}
+
+/// A subscription billed monthly under a 12-month commitment: which billing period of how many the
+/// transaction is, when the commitment ends, and its whole price (in milliunits of the storefront's
+/// currency, as Apple gives prices).
+public struct Commitment: Equatable, Sendable {
+    public var period: Int64?
+    public var periods: Int64?
+    public var endsAt: Int64?
+    public var price: Int64?
+}
+
+/// What renewal info says of the next commitment: whether it renews, when, to which product, billed how,
+/// at what price.
+public struct CommitmentRenewal: Equatable, Sendable {
+    public var renews: Bool?
+    public var date: Int64?
+    public var productId: String?
+    public var billingPlanType: String?
+    public var price: Int64?
 }
 
 /// A verified payload that lacks a field the kernel needs.

@@ -15,7 +15,16 @@ enum Schemas {
        "transactionId": {"type": ["string", "null"]},
        "originalTransactionId": {"type": ["string", "null"]},
        "environment": {"type": ["string", "null"]},
-       "error": {"enum": [null, "expired", "revoked"]}}}
+       "error": {"enum": [null, "expired", "revoked"]},
+       "billingPlanType": {"type": ["string", "null"], "description": "MONTHLY for monthly billing under a 12-month commitment; this and the next two are present only for commitment plans"},
+       "commitment": {"type": ["object", "null"], "description": "the commitment the current period belongs to",
+         "properties": {"period": {"type": ["integer", "null"], "description": "this period's number, from 1"},
+           "periods": {"type": ["integer", "null"]}, "endsAt": {"type": ["string", "null"], "format": "date-time"},
+           "price": {"type": ["integer", "null"], "description": "the whole commitment's price in milliunits of the storefront's currency"}}},
+       "commitmentRenewal": {"type": ["object", "null"], "description": "what renewal info says of the next commitment",
+         "properties": {"renews": {"type": ["boolean", "null"]}, "date": {"type": ["string", "null"], "format": "date-time"},
+           "productId": {"type": ["string", "null"]}, "billingPlanType": {"type": ["string", "null"]},
+           "price": {"type": ["integer", "null"]}}}}}
     """#
 }
 
@@ -44,9 +53,21 @@ func answerValue<T>(_ body: () throws(SubscriptionsError) -> T) throws(RPCError)
 
 extension Membership: JSONEncodable {
     public var json: JSON {
-        ["status": .string(status), "productId": .optional(productId), "currentPeriodEnd": .timestamp(currentPeriodEnd),
-         "transactionId": .optional(transactionId), "originalTransactionId": .optional(originalTransactionId),
-         "environment": .optional(environment), "error": .optional(error)]
+        var o = JSONObject([("status", .string(status)), ("productId", .optional(productId)), ("currentPeriodEnd", .timestamp(currentPeriodEnd)),
+                            ("transactionId", .optional(transactionId)), ("originalTransactionId", .optional(originalTransactionId)),
+                            ("environment", .optional(environment)), ("error", .optional(error))])
+        // Only for commitment plans: every other answer stays as it was.
+        if billingPlanType != nil || commitment != nil || commitmentRenewal != nil {
+            o["billingPlanType"] = .optional(billingPlanType)
+            o["commitment"] = commitment.map { c in
+                ["period": .optionalInt(c.period), "periods": .optionalInt(c.periods), "endsAt": .timestamp(c.endsAt), "price": .optionalInt(c.price)]
+            } ?? .null
+            o["commitmentRenewal"] = commitmentRenewal.map { r in
+                ["renews": r.renews.map(JSON.bool) ?? .null, "date": .timestamp(r.date), "productId": .optional(r.productId),
+                 "billingPlanType": .optional(r.billingPlanType), "price": .optionalInt(r.price)]
+            } ?? .null
+        }
+        return .object(o)
     }
 }
 

@@ -25,6 +25,11 @@ public struct MembershipRow: StoredRow {
     /// The latest verified transaction JWS.
     public var receipt: String
     public var updatedAt: Int64
+    /// From the latest transaction: `MONTHLY` under a commitment, and the commitment.
+    public var billingPlanType: String? = nil
+    public var commitment: Commitment? = nil
+    /// From renewal info: the next commitment.
+    public var commitmentRenewal: CommitmentRenewal? = nil
 }
 
 extension MembershipRow {
@@ -42,13 +47,40 @@ extension MembershipRow {
         signedDate = try f.instant("signedDate")
         receipt = try f.string("receipt")
         updatedAt = try f.instant("updatedAt")
+        billingPlanType = f.optionalString("billingPlanType")
+        if let c = f.object["commitment"]?.objectValue {
+            let g = try StoredFields(.object(c), "commitment")
+            commitment = Commitment(period: try g.optionalInt("period"), periods: try g.optionalInt("periods"),
+                                    endsAt: try g.optionalInstant("endsAt"), price: try g.optionalInt("price"))
+        }
+        if let r = f.object["commitmentRenewal"]?.objectValue {
+            let g = try StoredFields(.object(r), "commitment renewal")
+            let renews: Bool? = if case .bool(let b)? = r["renews"] { b } else { nil }
+            commitmentRenewal = CommitmentRenewal(renews: renews, date: try g.optionalInstant("date"), productId: g.optionalString("productId"),
+                                                  billingPlanType: g.optionalString("billingPlanType"), price: try g.optionalInt("price"))
+        }
     }
 
     public var stored: JSON {
         ["status": .string(status), "error": .optional(error), "productId": .string(productId), "transactionId": .string(transactionId),
          "environment": .string(environment), "purchaseDate": .int(purchaseDate), "expiresDate": .optionalInt(expiresDate),
          "gracePeriodEnd": .optionalInt(gracePeriodEnd), "autoRenew": autoRenew.map(JSON.bool) ?? .null, "signedDate": .int(signedDate),
-         "receipt": .string(receipt), "updatedAt": .int(updatedAt)]
+         "receipt": .string(receipt), "updatedAt": .int(updatedAt), "billingPlanType": .optional(billingPlanType),
+         "commitment": commitment?.json ?? .null, "commitmentRenewal": commitmentRenewal?.json ?? .null]
+    }
+}
+
+extension Commitment {
+    /// The stored form, which is also the wire form (`subscriptions.status`).
+    var json: JSON {
+        ["period": .optionalInt(period), "periods": .optionalInt(periods), "endsAt": .optionalInt(endsAt), "price": .optionalInt(price)]
+    }
+}
+
+extension CommitmentRenewal {
+    var json: JSON {
+        ["renews": renews.map(JSON.bool) ?? .null, "date": .optionalInt(date), "productId": .optional(productId),
+         "billingPlanType": .optional(billingPlanType), "price": .optionalInt(price)]
     }
 }
 

@@ -50,7 +50,7 @@ public enum MembershipRules {
         var row = existing ?? MembershipRow(
             status: "active", error: nil, productId: tx.productId, transactionId: tx.transactionId, environment: tx.environment,
             purchaseDate: tx.purchaseDate, expiresDate: tx.expiresDate, gracePeriodEnd: nil, autoRenew: nil, signedDate: tx.signedDate,
-            receipt: receipt, updatedAt: now)
+            receipt: receipt, updatedAt: now, billingPlanType: tx.billingPlanType, commitment: tx.commitment)
         let newPeriod = existing != nil && tx.transactionId != row.transactionId && tx.purchaseDate >= row.purchaseDate
         take(tx, receipt: receipt, into: &row)
         if tx.revocationDate != nil {
@@ -85,6 +85,8 @@ public enum MembershipRules {
         row.purchaseDate = tx.purchaseDate
         row.expiresDate = tx.expiresDate
         row.receipt = receipt
+        row.billingPlanType = tx.billingPlanType
+        row.commitment = tx.commitment
     }
 
     /// Notification types that change a membership; others are recorded and acknowledged.
@@ -120,7 +122,7 @@ public enum MembershipRules {
             row = MembershipRow(
                 status: "active", error: nil, productId: tx.productId, transactionId: tx.transactionId, environment: tx.environment,
                 purchaseDate: tx.purchaseDate, expiresDate: tx.expiresDate, gracePeriodEnd: nil, autoRenew: nil, signedDate: order,
-                receipt: receipt, updatedAt: now)
+                receipt: receipt, updatedAt: now, billingPlanType: tx.billingPlanType, commitment: tx.commitment)
         }
         if let renewal = n.renewal { take(renewal, into: &row) }
         let current = n.transaction.map { $0.transactionId == row.transactionId } ?? true
@@ -148,6 +150,7 @@ public enum MembershipRules {
     static func take(_ renewal: AppleRenewal, into row: inout MembershipRow) {
         if let s = renewal.autoRenewStatus { row.autoRenew = s == 1 }
         row.gracePeriodEnd = renewal.gracePeriodExpiresDate
+        row.commitmentRenewal = renewal.renewal
     }
 
     /// The last steps of applying signed data signed at `order`: Apple's status when it said one, a

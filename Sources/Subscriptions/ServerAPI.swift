@@ -4,8 +4,8 @@ import JSON
 /// Apple's App Store Server API as data: where each call goes and what its answers hold, as pure
 /// functions. `ServerAPIClient` sends the calls; `ServerAPILookups` makes them for refresh and recovery.
 public enum ServerAPI {
-    public static let productionURL = "https://api.storekit.itunes.apple.com"
-    public static let sandboxURL = "https://api.storekit-sandbox.itunes.apple.com"
+    public static let productionURL = "https://api.storekit.apple.com"
+    public static let sandboxURL = "https://api.storekit-sandbox.apple.com"
 
     /// The base URL for a transaction's environment. `override` (`appStore.serverApi.baseUrl`) serves
     /// both: Production at it, Sandbox under its `/sandbox`, so one proxy or test server tells them apart.

@@ -24,6 +24,10 @@ public struct Membership: Equatable, Sendable {
     public var originalTransactionId: String?
     public var environment: String?
     public var error: String?
+    /// A monthly subscription under a 12-month commitment: `MONTHLY`, the commitment, and the next one.
+    public var billingPlanType: String?
+    public var commitment: Commitment?
+    public var commitmentRenewal: CommitmentRenewal?
 
     /// Before any purchase.
     public static let none = Membership(status: "none")
@@ -43,6 +47,9 @@ public struct Membership: Equatable, Sendable {
         let (status, error) = MembershipRules.current(row, now: now)
         self.init(status: status, productId: row.productId, currentPeriodEnd: row.expiresDate, transactionId: row.transactionId,
                   originalTransactionId: originalTransactionId, environment: row.environment, error: error)
+        billingPlanType = row.billingPlanType
+        commitment = row.commitment
+        commitmentRenewal = row.commitmentRenewal
     }
 }
 

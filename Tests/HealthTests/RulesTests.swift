@@ -206,12 +206,22 @@ private func share(_ from: Int64, _ to: Int64, _ value: Double, rank: Int) -> Co
                              origin: Origin(sourceName: "Apple Watch", bundleId: "com.apple.health.1", deviceModel: "Watch", deviceName: "W"),
                              deviceId: "watch-1")
         for row in [SampleRow(type: HealthType.all[0], value: 12.5, placement: bare), SampleRow(type: HealthType.all[10], value: 61, placement: full)] {
-            var direct: [UInt8] = []
-            row.writeStored(to: &direct)
-            var generic: [UInt8] = []
-            row.stored.writeBinary(to: &generic)
-            #expect(direct == generic)
-            #expect(try SampleRow(stored: row.stored) == row)
+            try Self.expectStoredFormsAgree(row)
         }
+    }
+
+    /// The row's direct binary form is its stored JSON's, and both read back to the row.
+    static func expectStoredFormsAgree(_ row: SampleRow) throws {
+        var direct: [UInt8] = []
+        row.writeStored(to: &direct)
+        var generic: [UInt8] = []
+        row.stored.writeBinary(to: &generic)
+        #expect(direct == generic)
+        #expect(try SampleRow(stored: row.stored) == row)
+        let back = try direct.withUnsafeBytes { raw in
+            var reader = BinaryReader(raw)
+            return try SampleRow(binaryStored: &reader)
+        }
+        #expect(back == row)
     }
 }

@@ -460,19 +460,7 @@ struct HealthProfileStandIn: StoredRow {
         #expect(kept.type.identifier == Self.future && kept.type.unit == "zorkmid" && kept.value == -3.5 && !kept.type.isKnown)
         #expect(kept.json(uuid(3))["unit"] == "zorkmid")
         #expect(try h.service.sample(h.user, uuid(5))?.json(uuid(5))["unit"] == nil)
-        for row in [kept, try #require(try h.service.sample(h.user, uuid(5)))] {
-            var direct: [UInt8] = []
-            row.writeStored(to: &direct)
-            var generic: [UInt8] = []
-            row.stored.writeBinary(to: &generic)
-            #expect(direct == generic)
-            #expect(try SampleRow(stored: row.stored) == row)
-            let back = try direct.withUnsafeBytes { raw in
-                var reader = BinaryReader(raw)
-                return try SampleRow(binaryStored: &reader)
-            }
-            #expect(back == row)
-        }
+        for row in [kept, try #require(try h.service.sample(h.user, uuid(5)))] { try StoredFormTests.expectStoredFormsAgree(row) }
         // Deleted by UUID like any other.
         #expect(try h.service.delete(h.user, uuids: [uuid(3), uuid(5)]).deleted == 2)
         #expect(try h.service.sample(h.user, uuid(3)) == nil)

@@ -461,3 +461,37 @@ func reason(_ body: () throws(SubscriptionsError) -> Membership) -> String {
         #expect(try s.notify(try #require(refund["jws"]?.stringValue), now: now).duplicate)
     }
 }
+
+/// Monthly subscriptions with a 12-month commitment (App Store Server API 1.21, #40): the transaction's
+/// `billingPlanType` and `commitmentInfo`, and renewal info's next commitment, are kept and shown.
+@Suite struct CommitmentPlanTests {
+    @Test func aCommitmentPlanIsShownInStatusAndItsRenewalAfterANotification() throws {
+        let f = try Fixture()
+        var tx = AppStorePayloads.transaction(id: "1000-3", original: "1000", purchase: nov1, expires: nov1 + 30 * dayMs, signed: nov1).objectValue!
+        tx["billingPlanType"] = "MONTHLY"
+        tx["commitmentInfo"] = ["billingPeriodNumber": 3, "totalBillingPeriods": 12, "commitmentExpiresDate": .int(nov1 + 300 * dayMs),
+                                "commitmentPrice": 119_880]
+        let m = try f.verify(f.ca.sign(.object(tx)))
+        #expect(m.billingPlanType == "MONTHLY")
+        #expect(m.commitment == Commitment(period: 3, periods: 12, endsAt: nov1 + 300 * dayMs, price: 119_880))
+        #expect(m.json["commitment"]?["periods"] == 12)
+        #expect(m.json["commitmentRenewal"] == .null)
+        var row = MembershipRules.verified(try AppleTransaction.read(tx).get(), receipt: "r", existing: nil, now: nov1)
+        row.commitmentRenewal = CommitmentRenewal(renews: true, date: 5, productId: "p", billingPlanType: "MONTHLY", price: 1)
+        #expect(try MembershipRow(stored: row.stored) == row, "the stored form keeps the commitment")
+
+        var renewal = AppStorePayloads.renewal(original: "1000", signed: nov1 + dayMs).objectValue!
+        renewal["renewalBillingPlanType"] = "MONTHLY"
+        renewal["commitmentInfo"] = ["commitmentAutoRenewStatus": 0, "commitmentRenewalDate": .int(nov1 + 300 * dayMs),
+                                     "commitmentAutoRenewProductId": "premium.monthly.commitment", "commitmentRenewalPrice": 9_990]
+        _ = try f.notify(f.notification("n-1", "DID_CHANGE_RENEWAL_STATUS", transaction: f.ca.sign(.object(tx)), renewal: .object(renewal),
+                                        signed: nov1 + dayMs), at: nov1 + dayMs)
+        let now = try f.status(at: nov1 + 2 * dayMs)
+        #expect(now.commitmentRenewal == CommitmentRenewal(renews: false, date: nov1 + 300 * dayMs, productId: "premium.monthly.commitment",
+                                                           billingPlanType: "MONTHLY", price: 9_990))
+        #expect(now.commitment == m.commitment, "kept from the transaction")
+        // A plain subscription's answer has none of these members.
+        let plain = try Fixture()
+        #expect(try plain.verify(plain.receipt()).json["billingPlanType"] == nil)
+    }
+}

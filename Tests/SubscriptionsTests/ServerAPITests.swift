@@ -7,8 +7,8 @@ import Testing
 /// The App Store Server API's URLs and answers as the domain reads them.
 @Suite struct ServerAPITests {
     @Test func urlsFollowTheEnvironmentUnlessOverriddenAndTakeOnlyDigitIds() {
-        #expect(ServerAPI.baseURL(environment: "Production", override: nil) == "https://api.storekit.itunes.apple.com")
-        #expect(ServerAPI.baseURL(environment: "Sandbox", override: nil) == "https://api.storekit-sandbox.itunes.apple.com")
+        #expect(ServerAPI.baseURL(environment: "Production", override: nil) == "https://api.storekit.apple.com")
+        #expect(ServerAPI.baseURL(environment: "Sandbox", override: nil) == "https://api.storekit-sandbox.apple.com")
         #expect(ServerAPI.baseURL(environment: "Production", override: "http://127.0.0.1:8080/") == "http://127.0.0.1:8080")
         #expect(ServerAPI.baseURL(environment: "Sandbox", override: "http://127.0.0.1:8080/") == "http://127.0.0.1:8080/sandbox")
         #expect(ServerAPI.statusesPath(transactionId: "2000000000000001") == "/inApps/v1/subscriptions/2000000000000001")

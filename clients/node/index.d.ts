@@ -1107,6 +1107,25 @@ export interface Methods {
       originalTransactionId: string | null;
       environment: string | null;
       error: null | "expired" | "revoked";
+      /** MONTHLY for monthly billing under a 12-month commitment; this and the next two are present only for commitment plans */
+      billingPlanType?: string | null;
+      /** the commitment the current period belongs to */
+      commitment?: {
+        /** this period's number, from 1 */
+        period?: number | null;
+        periods?: number | null;
+        endsAt?: string | null;
+        /** the whole commitment's price in milliunits of the storefront's currency */
+        price?: number | null;
+      } | null;
+      /** what renewal info says of the next commitment */
+      commitmentRenewal?: {
+        renews?: boolean | null;
+        date?: string | null;
+        productId?: string | null;
+        billingPlanType?: string | null;
+        price?: number | null;
+      } | null;
     };
   };
   /** Verifies a StoreKit 2 signed transaction to a trusted root and binds the purchase to the caller; answers its membership. Auth: user; writes. */
@@ -1130,6 +1149,25 @@ export interface Methods {
       originalTransactionId: string | null;
       environment: string | null;
       error: null | "expired" | "revoked";
+      /** MONTHLY for monthly billing under a 12-month commitment; this and the next two are present only for commitment plans */
+      billingPlanType?: string | null;
+      /** the commitment the current period belongs to */
+      commitment?: {
+        /** this period's number, from 1 */
+        period?: number | null;
+        periods?: number | null;
+        endsAt?: string | null;
+        /** the whole commitment's price in milliunits of the storefront's currency */
+        price?: number | null;
+      } | null;
+      /** what renewal info says of the next commitment */
+      commitmentRenewal?: {
+        renews?: boolean | null;
+        date?: string | null;
+        productId?: string | null;
+        billingPlanType?: string | null;
+        price?: number | null;
+      } | null;
     };
   };
   /** The caller's change feed after a cursor: the latest committed change of each synced record, oldest first, each once; store `cursor` and call again for what changed since. Auth: user. */
