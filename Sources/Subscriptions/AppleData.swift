@@ -84,6 +84,13 @@ struct AppleData: Sendable {
         if let jws = data?["signedRenewalInfo"]?.stringValue {
             (received.facts.renewal, received.renewalPayload) = try renewal(jws, now: now)
         }
+        // RESCIND_CONSENT carries the app download instead of a purchase, signed like the rest.
+        if let jws = payload["appData"]?.objectValue?["signedAppTransactionInfo"]?.stringValue {
+            let app = PayloadReader(try verified(jws, now: now), "app transaction")
+            try checkApp(bundleId: app.optionalString("bundleId"), environment: app.optionalString("receiptType") ?? app.optionalString("environment"),
+                         appAppleId: app.optionalDate("appAppleId"))
+            received.facts.appTransactionId = app.optionalId("appTransactionId")
+        }
         return received
     }
 

@@ -19,6 +19,8 @@ public struct AppleTransaction: Equatable, Sendable {
     public var billingPlanType: String? = nil
     /// The commitment this transaction's period belongs to (`commitmentInfo`).
     public var commitment: Commitment? = nil
+    /// The customer's app download (iOS 18.4 on): what a `RESCIND_CONSENT` notification names.
+    public var appTransactionId: String? = nil
 
     /// The facts of `payload`, or the first field it lacks.
     public static func read(_ payload: JSONObject) -> Result<AppleTransaction, PayloadError> {
@@ -34,7 +36,7 @@ public struct AppleTransaction: Equatable, Sendable {
                     let r = PayloadReader(c, "commitment info")
                     return Commitment(period: r.optionalDate("billingPeriodNumber"), periods: r.optionalDate("totalBillingPeriods"),
                                       endsAt: r.optionalDate("commitmentExpiresDate"), price: r.optionalDate("commitmentPrice"))
-                }))
+                }, appTransactionId: p.optionalId("appTransactionId")))
         } catch {
             return .failure(error)
         }
@@ -114,6 +116,12 @@ struct PayloadReader {
 
     func optionalString(_ key: String) -> String? { object[key]?.stringValue }
 
+    /// An id if present, as a string.
+    func optionalId(_ key: String) -> String? {
+        if let i = object[key]?.intValue { return String(i) }
+        return optionalString(key).flatMap { $0.isEmpty ? nil : $0 }
+    }
+
     /// Ids are strings in Apple's payloads; old ones were numbers.
     func id(_ key: String) throws(PayloadError) -> String {
         if let i = object[key]?.intValue { return String(i) }
@@ -146,6 +154,8 @@ public struct AppleNotification: Equatable, Sendable {
     /// The transaction's JWS, kept as the membership's receipt when it is applied.
     public var transactionJWS: String?
     public var renewal: AppleRenewal?
+    /// `RESCIND_CONSENT`: the app transaction of `appData.signedAppTransactionInfo`, verified.
+    public var appTransactionId: String? = nil
 
     /// The instant that orders this notification against the state already applied: the signed date of
     /// its transaction (else its renewal info, else itself).

@@ -16,6 +16,7 @@ enum Schemas {
        "originalTransactionId": {"type": ["string", "null"]},
        "environment": {"type": ["string", "null"]},
        "error": {"enum": [null, "expired", "revoked"]},
+       "consentRescindedAt": {"type": "string", "format": "date-time", "description": "present when a parent withdrew consent (RESCIND_CONSENT): the host decides what follows"},
        "billingPlanType": {"type": ["string", "null"], "description": "MONTHLY for monthly billing under a 12-month commitment; this and the next two are present only for commitment plans"},
        "commitment": {"type": ["object", "null"], "description": "the commitment the current period belongs to",
          "properties": {"period": {"type": ["integer", "null"], "description": "this period's number, from 1"},
@@ -56,6 +57,7 @@ extension Membership: JSONEncodable {
         var o = JSONObject([("status", .string(status)), ("productId", .optional(productId)), ("currentPeriodEnd", .timestamp(currentPeriodEnd)),
                             ("transactionId", .optional(transactionId)), ("originalTransactionId", .optional(originalTransactionId)),
                             ("environment", .optional(environment)), ("error", .optional(error))])
+        if let at = consentRescindedAt { o["consentRescindedAt"] = .timestamp(at) }
         // Only for commitment plans: every other answer stays as it was.
         if billingPlanType != nil || commitment != nil || commitmentRenewal != nil {
             o["billingPlanType"] = .optional(billingPlanType)

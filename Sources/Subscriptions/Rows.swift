@@ -162,6 +162,8 @@ public struct SubscriptionTables: Sendable {
     public let memberships: any StorageTable<MembershipRow>
     public let checks: any StorageTable<CheckRow>
     public let notifications: any StorageTable<NotificationRow>
+    /// A parent's withdrawn consent (`RESCIND_CONSENT`), one row per user (key `consent`).
+    public let consent: any StorageTable<ConsentRow>
 
     @inlinable
     public init(_ store: some Storage) {
@@ -169,6 +171,7 @@ public struct SubscriptionTables: Sendable {
         checks = store.table("subscriptions.checks", of: CheckRow.self,
                              orderedBy: { row in MembershipRules.checkOrderHead(dueAt: row.dueAt) })
         notifications = store.table("subscriptions.notifications", of: NotificationRow.self)
+        consent = store.table("subscriptions.consent", of: ConsentRow.self)
     }
 }
 
@@ -180,4 +183,27 @@ enum SubscriptionKeys {
     /// UUIDs), so no user's data and no `auth.deleteUser` reaches it.
     static func pending(_ originalTransactionId: String) -> String { "appstore:" + originalTransactionId }
     static let pendingPrefix = "appstore:"
+    /// The user whose purchases first carried an app transaction (the download a `RESCIND_CONSENT` names).
+    static func appTransaction(_ id: String) -> UniqueKey { UniqueKey("subscriptions.appTransactionId", id) }
+    static let consentKey = "consent"
+}
+
+/// A parent withdrew consent for a child's use of the app (`RESCIND_CONSENT`): when Apple signed it, and
+/// the notification. The host decides what follows (`subscriptions.status` shows it).
+public struct ConsentRow: StoredRow, Equatable {
+    public var rescindedAt: Int64
+    public var notificationUUID: String
+
+    public init(rescindedAt: Int64, notificationUUID: String) {
+        self.rescindedAt = rescindedAt
+        self.notificationUUID = notificationUUID
+    }
+
+    public init(stored: JSON) throws(StorageError) {
+        let f = try StoredFields(stored, "consent")
+        rescindedAt = try f.instant("rescindedAt")
+        notificationUUID = try f.string("notificationUUID")
+    }
+
+    public var stored: JSON { ["rescindedAt": .int(rescindedAt), "notificationUUID": .string(notificationUUID)] }
 }

@@ -28,6 +28,8 @@ public struct Membership: Equatable, Sendable {
     public var billingPlanType: String?
     public var commitment: Commitment?
     public var commitmentRenewal: CommitmentRenewal?
+    /// When a parent withdrew consent (`RESCIND_CONSENT`), if one did.
+    public var consentRescindedAt: Int64?
 
     /// Before any purchase.
     public static let none = Membership(status: "none")
@@ -121,6 +123,7 @@ public final class SubscriptionsService: @unchecked Sendable {
             t.claim(SubscriptionKeys.purchase(otid), for: user)
             row = try adoptPending(otid, user: user, row: row, now: now, into: &t)
         }
+        try claimAppTransaction(tx, user: user, into: &t)
         if row != existing {
             t.put(tables.memberships, user: user, key: otid, row)
             try reschedule(user, otid, row, into: &t)
@@ -139,6 +142,31 @@ public final class SubscriptionsService: @unchecked Sendable {
     }
 
     var intervalMs: Int64 { config.refreshIntervalSeconds * 1000 }
+
+    /// Remembers the first user whose purchase carried `tx`'s app transaction, for `RESCIND_CONSENT`. A
+    /// download another user already holds stays theirs (family sharing, a second account on one phone).
+    private func claimAppTransaction(_ tx: AppleTransaction, user: String, into t: inout Transaction) throws(SubscriptionsError) {
+        guard let id = tx.appTransactionId, try storage(try store.holder(of: SubscriptionKeys.appTransaction(id))) == nil else { return }
+        t.claim(SubscriptionKeys.appTransaction(id), for: user)
+    }
+
+    /// Records a withdrawn consent for the user the app transaction belongs to, once per notification.
+    private func rescind(_ n: ReceivedNotification, report: inout NotifyReport, now: Timestamp) throws(SubscriptionsError) -> NotifyReport {
+        guard let id = n.facts.appTransactionId, let user = try storage(try store.holder(of: SubscriptionKeys.appTransaction(id))) else {
+            return report  // no user of ours made a purchase from that download: acknowledged, for the host to see
+        }
+        report.userId = user
+        if try storage(try store.holder(of: SubscriptionKeys.notification(n.notificationUUID))) != nil {
+            report.duplicate = true
+            return report
+        }
+        var t = Transaction()
+        t.claim(SubscriptionKeys.notification(n.notificationUUID), for: user)
+        t.put(tables.consent, user: user, key: SubscriptionKeys.consentKey,
+              ConsentRow(rescindedAt: n.facts.signedDate ?? now.milliseconds, notificationUUID: n.notificationUUID))
+        try commit(t)
+        return report
+    }
 
     /// Applies the notifications kept for a purchase no one owned, oldest first, and moves them to the
     /// user who now owns it.
@@ -180,8 +208,9 @@ public final class SubscriptionsService: @unchecked Sendable {
     /// The user's membership: the one purchase `MembershipRules.shown` picks, else `none`.
     func status(_ user: String, now: Timestamp) throws(SubscriptionsError) -> Membership {
         let rows = try storage(try tables.memberships.rows(of: user))
-        guard let shown = MembershipRules.shown(rows, now: now.milliseconds) else { return .none }
-        return Membership(shown.key, shown.row, now: now.milliseconds)
+        var shown = MembershipRules.shown(rows, now: now.milliseconds).map { Membership($0.key, $0.row, now: now.milliseconds) } ?? .none
+        shown.consentRescindedAt = try storage(try tables.consent.get(user: user, key: SubscriptionKeys.consentKey))?.rescindedAt
+        return shown
     }
 
     /// One purchase's membership, for the change feed.
@@ -227,6 +256,7 @@ public final class SubscriptionsService: @unchecked Sendable {
     func record(_ n: ReceivedNotification, now: Timestamp) throws(SubscriptionsError) -> NotifyReport {
         var report = NotifyReport(notificationType: n.type, subtype: n.subtype, originalTransactionId: n.originalTransactionId,
                                   userId: nil, status: nil, duplicate: false)
+        if n.type == "RESCIND_CONSENT" { return try rescind(n, report: &report, now: now) }
         // TEST and notifications without a purchase (summaries, external tokens) change nothing: acknowledged.
         guard n.type != "TEST", let otid = n.originalTransactionId else { return report }
         let owner = try storage(try store.holder(of: SubscriptionKeys.purchase(otid)))
@@ -267,6 +297,7 @@ public final class SubscriptionsService: @unchecked Sendable {
         }
         t.claim(SubscriptionKeys.notification(n.notificationUUID), for: owner)
         t.put(tables.notifications, user: owner, key: n.notificationUUID, done)
+        if let tx = n.facts.transaction { try claimAppTransaction(tx, user: owner, into: &t) }
         try commit(t)
         report.status = current.map { MembershipRules.current($0, now: now.milliseconds).status }
         return report

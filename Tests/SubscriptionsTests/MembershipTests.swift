@@ -495,3 +495,40 @@ func reason(_ body: () throws(SubscriptionsError) -> Membership) -> String {
         #expect(try plain.verify(plain.receipt()).json["billingPlanType"] == nil)
     }
 }
+
+/// `RESCIND_CONSENT` (#40): a parent withdrew consent. The notification names the app download
+/// (`appData.signedAppTransactionInfo`), not a purchase; the kernel finds the user whose purchase carried
+/// that download, marks the account, and acknowledges it whoever it is (never a 4xx: Apple would retry).
+@Suite struct RescindConsentTests {
+    func rescind(_ f: Fixture, uuid: String, appTransactionId: String, signed: Int64) -> String {
+        let app = f.ca.sign(["appTransactionId": .string(appTransactionId), "bundleId": .string(AppStorePayloads.bundleId),
+                             "receiptType": "Sandbox", "signedDate": .int(signed), "receiptCreationDate": .int(signed)])
+        return f.ca.sign(["notificationType": "RESCIND_CONSENT", "notificationUUID": .string(uuid), "version": "2.0", "signedDate": .int(signed),
+                          "appData": ["bundleId": .string(AppStorePayloads.bundleId), "environment": "Sandbox",
+                                      "signedAppTransactionInfo": .string(app)]])
+    }
+
+    @Test func theAccountWhosePurchaseCarriedTheDownloadIsMarkedOnce() throws {
+        let f = try Fixture()
+        var tx = AppStorePayloads.transaction(id: "1000-1", original: "1000", purchase: nov1, expires: nov1 + 30 * dayMs, signed: nov1).objectValue!
+        tx["appTransactionId"] = "704289572311"
+        _ = try f.verify(f.ca.sign(.object(tx)))
+        #expect(try f.status(at: nov1 + dayMs).consentRescindedAt == nil)
+        #expect(try f.status(at: nov1 + dayMs).json["consentRescindedAt"] == nil)
+
+        let report = try f.notify(rescind(f, uuid: "r-1", appTransactionId: "704289572311", signed: nov1 + 2 * dayMs), at: nov1 + 2 * dayMs)
+        #expect(report.notificationType == "RESCIND_CONSENT" && report.userId == testUser && !report.duplicate)
+        let status = try f.status(at: nov1 + 3 * dayMs)
+        #expect(status.consentRescindedAt == nov1 + 2 * dayMs)
+        #expect(status.status == "active", "access is the host's call")
+        #expect(status.json["consentRescindedAt"] != nil)
+        #expect(try f.notify(rescind(f, uuid: "r-1", appTransactionId: "704289572311", signed: nov1 + 2 * dayMs), at: nov1 + 3 * dayMs).duplicate)
+
+        // A download no user of this kernel bought from: acknowledged, nobody marked.
+        let stranger = try f.notify(rescind(f, uuid: "r-2", appTransactionId: "1", signed: nov1 + 2 * dayMs), at: nov1 + 3 * dayMs)
+        #expect(stranger.userId == nil && !stranger.duplicate)
+        // Signed by anyone else: refused like any forged notification.
+        let forged = AppStoreTestCA().sign(["notificationType": "RESCIND_CONSENT", "notificationUUID": "r-3", "signedDate": .int(nov1)])
+        #expect(throws: SubscriptionsError.self) { try f.notify(forged, at: nov1) }
+    }
+}

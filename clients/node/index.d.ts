@@ -1107,6 +1107,8 @@ export interface Methods {
       originalTransactionId: string | null;
       environment: string | null;
       error: null | "expired" | "revoked";
+      /** present when a parent withdrew consent (RESCIND_CONSENT): the host decides what follows */
+      consentRescindedAt?: string;
       /** MONTHLY for monthly billing under a 12-month commitment; this and the next two are present only for commitment plans */
       billingPlanType?: string | null;
       /** the commitment the current period belongs to */
@@ -1149,6 +1151,8 @@ export interface Methods {
       originalTransactionId: string | null;
       environment: string | null;
       error: null | "expired" | "revoked";
+      /** present when a parent withdrew consent (RESCIND_CONSENT): the host decides what follows */
+      consentRescindedAt?: string;
       /** MONTHLY for monthly billing under a 12-month commitment; this and the next two are present only for commitment plans */
       billingPlanType?: string | null;
       /** the commitment the current period belongs to */
