@@ -14,6 +14,11 @@ public enum UnknownTypePolicy: String, Sendable, CaseIterable {
 /// The `health` configuration section.
 public struct HealthConfig: Sendable, Equatable {
     public var unknownTypes: UnknownTypePolicy = .keep
+    /// How far back (days before the kernel's clock) an item may start; 0: no bound. A deployment that
+    /// keeps only recent history (iOS 27 lets a person share only recent data) refuses older items
+    /// clearly instead of storing what it will not keep.
+    public var maxHistoryDays: Int64 = 0
+    public static let historyDays: ClosedRange<Int64> = 0...36_500
     public init() {}
 }
 
@@ -28,11 +33,18 @@ extension HealthConfig: DomainConfig {
             }
             unknownTypes = policy
         }
+        if let v = try reader.optional("maxHistoryDays", in: Self.historyDays) { maxHistoryDays = v }
         try reader.finish()
     }
 
-    /// `HEALTHKERNEL_HEALTH_UNKNOWN_TYPES` overrides the file.
+    /// `HEALTHKERNEL_HEALTH_UNKNOWN_TYPES` and `HEALTHKERNEL_HEALTH_MAX_HISTORY_DAYS` override the file.
     public mutating func read(environment: [String: String], readFile: (String) -> [UInt8]?) throws(FieldError) {
+        if let v = environment["HEALTHKERNEL_HEALTH_MAX_HISTORY_DAYS"] {
+            guard let days = Int64(v), Self.historyDays.contains(days) else {
+                throw .outOfRange("HEALTHKERNEL_HEALTH_MAX_HISTORY_DAYS", "must be a whole number from 0 to 36500")
+            }
+            maxHistoryDays = days
+        }
         guard let v = environment["HEALTHKERNEL_HEALTH_UNKNOWN_TYPES"] else { return }
         guard let policy = UnknownTypePolicy(rawValue: v) else {
             throw .outOfRange("HEALTHKERNEL_HEALTH_UNKNOWN_TYPES", "must be one of \(UnknownTypePolicy.allCases.map(\.rawValue).joined(separator: ", "))")

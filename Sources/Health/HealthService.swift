@@ -16,6 +16,9 @@ public enum HealthError: Error, Equatable {
     /// A sample of a type the kernel's table lacks, while `health.unknownTypes` is `refuse`; the path
     /// names its `type`.
     case unknownType(String)
+    /// An item starts further back than the deployment keeps (`health.maxHistoryDays`); the path names
+    /// its `start`.
+    case tooOld(String, days: Int64)
     case storage(StorageError)
 }
 
@@ -110,10 +113,14 @@ public final class HealthService: @unchecked Sendable {
     let maxItems: Int64
     /// What happens to samples of types the kernel's table lacks.
     let unknownTypes: UnknownTypePolicy
+    /// How many days back from the clock an item may start; 0: no bound (`health.maxHistoryDays`).
+    let maxHistoryDays: Int64
 
-    public init(store: any Storage, tables: HealthTables, cursorSecrets: [[UInt8]], maxItems: Int64 = 0, unknownTypes: UnknownTypePolicy = .keep) {
+    public init(store: any Storage, tables: HealthTables, cursorSecrets: [[UInt8]], maxItems: Int64 = 0, unknownTypes: UnknownTypePolicy = .keep,
+                maxHistoryDays: Int64 = 0) {
         self.maxItems = maxItems
         self.unknownTypes = unknownTypes
+        self.maxHistoryDays = maxHistoryDays
         self.store = store
         self.tables = tables
         cursors = CursorSeal(purpose: "health.workouts", secrets: cursorSecrets)
@@ -206,9 +213,11 @@ public final class HealthService: @unchecked Sendable {
         let large = request.count > HealthRules.largeIngest
         if large { logger.info("health.ingest: \(request.count) items, placing them") }
         let latest = now.milliseconds + HealthRules.futureAllowanceMs
-        for item in request.samples.map(\.item) + request.workouts.map(\.item) + request.sleep.map(\.item)
-        where item.end.milliseconds > latest {
-            throw .future(item.path + ".end")
+        // The oldest start kept; with no bound, before anything.
+        let earliest = maxHistoryDays > 0 ? now.milliseconds - maxHistoryDays * 86_400_000 : .min
+        for item in request.samples.map(\.item) + request.workouts.map(\.item) + request.sleep.map(\.item) {
+            if item.end.milliseconds > latest { throw .future(item.path + ".end") }
+            if item.start.milliseconds < earliest { throw .tooOld(item.path + ".start", days: maxHistoryDays) }
         }
         let zone: Zone
         if let named = request.zone {

@@ -13,6 +13,8 @@ extension HealthError {
             return .invalidParams(path, reason: "future_date", "\(path) is more than a day in the future")
         case .quota(let limit): return .quotaExceeded("HealthKit items", limit: limit)
         case .stale: return .storageConflict("the user's HealthKit rows changed while the ingest was planned")
+        case .tooOld(let path, let days):
+            return .invalidParams(path, reason: "out_of_range", "\(path) is more than \(days) days ago, further back than this deployment keeps (health.maxHistoryDays)")
         case .unknownType(let path):
             return .invalidParams(path, reason: "invalid_params",
                                   "\(path) is not a type the kernel summarises, and this deployment refuses others (health.unknownTypes)")

@@ -497,3 +497,23 @@ struct HealthProfileStandIn: StoredRow {
         #expect(throws: FieldError.self) { try unknown(1, Self.future, 1, unit: "") }
     }
 }
+
+/// `health.maxHistoryDays` (#40, limited history): a deployment that keeps only recent history refuses an
+/// older item whole, naming its `start`; 0 keeps everything.
+@Suite struct HistoryBoundTests {
+    @Test func itemsStartingBeforeTheBoundAreRefusedWholeOnTheirStart() throws {
+        let h = try Harness()
+        let bounded = HealthService(store: h.store, tables: h.tables, cursorSecrets: [Array("s".utf8)], maxHistoryDays: 30)
+        // `now` is 2026-11-01: 30 days back is 2026-10-02T00:00Z.
+        let recent = try sample(1, 10, "2026-10-02T00:00:00Z", "2026-10-02T00:10:00Z")
+        let old = try sample(2, 10, "2026-10-01T23:59:00Z", "2026-10-02T00:01:00Z")
+        #expect(throws: HealthError.tooOld("params.samples[0].start", days: 30)) {
+            try bounded.ingest(h.user, IngestRequest(zone: .utc, samples: [recent, old]), now: now)
+        }
+        #expect(try bounded.sample(h.user, uuid(1)) == nil, "refused whole")
+        #expect(try bounded.ingest(h.user, IngestRequest(zone: .utc, samples: [recent]), now: now).samples == 1)
+        #expect(HealthError.tooOld("params.samples[0].start", days: 30).rpc.code == -32602)
+        // Without a bound, 1970 is fine.
+        #expect(try h.ingest("UTC", samples: [try sample(3, 1, "1970-01-02T00:00:00Z", "1970-01-02T00:01:00Z")]).samples == 1)
+    }
+}
