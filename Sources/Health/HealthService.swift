@@ -42,9 +42,12 @@ public struct IngestRequest: Sendable {
     public var sleep: [SleepInput] = []
     public var replaceDays: [CalendarDate] = []
     public var dryRun = false
+    /// Per type identifier, the first day the person lets the app read (kept in the profile).
+    public var authorizedFrom: [String: CalendarDate] = [:]
 
     public init(deviceId: String? = nil, zone: Zone? = nil, samples: [SampleInput] = [], workouts: [WorkoutInput] = [],
-                sleep: [SleepInput] = [], replaceDays: [CalendarDate] = [], dryRun: Bool = false) {
+                sleep: [SleepInput] = [], replaceDays: [CalendarDate] = [], dryRun: Bool = false, authorizedFrom: [String: CalendarDate] = [:]) {
+        self.authorizedFrom = authorizedFrom
         self.deviceId = deviceId
         self.zone = zone
         self.samples = samples
@@ -141,6 +144,11 @@ public final class HealthService: @unchecked Sendable {
     }
 
     /// Days from `from` through `to` that have data.
+    /// Per type identifier, the first day the person lets the app read, as the app last said.
+    public func authorizedFrom(_ user: String) throws(HealthError) -> [String: String] {
+        try storage(try tables.profile.get(user: user, key: Self.profileKey))?.authorizedFrom ?? [:]
+    }
+
     public func summary(_ user: String, from: CalendarDate, to: CalendarDate) throws(HealthError) -> [Period] {
         try storage(try tables.days.scan(user: user, from: from.description, to: to.description, after: nil, reverse: false, limit: .max))
             .map { Period(name: $0.key, summary: $0.row, days: 1) }
@@ -268,7 +276,7 @@ public final class HealthService: @unchecked Sendable {
         }
         if large { logger.info("health.ingest: placed \(request.count) items in \((monotonicMicros() - began) / 1000) ms, recomputing days") }
         report.daysRecomputed = try work.recompute()
-        try saveProfile(&work, zone: request.zone)
+        try saveProfile(&work, zone: request.zone, authorizedFrom: request.authorizedFrom)
         if large {
             logger.info("health.ingest: \(request.count) items (\(report.unchanged) unchanged), \(report.daysRecomputed.count) days recomputed, planned in \((monotonicMicros() - began) / 1000) ms")
         }
@@ -286,19 +294,20 @@ public final class HealthService: @unchecked Sendable {
             report.deleted += 1
         }
         report.daysRecomputed = try work.recompute()
-        if work.itemDelta != 0 { try saveProfile(&work, zone: nil) }
+        if work.itemDelta != 0 { try saveProfile(&work, zone: nil, authorizedFrom: [:]) }
         if !work.tx.isEmpty { try storage(try store.commit(work.tx)) }
         return report
     }
 
     /// Puts the user's profile into the unit of work when it changes: the zone last sent, and the item
     /// count after `work`, refused (nothing is stored) when it grows past the quota.
-    private func saveProfile(_ work: inout Work, zone: Zone?) throws(HealthError) {
+    private func saveProfile(_ work: inout Work, zone: Zone?, authorizedFrom: [String: CalendarDate]) throws(HealthError) {
         let (user, tables) = (work.user, work.tables)
         let old = try storage(try tables.profile.get(user: user, key: Self.profileKey))
         guard let after = try Quota.after(stored: old?.items, adding: work.itemDelta, limit: maxItems,
                                           recount: { () throws(HealthError) in try countItems(user, tables) }) else { throw .quota(maxItems) }
-        let row = ProfileRow(timezone: zone?.identifier ?? old?.timezone ?? Zone.utc.identifier, items: after)
+        var row = ProfileRow(timezone: zone?.identifier ?? old?.timezone ?? Zone.utc.identifier, items: after)
+        row.authorizedFrom = (old?.authorizedFrom ?? [:]).merging(authorizedFrom.mapValues(\.description)) { $1 }
         if row != old { work.tx.put(work.writes.profile, user: user, key: Self.profileKey, row) }
     }
 

@@ -203,3 +203,30 @@ public struct SleepInput: ParamType, Sendable, Equatable {
         itemSchema(["uuid", "stage", "start", "end"], [("stage", ["enum": .array(SleepStage.allCases.map { .string($0.rawValue) })])])
     }
 }
+
+/// `authorizedFrom`: per HealthKit type, the first day the person lets the app read
+/// (`HKHealthStore.earliestAuthorizedSampleDate(for:)`, iOS 27). Keys are HealthKit type identifiers
+/// (known or not), values `YYYY-MM-DD`; at most 256.
+public struct AuthorizedFrom: ParamType, Sendable, Equatable {
+    public var dates: [String: CalendarDate]
+
+    public static func decode(_ json: JSON, at path: String) throws(FieldError) -> AuthorizedFrom {
+        let object = try JSONObject.decode(json, at: path)
+        guard object.count <= 256 else { throw .outOfRange(path, "must name at most 256 types") }
+        var dates: [String: CalendarDate] = [:]
+        for (key, value) in object {
+            let field = path + "." + key
+            guard HealthType.named(key) != nil || UnknownTypes.isHealthKitName(key) else {
+                throw FieldError(field: field, reason: "invalid_params", message: "\(field) is not a HealthKit quantity or category type identifier")
+            }
+            dates[key] = try CalendarDate.decode(value, at: field)
+        }
+        return AuthorizedFrom(dates: dates)
+    }
+
+    public static var schema: JSON {
+        ["type": "object",
+         "description": "per HealthKit type identifier (at most 256), the first day (YYYY-MM-DD) the person lets the app read (earliestAuthorizedSampleDate)",
+         "additionalProperties": CalendarDate.schema]
+    }
+}

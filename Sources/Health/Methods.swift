@@ -94,19 +94,30 @@ extension DayRow {
 struct Days: JSONEncodable {
     let periods: [Period]
     let types: Set<Int>?
+    let authorizedFrom: [String: String]
     var json: JSON {
-        ["days": .array(periods.map { .object(JSONObject([("date", .string($0.name))] + $0.summary.members(types: types))) })]
+        .object(JSONObject([("days", .array(periods.map { .object(JSONObject([("date", .string($0.name))] + $0.summary.members(types: types))) }))]
+                           + authorizedMember(authorizedFrom, types: types)))
     }
 }
 
 struct Weeks: JSONEncodable {
     let periods: [Period]
     let types: Set<Int>?
+    let authorizedFrom: [String: String]
     var json: JSON {
-        ["weeks": .array(periods.map {
+        .object(JSONObject([("weeks", .array(periods.map {
             .object(JSONObject([("week", .string($0.name)), ("days", .int(Int64($0.days)))] + $0.summary.members(types: types)))
-        })]
+        }))] + authorizedMember(authorizedFrom, types: types)))
     }
+}
+
+/// `authorizedFrom`, narrowed to `types`, when the app said any: a type with no figure on a day before
+/// its date was not readable then, which is not the same as no data.
+func authorizedMember(_ dates: [String: String], types: Set<Int>?) -> [(String, JSON)] {
+    let shown = dates.keys.sorted().filter { name in types.map { codes in HealthType.named(name).map { codes.contains($0.code) } ?? false } ?? true }
+    guard !shown.isEmpty else { return [] }
+    return [("authorizedFrom", .object(JSONObject(shown.map { ($0, JSON.string(dates[$0]!)) })))]
 }
 
 extension IngestReport: JSONEncodable {
@@ -159,6 +170,7 @@ enum Schemas {
         "asleepUnspecified": {"type": "integer", "minimum": 0}, "asleepCore": {"type": "integer", "minimum": 0},
         "asleepDeep": {"type": "integer", "minimum": 0}, "asleepREM": {"type": "integer", "minimum": 0}, "awake": {"type": "integer", "minimum": 0}}}
     """#
+    static let authorizedFrom = #""authorizedFrom": {"type": "object", "description": "per type, the first day the person lets the app read (as health.ingest last said; present when it said any): a type with no figure before it was not readable, not absent", "additionalProperties": {"type": "string", "format": "date"}}"#
     static let day = #"{"type": "object", "additionalProperties": false, "required": ["date", "metrics", "workouts", "sleep"], "properties": {"date": {"type": "string", "format": "date"}, \#(summary)}}"#
 }
 
@@ -207,8 +219,9 @@ public struct HealthIngest: BulkRPCMethod {
             optional("workouts", items: WorkoutInput.self, maxItems: HealthRules.maxItems),
             optional("sleep", items: SleepInput.self, maxItems: HealthRules.maxItems),
             optional("replaceDays", items: CalendarDate.self, maxItems: 366).notBefore(DateFloor.health).described("local days whose items from deviceId are replaced by this request's"),
-            optional("dryRun", Bool.self).described("validate and report without storing"))
-        public init(_ v: (String?, Zone?, [SampleInput]?, [WorkoutInput]?, [SleepInput]?, [CalendarDate]?, Bool?)) throws(FieldError) {
+            optional("dryRun", Bool.self).described("validate and report without storing"),
+            optional("authorizedFrom", AuthorizedFrom.self).described("per type, the first day the person lets the app read; kept, shown by health.summary and health.weekly"))
+        public init(_ v: (String?, Zone?, [SampleInput]?, [WorkoutInput]?, [SleepInput]?, [CalendarDate]?, Bool?, AuthorizedFrom?)) throws(FieldError) {
             let (samples, workouts, sleep) = (v.2 ?? [], v.3 ?? [], v.4 ?? [])
             if samples.count + workouts.count + sleep.count > HealthRules.maxItems {
                 throw .outOfRange("params", "must hold at most \(HealthRules.maxItems) samples, workouts and sleep samples in all")
@@ -227,7 +240,7 @@ public struct HealthIngest: BulkRPCMethod {
                 seen[item.uuid] = seen[item.uuid] ?? sent
             }
             request = IngestRequest(deviceId: v.0, zone: v.1, samples: samples, workouts: workouts, sleep: sleep, replaceDays: v.5 ?? [],
-                                    dryRun: v.6 ?? false)
+                                    dryRun: v.6 ?? false, authorizedFrom: v.7?.dates ?? [:])
         }
     }
     public static let name = "health.ingest"
@@ -305,12 +318,13 @@ public struct HealthSummary: RPCMethod {
     public static let summary = "Each local day from `from` through `to` that has data: metrics per type, workouts per activity, sleep per stage."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["days"], "properties": {"days": {"type": "array", "items": \#(Schemas.day)}}}"#
+    public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["days"], "properties": {"days": {"type": "array", "items": \#(Schemas.day)}, \#(Schemas.authorizedFrom)}}"#
     let service: HealthService
     public init(_ service: HealthService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
         let user = try c.userID()
-        return try answer { () throws(HealthError) in Days(periods: try service.summary(user, from: p.from, to: p.to), types: p.types) }
+        return try answer { () throws(HealthError) in Days(periods: try service.summary(user, from: p.from, to: p.to), types: p.types,
+                                                                authorizedFrom: try service.authorizedFrom(user)) }
     }
 }
 
@@ -332,12 +346,13 @@ public struct HealthWeekly: RPCMethod {
     public static let summary = "ISO 8601 weeks (Monday to Sunday, whole) touching `from` through `to` that have data, aggregated from their days."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["weeks"], "properties": {"weeks": {"type": "array", "items": {"type": "object", "additionalProperties": false, "required": ["week", "days", "metrics", "workouts", "sleep"], "properties": {"week": {"type": "string", "pattern": "^[0-9]{4}-W[0-9]{2}$"}, "days": {"type": "integer", "minimum": 1, "maximum": 7}, \#(Schemas.summary)}}}}}"#
+    public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["weeks"], "properties": {"weeks": {"type": "array", "items": {"type": "object", "additionalProperties": false, "required": ["week", "days", "metrics", "workouts", "sleep"], "properties": {"week": {"type": "string", "pattern": "^[0-9]{4}-W[0-9]{2}$"}, "days": {"type": "integer", "minimum": 1, "maximum": 7}, \#(Schemas.summary)}}}, \#(Schemas.authorizedFrom)}}"#
     let service: HealthService
     public init(_ service: HealthService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
         let user = try c.userID()
-        return try answer { () throws(HealthError) in Weeks(periods: try service.weekly(user, from: p.from, to: p.to), types: p.types) }
+        return try answer { () throws(HealthError) in Weeks(periods: try service.weekly(user, from: p.from, to: p.to), types: p.types,
+                                                                 authorizedFrom: try service.authorizedFrom(user)) }
     }
 }
 

@@ -443,6 +443,8 @@ public struct ProfileRow: StoredRow {
     /// How many samples, workouts and sleep samples the user keeps (the `healthItemsPerUser` quota);
     /// nil in rows written before it was kept, counted once when first needed.
     public var items: Int64?
+    /// Per type identifier, the first day (`YYYY-MM-DD`) the person lets the app read.
+    public var authorizedFrom: [String: String] = [:]
 
     public init(timezone: String, items: Int64? = nil) {
         self.timezone = timezone
@@ -452,8 +454,17 @@ public struct ProfileRow: StoredRow {
         let f = try StoredFields(stored, "profile")
         timezone = try f.string("timezone")
         items = try f.optionalInt("items")
+        for (type, day) in f.object["authorizedFrom"]?.objectValue ?? JSONObject() {
+            guard let d = day.stringValue, CalendarDate(d) != nil else { throw StorageError.corrupt("bad authorizedFrom") }
+            authorizedFrom[type] = d
+        }
     }
-    public var stored: JSON { items.map { ["timezone": .string(timezone), "items": .int($0)] } ?? ["timezone": .string(timezone)] }
+    public var stored: JSON {
+        var o = JSONObject([("timezone", .string(timezone))])
+        if let items { o["items"] = .int(items) }
+        if !authorizedFrom.isEmpty { o["authorizedFrom"] = .object(JSONObject(authorizedFrom.keys.sorted().map { ($0, JSON.string(authorizedFrom[$0]!)) })) }
+        return .object(o)
+    }
 }
 
 /// The health tables, registered with the store before it recovers.

@@ -517,3 +517,40 @@ struct HealthProfileStandIn: StoredRow {
         #expect(try h.ingest("UTC", samples: [try sample(3, 1, "1970-01-02T00:00:00Z", "1970-01-02T00:01:00Z")]).samples == 1)
     }
 }
+
+/// `authorizedFrom` (#40, limited history): the app says from which day each type is readable; the
+/// kernel keeps it (later values replace earlier ones, per type) and summaries show it, so "no figure
+/// before that day" reads as "not readable", not "no data".
+@Suite struct AuthorizedFromTests {
+    @Test func theEarliestReadableDayPerTypeIsKeptAndShownBesideSummaries() throws {
+        let h = try Harness()
+        let rmssd = "HKQuantityTypeIdentifierHeartRateVariabilityRMSSD"
+        try h.service.ingest(h.user, IngestRequest(zone: .utc, samples: [try sample(1, 100, "2026-03-02T09:00:00Z", "2026-03-02T09:10:00Z")],
+                                                   authorizedFrom: [steps: day("2026-03-01"), rmssd: day("2026-02-01")]), now: now)
+        #expect(try h.service.authorizedFrom(h.user) == [steps: "2026-03-01", rmssd: "2026-02-01"])
+        // Later: the person widens steps; RMSSD stays as it was.
+        try h.service.ingest(h.user, IngestRequest(authorizedFrom: [steps: day("2025-03-01")]), now: now)
+        #expect(try h.service.authorizedFrom(h.user) == [steps: "2025-03-01", rmssd: "2026-02-01"])
+        let json = Days(periods: try h.service.summary(h.user, from: day("2026-03-01"), to: day("2026-03-31")), types: nil,
+                        authorizedFrom: try h.service.authorizedFrom(h.user)).json
+        #expect(json["authorizedFrom"] == [steps: "2025-03-01", rmssd: "2026-02-01"])
+        // Narrowed with the summary's types; absent when the app never said.
+        let narrowed = Days(periods: [], types: [HealthType.named(steps)!.code], authorizedFrom: try h.service.authorizedFrom(h.user)).json
+        #expect(narrowed["authorizedFrom"] == [steps: "2025-03-01"])
+        #expect(Days(periods: [], types: nil, authorizedFrom: [:]).json["authorizedFrom"] == nil)
+    }
+
+    @Test func keysMustBeHealthKitTypesAndValuesDays() throws {
+        #expect(try AuthorizedFrom.decode(["HKQuantityTypeIdentifierNextYearsThing": "2026-01-01"], at: "params.authorizedFrom").dates.count == 1)
+        let cases: [(JSON, String)] = [(["Steps": "2026-01-01"], "params.authorizedFrom.Steps"),
+                                       ([steps: "2026-02-30"], "params.authorizedFrom.\(steps)"), ([steps: 5], "params.authorizedFrom.\(steps)")]
+        for (bad, field) in cases {
+            do {
+                _ = try AuthorizedFrom.decode(bad, at: "params.authorizedFrom")
+                Issue.record("\(bad) was taken")
+            } catch {
+                #expect(error.field == field)
+            }
+        }
+    }
+}

@@ -361,6 +361,10 @@ export interface Methods {
       replaceDays?: string[];
       /** validate and report without storing */
       dryRun?: boolean;
+      /** per type, the first day the person lets the app read; kept, shown by health.summary and health.weekly */
+      authorizedFrom?: {
+        [key: string]: string;
+      };
     };
     paramsRequired: true;
     result: {
@@ -432,6 +436,10 @@ export interface Methods {
           awake: number;
         } | null;
       }>;
+      /** per type, the first day the person lets the app read (as health.ingest last said; present when it said any): a type with no figure before it was not readable, not absent */
+      authorizedFrom?: {
+        [key: string]: string;
+      };
     };
   };
   /** ISO 8601 weeks (Monday to Sunday, whole) touching `from` through `to` that have data, aggregated from their days. Auth: user. */
@@ -483,6 +491,10 @@ export interface Methods {
           awake: number;
         } | null;
       }>;
+      /** per type, the first day the person lets the app read (as health.ingest last said; present when it said any): a type with no figure before it was not readable, not absent */
+      authorizedFrom?: {
+        [key: string]: string;
+      };
     };
   };
   /** Workouts starting on local days `from` through `to`, newest first; pages stay stable while workouts are added. Auth: user. */
