@@ -94,10 +94,20 @@ public struct SampleInput: ParamType, Sendable, Equatable {
         let item = try ItemInput(&r)
         let name: String = try r.required("type")
         guard let type = HealthType.named(name) else { return try unknown(&r, item, name) }
-        let raw: Double = try r.required("value")
-        guard raw.isFinite else { throw .outOfRange(r.path("value"), "must be a finite number") }
-        // A category sample's value is an enumeration case (an integer), sent without a unit.
+        // A category sample's value is an enumeration case, by its raw value or (for a type whose
+        // enumeration the kernel knows) its case name, sent without a unit.
         let category = type.aggregation == .category
+        let sent: JSON = try r.required("value")
+        let raw: Double
+        if category, case .string(let caseName) = sent, let cases = type.enumeration {
+            guard let match = cases.first(where: { $0.name == caseName }) else {
+                throw .outOfRange(r.path("value"), "must be one of \(cases.map(\.name).joined(separator: ", ")) (or its raw value) for \(name)")
+            }
+            raw = Double(match.raw)
+        } else {
+            raw = try Double.decode(sent, at: r.path("value"))
+        }
+        guard raw.isFinite else { throw .outOfRange(r.path("value"), "must be a finite number") }
         let unit: String? = category ? try r.optional("unit") : try r.required("unit")
         if category {
             guard unit == nil else {

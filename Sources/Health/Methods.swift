@@ -42,7 +42,8 @@ private func placed(_ uuid: String, _ p: Placement, _ members: [(String, JSON)])
 extension SampleRow {
     func json(_ uuid: String) -> JSON {
         placed(uuid, placement, [("type", .string(type.identifier)), ("value", .double(value))]
-               + (type.unit.isEmpty ? [] : [("unit", .string(type.unit))]))
+               + (type.unit.isEmpty ? [] : [("unit", .string(type.unit))])
+               + (type.caseName(value).map { [("valueName", JSON.string($0))] } ?? []))
     }
 }
 

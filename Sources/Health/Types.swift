@@ -208,6 +208,44 @@ public struct HealthType: Sendable, Hashable {
         "SleepChanges", "SoreThroat", "VaginalDryness", "Vomiting", "Wheezing",
     ].map(c)
 
+    /// Category types' values by their `HKCategoryValue...` case names, as raw values. A category type
+    /// not listed takes raw values only (`HKCategoryValue.notApplicable`, 0, for most events).
+    static let enumerations: [String: [(name: String, raw: Int)]] = {
+        let severity = [("unspecified", 0), ("notPresent", 1), ("mild", 2), ("moderate", 3), ("severe", 4)]
+        let presence = [("present", 0), ("notPresent", 1)]
+        let testResult = [("negative", 1), ("positive", 2), ("indeterminate", 3)]
+        var out: [String: [(name: String, raw: Int)]] = [
+            "SleepAnalysis": [("inBed", 0), ("asleepUnspecified", 1), ("awake", 2), ("asleepCore", 3), ("asleepDeep", 4), ("asleepREM", 5)],
+            "MenstrualFlow": [("unspecified", 1), ("light", 2), ("medium", 3), ("heavy", 4), ("none", 5)],
+            "CervicalMucusQuality": [("dry", 1), ("sticky", 2), ("creamy", 3), ("watery", 4), ("eggWhite", 5)],
+            "OvulationTestResult": [("negative", 1), ("luteinizingHormoneSurge", 2), ("indeterminate", 3), ("estrogenSurge", 4)],
+            "PregnancyTestResult": testResult, "ProgesteroneTestResult": testResult,
+            "Contraceptive": [("unspecified", 1), ("implant", 2), ("injection", 3), ("intrauterineDevice", 4), ("intravaginalRing", 5),
+                              ("oral", 6), ("patch", 7)],
+            "AppetiteChanges": [("unspecified", 0), ("noChange", 1), ("decreased", 2), ("increased", 3)],
+            "MoodChanges": presence, "SleepChanges": presence,
+            "EnvironmentalAudioExposureEvent": [("momentaryLimit", 1)],
+            "HeadphoneAudioExposureEvent": [("sevenDayLimit", 1)],
+            "LowCardioFitnessEvent": [("lowFitness", 1)],
+            "AppleWalkingSteadinessEvent": [("initialLow", 1), ("initialVeryLow", 2), ("repeatLow", 3), ("repeatVeryLow", 4)],
+        ]
+        for symptom in ["AbdominalCramps", "Acne", "BladderIncontinence", "Bloating", "BreastPain", "ChestTightnessOrPain", "Chills",
+                        "Constipation", "Coughing", "Diarrhea", "Dizziness", "DrySkin", "Fainting", "Fatigue", "Fever", "GeneralizedBodyAche",
+                        "HairLoss", "Headache", "Heartburn", "HotFlashes", "LossOfSmell", "LossOfTaste", "LowerBackPain", "MemoryLapse",
+                        "Nausea", "NightSweats", "PelvicPain", "RapidPoundingOrFlutteringHeartbeat", "RunnyNose", "ShortnessOfBreath",
+                        "SinusCongestion", "SkippedHeartbeat", "SoreThroat", "VaginalDryness", "Vomiting", "Wheezing"] {
+            out[symptom] = severity
+        }
+        return Dictionary(uniqueKeysWithValues: out.map { ("HKCategoryTypeIdentifier" + $0.key, $0.value) })
+    }()
+
+    /// The type's enumeration (`HKCategoryValue...` case names and raw values), for category types that
+    /// have one.
+    public var enumeration: [(name: String, raw: Int)]? { isKnown ? Self.enumerations[identifier] : nil }
+
+    /// The case name of raw value `value`, when the type has an enumeration naming it.
+    public func caseName(_ value: Double) -> String? { enumeration?.first { Double($0.raw) == value }?.name }
+
     /// Every type, in table order.
     public static let all: [HealthType] = table.indices.map { HealthType(code: $0) }
 

@@ -176,7 +176,9 @@ private func share(_ from: Int64, _ to: Int64, _ value: Double, rank: Int) -> Co
                 i == 0 || (u.factor == 1 && u.offset == 0) ? "`\(u.unit)`"
                     : "`\(u.unit)` (×\(number(u.factor))\(u.offset == 0 ? "" : (u.offset < 0 ? " − " : " + ") + number(abs(u.offset))))"
             }.joined(separator: ", ")
-            if type.units.isEmpty { units = "none: the enumeration's raw value" }
+            if type.units.isEmpty {
+                units = type.enumeration.map { "none; value: " + $0.map { "`\($0.name)` (\($0.raw))" }.joined(separator: ", ") } ?? "none; value: the raw value"
+            }
             if type.isFraction { units += ", kept as a fraction" }
             lines.append("| `\(type.identifier)` | \(type.aggregation.rawValue) | \(units) |")
         }

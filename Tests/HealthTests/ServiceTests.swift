@@ -554,3 +554,32 @@ struct HealthProfileStandIn: StoredRow {
         }
     }
 }
+
+/// Category values by their `HKCategoryValue...` case names (#40): sent by name or raw value, kept as the
+/// raw value, shown with its name.
+@Suite struct CategoryCaseNameTests {
+    func category(_ type: String, _ value: JSON) throws -> SampleInput {
+        try SampleInput.decode(["uuid": .string(uuid(1)), "type": .string(type), "value": value, "start": "2026-03-02T10:00:00Z",
+                                "end": "2026-03-02T10:00:00Z"], at: "params.samples[0]")
+    }
+
+    @Test func aCaseNameAndItsRawValueAreTheSameSample() throws {
+        let flow = "HKCategoryTypeIdentifierMenstrualFlow", headache = "HKCategoryTypeIdentifierHeadache"
+        #expect(try category(flow, "heavy").value == 4)
+        #expect(try category(flow, "heavy") == category(flow, 4))
+        #expect(try category(headache, "moderate").value == 3)
+        do {
+            _ = try category(flow, "torrential")
+            Issue.record("an unknown case was taken")
+        } catch let error as FieldError {
+            #expect(error.field == "params.samples[0].value" && error.message.contains("light"))
+        }
+        // A type without a known enumeration takes raw values only.
+        #expect(throws: FieldError.self) { try category("HKCategoryTypeIdentifierMindfulSession", "calm") }
+        // Shown with its name through the feed's form.
+        let h = try Harness()
+        try h.ingest("UTC", samples: [try category(flow, "light")])
+        #expect(try h.service.sample(h.user, uuid(1))?.json(uuid(1))["valueName"] == "light")
+        #expect(try h.service.sample(h.user, uuid(1))?.json(uuid(1))["value"] == 2.0)
+    }
+}

@@ -166,13 +166,26 @@ final class LiveKernel: @unchecked Sendable {
         signal(SIGPIPE, SIG_IGN)  // a killed kernel must show up as EPIPE here, not kill the test runner
         process.executableURL = URL(fileURLWithPath: Paths.binary)
         process.arguments = arguments
-        let stdin = Pipe(), stdout = Pipe()
-        process.standardInput = stdin
-        process.standardOutput = stdout
+        // Pipes made close-on-exec: tests run in parallel, and a kernel spawned by another test while this
+        // one starts must not inherit this kernel's stdin write end, or this kernel would see no EOF when
+        // `closeInput` closes ours (it hung at exit once in about seven runs under load). The child gets
+        // its ends through dup2, which clears the flag.
+        func pipe() -> (read: Int32, write: Int32) {
+            var fds: [Int32] = [-1, -1]
+            precondition(Glibc.pipe(&fds) == 0, "pipe")
+            // pipe2(O_CLOEXEC) is not in Swift's Glibc module; the window until fcntl is a few instructions.
+            for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+            return (fds[0], fds[1])
+        }
+        let stdin = pipe(), stdout = pipe()
+        process.standardInput = FileHandle(fileDescriptor: stdin.read, closeOnDealloc: false)
+        process.standardOutput = FileHandle(fileDescriptor: stdout.write, closeOnDealloc: false)
         process.standardError = FileHandle.nullDevice
         try process.run()
-        input = stdin.fileHandleForWriting.fileDescriptor
-        output = stdout.fileHandleForReading.fileDescriptor
+        close(stdin.read)
+        close(stdout.write)
+        input = stdin.write
+        output = stdout.read
     }
 
     /// Writes lines; false once the kernel is gone.
