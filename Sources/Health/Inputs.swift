@@ -97,16 +97,7 @@ public struct SampleInput: ParamType, Sendable, Equatable {
         // A category sample's value is an enumeration case, by its raw value or (for a type whose
         // enumeration the kernel knows) its case name, sent without a unit.
         let category = type.aggregation == .category
-        let sent: JSON = try r.required("value")
-        let raw: Double
-        if category, case .string(let caseName) = sent, let cases = type.enumeration {
-            guard let match = cases.first(where: { $0.name == caseName }) else {
-                throw .outOfRange(r.path("value"), "must be one of \(cases.map(\.name).joined(separator: ", ")) (or its raw value) for \(name)")
-            }
-            raw = Double(match.raw)
-        } else {
-            raw = try Double.decode(sent, at: r.path("value"))
-        }
+        let raw = category ? try categoryValue(&r, type, name) : try r.required("value", as: Double.self)
         guard raw.isFinite else { throw .outOfRange(r.path("value"), "must be a finite number") }
         let unit: String? = category ? try r.optional("unit") : try r.required("unit")
         if category {
@@ -127,6 +118,16 @@ public struct SampleInput: ParamType, Sendable, Equatable {
         }
         try r.finish()
         return SampleInput(item: item, type: type, value: value)
+    }
+
+    /// A category sample's value: its raw value, or the name of its case where the type's enumeration is known.
+    private static func categoryValue(_ r: inout ObjectReader, _ type: HealthType, _ name: String) throws(FieldError) -> Double {
+        let sent: JSON = try r.required("value")
+        guard case .string(let caseName) = sent, let cases = type.enumeration else { return try Double.decode(sent, at: r.path("value")) }
+        guard let match = cases.first(where: { $0.name == caseName }) else {
+            throw .outOfRange(r.path("value"), "must be one of \(cases.map(\.name).joined(separator: ", ")) (or its raw value) for \(name)")
+        }
+        return Double(match.raw)
     }
 
     /// A sample of a type the kernel's table lacks (a newer iOS's): its value and unit are kept as sent.

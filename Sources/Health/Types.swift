@@ -47,8 +47,6 @@ public struct HealthType: Sendable, Hashable {
     public var identifier: String { isKnown ? Self.table[code].identifier : UnknownTypes.shared.name(code).identifier }
     /// Unknown types are not summarised: never asked.
     public var aggregation: Aggregation { isKnown ? Self.table[code].aggregation : .category }
-    /// Whether HealthKit makes it an `HKCategoryType` (values are enumeration cases, no unit).
-    public var isCategory: Bool { aggregation == .category || identifier.hasPrefix("HKCategoryTypeIdentifier") }
     /// The unit values are kept and summed in ("" for a category type; an unknown type's as sent).
     public var unit: String { isKnown ? Self.table[code].units.first?.unit ?? "" : UnknownTypes.shared.name(code).unit ?? "" }
     public var units: [UnitConversion] { isKnown ? Self.table[code].units : [] }
@@ -258,7 +256,7 @@ public struct HealthType: Sendable, Hashable {
     /// Fractions given in `%` are fractions up to 1 (HealthKit's own form) and percentages above. A
     /// category type's value is its enumeration case's raw value, with no unit.
     public func canonical(_ value: Double, unit: String?) -> Double? {
-        guard let unit else { return isCategory && aggregation == .category ? value : nil }
+        guard let unit else { return aggregation == .category ? value : nil }
         guard let conversion = units.first(where: { $0.unit == unit }) else { return nil }
         if isFraction, value > 1 { return value / 100 }
         return value * conversion.factor + conversion.offset
