@@ -24,6 +24,12 @@ public struct HealthDomain: Domain {
             "health.sleep": { (user, id, _) throws(RPCError) in
                 try answer { () throws(HealthError) in try service.sleep(user, id).map { $0.json(id) } }
             },
+            RecordKind.stateOfMind.entity: { (user, id, _) throws(RPCError) in
+                try answer { () throws(HealthError) in try service.record(.stateOfMind, user, id).map { $0.json(id) } }
+            },
+            RecordKind.medicationDose.entity: { (user, id, _) throws(RPCError) in
+                try answer { () throws(HealthError) in try service.record(.medicationDose, user, id).map { $0.json(id) } }
+            },
             "health.day": { (user, id, _) throws(RPCError) in
                 try answer { () throws(HealthError) in
                     try service.day(user, id).map { JSON.object(JSONObject([("date", .string(id))] + $0.members(types: nil))) }

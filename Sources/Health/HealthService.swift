@@ -40,14 +40,18 @@ public struct IngestRequest: Sendable {
     public var samples: [SampleInput] = []
     public var workouts: [WorkoutInput] = []
     public var sleep: [SleepInput] = []
+    /// State of Mind samples and medication dose events.
+    public var records: [RecordInput] = []
     public var replaceDays: [CalendarDate] = []
     public var dryRun = false
     /// Per type identifier, the first day the person lets the app read (kept in the profile).
     public var authorizedFrom: [String: CalendarDate] = [:]
 
     public init(deviceId: String? = nil, zone: Zone? = nil, samples: [SampleInput] = [], workouts: [WorkoutInput] = [],
-                sleep: [SleepInput] = [], replaceDays: [CalendarDate] = [], dryRun: Bool = false, authorizedFrom: [String: CalendarDate] = [:]) {
+                sleep: [SleepInput] = [], records: [RecordInput] = [], replaceDays: [CalendarDate] = [], dryRun: Bool = false,
+                authorizedFrom: [String: CalendarDate] = [:]) {
         self.authorizedFrom = authorizedFrom
+        self.records = records
         self.deviceId = deviceId
         self.zone = zone
         self.samples = samples
@@ -57,7 +61,10 @@ public struct IngestRequest: Sendable {
         self.dryRun = dryRun
     }
 
-    var count: Int { samples.count + workouts.count + sleep.count }
+    var count: Int { samples.count + workouts.count + sleep.count + records.count }
+
+    /// Every item sent, of every kind.
+    var items: [ItemInput] { samples.map(\.item) + workouts.map(\.item) + sleep.map(\.item) + records.map(\.item) }
 }
 
 /// What an ingest did (or, dry, would do).
@@ -65,6 +72,8 @@ public struct IngestReport: Sendable, Equatable {
     public var samples = 0
     public var workouts = 0
     public var sleep = 0
+    /// State of Mind samples and medication dose events, by kind.
+    public var records: [RecordKind: Int] = [:]
     public var unchanged = 0
     /// Items `replaceDays` removed.
     public var replaced = 0
@@ -103,7 +112,7 @@ public struct WorkoutPage: Sendable {
     public var nextCursor: String?
 }
 
-/// HealthKit samples, workouts and sleep, by UUID, with per-day summaries kept up to date as they
+/// HealthKit samples, workouts, sleep, State of Mind and medication dose events, by UUID, with per-day summaries kept up to date as they
 /// change. Confined to the serving thread.
 public final class HealthService: @unchecked Sendable {
     static let profileKey = "profile"
@@ -136,6 +145,9 @@ public final class HealthService: @unchecked Sendable {
     public func sample(_ user: String, _ uuid: String) throws(HealthError) -> SampleRow? { try storage(try tables.samples.get(user: user, key: uuid)) }
     public func workout(_ user: String, _ uuid: String) throws(HealthError) -> WorkoutRow? { try storage(try tables.workouts.get(user: user, key: uuid)) }
     public func sleep(_ user: String, _ uuid: String) throws(HealthError) -> SleepRow? { try storage(try tables.sleep.get(user: user, key: uuid)) }
+    public func record(_ kind: RecordKind, _ user: String, _ uuid: String) throws(HealthError) -> RecordRow? {
+        try storage(try tables.records(kind).get(user: user, key: uuid))
+    }
     public func day(_ user: String, _ date: String) throws(HealthError) -> DayRow? { try storage(try tables.days.get(user: user, key: date)) }
 
     /// The zone ingests use when they name none: the one last sent, else UTC.
@@ -223,7 +235,8 @@ public final class HealthService: @unchecked Sendable {
         let latest = now.milliseconds + HealthRules.futureAllowanceMs
         // The oldest start kept; with no bound, before anything.
         let earliest = maxHistoryDays > 0 ? now.milliseconds - maxHistoryDays * 86_400_000 : .min
-        for item in request.samples.map(\.item) + request.workouts.map(\.item) + request.sleep.map(\.item) {
+        let items = request.items
+        for item in items {
             if item.end.milliseconds > latest { throw .future(item.path + ".end") }
             if item.start.milliseconds < earliest { throw .tooOld(item.path + ".start", days: maxHistoryDays) }
         }
@@ -235,10 +248,10 @@ public final class HealthService: @unchecked Sendable {
         }
         var work = Work(tables: tables, writes: self.tables, user: user)
         var report = IngestReport(dryRun: request.dryRun)
-        try work.prefetch(request.samples.map(\.item.uuid) + request.workouts.map(\.item.uuid) + request.sleep.map(\.item.uuid))
+        try work.prefetch(items.map(\.uuid))
 
         if let device = request.deviceId, !request.replaceDays.isEmpty {
-            let incoming = Set(request.samples.map(\.item.uuid) + request.workouts.map(\.item.uuid) + request.sleep.map(\.item.uuid))
+            let incoming = Set(items.map(\.uuid))
             report.replaced = try work.removeDevice(device, days: request.replaceDays, keeping: incoming)
         }
         for s in request.samples {
@@ -273,6 +286,13 @@ public final class HealthService: @unchecked Sendable {
             if existing == .sleep(row, sameContent: true) { report.unchanged += 1; continue }
             try work.put(s.item.uuid, .sleep(row, sameContent: false), replacing: existing)
             report.sleep += 1
+        }
+        for r in request.records {
+            let existing = try work.current(r.item.uuid)
+            let row = RecordRow(kind: r.kind, content: r.content, placement: work.placement(r.item, existing, zone, request.deviceId))
+            if existing == .record(row, sameContent: true) { report.unchanged += 1; continue }
+            try work.put(r.item.uuid, .record(row, sameContent: false), replacing: existing)
+            report.records[r.kind, default: 0] += 1
         }
         if large { logger.info("health.ingest: placed \(request.count) items in \((monotonicMicros() - began) / 1000) ms, recomputing days") }
         report.daysRecomputed = try work.recompute()
@@ -316,7 +336,11 @@ public final class HealthService: @unchecked Sendable {
         let samples = try storage(try tables.samples.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count
         let workouts = try storage(try tables.workouts.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count
         let sleep = try storage(try tables.sleep.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count
-        return Int64(samples + workouts + sleep)
+        var records = 0
+        for table in tables.recordTables {
+            records += try storage(try table.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count
+        }
+        return Int64(samples + workouts + sleep + records)
     }
 
     // MARK: The unit of work
@@ -326,12 +350,14 @@ public final class HealthService: @unchecked Sendable {
         case sample(SampleRow, sameContent: Bool)
         case workout(WorkoutRow, sameContent: Bool)
         case sleep(SleepRow, sameContent: Bool)
+        case record(RecordRow, sameContent: Bool)
 
         var placement: Placement {
             switch self {
             case .sample(let r, _): return r.placement
             case .workout(let r, _): return r.placement
             case .sleep(let r, _): return r.placement
+            case .record(let r, _): return r.placement
             }
         }
 
@@ -341,6 +367,7 @@ public final class HealthService: @unchecked Sendable {
             case (.sample(let x, let c1), .sample(let y, let c2)): return c1 || c2 ? x.sameContent(y) : x == y
             case (.workout(let x, let c1), .workout(let y, let c2)): return c1 || c2 ? x.sameContent(y) : x == y
             case (.sleep(let x, let c1), .sleep(let y, let c2)): return c1 || c2 ? x.sameContent(y) : x == y
+            case (.record(let x, let c1), .record(let y, let c2)): return c1 || c2 ? x.sameContent(y) : x == y
             default: return false
             }
         }
@@ -387,6 +414,9 @@ public final class HealthService: @unchecked Sendable {
             for (uuid, r) in try storage(try tables.samples.get(user: user, keys: uuids)) { stored[uuid] = .sample(r, sameContent: false) }
             for (uuid, r) in try storage(try tables.workouts.get(user: user, keys: uuids)) { stored[uuid] = .workout(r, sameContent: false) }
             for (uuid, r) in try storage(try tables.sleep.get(user: user, keys: uuids)) { stored[uuid] = .sleep(r, sameContent: false) }
+            for table in tables.recordTables {
+                for (uuid, r) in try storage(try table.get(user: user, keys: uuids)) { stored[uuid] = .record(r, sameContent: false) }
+            }
         }
 
         /// The item `uuid` names now, of whichever kind.
@@ -396,6 +426,9 @@ public final class HealthService: @unchecked Sendable {
             if let r = try storage(try tables.samples.get(user: user, key: uuid)) { return .sample(r, sameContent: false) }
             if let r = try storage(try tables.workouts.get(user: user, key: uuid)) { return .workout(r, sameContent: false) }
             if let r = try storage(try tables.sleep.get(user: user, key: uuid)) { return .sleep(r, sameContent: false) }
+            for table in tables.recordTables {
+                if let r = try storage(try table.get(user: user, key: uuid)) { return .record(r, sameContent: false) }
+            }
             return nil
         }
 
@@ -416,6 +449,7 @@ public final class HealthService: @unchecked Sendable {
             case .sample(let r, _): tx.put(writes.samples, user: user, key: uuid, r)
             case .workout(let r, _): tx.put(writes.workouts, user: user, key: uuid, r)
             case .sleep(let r, _): tx.put(writes.sleep, user: user, key: uuid, r)
+            case .record(let r, _): tx.put(writes.records(r.kind), user: user, key: uuid, r)
             }
             touch(item)
         }
@@ -430,6 +464,7 @@ public final class HealthService: @unchecked Sendable {
             case .sample: tx.delete(writes.samples, user: user, key: uuid)
             case .workout: tx.delete(writes.workouts, user: user, key: uuid)
             case .sleep: tx.delete(writes.sleep, user: user, key: uuid)
+            case .record(let r, _): tx.delete(writes.records(r.kind), user: user, key: uuid)
             }
             itemDelta -= 1
             pending[uuid] = .some(nil)
@@ -461,6 +496,13 @@ public final class HealthService: @unchecked Sendable {
             where row.placement.deviceId == device && !keeping.contains(uuid) {
                 doomed.append(uuid)
                 stored[uuid] = .sleep(row, sameContent: false)
+            }
+            for table in tables.recordTables {
+                for (uuid, row) in try storage(try table.scanOrdered(user: user, ranges: itemRanges))
+                where row.placement.deviceId == device && !keeping.contains(uuid) {
+                    doomed.append(uuid)
+                    stored[uuid] = .record(row, sameContent: false)
+                }
             }
             for uuid in doomed { try remove(uuid) }
             return doomed.count
@@ -499,6 +541,7 @@ public final class HealthService: @unchecked Sendable {
                 touched[.metric(r.type.code), default: []].formUnion(days)
             case .workout(let r, _): touched[.workouts, default: []].insert(r.placement.calendarDay)
             case .sleep(let r, _): touched[.sleep, default: []].insert(r.placement.calendarDay)
+            case .record: return // kept as sent, not summarised
             }
         }
 

@@ -76,10 +76,12 @@ private func finite(_ r: inout ObjectReader, _ key: String, required: Bool) thro
     return value
 }
 
-/// The schema of an item kind: the common members and `properties`.
-private func itemSchema(_ required: [String], _ properties: [(String, JSON)]) -> JSON {
-    ["type": "object", "additionalProperties": false, "required": .array(required.map { .string($0) }),
-     "properties": .object(JSONObject(ItemInput.schemaProperties + properties))]
+extension ItemInput {
+    /// The schema of an item kind: the common members and `properties`.
+    static func schema(_ required: [String], _ properties: [(String, JSON)]) -> JSON {
+        ["type": "object", "additionalProperties": false, "required": .array(required.map { .string($0) }),
+         "properties": .object(JSONObject(schemaProperties + properties))]
+    }
 }
 
 /// A quantity or category sample as sent.
@@ -150,7 +152,7 @@ public struct SampleInput: ParamType, Sendable, Equatable {
     }
 
     public static var schema: JSON {
-        itemSchema(["uuid", "type", "value", "start", "end"], [
+        ItemInput.schema(["uuid", "type", "value", "start", "end"], [
             ("type", ["type": "string", "pattern": "^HK(Quantity|Category)TypeIdentifier[A-Za-z0-9]+$", "maxLength": 100,
                       "description": "a HealthKit type identifier; those protocol/health.md lists are summarised, others kept as sent (health.unknownTypes)"]),
             ("value", ["type": "number", "description": "not negative, except temperatures; a category type's enumeration value"]),
@@ -185,7 +187,7 @@ public struct WorkoutInput: ParamType, Sendable, Equatable {
     }
 
     public static var schema: JSON {
-        itemSchema(["uuid", "activityType", "start", "end", "durationSeconds"], [
+        ItemInput.schema(["uuid", "activityType", "start", "end", "durationSeconds"], [
             ("activityType", ["type": "string", "description": "an HKWorkoutActivityType case name: running, walking, cycling, ..."]),
             ("durationSeconds", ["type": "integer", "minimum": 0, "maximum": 604_800, "description": "at most end - start (pauses excluded)"]),
             ("energyKcal", ["type": "number", "minimum": 0]),
@@ -211,7 +213,7 @@ public struct SleepInput: ParamType, Sendable, Equatable {
     }
 
     public static var schema: JSON {
-        itemSchema(["uuid", "stage", "start", "end"], [("stage", ["enum": .array(SleepStage.allCases.map { .string($0.rawValue) })])])
+        ItemInput.schema(["uuid", "stage", "start", "end"], [("stage", ["enum": .array(SleepStage.allCases.map { .string($0.rawValue) })])])
     }
 }
 

@@ -58,6 +58,10 @@ extension SleepRow {
     func json(_ uuid: String) -> JSON { placed(uuid, placement, [("stage", .string(stage.rawValue))]) }
 }
 
+extension RecordRow {
+    func json(_ uuid: String) -> JSON { placed(uuid, placement, content.members.map { ($0.key, $0.value) }) }
+}
+
 extension Workout: JSONEncodable {
     public var json: JSON { row.json(uuid) }
 }
@@ -123,7 +127,8 @@ func authorizedMember(_ dates: [String: String], types: Set<Int>?) -> [(String, 
 
 extension IngestReport: JSONEncodable {
     public var json: JSON {
-        let accepted: JSON = ["samples": .int(Int64(samples)), "workouts": .int(Int64(workouts)), "sleep": .int(Int64(sleep))]
+        let accepted = JSON.object(JSONObject([("samples", .int(Int64(samples))), ("workouts", .int(Int64(workouts))), ("sleep", .int(Int64(sleep)))]
+                                              + RecordKind.allCases.map { ($0.param, JSON.int(Int64(records[$0] ?? 0))) }))
         var o = JSONObject([("accepted", accepted), ("unchanged", .int(Int64(unchanged))), ("replaced", .int(Int64(replaced))),
                             ("daysRecomputed", .array(daysRecomputed.map { .string($0) })), ("dryRun", .bool(dryRun))])
         // Only when there are some: most ingests carry no type the kernel lacks.
@@ -199,12 +204,14 @@ enum Sent: Equatable {
     case sample(SampleInput)
     case workout(WorkoutInput)
     case sleep(SleepInput)
+    case record(RecordInput)
 
     var item: ItemInput {
         switch self {
         case .sample(let s): return s.item
         case .workout(let w): return w.item
         case .sleep(let s): return s.item
+        case .record(let r): return r.item
         }
     }
 }
@@ -219,20 +226,24 @@ public struct HealthIngest: BulkRPCMethod {
             optional("samples", items: SampleInput.self, maxItems: HealthRules.maxItems),
             optional("workouts", items: WorkoutInput.self, maxItems: HealthRules.maxItems),
             optional("sleep", items: SleepInput.self, maxItems: HealthRules.maxItems),
+            optional("stateOfMind", items: StateOfMindInput.self, maxItems: HealthRules.maxItems).described("HKStateOfMind samples, kept as sent, not summarised"),
+            optional("medicationDoses", items: MedicationDoseInput.self, maxItems: HealthRules.maxItems).described("HKMedicationDoseEvent samples, kept as sent, not summarised"),
             optional("replaceDays", items: CalendarDate.self, maxItems: 366).notBefore(DateFloor.health).described("local days whose items from deviceId are replaced by this request's"),
             optional("dryRun", Bool.self).described("validate and report without storing"),
             optional("authorizedFrom", AuthorizedFrom.self).described("per type, the first day the person lets the app read; kept, shown by health.summary and health.weekly"))
-        public init(_ v: (String?, Zone?, [SampleInput]?, [WorkoutInput]?, [SleepInput]?, [CalendarDate]?, Bool?, AuthorizedFrom?)) throws(FieldError) {
+        public init(_ v: (String?, Zone?, [SampleInput]?, [WorkoutInput]?, [SleepInput]?, [StateOfMindInput]?, [MedicationDoseInput]?,
+                          [CalendarDate]?, Bool?, AuthorizedFrom?)) throws(FieldError) {
             let (samples, workouts, sleep) = (v.2 ?? [], v.3 ?? [], v.4 ?? [])
-            if samples.count + workouts.count + sleep.count > HealthRules.maxItems {
-                throw .outOfRange("params", "must hold at most \(HealthRules.maxItems) samples, workouts and sleep samples in all")
+            let records = (v.5 ?? []).map(\.record) + (v.6 ?? []).map(\.record)
+            if samples.count + workouts.count + sleep.count + records.count > HealthRules.maxItems {
+                throw .outOfRange("params", "must hold at most \(HealthRules.maxItems) items in all")
             }
-            if v.5 != nil, v.0 == nil {
+            if v.7 != nil, v.0 == nil {
                 throw FieldError(field: "params.deviceId", reason: "missing_field", message: "params.deviceId is required with replaceDays")
             }
             // The same UUID twice must be the same item: a request that says two things of one item is refused.
             var seen: [String: Sent] = [:]
-            for sent in samples.map(Sent.sample) + workouts.map(Sent.workout) + sleep.map(Sent.sleep) {
+            for sent in samples.map(Sent.sample) + workouts.map(Sent.workout) + sleep.map(Sent.sleep) + records.map(Sent.record) {
                 let item = sent.item
                 if let first = seen[item.uuid], first != sent {
                     throw FieldError(field: item.path + ".uuid", reason: "invalid_params",
@@ -240,19 +251,20 @@ public struct HealthIngest: BulkRPCMethod {
                 }
                 seen[item.uuid] = seen[item.uuid] ?? sent
             }
-            request = IngestRequest(deviceId: v.0, zone: v.1, samples: samples, workouts: workouts, sleep: sleep, replaceDays: v.5 ?? [],
-                                    dryRun: v.6 ?? false, authorizedFrom: v.7?.dates ?? [:])
+            request = IngestRequest(deviceId: v.0, zone: v.1, samples: samples, workouts: workouts, sleep: sleep, records: records,
+                                    replaceDays: v.7 ?? [], dryRun: v.8 ?? false, authorizedFrom: v.9?.dates ?? [:])
         }
     }
     public static let name = "health.ingest"
-    public static let summary = "Upserts HealthKit samples, workouts and sleep by UUID and recomputes the local days they touch; an identical re-send writes nothing."
+    public static let summary = "Upserts HealthKit samples, workouts, sleep, State of Mind and medication doses by UUID and recomputes the local days they touch; an identical re-send writes nothing."
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = #"""
     {"type": "object", "additionalProperties": false, "required": ["accepted", "unchanged", "replaced", "daysRecomputed", "dryRun"],
      "properties": {
-       "accepted": {"type": "object", "additionalProperties": false, "required": ["samples", "workouts", "sleep"],
-         "properties": {"samples": {"type": "integer", "minimum": 0}, "workouts": {"type": "integer", "minimum": 0}, "sleep": {"type": "integer", "minimum": 0}}},
+       "accepted": {"type": "object", "additionalProperties": false, "required": ["samples", "workouts", "sleep", "stateOfMind", "medicationDoses"],
+         "properties": {"samples": {"type": "integer", "minimum": 0}, "workouts": {"type": "integer", "minimum": 0}, "sleep": {"type": "integer", "minimum": 0},
+           "stateOfMind": {"type": "integer", "minimum": 0}, "medicationDoses": {"type": "integer", "minimum": 0}}},
        "unchanged": {"type": "integer", "minimum": 0},
        "replaced": {"type": "integer", "minimum": 0, "description": "items replaceDays removed"},
        "daysRecomputed": {"type": "array", "items": {"type": "string", "format": "date"}},
@@ -282,11 +294,11 @@ public struct HealthDelete: RPCMethod {
     public struct Params: RPCParams {
         let uuids: [String]
         public static let declaration = ParamList(
-            required("uuids", items: CanonicalUUID.self, maxItems: HealthRules.maxItems).described("samples, workouts or sleep samples; unknown ones are counted"))
+            required("uuids", items: CanonicalUUID.self, maxItems: HealthRules.maxItems).described("items of any kind; unknown ones are counted"))
         public init(_ v: [CanonicalUUID]) { uuids = v.map(\.text) }
     }
     public static let name = "health.delete"
-    public static let summary = "Deletes samples, workouts and sleep by UUID and recomputes the days they touched."
+    public static let summary = "Deletes HealthKit items of any kind by UUID and recomputes the days they touched."
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = #"""

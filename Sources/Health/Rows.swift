@@ -474,19 +474,28 @@ public struct HealthTables: Sendable {
     public let sleep: any StorageTable<SleepRow>
     public let days: any StorageTable<DayRow>
     public let profile: any StorageTable<ProfileRow>
+    /// One per `RecordKind`, in `RecordKind.allCases` order.
+    @usableFromInline let recordTables: [any StorageTable<RecordRow>]
 
     init(samples: any StorageTable<SampleRow>, workouts: any StorageTable<WorkoutRow>, sleep: any StorageTable<SleepRow>,
-         days: any StorageTable<DayRow>, profile: any StorageTable<ProfileRow>) {
+         days: any StorageTable<DayRow>, profile: any StorageTable<ProfileRow>, recordTables: [any StorageTable<RecordRow>]) {
         (self.samples, self.workouts, self.sleep, self.days, self.profile) = (samples, workouts, sleep, days, profile)
+        self.recordTables = recordTables
     }
 
-    /// Read-only copies of `user`'s rows of every health table, for a worker thread (`Storage.view`).
-    /// Every table, as `Storage.versions(of:in:)` takes them.
-    var all: [TableHandle] { [samples, workouts, sleep, days, profile] }
+    /// The table of `kind`'s records.
+    func records(_ kind: RecordKind) -> any StorageTable<RecordRow> {
+        recordTables[RecordKind.allCases.firstIndex(of: kind) ?? 0]
+    }
 
+    /// Every table, as `Storage.versions(of:in:)` takes them.
+    var all: [TableHandle] { [samples, workouts, sleep, days, profile] + recordTables }
+
+    /// Read-only copies of `user`'s rows of every health table, for a worker thread (`Storage.view`).
     func views(of user: String, in store: any Storage) -> HealthTables {
         HealthTables(samples: store.view(samples, user: user), workouts: store.view(workouts, user: user), sleep: store.view(sleep, user: user),
-                     days: store.view(days, user: user), profile: store.view(profile, user: user))
+                     days: store.view(days, user: user), profile: store.view(profile, user: user),
+                     recordTables: recordTables.map { store.view($0, user: user) })
     }
 
     @inlinable
@@ -502,5 +511,10 @@ public struct HealthTables: Sendable {
                             entity: Entity("health.sleep"))
         days = store.table("health.days", of: DayRow.self, entity: Entity("health.day"))
         profile = store.table("health.profile", of: ProfileRow.self)
+        recordTables = RecordKind.allCases.map { kind in
+            store.table(kind.table, of: RecordRow.self,
+                        orderedBy: { row in HealthRules.orderHead(nil, day: row.placement.calendarDay, start: row.placement.start) },
+                        entity: Entity(kind.entity))
+        }
     }
 }

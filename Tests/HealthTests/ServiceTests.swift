@@ -583,3 +583,109 @@ struct HealthProfileStandIn: StoredRow {
         #expect(try h.service.sample(h.user, uuid(1))?.json(uuid(1))["value"] == 2.0)
     }
 }
+
+/// State of Mind samples and medication dose events (#40): shapes of named members, kept as sent, upserted,
+/// replaced and deleted by UUID like any item, counted against the quota, and never summarised.
+@Suite struct RecordTests {
+    static func mood(_ n: Int, valence: Double = 0.4, labels: [String] = ["calm", "grateful"]) -> JSON {
+        ["uuid": .string(uuid(n)), "start": "2026-03-02T08:00:00Z", "end": "2026-03-02T08:00:00Z", "kind": "momentaryEmotion",
+         "valence": .double(valence), "valenceClassification": "slightlyPleasant", "labels": .array(labels.map(JSON.string)),
+         "associations": ["family", "work"]]
+    }
+
+    static func dose(_ n: Int, status: String = "taken") -> JSON {
+        ["uuid": .string(uuid(n)), "start": "2026-03-02T09:00:00+01:00", "end": "2026-03-02T09:00:00+01:00", "logStatus": .string(status),
+         "scheduleType": "schedule", "doseQuantity": 1, "scheduledDoseQuantity": 1, "unit": "count", "scheduledDate": "2026-03-02T08:00:00Z",
+         "medication": ["conceptId": "med-1", "displayText": "Ibuprofen 200 MG Oral Tablet", "generalForm": "tablet",
+                        "codings": [["system": "http://www.nlm.nih.gov/research/umls/rxnorm", "code": "310965"]]]]
+    }
+
+    func records(_ moods: [JSON], _ doses: [JSON]) throws -> [RecordInput] {
+        try moods.enumerated().map { try StateOfMindInput.decode($1, at: "params.stateOfMind[\($0)]").record }
+            + doses.enumerated().map { try MedicationDoseInput.decode($1, at: "params.medicationDoses[\($0)]").record }
+    }
+
+    @Test func theyAreKeptAsSentAndReSendsChangeNothing() throws {
+        let h = try Harness()
+        let sent = try records([Self.mood(1)], [Self.dose(2)])
+        let report = try h.service.ingest(h.user, IngestRequest(zone: .utc, samples: [try sample(3, 100, "2026-03-02T09:00:00Z", "2026-03-02T09:10:00Z")],
+                                                                records: sent), now: now)
+        #expect(report.records == [.stateOfMind: 1, .medicationDose: 1] && report.samples == 1)
+        #expect(report.json["accepted"] == ["samples": 1, "workouts": 0, "sleep": 0, "stateOfMind": 1, "medicationDoses": 1])
+        #expect(report.daysRecomputed == ["2026-03-02"], "only the steps made a day to recompute")
+        #expect(try h.days()["2026-03-02"]?.metrics.count == 1, "records are not summarised")
+
+        let mood = try #require(try h.service.record(.stateOfMind, h.user, uuid(1)))
+        let json = mood.json(uuid(1))
+        #expect(json["kind"] == "momentaryEmotion" && json["valence"] == 0.4 && json["labels"] == ["calm", "grateful"])
+        #expect(json["associations"] == ["family", "work"] && json["valenceClassification"] == "slightlyPleasant")
+        #expect(json["date"] == "2026-03-02" && json["timezone"] == "UTC")
+        let dose = try #require(try h.service.record(.medicationDose, h.user, uuid(2))).json(uuid(2))
+        #expect(dose["logStatus"] == "taken" && dose["doseQuantity"] == 1.0 && dose["scheduledDate"] == "2026-03-02T08:00:00.000Z")
+        #expect(dose["medication"]?["codings"]?.arrayValue?.first?["code"] == "310965" && dose["medication"]?["displayText"] == "Ibuprofen 200 MG Oral Tablet")
+        #expect(dose["start"] == "2026-03-02T08:00:00.000Z", "kept as the instant sent")
+        for row in [mood, try #require(try h.service.record(.medicationDose, h.user, uuid(2)))] {
+            #expect(try RecordRow(stored: row.stored) == row)
+            var binary: [UInt8] = []
+            row.writeStored(to: &binary)
+            #expect(try binary.withUnsafeBytes { raw in var reader = BinaryReader(raw); return try RecordRow(binaryStored: &reader) } == row)
+        }
+
+        // The same again: nothing written. A changed one: replaced.
+        let again = try h.service.ingest(h.user, IngestRequest(records: sent), now: now)
+        #expect(again.unchanged == 2 && again.records.isEmpty)
+        let changed = try h.service.ingest(h.user, IngestRequest(records: try records([Self.mood(1, valence: -0.2, labels: ["stressed"])], [])), now: now)
+        #expect(changed.records == [.stateOfMind: 1])
+        #expect(try h.service.record(.stateOfMind, h.user, uuid(1))?.json(uuid(1))["labels"] == ["stressed"])
+        // A UUID moves between kinds as it does between samples and workouts: the old row goes.
+        try h.service.ingest(h.user, IngestRequest(records: try records([], [Self.dose(1, status: "skipped")])), now: now)
+        #expect(try h.service.record(.stateOfMind, h.user, uuid(1)) == nil)
+        #expect(try h.service.record(.medicationDose, h.user, uuid(1))?.json(uuid(1))["logStatus"] == "skipped")
+    }
+
+    @Test func theyAreDeletedReplacedByDeviceAndCountedAgainstTheQuota() throws {
+        let h = try Harness()
+        try h.service.ingest(h.user, IngestRequest(deviceId: "phone", zone: .utc, records: try records([Self.mood(1)], [Self.dose(2)])), now: now)
+        let replaced = try h.service.ingest(h.user, IngestRequest(deviceId: "phone", zone: .utc, records: try records([], [Self.dose(2)]),
+                                                                  replaceDays: [day("2026-03-02")]), now: now)
+        #expect(replaced.replaced == 1 && replaced.unchanged == 1)
+        #expect(try h.service.record(.stateOfMind, h.user, uuid(1)) == nil)
+        #expect(try h.service.delete(h.user, uuids: [uuid(2), uuid(9)]) == DeleteReport(deleted: 1, unknown: 1, daysRecomputed: []))
+        #expect(try h.service.record(.medicationDose, h.user, uuid(2)) == nil)
+
+        let limited = HealthService(store: h.store, tables: h.tables, cursorSecrets: [Array("s".utf8)], maxItems: 2)
+        try limited.ingest(h.user, IngestRequest(records: try records([Self.mood(1)], [Self.dose(2)])), now: now)
+        #expect(throws: HealthError.quota(2)) { try limited.ingest(h.user, IngestRequest(records: try records([Self.mood(3)], [])), now: now) }
+    }
+
+    @Test func badMembersAreRefusedOnTheirPath() throws {
+        func refused(_ mood: JSON? = nil, _ dose: JSON? = nil) -> String? {
+            do {
+                _ = try records(mood.map { [$0] } ?? [], dose.map { [$0] } ?? [])
+                return nil
+            } catch let error as FieldError { return error.field } catch { return "\(error)" }
+        }
+        func with(_ base: JSON, _ key: String, _ value: JSON?) -> JSON {
+            var o = base.objectValue!
+            o[key] = value
+            return .object(o)
+        }
+        let mood = Self.mood(1), dose = Self.dose(2)
+        #expect(refused(with(mood, "valence", 1.5)) == "params.stateOfMind[0].valence")
+        #expect(refused(with(mood, "kind", "weeklyMood")) == "params.stateOfMind[0].kind")
+        #expect(refused(with(mood, "labels", ["calm", "grumpy"])) == "params.stateOfMind[0].labels[1]")
+        #expect(refused(with(mood, "labels", ["calm", "calm"])) == "params.stateOfMind[0].labels[1]")
+        #expect(refused(with(mood, "associations", ["pets"])) == "params.stateOfMind[0].associations[0]")
+        #expect(refused(with(mood, "value", 3)) == "params.stateOfMind[0].value")
+        #expect(refused(with(mood, "valence", nil)) == "params.stateOfMind[0].valence")
+        #expect(refused(nil, with(dose, "logStatus", "took")) == "params.medicationDoses[0].logStatus")
+        #expect(refused(nil, with(dose, "doseQuantity", -1)) == "params.medicationDoses[0].doseQuantity")
+        #expect(refused(nil, with(dose, "scheduledDate", "yesterday")) == "params.medicationDoses[0].scheduledDate")
+        #expect(refused(nil, with(dose, "medication", ["codings": []])) == "params.medicationDoses[0].medication.displayText")
+        #expect(refused(nil, with(dose, "medication", ["displayText": "x", "codings": [["system": "rx"]]])) == "params.medicationDoses[0].medication.codings[0].code")
+        #expect(refused(nil, with(dose, "medication", nil)) == "params.medicationDoses[0].medication")
+        // Optional members may be left out.
+        #expect(refused(with(with(mood, "labels", nil), "valenceClassification", nil), ["uuid": .string(uuid(3)), "start": "2026-03-02T09:00:00Z",
+                        "end": "2026-03-02T09:00:00Z", "logStatus": "notLogged", "medication": ["displayText": "x"]]) == nil)
+    }
+}

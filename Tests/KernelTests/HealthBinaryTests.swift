@@ -114,4 +114,36 @@ import TestSupport
         again.k.closeInput()
         #expect(again.k.finish() == 0)
     }
+
+    /// State of Mind and a medication dose event through the real binary: accepted, in the feed with
+    /// their data, and in `store export` after a restart.
+    @Test func stateOfMindAndMedicationDosesReachTheFeedAndTheExport() throws {
+        let dir = temporaryDirectory("health-records")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let mood: JSON = ["uuid": "5f0b3c1e-8d2a-4c7b-9e4f-1a2b3c4d5e6f", "start": "2026-03-02T08:00:00Z", "end": "2026-03-02T08:00:00Z",
+                          "kind": "dailyMood", "valence": -0.35, "valenceClassification": "slightlyUnpleasant", "labels": ["drained", "stressed"],
+                          "associations": ["work"], "source": ["name": "Health", "bundleId": "com.apple.Health"]]
+        let dose: JSON = ["uuid": "9c1d2e3f-4a5b-4c6d-8e7f-0a1b2c3d4e5f", "start": "2026-03-02T09:05:00Z", "end": "2026-03-02T09:05:00Z",
+                          "logStatus": "taken", "scheduleType": "schedule", "doseQuantity": 2, "unit": "count", "scheduledDate": "2026-03-02T09:00:00Z",
+                          "medication": ["displayText": "Amoxicillin 500 MG Oral Capsule",
+                                         "codings": [["system": "http://www.nlm.nih.gov/research/umls/rxnorm", "code": "308191"]]]]
+        let args = ["serve", "--data-dir", dir, "--jwt-secret", testSecret, "--log-level", "error"]
+        let first = try runBinary(args, input: stream([
+            Self.request(1, "health.ingest", ["timezone": "UTC", "stateOfMind": [mood], "medicationDoses": [dose]]),
+            Self.request(2, "sync.changes", ["includeData": true, "entities": ["health.stateOfMind", "health.medicationDose"]]),
+        ]))
+        let answers = try first.responses()
+        #expect(answers.first?["result"]?["accepted"] == ["samples": 0, "workouts": 0, "sleep": 0, "stateOfMind": 1, "medicationDoses": 1])
+        let changes = answers.last?["result"]?["changes"]?.arrayValue ?? []
+        #expect(changes.map { $0["entity"] } == ["health.stateOfMind", "health.medicationDose"])
+        #expect(changes.first?["data"]?["labels"] == ["drained", "stressed"] && changes.first?["data"]?["valence"] == -0.35)
+        #expect(changes.last?["data"]?["medication"]?["codings"]?.arrayValue?.first?["code"] == "308191")
+        #expect(changes.last?["data"]?["logStatus"] == "taken" && changes.last?["data"]?["date"] == "2026-03-02")
+
+        let export = try runBinary(["store", "export", "--data-dir", dir, "--log-level", "error"])
+        #expect(export.status == 0)
+        let lines = export.stdoutText.split(separator: "\n").map(String.init)
+        #expect(lines.contains { $0.contains("health.stateOfMind") && $0.contains("\"drained\"") })
+        #expect(lines.contains { $0.contains("health.medicationDoses") && $0.contains("308191") })
+    }
 }

@@ -269,12 +269,12 @@ export interface Methods {
       subscribed: false;
     };
   };
-  /** Deletes samples, workouts and sleep by UUID and recomputes the days they touched. Auth: user; writes. */
+  /** Deletes HealthKit items of any kind by UUID and recomputes the days they touched. Auth: user; writes. */
   "health.delete": {
     params: {
       /** Bearer access token of the user. */
       auth: string;
-      /** samples, workouts or sleep samples; unknown ones are counted */
+      /** items of any kind; unknown ones are counted */
       uuids: string[];
     };
     paramsRequired: true;
@@ -284,7 +284,7 @@ export interface Methods {
       daysRecomputed: string[];
     };
   };
-  /** Upserts HealthKit samples, workouts and sleep by UUID and recomputes the local days they touch; an identical re-send writes nothing. Auth: user; writes. */
+  /** Upserts HealthKit samples, workouts, sleep, State of Mind and medication doses by UUID and recomputes the local days they touch; an identical re-send writes nothing. Auth: user; writes. */
   "health.ingest": {
     params: {
       /** Bearer access token of the user. */
@@ -357,6 +357,70 @@ export interface Methods {
         };
         stage: "inBed" | "asleepUnspecified" | "asleepCore" | "asleepDeep" | "asleepREM" | "awake";
       }>;
+      /** HKStateOfMind samples, kept as sent, not summarised */
+      stateOfMind?: Array<{
+        /** the HealthKit UUID; items are upserted by it */
+        uuid: string;
+        /** RFC 3339 with an offset */
+        start: string;
+        /** not before start, at most 7 days after it */
+        end: string;
+        source?: {
+          name?: string;
+          bundleId?: string;
+        };
+        device?: {
+          /** HKDevice.model: Watch, iPhone, ... */
+          model?: string;
+          name?: string;
+        };
+        kind: "momentaryEmotion" | "dailyMood";
+        valence: number;
+        valenceClassification?: "veryUnpleasant" | "unpleasant" | "slightlyUnpleasant" | "neutral" | "slightlyPleasant" | "pleasant" | "veryPleasant";
+        /** each at most once */
+        labels?: Array<"amazed" | "amused" | "angry" | "annoyed" | "anxious" | "ashamed" | "brave" | "calm" | "confident" | "content" | "disappointed" | "discouraged" | "disgusted" | "drained" | "embarrassed" | "excited" | "frustrated" | "grateful" | "guilty" | "happy" | "hopeful" | "hopeless" | "indifferent" | "irritated" | "jealous" | "joyful" | "lonely" | "overwhelmed" | "passionate" | "peaceful" | "proud" | "relieved" | "sad" | "satisfied" | "scared" | "stressed" | "surprised" | "worried">;
+        /** each at most once */
+        associations?: Array<"community" | "currentEvents" | "dating" | "education" | "family" | "fitness" | "friends" | "health" | "hobbies" | "identity" | "money" | "partner" | "selfCare" | "spirituality" | "tasks" | "travel" | "weather" | "work">;
+      }>;
+      /** HKMedicationDoseEvent samples, kept as sent, not summarised */
+      medicationDoses?: Array<{
+        /** the HealthKit UUID; items are upserted by it */
+        uuid: string;
+        /** RFC 3339 with an offset */
+        start: string;
+        /** not before start, at most 7 days after it */
+        end: string;
+        source?: {
+          name?: string;
+          bundleId?: string;
+        };
+        device?: {
+          /** HKDevice.model: Watch, iPhone, ... */
+          model?: string;
+          name?: string;
+        };
+        logStatus: "notInteracted" | "notificationNotSent" | "snoozed" | "taken" | "skipped" | "notLogged";
+        scheduleType?: "asNeeded" | "schedule";
+        doseQuantity?: number;
+        scheduledDoseQuantity?: number;
+        /** the dose's HKUnit, as its unitString */
+        unit?: string;
+        /** RFC 3339 with an offset */
+        scheduledDate?: string;
+        /** the HKMedicationConcept the event names */
+        medication: {
+          /** its HKHealthConceptIdentifier */
+          conceptId?: string;
+          displayText: string;
+          generalForm?: string;
+          codings?: Array<{
+            /** RxNorm is http://www.nlm.nih.gov/research/umls/rxnorm */
+            system: string;
+            version?: string;
+            code: string;
+          }>;
+        };
+      }>;
       /** local days whose items from deviceId are replaced by this request's */
       replaceDays?: string[];
       /** validate and report without storing */
@@ -372,6 +436,8 @@ export interface Methods {
         samples: number;
         workouts: number;
         sleep: number;
+        stateOfMind: number;
+        medicationDoses: number;
       };
       unchanged: number;
       /** items replaceDays removed */
