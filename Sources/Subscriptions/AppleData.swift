@@ -73,7 +73,8 @@ struct AppleData: Sendable {
         var received = ReceivedNotification(
             facts: AppleNotification(notificationUUID: uuid, type: type, subtype: p.optionalString("subtype"),
                                      signedDate: p.optionalDate("signedDate"), status: data.flatMap { PayloadReader($0, "").optionalDate("status") },
-                                     transaction: nil, transactionJWS: nil, renewal: nil),
+                                     transaction: nil, transactionJWS: nil, renewal: nil,
+                                     consumptionRequestReason: data?["consumptionRequestReason"]?.stringValue),
             transactionPayload: nil, renewalPayload: nil)
         if let jws = data?["signedTransactionInfo"]?.stringValue {
             let payload = try verified(jws, now: now)

@@ -16,6 +16,8 @@ public struct AppStoreConfig: DomainConfig {
     public var refreshIntervalSeconds: Int64 = MembershipRules.defaultRefreshIntervalMs / 1000
     /// The App Store Server API, when the deployment gives it a key: refresh then asks Apple.
     public var serverApi: ServerAPISettings?
+    /// What becomes of Apple's consumption requests.
+    public var consumptionRequests = ConsumptionPolicy()
 
     public static let knownEnvironments = ["Production", "Sandbox"]
 
@@ -23,7 +25,7 @@ public struct AppStoreConfig: DomainConfig {
 
     public static var sections: [String] { ["appStore"] }
 
-    /// Reads `appStore: {bundleId, appAppleId, refreshIntervalSeconds, environments, rootCertificates, serverApi}`.
+    /// Reads `appStore: {bundleId, appAppleId, refreshIntervalSeconds, environments, rootCertificates, serverApi, consumptionRequests}`.
     public mutating func read(section name: String, _ r: inout ObjectReader, files: ConfigFiles) throws(FieldError) {
         if let v: String = try r.optional("bundleId") {
             guard !v.isEmpty, v.utf8.count <= 255 else { throw .outOfRange(r.path("bundleId"), "must be 1 to 255 bytes") }
@@ -56,6 +58,13 @@ public struct AppStoreConfig: DomainConfig {
             serverApi = try ServerAPISettings(&api, files: files)
             try api.finish()
             guard bundleId != nil else { throw .outOfRange(r.path("serverApi"), "needs appStore.bundleId (the token names the app)") }
+        }
+        if r.has("consumptionRequests") {
+            var c = try r.object("consumptionRequests")
+            consumptionRequests = try ConsumptionPolicy(&c)
+            guard !consumptionRequests.answer || serverApi != nil else {
+                throw .outOfRange(r.path("consumptionRequests.answer"), "needs appStore.serverApi (answers go through the App Store Server API)")
+            }
         }
         try r.finish()
     }

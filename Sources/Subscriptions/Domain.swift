@@ -16,6 +16,9 @@ public struct SubscriptionsDomain: Domain {
             "subscriptions.membership": { (user, id, now) throws(RPCError) in
                 try answer { () throws(SubscriptionsError) in try service.membership(user, originalTransactionId: id, now: now) }
             },
+            "subscriptions.consumptionRequest": { (user, id, _) throws(RPCError) in
+                try answer { () throws(SubscriptionsError) in try service.consumptionRequest(user, notificationUUID: id)?.json }
+            },
         ])
         context.info.add("appStore") { ["serverApi": service.apiState] }
         methods = [

@@ -156,6 +156,8 @@ public struct AppleNotification: Equatable, Sendable {
     public var renewal: AppleRenewal?
     /// `RESCIND_CONSENT`: the app transaction of `appData.signedAppTransactionInfo`, verified.
     public var appTransactionId: String? = nil
+    /// `CONSUMPTION_REQUEST`: why the customer asked for a refund (`UNINTENDED_PURCHASE`, `FULFILLMENT_ISSUE`, ...).
+    public var consumptionRequestReason: String? = nil
 
     /// The instant that orders this notification against the state already applied: the signed date of
     /// its transaction (else its renewal info, else itself).

@@ -76,7 +76,8 @@ extension Membership: JSONEncodable {
 extension RefreshReport: JSONEncodable {
     public var json: JSON {
         ["checked": .int(Int64(checked)), "expired": .int(Int64(expired)), "renewed": .int(Int64(renewed)),
-         "unchanged": .int(Int64(unchanged)), "failed": .int(Int64(failed)), "remaining": .int(Int64(remaining)), "mode": .string(mode)]
+         "unchanged": .int(Int64(unchanged)), "failed": .int(Int64(failed)), "remaining": .int(Int64(remaining)), "mode": .string(mode),
+         "consumption": ["sent": .int(Int64(consumptionSent)), "failed": .int(Int64(consumptionFailed))]]
     }
 }
 
@@ -146,7 +147,7 @@ public struct SubscriptionsRefresh: SlowRPCMethod {
     public static let auth = AuthRequirement.service
     public static let resultSchema = #"""
     {"type": "object", "additionalProperties": false,
-     "required": ["checked", "expired", "renewed", "unchanged", "failed", "remaining", "mode"],
+     "required": ["checked", "expired", "renewed", "unchanged", "failed", "remaining", "mode", "consumption"],
      "properties": {
        "checked": {"type": "integer", "minimum": 0, "description": "memberships looked at: expired + renewed + unchanged + failed"},
        "expired": {"type": "integer", "minimum": 0, "description": "lost access"},
@@ -154,7 +155,10 @@ public struct SubscriptionsRefresh: SlowRPCMethod {
        "unchanged": {"type": "integer", "minimum": 0},
        "failed": {"type": "integer", "minimum": 0, "description": "api mode: no usable answer from Apple; nothing changed, due again after a minute (Retry-After when throttled)"},
        "remaining": {"type": "integer", "minimum": 0, "description": "due memberships this call left; call again until 0"},
-       "mode": {"enum": ["clock", "api"]}}}
+       "mode": {"enum": ["clock", "api"]},
+       "consumption": {"type": "object", "additionalProperties": false, "required": ["sent", "failed"],
+         "description": "api mode, appStore.consumptionRequests.answer: answers to Apple's consumption requests sent first, and those Apple did not take (sent again later unless it refused them)",
+         "properties": {"sent": {"type": "integer", "minimum": 0}, "failed": {"type": "integer", "minimum": 0}}}}}
     """#
     let service: SubscriptionsService
     public init(_ service: SubscriptionsService) { self.service = service }
@@ -165,12 +169,18 @@ public struct SubscriptionsRefresh: SlowRPCMethod {
             let report = try answer { () throws(SubscriptionsError) in try service.refresh(limit: p.limit, now: c.now) }
             return SlowCall(work: {}) { (_: ()) throws(RPCError) -> JSON in report }
         }
+        let answers = try answerValue { () throws(SubscriptionsError) in try service.beginConsumption(limit: p.limit, now: c.now) }
         let (lookups, remaining) = try answerValue { () throws(SubscriptionsError) in try service.beginLookups(limit: p.limit, now: c.now) }
         // The users are not listed: their requests need not wait for Apple, and the answers are applied
         // to the state as it is by then.
-        return SlowCall(work: { api.run(lookups, now: c.now, budgetSeconds: SubscriptionsService.lookupBudgetSeconds) }) {
-            (results: [LookupResult]) throws(RPCError) -> JSON in
-            try answer { () throws(SubscriptionsError) in try service.finishLookups(lookups, results, remaining: remaining, now: c.now) }
+        return SlowCall(work: { (api.send(answers), api.run(lookups, now: c.now, budgetSeconds: SubscriptionsService.lookupBudgetSeconds)) }) {
+            (results: ([ServerAPIFailure?], [LookupResult])) throws(RPCError) -> JSON in
+            try answer { () throws(SubscriptionsError) in
+                let consumption = try service.finishConsumption(answers, results.0, now: c.now)
+                var report = try service.finishLookups(lookups, results.1, remaining: remaining, now: c.now)
+                (report.consumptionSent, report.consumptionFailed) = consumption
+                return report
+            }
         }
     }
 }

@@ -164,6 +164,7 @@ public struct SubscriptionTables: Sendable {
     public let notifications: any StorageTable<NotificationRow>
     /// A parent's withdrawn consent (`RESCIND_CONSENT`), one row per user (key `consent`).
     public let consent: any StorageTable<ConsentRow>
+    public let consumption: any StorageTable<ConsumptionRow>
 
     @inlinable
     public init(_ store: some Storage) {
@@ -172,6 +173,8 @@ public struct SubscriptionTables: Sendable {
                              orderedBy: { row in MembershipRules.checkOrderHead(dueAt: row.dueAt) })
         notifications = store.table("subscriptions.notifications", of: NotificationRow.self)
         consent = store.table("subscriptions.consent", of: ConsentRow.self)
+        consumption = store.table("subscriptions.consumptionRequests", of: ConsumptionRow.self, orderedBy: { row in ConsumptionRow.order(row) },
+                                  entity: Entity("subscriptions.consumptionRequest"))
     }
 }
 

@@ -82,10 +82,19 @@ public enum ServerAPI {
     /// The path of Get All Subscription Statuses, or nil for an id that is not a transaction id (Apple's
     /// are decimal digits; anything else must never reach a URL path).
     public static func statusesPath(transactionId: String) -> String? {
-        guard !transactionId.isEmpty, transactionId.utf8.count <= 64, transactionId.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
-            return nil
-        }
+        guard isTransactionId(transactionId) else { return nil }
         return "/inApps/v1/subscriptions/" + transactionId
+    }
+
+    /// Send Consumption Information (v2): `PUT` with a `ConsumptionRequest`, answered 202.
+    public static func consumptionPath(transactionId: String) -> String? {
+        guard isTransactionId(transactionId) else { return nil }
+        return "/inApps/v2/transactions/consumption/" + transactionId
+    }
+
+    /// App Store transaction ids are decimal digits.
+    static func isTransactionId(_ id: String) -> Bool {
+        !id.isEmpty && id.utf8.count <= 64 && id.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 })
     }
 
     /// One entry of a Get All Subscription Statuses answer: Apple's status and the signed data (to be

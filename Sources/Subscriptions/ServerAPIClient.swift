@@ -115,6 +115,8 @@ public final class ServerAPIClient: Sendable {
         case 200:
             guard let json = try? JSON.parse(response.body), json.objectValue != nil else { return .failure(.invalid("200 without a JSON object")) }
             return .success(json)
+        // Send Consumption Information answers 202 Accepted with no body.
+        case 202: return .success([:])
         case 401, 403: return .failure(.keyRejected("HTTP \(response.status)"))
         case 404: return .failure(.notFound)
         case 429: return .failure(.throttled(retryAfterSeconds: ServerAPI.retryAfterSeconds(response.headers["retry-after"], now: now)))

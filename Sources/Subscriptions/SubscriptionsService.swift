@@ -58,6 +58,8 @@ public struct Membership: Equatable, Sendable {
 /// What `subscriptions.refresh` did.
 public struct RefreshReport: Equatable, Sendable {
     public var checked = 0, expired = 0, renewed = 0, unchanged = 0, failed = 0, remaining = 0
+    /// Consumption answers Apple took, and those it did not (api mode).
+    public var consumptionSent = 0, consumptionFailed = 0
     public var mode = "clock"
 }
 
@@ -257,6 +259,7 @@ public final class SubscriptionsService: @unchecked Sendable {
         var report = NotifyReport(notificationType: n.type, subtype: n.subtype, originalTransactionId: n.originalTransactionId,
                                   userId: nil, status: nil, duplicate: false)
         if n.type == "RESCIND_CONSENT" { return try rescind(n, report: &report, now: now) }
+        if n.type == "CONSUMPTION_REQUEST" { return try consumptionRequest(n, report: &report, now: now) }
         // TEST and notifications without a purchase (summaries, external tokens) change nothing: acknowledged.
         guard n.type != "TEST", let otid = n.originalTransactionId else { return report }
         let owner = try storage(try store.holder(of: SubscriptionKeys.purchase(otid)))

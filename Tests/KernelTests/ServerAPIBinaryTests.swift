@@ -31,7 +31,7 @@ import TestSupport
         // Apple says the purchase was refunded an hour ago; no notification came.
         apple.answer { [ca = AppStoreSetup.ca] _ in .json(ca.statuses(5, original: "900001", n: 1, purchase: now - day, signed: now, revoked: now - 3_600_000)) }
         let refresh = k.call("subscriptions.refresh", ["auth": .string(testServiceToken)])?["result"]
-        #expect(refresh == ["checked": 1, "expired": 1, "renewed": 0, "unchanged": 0, "failed": 0, "remaining": 0, "mode": "api"])
+        #expect(refresh == ["checked": 1, "expired": 1, "renewed": 0, "unchanged": 0, "failed": 0, "remaining": 0, "mode": "api", "consumption": ["sent": 0, "failed": 0]])
         #expect(k.call("subscriptions.status", ["auth": .string(Self.user)])?["result"]?["error"] == "revoked")
 
         // A renewal notification that never arrived, in the history.

@@ -21,8 +21,9 @@ struct Fixture {
 
     /// With `api`, refresh asks that fake App Store Server (calls time out after a second).
     init(environments: [String] = ["Production", "Sandbox"], appAppleId: Int64? = nil, bundleId: String? = AppStorePayloads.bundleId,
-         api: FakeAppStoreServer? = nil, apiKeyPEM: String? = nil, maxConcurrentCalls: Int = 8) throws {
+         api: FakeAppStoreServer? = nil, apiKeyPEM: String? = nil, maxConcurrentCalls: Int = 8, consumption: ConsumptionPolicy = ConsumptionPolicy()) throws {
         var config = AppStoreConfig()
+        config.consumptionRequests = consumption
         config.bundleId = bundleId
         config.environments = environments
         config.appAppleId = appAppleId

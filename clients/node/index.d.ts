@@ -1168,6 +1168,11 @@ export interface Methods {
       /** due memberships this call left; call again until 0 */
       remaining: number;
       mode: "clock" | "api";
+      /** api mode, appStore.consumptionRequests.answer: answers to Apple's consumption requests sent first, and those Apple did not take (sent again later unless it refused them) */
+      consumption: {
+        sent: number;
+        failed: number;
+      };
     };
   };
   /** The caller's membership now (status none before any purchase). Auth: user. */

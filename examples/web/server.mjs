@@ -154,10 +154,11 @@ export const routes = [
   { method: 'POST', path: '/functions/v1/refresh-subscriptions', body: 'optional', auth: 'service',
     // The cron's service key is the caller's bearer token: the kernel checks its role.
     handle: async (k, req) => {
-      const total = { checked: 0, expired: 0, renewed: 0, unchanged: 0, failed: 0, remaining: 0, mode: 'clock' };
+      const total = { checked: 0, expired: 0, renewed: 0, unchanged: 0, failed: 0, remaining: 0, mode: 'clock', consumption: { sent: 0, failed: 0 } };
       for (let round = 0; round < 10_000; round++) {
         const r = await k.call('subscriptions.refresh', withAuth(req, { limit: 500 }));
         for (const key of ['checked', 'expired', 'renewed', 'unchanged', 'failed']) total[key] += r[key];
+        for (const key of ['sent', 'failed']) total.consumption[key] += r.consumption?.[key] ?? 0;
         total.remaining = r.remaining;
         total.mode = r.mode;
         if (r.remaining === 0 || r.checked === 0) break;

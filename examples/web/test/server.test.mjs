@@ -184,6 +184,26 @@ test('app-store-notifications: 2xx for applied or duplicate, 4xx only for what c
   assert.deepEqual([r.status, r.body.reason], [422, 'bundle_mismatch'], 'another app\'s notification is never accepted');
   r = await request('POST', '/functions/v1/app-store-notifications', { body: { signedPayload: apple(test) } });
   assert.equal(r.status, 200, 'the same notification again is still a success');
+  // The 2025-2026 types, and one Apple has not invented yet: each acknowledged with 2xx (a 4xx would
+  // have Apple send it again for days), whether or not a user of this kernel owns the purchase.
+  const now = Date.now();
+  const purchase = apple({ transactionId: '2000000000000009', originalTransactionId: '2000000000000009', bundleId: 'com.example',
+    productId: 'premium', purchaseDate: now - 86_400_000, originalPurchaseDate: now - 86_400_000, expiresDate: now + 29 * 86_400_000,
+    type: 'Auto-Renewable Subscription', inAppOwnershipType: 'PURCHASED', signedDate: now, environment: 'Sandbox' });
+  const data = { bundleId: 'com.example', environment: 'Sandbox', signedTransactionInfo: purchase };
+  const download = apple({ appTransactionId: '704289572311', bundleId: 'com.example', receiptType: 'Sandbox', signedDate: now });
+  const kinds = [
+    { notificationType: 'CONSUMPTION_REQUEST', data: { ...data, consumptionRequestReason: 'UNINTENDED_PURCHASE' } },
+    { notificationType: 'RESCIND_CONSENT', appData: { bundleId: 'com.example', environment: 'Sandbox', signedAppTransactionInfo: download } },
+    { notificationType: 'METADATA_UPDATE', data },
+    { notificationType: 'MIGRATION', data },
+    { notificationType: 'PRICE_CHANGE', subtype: 'PRICE_INCREASE', data },
+    { notificationType: 'SOMETHING_APPLE_ADDS_IN_2027', data },
+  ];
+  for (const kind of kinds) {
+    r = await request('POST', '/functions/v1/app-store-notifications', { body: { signedPayload: apple({ notificationUUID: randomUUID(), signedDate: now, version: '2.0', ...kind }) } });
+    assert.deepEqual([r.status, r.body.ok, r.body.notification_type], [200, true, kind.notificationType], JSON.stringify(r.body));
+  }
 });
 
 test('app-store-notifications: a kernel that cannot answer now gets 503, so that Apple sends it again', async (t) => {
