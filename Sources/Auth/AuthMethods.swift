@@ -33,7 +33,7 @@ extension AuthError {
         case .identityTaken: return .conflict("identity_taken", "This identity is linked to another account; sign in with it, or unlink it there first")
         case .tooManyAttempts: return .rateLimited("Too many failed sign-ins for this email; try again later")
         case .tooManySignUps(let wait):
-            return RPCError(code: -32029, message: "Too many sign-ups from this address; retry in \(wait) ms", reason: "rate_limited",
+            return RPCError(code: .limited, message: "Too many sign-ups from this address; retry in \(wait) ms", reason: "rate_limited",
                             extra: [("retryAfterMs", .int(wait))])
         case .invalidCredentials: return .unauthorized("invalid_credentials", "Invalid login credentials")
         case .invalidRefreshToken: return .unauthorized("invalid_token", "The refresh token is not valid")
@@ -111,8 +111,8 @@ public struct AuthSignUp: SlowRPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.none
     public static let resultSchema = AuthSchemas.session
-    public static let errors = [ErrorDoc(-32009, "email_taken"),
-                                ErrorDoc(-32029, "rate_limited: past auth.signUpsPerHourPerAddress (or WithoutAddress); data.retryAfterMs")]
+    public static let errors = [ErrorDoc(.conflict, "email_taken"),
+                                ErrorDoc(.limited, "rate_limited: past auth.signUpsPerHourPerAddress (or WithoutAddress); data.retryAfterMs")]
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     public func orderingKeys(_ params: JSONObject) -> [String] { Credentials.orderingKeys(params) }
@@ -132,7 +132,7 @@ public struct AuthSignIn: SlowRPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.none
     public static let resultSchema = AuthSchemas.session
-    public static let errors = [ErrorDoc(-32001, "invalid_credentials"), ErrorDoc(-32029, "too_many_attempts")]
+    public static let errors = [ErrorDoc(.unauthorized, "invalid_credentials"), ErrorDoc(.limited, "too_many_attempts")]
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     public func orderingKeys(_ params: JSONObject) -> [String] { Credentials.orderingKeys(params) }
@@ -161,7 +161,7 @@ public struct AuthRefresh: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.none
     public static let resultSchema = AuthSchemas.session
-    public static let errors = [ErrorDoc(-32001, "invalid_token, expired_token")]
+    public static let errors = [ErrorDoc(.unauthorized, "invalid_token, expired_token")]
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
@@ -206,7 +206,7 @@ public struct AuthExchange: SlowRPCMethod {
     /// With the access token of a signed-in user, the identity links to that account (explicit linking).
     public static let auth = AuthRequirement.optionalUser
     public static let resultSchema = AuthSchemas.session
-    public static let errors = [ErrorDoc(-32010, "invalid_signature, malformed_jws"), ErrorDoc(-32009, "identity_taken")]
+    public static let errors = [ErrorDoc(.verificationFailed, "invalid_signature, malformed_jws"), ErrorDoc(.conflict, "identity_taken")]
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     /// None: the account is looked up when the verified token is applied, on the serving thread.

@@ -274,7 +274,7 @@ public struct HealthIngest: BulkRPCMethod {
        "skipped": {"type": "object", "description": "samples of such types left out (health.unknownTypes skip), by type (present when any)",
          "additionalProperties": {"type": "integer", "minimum": 1}}}}
     """#
-    public static let errors = [ErrorDoc(-32029, "quota_exceeded: past limits.healthItemsPerUser stored items")]
+    public static let errors = [ErrorDoc(.limited, "quota_exceeded: past limits.healthItemsPerUser stored items")]
     let service: HealthService
     public init(_ service: HealthService) { self.service = service }
     /// Reading the params, placing and recomputing run on a worker against a view of the user's rows;

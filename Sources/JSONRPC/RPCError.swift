@@ -2,7 +2,7 @@ import JSON
 
 /// A JSON-RPC error object: `{code, message, data: {reason, field?, ...}}`.
 public struct RPCError: Error, Sendable, Equatable {
-    public var code: Int
+    public var code: ErrorCode
     public var message: String
     /// `data.reason`: a stable slug hosts can switch on.
     public var reason: String
@@ -14,7 +14,7 @@ public struct RPCError: Error, Sendable, Equatable {
     public var logDetail: String?
 
     /// An error object.
-    public init(code: Int, message: String, reason: String, field: String? = nil, extra: [(String, JSON)] = []) {
+    public init(code: ErrorCode, message: String, reason: String, field: String? = nil, extra: [(String, JSON)] = []) {
         self.code = code
         self.message = message
         self.reason = reason
@@ -32,7 +32,7 @@ public struct RPCError: Error, Sendable, Equatable {
         var data = JSONObject([("reason", .string(reason))])
         if let field { data["field"] = .string(field) }
         for (k, v) in extra { data[k] = v }
-        return .object(JSONObject([("code", .int(Int64(code))), ("message", .string(message)), ("data", .object(data))]))
+        return .object(JSONObject([("code", .int(Int64(code.rawValue))), ("message", .string(message)), ("data", .object(data))]))
     }
 }
 
@@ -40,22 +40,22 @@ extension RPCError {
     /// -32700: the line is not acceptable JSON.
     public static func parse(_ e: JSONParseError) -> RPCError {
         let reason = e.kind == .invalidUTF8 ? "invalid_utf8" : (e.kind == .invalidJSON ? "invalid_json" : e.kind.rawValue)
-        return RPCError(code: -32700, message: "Parse error: \(e.message)", reason: reason)
+        return RPCError(code: .parseError, message: "Parse error: \(e.message)", reason: reason)
     }
 
     /// -32600: the JSON is not a valid request.
     public static func invalidRequest(_ message: String, reason: String = "invalid_request") -> RPCError {
-        RPCError(code: -32600, message: "Invalid Request: \(message)", reason: reason)
+        RPCError(code: .invalidRequest, message: "Invalid Request: \(message)", reason: reason)
     }
 
     /// -32601.
     public static func methodNotFound(_ name: String) -> RPCError {
-        RPCError(code: -32601, message: "Method not found", reason: "method_not_found")
+        RPCError(code: .methodNotFound, message: "Method not found", reason: "method_not_found")
     }
 
     /// -32602 from a field error.
     public static func invalidParams(_ e: FieldError) -> RPCError {
-        RPCError(code: -32602, message: "Invalid params: \(e.message)", reason: e.reason, field: e.field)
+        RPCError(code: .invalidParams, message: "Invalid params: \(e.message)", reason: e.reason, field: e.field)
     }
 
     /// -32602 with an explicit reason and field.
@@ -64,61 +64,61 @@ extension RPCError {
     }
 
     /// -32603: a bug; details go to the log, never to the host.
-    public static let internalError = RPCError(code: -32603, message: "Internal error", reason: "internal")
+    public static let internalError = RPCError(code: .internalError, message: "Internal error", reason: "internal")
 
     /// -32001.
     public static func unauthorized(_ reason: String, _ message: String) -> RPCError {
-        RPCError(code: -32001, message: message, reason: reason)
+        RPCError(code: .unauthorized, message: message, reason: reason)
     }
 
     /// -32003.
     public static func forbidden(_ reason: String, _ message: String) -> RPCError {
-        RPCError(code: -32003, message: message, reason: reason)
+        RPCError(code: .forbidden, message: message, reason: reason)
     }
 
     /// -32004.
     public static func notFound(_ message: String = "Not found") -> RPCError {
-        RPCError(code: -32004, message: message, reason: "not_found")
+        RPCError(code: .notFound, message: message, reason: "not_found")
     }
 
     /// -32009.
     public static func conflict(_ reason: String, _ message: String) -> RPCError {
-        RPCError(code: -32009, message: message, reason: reason)
+        RPCError(code: .conflict, message: message, reason: reason)
     }
 
     /// -32010.
     public static func verificationFailed(_ reason: String, _ message: String) -> RPCError {
-        RPCError(code: -32010, message: message, reason: reason)
+        RPCError(code: .verificationFailed, message: message, reason: reason)
     }
 
     /// -32029.
     public static func rateLimited(_ message: String) -> RPCError {
-        RPCError(code: -32029, message: message, reason: "too_many_attempts")
+        RPCError(code: .limited, message: message, reason: "too_many_attempts")
     }
 
     /// -32050: the write was not applied.
     public static func storageUnavailable(_ message: String) -> RPCError {
-        RPCError(code: -32050, message: message, reason: "storage_unavailable")
+        RPCError(code: .storageUnavailable, message: message, reason: "storage_unavailable")
     }
 
     /// The request lost a race with a concurrent one (another kernel on the same database) and changed
     /// nothing: the dispatcher runs it again, reads included, a bounded number of times; a host sees
     /// it only when every attempt lost, as -32050.
     public static func storageConflict(_ message: String) -> RPCError {
-        RPCError(code: -32050, message: "Storage unavailable: \(message); nothing was applied", reason: "storage_unavailable",
+        RPCError(code: .storageUnavailable, message: "Storage unavailable: \(message); nothing was applied", reason: "storage_unavailable",
                  extra: [("retried", .bool(true))])
     }
 
     /// Whether running the request again may succeed (`storageConflict`).
-    public var isConflict: Bool { code == -32050 && extra.contains { $0.0 == "retried" } }
+    public var isConflict: Bool { code == .storageUnavailable && extra.contains { $0.0 == "retried" } }
 }
 
 /// Documentation of one error a method can return, for the OpenRPC document.
 public struct ErrorDoc: Sendable {
-    public let code: Int
+    public let code: ErrorCode
     public let message: String
     /// An error a method documents.
-    public init(_ code: Int, _ message: String) {
+    public init(_ code: ErrorCode, _ message: String) {
         self.code = code
         self.message = message
     }

@@ -52,13 +52,13 @@ public final class RateLimiter {
 extension RPCError {
     /// -32029 `rate_limited`: the user sent more than the limit; `data.retryAfterMs` says when to try again.
     public static func rateLimited(retryAfterMs: Int64) -> RPCError {
-        RPCError(code: -32029, message: "Too many requests for this user; retry in \(retryAfterMs) ms", reason: "rate_limited",
+        RPCError(code: .limited, message: "Too many requests for this user; retry in \(retryAfterMs) ms", reason: "rate_limited",
                  extra: [("retryAfterMs", .int(retryAfterMs))])
     }
 
     /// -32029 `quota_exceeded`: storing this would take the user past `limit` of `what`.
     public static func quotaExceeded(_ what: String, limit: Int64) -> RPCError {
-        RPCError(code: -32029, message: "Quota exceeded: at most \(limit) \(what) per user", reason: "quota_exceeded",
+        RPCError(code: .limited, message: "Quota exceeded: at most \(limit) \(what) per user", reason: "quota_exceeded",
                  extra: [("limit", .int(limit))])
     }
 }

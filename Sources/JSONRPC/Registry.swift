@@ -133,25 +133,34 @@ public final class MethodRegistry: Sendable {
                 ])
             }
             params += m.params
-            var errors: [ErrorDoc] = []
-            if m.auth != .none { errors.append(ErrorDoc(-32001, "Unauthorized")) }
-            if m.auth == .service { errors.append(ErrorDoc(-32003, "Forbidden: service_role required")) }
-            if !params.isEmpty { errors.append(ErrorDoc(-32602, "Invalid params")) }
-            errors += m.errors
-            // The dispatcher limits every user's requests (limits.requestsPerSecond); service tokens never.
-            if m.auth == .user || m.auth == .optionalUser { errors.append(ErrorDoc(-32029, "rate_limited: past limits.requestsPerSecond; data.retryAfterMs")) }
-            if m.mutates { errors.append(ErrorDoc(-32050, "Storage unavailable: the write was not applied")) }
+            let errors = m.publishedErrors
             list.append([
                 "name": .string(m.name),
                 "summary": .string(m.summary),
                 "paramStructure": "by-name",
                 "params": .array(params),
                 "result": ["name": "result", "schema": try JSON.parse(m.resultSchema)],
-                "errors": .array(errors.map { ["code": .int(Int64($0.code)), "message": .string($0.message)] }),
+                "errors": .array(errors.map { ["code": .int(Int64($0.code.rawValue)), "message": .string($0.message)] }),
                 "x-mutates": .bool(m.mutates),
                 "x-auth": .string(m.auth.rawValue),
             ])
         }
         return ["openrpc": "1.3.2", "info": info, "methods": .array(list)]
+    }
+}
+
+extension RegisteredMethod {
+    /// Every error the method can answer: what the dispatcher raises for its auth, params, rate limit
+    /// and storage, around the method's own. `rpc.discover` and protocol/README.md publish this list.
+    public var publishedErrors: [ErrorDoc] {
+        var errors: [ErrorDoc] = []
+        if auth != .none { errors.append(ErrorDoc(.unauthorized, "Unauthorized")) }
+        if auth == .service { errors.append(ErrorDoc(.forbidden, "Forbidden: service_role required")) }
+        if auth != .none || !params.isEmpty { errors.append(ErrorDoc(.invalidParams, "Invalid params")) }
+        errors += self.errors
+        // The dispatcher limits every user's requests (limits.requestsPerSecond); service tokens never.
+        if auth == .user || auth == .optionalUser { errors.append(ErrorDoc(.limited, "rate_limited: past limits.requestsPerSecond; data.retryAfterMs")) }
+        if mutates { errors.append(ErrorDoc(.storageUnavailable, "Storage unavailable: the write was not applied")) }
+        return errors
     }
 }

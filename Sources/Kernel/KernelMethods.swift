@@ -117,7 +117,7 @@ struct KernelSnapshot: RPCMethod {
     static let summary = "Writes a snapshot of all data now; answers once it is durable. Older log segments are then removed."
     static let auth = AuthRequirement.service
     static let mutates = false
-    static let errors = [ErrorDoc(-32050, "Storage unavailable (memory-only kernel, or the snapshot could not be written)")]
+    static let errors = [ErrorDoc(.storageUnavailable, "Storage unavailable (memory-only kernel, or the snapshot could not be written)")]
     static let resultSchema = #"""
     {"type": "object", "additionalProperties": false, "required": ["seq", "bytes", "durationMs"],
      "properties": {

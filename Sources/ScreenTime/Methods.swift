@@ -232,8 +232,8 @@ public struct ScreenTimeUpload: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = Schemas.verdict
-    public static let errors = [ErrorDoc(-32003, "connection_disabled"),
-                                ErrorDoc(-32029, "quota_exceeded: past limits.rawBytesPerUser of raw kept")]
+    public static let errors = [ErrorDoc(.forbidden, "connection_disabled"),
+                                ErrorDoc(.limited, "quota_exceeded: past limits.rawBytesPerUser of raw kept")]
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
@@ -254,7 +254,7 @@ public struct ScreenTimeDay: RPCMethod {
     public static let mutates = false
     public static let auth = AuthRequirement.user
     public static let resultSchema = Schemas.record
-    public static let errors = [ErrorDoc(-32004, "not_found: no data for that day")]
+    public static let errors = [ErrorDoc(.notFound, "not_found: no data for that day")]
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
@@ -409,7 +409,7 @@ public struct RewardsEarn: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = Schemas.balance
-    public static let errors = [ErrorDoc(-32009, "idempotency_key_reused"), ErrorDoc(-32029, "quota_exceeded: past limits.rewardsLedgerPerUser entries")]
+    public static let errors = [ErrorDoc(.conflict, "idempotency_key_reused"), ErrorDoc(.limited, "quota_exceeded: past limits.rewardsLedgerPerUser entries")]
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
@@ -431,7 +431,7 @@ public struct RewardsRedeem: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = Schemas.balance
-    public static let errors = [ErrorDoc(-32009, "insufficient_balance")]
+    public static let errors = [ErrorDoc(.conflict, "insufficient_balance")]
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
@@ -452,7 +452,7 @@ public struct RewardsSpend: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["startsAt", "endsAt", "balance"], "properties": {"startsAt": {"type": "string", "format": "date-time"}, "endsAt": {"type": "string", "format": "date-time"}, "balance": "# + Schemas.balance + "}}"
-    public static let errors = [ErrorDoc(-32009, "insufficient_balance"), ErrorDoc(-32029, "quota_exceeded: past limits.rewardsLedgerPerUser entries")]
+    public static let errors = [ErrorDoc(.conflict, "insufficient_balance"), ErrorDoc(.limited, "quota_exceeded: past limits.rewardsLedgerPerUser entries")]
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {

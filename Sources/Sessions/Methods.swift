@@ -109,7 +109,7 @@ public struct SessionsRecord: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = Schemas.session
-    public static let errors = [ErrorDoc(-32029, "quota_exceeded: past limits.sessionsPerUser kept sessions")]
+    public static let errors = [ErrorDoc(.limited, "quota_exceeded: past limits.sessionsPerUser kept sessions")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
@@ -132,8 +132,8 @@ public struct SessionsStart: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = Schemas.timer
-    public static let errors = [ErrorDoc(-32009, "session_active, idempotency_key_reused"),
-                                ErrorDoc(-32029, "quota_exceeded: past limits.sessionsPerUser kept sessions")]
+    public static let errors = [ErrorDoc(.conflict, "session_active, idempotency_key_reused"),
+                                ErrorDoc(.limited, "quota_exceeded: past limits.sessionsPerUser kept sessions")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
@@ -149,7 +149,7 @@ public struct SessionsPause: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = Schemas.timer
-    public static let errors = [ErrorDoc(-32009, "no_active_session")]
+    public static let errors = [ErrorDoc(.conflict, "no_active_session")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
@@ -165,7 +165,7 @@ public struct SessionsResume: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = Schemas.timer
-    public static let errors = [ErrorDoc(-32009, "no_active_session")]
+    public static let errors = [ErrorDoc(.conflict, "no_active_session")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
@@ -181,7 +181,7 @@ public struct SessionsStop: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = Schemas.session
-    public static let errors = [ErrorDoc(-32009, "no_active_session")]
+    public static let errors = [ErrorDoc(.conflict, "no_active_session")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
@@ -212,7 +212,7 @@ public struct SessionsGet: RPCMethod {
     public static let mutates = false
     public static let auth = AuthRequirement.user
     public static let resultSchema = Schemas.session
-    public static let errors = [ErrorDoc(-32004, "not_found (also for another user's session)")]
+    public static let errors = [ErrorDoc(.notFound, "not_found (also for another user's session)")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: SessionIDParams, _ c: CallContext) throws(RPCError) -> JSON {
@@ -267,7 +267,7 @@ public struct SessionsDelete: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["deleted"], "properties": {"deleted": {"const": true}}}"#
-    public static let errors = [ErrorDoc(-32004, "not_found")]
+    public static let errors = [ErrorDoc(.notFound, "not_found")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: SessionIDParams, _ c: CallContext) throws(RPCError) -> JSON {

@@ -89,7 +89,7 @@ extension NotifyReport: JSONEncodable {
 }
 
 let verificationErrors = [
-    ErrorDoc(-32010, "malformed_jws, untrusted_chain, invalid_signature, bundle_mismatch, environment_mismatch, product_mismatch; nothing stored"),
+    ErrorDoc(.verificationFailed, "malformed_jws, untrusted_chain, invalid_signature, bundle_mismatch, environment_mismatch, product_mismatch; nothing stored"),
 ]
 
 /// `subscriptions.verify`.
@@ -108,7 +108,7 @@ public struct SubscriptionsVerify: RPCMethod {
     public static let mutates = true
     public static let auth = AuthRequirement.user
     public static let resultSchema = Schemas.membership
-    public static let errors = verificationErrors + [ErrorDoc(-32009, "transaction_owned_by_other_user")]
+    public static let errors = verificationErrors + [ErrorDoc(.conflict, "transaction_owned_by_other_user")]
     let service: SubscriptionsService
     public init(_ service: SubscriptionsService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
@@ -217,8 +217,8 @@ public struct SubscriptionsRecoverNotifications: SlowRPCMethod {
        "paginationToken": {"type": ["string", "null"], "description": "null after the last page"}}}
     """#
     public static let errors = [
-        ErrorDoc(-32003, "app_store_api_not_configured (no appStore.serverApi), app_store_key_rejected (Apple refused the key)"),
-        ErrorDoc(-32029, "app_store_unavailable: Apple could not be reached, answered 5xx or throttled; data.retryAfterMs"),
+        ErrorDoc(.forbidden, "app_store_api_not_configured (no appStore.serverApi), app_store_key_rejected (Apple refused the key)"),
+        ErrorDoc(.limited, "app_store_unavailable: Apple could not be reached, answered 5xx or throttled; data.retryAfterMs"),
     ]
     /// How far back Apple keeps notification history.
     static let historyDays: Int64 = 180
@@ -260,10 +260,10 @@ extension ServerAPIFailure {
         switch self {
         case .keyRejected: return .forbidden("app_store_key_rejected", description)
         case .throttled(let seconds):
-            return RPCError(code: -32029, message: "The App Store Server API is " + description, reason: "app_store_unavailable",
+            return RPCError(code: .limited, message: "The App Store Server API is " + description, reason: "app_store_unavailable",
                             extra: [("retryAfterMs", .int(Int64(seconds) * 1000))])
         case .notFound, .unavailable, .invalid:
-            return RPCError(code: -32029, message: "The App Store Server API is not usable now: " + description, reason: "app_store_unavailable",
+            return RPCError(code: .limited, message: "The App Store Server API is not usable now: " + description, reason: "app_store_unavailable",
                             extra: [("retryAfterMs", .int(60_000))])
         }
     }

@@ -26,7 +26,7 @@ public struct SyncChanges: RPCMethod {
     public static let summary = "The caller's change feed after a cursor: the latest committed change of each synced record, oldest first, each once; store `cursor` and call again for what changed since."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let errors = [ErrorDoc(-32602, "cursor_expired: since is older than deletes past limits.tombstonesPerUser; read again without since")]
+    public static let errors = [ErrorDoc(.invalidParams, "cursor_expired: since is older than deletes past limits.tombstonesPerUser; read again without since")]
     public static let resultSchema = #"""
     {"type": "object", "additionalProperties": false, "required": ["changes", "cursor", "hasMore"],
      "properties": {

@@ -50,7 +50,7 @@ final class AuthHarness {
             _ = try service.authenticate(token: token, requirement: requirement, now: now)
             return nil
         } catch {
-            return error.code == -32001 || error.code == -32003 ? error.reason : "unexpected \(error.code)"
+            return error.code == .unauthorized || error.code == .forbidden ? error.reason : "unexpected \(error.code)"
         }
     }
 }
@@ -419,7 +419,7 @@ struct IDClaims: JWTPayload {
             _ = try h.service.exchange(provider: provider, idToken: token, now: t0)
             return nil
         } catch {
-            return "\(error.rpc.code) \(error.rpc.reason)"
+            return "\(error.rpc.code.rawValue) \(error.rpc.reason)"
         }
     }
 

@@ -512,7 +512,7 @@ struct HealthProfileStandIn: StoredRow {
         }
         #expect(try bounded.sample(h.user, uuid(1)) == nil, "refused whole")
         #expect(try bounded.ingest(h.user, IngestRequest(zone: .utc, samples: [recent]), now: now).samples == 1)
-        #expect(HealthError.tooOld("params.samples[0].start", days: 30).rpc.code == -32602)
+        #expect(HealthError.tooOld("params.samples[0].start", days: 30).rpc.code == .invalidParams)
         // Without a bound, 1970 is fine.
         #expect(try h.ingest("UTC", samples: [try sample(3, 1, "1970-01-02T00:00:00Z", "1970-01-02T00:01:00Z")]).samples == 1)
     }
