@@ -50,7 +50,7 @@ final class LoopbackServer: @unchecked Sendable {
     deinit { close(fd) }
 }
 
-@Suite struct HTTPClientTests {
+@Suite(.oneStoreOnly) struct HTTPClientTests {
     @Test func aGetCarriesItsHeadersAndReadsStatusHeadersAndBody() throws {
         let server = try LoopbackServer(response: "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nContent-Length: 5\r\n\r\nslow!")
         let response = try HTTPClient.send(HTTPRequest(url: "http://127.0.0.1:\(server.port)/inApps/v1/subscriptions/1000",

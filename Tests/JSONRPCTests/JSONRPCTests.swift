@@ -56,7 +56,7 @@ func exchange(_ input: String, maxLineBytes: Int = 1 << 20) throws -> [JSON] {
     return try text.split(separator: "\n").map { try JSON.parse(String($0)) }
 }
 
-@Suite struct DispatchTests {
+@Suite(.oneStoreOnly) struct DispatchTests {
     @Test func namedParamsCall() throws {
         let r = try exchange(#"{"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":42,"subtrahend":23},"id":3}"#)
         #expect(r == [["jsonrpc": "2.0", "id": 3, "result": 19]])
@@ -165,7 +165,7 @@ func exchange(_ input: String, maxLineBytes: Int = 1 << 20) throws -> [JSON] {
     }
 }
 
-@Suite struct FramingTests {
+@Suite(.oneStoreOnly) struct FramingTests {
     func lines(_ chunks: [String], max: Int = 100) -> [String] {
         var framer = LineFramer(maxLineBytes: max)
         var out: [String] = []
@@ -204,7 +204,7 @@ func exchange(_ input: String, maxLineBytes: Int = 1 << 20) throws -> [JSON] {
     }
 }
 
-@Suite struct StatsTests {
+@Suite(.oneStoreOnly) struct StatsTests {
     @Test func percentilesFollowTheDistribution() {
         let s = RequestStats()
         for _ in 0..<90 { s.record(micros: 10, failed: false) }
@@ -228,7 +228,7 @@ func exchange(_ input: String, maxLineBytes: Int = 1 << 20) throws -> [JSON] {
 
 /// Issue "Security and robustness defects", item 3: a line the parser refuses still answers with the
 /// request's own id when that id can be read, so a host matching answers by id does not wait for a timeout.
-@Suite struct UnparseableLineIDTests {
+@Suite(.oneStoreOnly) struct UnparseableLineIDTests {
     @Test func parseErrorsCarryTheRequestID() throws {
         let deep = String(repeating: "[", count: 600) + String(repeating: "]", count: 600)
         let lines = [

@@ -1,9 +1,10 @@
 import JSON
 import Testing
+import TestSupport
 @testable import JSONRPC
 
 /// One declaration reads a method's params and describes them: what it accepts is what it documents.
-@Suite struct ParamsTests {
+@Suite(.oneStoreOnly) struct ParamsTests {
     static let list = ParamList(
         required("name", maxBytes: 5),
         optional("limit", in: 1...10, default: 3),

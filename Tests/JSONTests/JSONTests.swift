@@ -1,8 +1,9 @@
 import Testing
+import TestSupport
 @testable import JSON
 import JSONParsing
 
-@Suite struct ParsingTests {
+@Suite(.oneStoreOnly) struct ParsingTests {
     func parse(_ text: String) throws(JSONParseError) -> JSON { try JSON.parse(text) }
 
     func failure(_ bytes: [UInt8]) -> JSONParseError.Kind? {
@@ -97,7 +98,7 @@ import JSONParsing
     }
 }
 
-@Suite struct SerializingTests {
+@Suite(.oneStoreOnly) struct SerializingTests {
     @Test func doublesUseShortestRoundTrip() throws {
         #expect(JSON.double(0.1).serialized == "0.1")
         #expect(JSON.double(1.5).serialized == "1.5")
@@ -137,7 +138,7 @@ import JSONParsing
     }
 }
 
-@Suite struct ObjectReaderTests {
+@Suite(.oneStoreOnly) struct ObjectReaderTests {
     @Test func readsTypedFieldsWithPaths() throws {
         let o = try #require(try JSON.parse(#"{"n":5,"s":"x","list":[1,"two"],"extra":1}"#).objectValue)
         var r = ObjectReader(o, path: "params")
@@ -185,7 +186,7 @@ import JSONParsing
     }
 }
 
-@Suite struct BinaryFormTests {
+@Suite(.oneStoreOnly) struct BinaryFormTests {
     static func roundTrip(_ value: JSON) throws -> JSON {
         var out: [UInt8] = []
         value.writeBinary(to: &out)

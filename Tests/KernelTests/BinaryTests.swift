@@ -5,7 +5,7 @@ import Testing
 import TestSupport
 
 /// The real binary as a host drives it: framing, limits, signals, exit codes, one-shot `call`.
-@Suite struct BinaryTests {
+@Suite(.oneStoreOnly) struct BinaryTests {
     let serve = ["serve", "--memory-only", "--log-level", "error"]
     let info = #"{"jsonrpc":"2.0","id":1,"method":"kernel.info"}"#
 
@@ -157,7 +157,7 @@ import TestSupport
 }
 
 /// `healthkernel token` in a shell-style pipeline against a data dir.
-@Suite struct TokenCommandTests {
+@Suite(.oneStoreOnly) struct TokenCommandTests {
     @Test func mintedTokensWorkAgainstTheKernel() throws {
         let dir = temporaryDirectory("token")
         defer { try? FileManager.default.removeItem(atPath: dir) }

@@ -216,7 +216,7 @@ final class CrashRecording: @unchecked Sendable {
 /// Every file operation of the workload, failed and crashed at: nothing acknowledged is lost, the
 /// recovered state is the state after some prefix of the writes (never a mix), start-up succeeds, and
 /// an injected error is answered -32050 with the same kernel writing again once errors stop.
-@Suite struct CrashPointTests {
+@Suite(.oneStoreOnly) struct CrashPointTests {
     /// A folder for data dirs: tmpfs when the machine has one (the walk makes thousands of them).
     static func scratch(_ tag: String) -> String {
         let base = FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory()

@@ -8,7 +8,7 @@ import TestSupport
 
 /// PostgreSQL's detached commits (#39): a slow request's big commit runs on a connection of its own,
 /// and checks under the user's lock that the user's rows are still the version the request read.
-@Suite struct DetachedCommitTests {
+@Suite(.oneStoreOnly) struct DetachedCommitTests {
     typealias Due = PostgresStoreTests.Due
 
     func open(_ schema: String) throws -> (PostgresStore, any StorageTable<Due>) {

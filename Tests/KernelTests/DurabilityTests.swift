@@ -12,7 +12,7 @@ func dump(_ k: LiveKernel) -> [String: (String?, String?)]? {
     return out
 }
 
-@Suite(.serialized) struct DurabilityTests {
+@Suite(.serialized, .oneStoreOnly) struct DurabilityTests {
     func serve(_ dir: String, _ extra: [String] = []) -> [String] {
         ["serve", "--data-dir", dir, "--enable-test-methods", "--log-level", "error", "--jwt-secret", testSecret] + extra
     }

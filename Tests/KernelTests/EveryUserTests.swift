@@ -6,7 +6,7 @@ import TestSupport
 @testable import Kernel
 
 /// Issue "Every user at once": one user's heavy work never holds another's.
-@Suite struct EveryUserTests {
+@Suite(.oneStoreOnly) struct EveryUserTests {
     static let auth = JSON.string(LimitsTests.userToken)
 
     /// A month-like ingest of `count` minute samples from `day` with random UUIDs.

@@ -5,7 +5,7 @@ import Testing
 import TestSupport
 
 /// A data dir written by release 0.1.0 recovers unchanged: every later release answers the same.
-@Suite struct FixtureTests {
+@Suite(.oneStoreOnly) struct FixtureTests {
     static let fixture = Paths.root.appendingPathComponent("Tests/Fixtures/datadir-0.1.0").path
 
     /// A copy of the fixture (recovery cuts and removes files; the fixture itself never changes).

@@ -98,7 +98,7 @@ struct Driver {
 
 /// The disk fills up under a kernel that keeps serving: nothing acknowledged is lost, nothing refused
 /// is shown, and a kernel starts on a disk that is still full. Needs root for a real tmpfs.
-@Suite(.serialized) struct FullDiskTests {
+@Suite(.serialized, .oneStoreOnly) struct FullDiskTests {
     static let user = ScreenTimeBinaryTests.userToken
 
     func serve(_ dir: String, _ extra: [String] = []) -> [String] {

@@ -1,9 +1,10 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// Every seed input of the fuzz targets and every input that once crashed one (Fuzz/regressions/TARGET)
 /// replayed through the fuzz binary's replay driver (a normal build): none may crash it.
-@Suite struct FuzzRegressionTests {
+@Suite(.oneStoreOnly) struct FuzzRegressionTests {
     static var driver: String { (Paths.binary as NSString).deletingLastPathComponent + "/healthkernel-fuzz" }
 
     static var targets: [String] {

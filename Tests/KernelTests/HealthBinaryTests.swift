@@ -6,7 +6,7 @@ import TestSupport
 
 /// HealthKit sync through the real binary: a first sync's month of minute-level heart rate in one
 /// request, its progress on stderr, what survives a restart, and the cap on items per request.
-@Suite struct HealthBinaryTests {
+@Suite(.oneStoreOnly) struct HealthBinaryTests {
     static let token = ScreenTimeBinaryTests.userToken
 
     static func request(_ id: Int, _ method: String, _ params: JSON) -> String {

@@ -4,7 +4,7 @@ import TestSupport
 @testable import Kernel
 
 /// The generated secret file appears whole or not at all, and a cut-short one never blocks a start.
-@Suite struct JWTSecretFileTests {
+@Suite(.oneStoreOnly) struct JWTSecretFileTests {
     @Test func generatedOnceThenReadAndAShortFileIsReplaced() throws {
         let dir = temporaryDirectory("secret")
         defer { try? FileManager.default.removeItem(atPath: dir) }

@@ -7,7 +7,7 @@ import TestSupport
 
 /// A kernel configured with a provider's JWKS URL follows the provider's key rotation through
 /// `auth.exchange` (verified on a worker thread, where the fetch happens), without a restart.
-@Suite struct KeyRotationKernelTests {
+@Suite(.oneStoreOnly) struct KeyRotationKernelTests {
     @Test func aKernelFollowsAProvidersRotationThroughItsJWKSURL() throws {
         let provider = FakeIdentityProvider()
         let (k1, k2) = (P256.Signing.PrivateKey(), P256.Signing.PrivateKey())

@@ -2,12 +2,13 @@ import Foundation
 import JSON
 import JSONRPC
 import Testing
+import TestSupport
 @testable import Kernel
 
 /// What adding a method asks for (README, "Adding a method"): every registered method is shown in a
 /// transcript and named in `protocol/`, and every user method with required params has sample params
 /// in the isolation test, which then checks it with two users' data.
-@Suite struct MethodContractTests {
+@Suite(.oneStoreOnly) struct MethodContractTests {
     static func text(of folder: URL, ending suffix: String) throws -> String {
         try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(suffix) }.sorted()
             .map { try String(contentsOf: folder.appendingPathComponent($0), encoding: .utf8) }.joined(separator: "\n")

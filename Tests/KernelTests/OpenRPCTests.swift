@@ -2,9 +2,10 @@ import Foundation
 import JSON
 import JSONParsing
 import Testing
+import TestSupport
 @testable import Kernel
 
-@Suite struct OpenRPCTests {
+@Suite(.oneStoreOnly) struct OpenRPCTests {
     /// protocol/openrpc.json is the published contract; rpc.discover must return exactly it.
     /// Regenerate after changing a method: `.build/debug/healthkernel call rpc.discover --memory-only | jq . > protocol/openrpc.json`
     @Test func publishedDocumentMatchesTheRegistry() throws {

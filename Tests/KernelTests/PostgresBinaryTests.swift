@@ -4,7 +4,7 @@ import Testing
 import TestSupport
 
 /// The real binary on PostgreSQL: `store migrate`, and kernels on one database seeing each other's work.
-@Suite struct PostgresBinaryTests {
+@Suite(.oneStoreOnly) struct PostgresBinaryTests {
     @Test func storeMigrateCreatesOnceAndRefusesANewerSchema() throws {
         let schema = TestPostgres.freshSchema()
         let args = ["store", "migrate", "--store", TestPostgres.url, "--config", try configFile(schema)]

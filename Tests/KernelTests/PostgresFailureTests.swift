@@ -11,7 +11,7 @@ import TestSupport
 /// each): the server stopped and started, killed mid-commit, the kernel's connections terminated mid-batch,
 /// statements that time out. Every answered write is committed, every -32050 changed nothing, nothing is
 /// half-applied, and the same kernel serves again without a restart.
-@Suite(.serialized) struct PostgresFailureTests {
+@Suite(.serialized, .oneStoreOnly) struct PostgresFailureTests {
     /// What the load saw answered.
     final class Outcomes: @unchecked Sendable {
         let answered = Locked<[String]>([]), refused = Locked<[String]>([]), other = Locked<[JSON]>([])

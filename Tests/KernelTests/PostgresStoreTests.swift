@@ -6,7 +6,7 @@ import Testing
 import TestSupport
 
 /// The PostgreSQL store's promises to several kernels, checked on two stores over one schema.
-@Suite struct PostgresStoreTests {
+@Suite(.oneStoreOnly) struct PostgresStoreTests {
     struct Due: StoredRow {
         let at: String
         init(at: String) { self.at = at }

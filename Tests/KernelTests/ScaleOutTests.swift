@@ -9,7 +9,7 @@ import TestSupport
 /// Two kernels on one PostgreSQL database serving the same users at once, each on its own thread, as two
 /// web-app instances behind a load balancer would: the per-user lock, the retry of lost races and the
 /// unique constraints must leave exactly what one kernel would.
-@Suite struct ScaleOutTests {
+@Suite(.oneStoreOnly) struct ScaleOutTests {
     /// Two kernels on one fresh schema.
     func pair() throws -> (Kernel, Kernel) {
         let (a, b, _) = try pairOnSchema()

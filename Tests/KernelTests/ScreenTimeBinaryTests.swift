@@ -5,7 +5,7 @@ import Testing
 import TestSupport
 
 /// Screen time through the real binary: state across restarts, size limits.
-@Suite struct ScreenTimeBinaryTests {
+@Suite(.oneStoreOnly) struct ScreenTimeBinaryTests {
     /// A user token signed with the test secret (user aaaaaaaa-…), valid until 2100.
     static let userToken = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJpc3MiOiJodHRwczovL2V4YW1wbGUuc3VwYWJhc2UuY28vYXV0aC92MSIsInN1YiI6ImFhYWFhYWFhLWFhYWEtNGFhYS04YWFhLWFhYWFhYWFhYWFhYSIsImF1ZCI6ImF1dGhlbnRpY2F0ZWQiLCJyb2xlIjoiYXV0aGVudGljYXRlZCIsImlhdCI6MTc2Mzc2OTYwMCwiZXhwIjo0MTAyNDQ0ODAwfQ.8ZA__W41avEdg3xBvAMUQx8I0VhsjhcPi2Fdts5TDTk"
 
@@ -58,7 +58,7 @@ import TestSupport
 }
 
 /// The session timer through the real binary: it survives a kill and a restart with the right elapsed time.
-@Suite struct SessionTimerBinaryTests {
+@Suite(.oneStoreOnly) struct SessionTimerBinaryTests {
     @Test func timerSurvivesARestart() throws {
         let dir = temporaryDirectory("timer")
         defer { try? FileManager.default.removeItem(atPath: dir) }

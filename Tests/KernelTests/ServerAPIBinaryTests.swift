@@ -7,7 +7,7 @@ import TestSupport
 
 /// The App Store Server API through the real binary: its configuration, refresh in api mode, recovery of
 /// notifications, `kernel.info`, and a refresh of 1,000 memberships while other requests are served.
-@Suite(.serialized) struct ServerAPIBinaryTests {
+@Suite(.serialized, .oneStoreOnly) struct ServerAPIBinaryTests {
     static let user = ScreenTimeBinaryTests.userToken
     let apple: FakeAppStoreServer
 

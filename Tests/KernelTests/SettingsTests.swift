@@ -1,8 +1,9 @@
 import Testing
+import TestSupport
 @testable import Kernel
 
 /// The table of settings: every source of a setting is checked by its one row and named in errors.
-@Suite struct SettingsTests {
+@Suite(.oneStoreOnly) struct SettingsTests {
     /// A value each checked setting refuses.
     func bad(_ s: Setting) -> String? {
         switch s.kind {

@@ -5,7 +5,7 @@ import TestSupport
 
 /// `store import` takes only rows the domains could have written, all of a file or none of it, and no
 /// read traps on a stored row it cannot read (PostgreSQL rows can be edited behind the kernel's back).
-@Suite struct StoreImportTests {
+@Suite(.oneStoreOnly) struct StoreImportTests {
     static let user = "3f0e9a52-3c1e-4b8e-9a54-0f6f3f6c2a11"
     let secret = ["--jwt-secret", testSecret, "--log-level", "error"]
 

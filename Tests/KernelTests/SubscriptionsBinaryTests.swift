@@ -6,7 +6,7 @@ import TestSupport
 
 /// `subscriptions.*` against the real binary: its configuration file, durability across a kill -9, and
 /// Apple's own signed notifications verified with the bundled Apple root.
-@Suite struct SubscriptionsBinaryTests {
+@Suite(.oneStoreOnly) struct SubscriptionsBinaryTests {
     static let user = ScreenTimeBinaryTests.userToken
     static let userId = "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa"
     /// User bbbbbbbb-…, signed with the test secret.

@@ -4,7 +4,7 @@ import Testing
 import TestSupport
 
 /// The change feed and host events through the real binary, across a kill -9 and a restart.
-@Suite struct SyncBinaryTests {
+@Suite(.oneStoreOnly) struct SyncBinaryTests {
     static let user = ScreenTimeBinaryTests.userToken
 
     func line(_ id: Int, _ method: String, _ params: JSON) -> String {

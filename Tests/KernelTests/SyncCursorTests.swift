@@ -5,6 +5,7 @@ import JSON
 import JSONParsing
 import Logging
 import Testing
+import TestSupport
 import Threads
 @testable import Kernel
 
@@ -38,7 +39,7 @@ import Threads
 
 /// Security round 2, item 8: a subscription ends with its service token, and the stream that
 /// subscribed can always unsubscribe, expired token or none.
-@Suite struct SubscriptionLifetimeTests {
+@Suite(.oneStoreOnly) struct SubscriptionLifetimeTests {
     final class MovableClock: Clock, @unchecked Sendable {
         let offset = Locked<Int64>(0)
         func now() -> Timestamp { Timestamp(milliseconds: SystemClock().now().milliseconds + offset.withLock { $0 }) }

@@ -3,9 +3,10 @@ import JSON
 import JSONParsing
 import JSONRPC
 import Testing
+import TestSupport
 @testable import Kernel
 
-@Suite struct TranscriptTests {
+@Suite(.oneStoreOnly) struct TranscriptTests {
     @Test func transcriptsExist() {
         #expect(Transcript.all().count >= 3)
     }

@@ -1,10 +1,11 @@
 import Foundation
 import Testing
+import TestSupport
 import Kernel
 
 /// The release is decided in Sources/Kernel/Version.swift; everything else that names it must agree
 /// (scripts/set-version writes them), and the changelog's newest entry must be this release.
-@Suite struct VersionTests {
+@Suite(.oneStoreOnly) struct VersionTests {
     @Test func theNodePackageAndTheChangelogNameTheKernelsVersion() throws {
         let version = KernelVersion.version
         #expect(version.wholeMatch(of: /(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?/) != nil,

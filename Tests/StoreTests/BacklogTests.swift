@@ -7,7 +7,7 @@ import TestSupport
 
 /// Big units of work applied in slices (`Backlog`): between slices other users' commits go on, and the
 /// end state, feed positions, log and snapshots are exactly those of the unit applied at once.
-@Suite struct BacklogTests {
+@Suite(.oneStoreOnly) struct BacklogTests {
     /// A store with a synced table, on a fixed clock so that two stores given the same commits match.
     final class Slices {
         let dir: String

@@ -81,7 +81,7 @@ struct Ledger {
 
 /// Every file operation of the store made to fail at every step of writing, rotating and snapshotting:
 /// memory stays equal to what is on disk, and a restart finds every acknowledged write and no refused one.
-@Suite struct FaultTests {
+@Suite(.oneStoreOnly) struct FaultTests {
     /// Writes, snapshots (the disk still failing), frees the disk, snapshots again, writes, crashes.
     func run(_ plan: FaultPlan, _ label: String) throws {
         let h = try Harness(configure: {

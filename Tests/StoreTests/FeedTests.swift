@@ -13,7 +13,7 @@ final class TickingClock: Clock, @unchecked Sendable {
 }
 
 /// The change feed as the store keeps it: stamps beside synced rows, tombstones for deleted ones.
-@Suite struct FeedTests {
+@Suite(.oneStoreOnly) struct FeedTests {
     /// A store with synced tables `notes` (entity `note`, id "n-" + key) and `tasks` (entity `task`,
     /// id "t-" + key), and a table that is not synced.
     final class FeedHarness {

@@ -1,11 +1,12 @@
 import Testing
+import TestSupport
 @testable import Store
 import JSON
 
 /// The chunked partition against a plain model (a dictionary, sorted on demand): random inserts,
 /// replacements and deletes with random and ordered keys, then every read compared, including scans in
 /// both directions with bounds, `after` and limits, across chunk splits and merges.
-@Suite struct PartitionTests {
+@Suite(.oneStoreOnly) struct PartitionTests {
     /// A small deterministic generator, so a failure repeats.
     struct Generator {
         var state: UInt64
@@ -102,7 +103,7 @@ import JSON
 }
 
 /// Packed row keys round-trip and order exactly as their strings do, whatever the mix of spellings.
-@Suite struct RowKeyTests {
+@Suite(.oneStoreOnly) struct RowKeyTests {
     @Test func roundTripAndStringOrder() {
         var g = PartitionTests.Generator(state: 99)
         func hex(_ n: Int) -> String { (0..<n).map { _ in String(g.below(16), radix: 16) }.joined() }
@@ -138,7 +139,7 @@ import JSON
 }
 
 /// Second-order keys (head, then the packed row key) compare exactly as their strings, bounds included.
-@Suite struct OrderKeyTests {
+@Suite(.oneStoreOnly) struct OrderKeyTests {
     @Test func orderAsStrings() {
         var g = PartitionTests.Generator(state: 5)
         func hex(_ n: Int) -> String { (0..<n).map { _ in String(g.below(16), radix: 16) }.joined().uppercased() }

@@ -84,7 +84,7 @@ func reopenError(_ dir: String) -> StoreOpenError? {
     }
 }
 
-@Suite struct CRCTests {
+@Suite(.oneStoreOnly) struct CRCTests {
     @Test func knownVectors() {
         #expect(CRC32C.checksum(Array("123456789".utf8)) == 0xE306_9283)
         #expect(CRC32C.checksum([]) == 0)
@@ -116,7 +116,7 @@ func reopenError(_ dir: String) -> StoreOpenError? {
     }
 }
 
-@Suite struct FramingTests {
+@Suite(.oneStoreOnly) struct FramingTests {
     @Test func roundTripAndEveryCorruptionIsCaught() {
         var bytes: [UInt8] = []
         RecordFraming.append(seq: 7, payload: Array("[1,2,3]".utf8), to: &bytes)
@@ -143,7 +143,7 @@ func reopenError(_ dir: String) -> StoreOpenError? {
     }
 }
 
-@Suite struct StoreTests {
+@Suite(.oneStoreOnly) struct StoreTests {
     @Test func writesSurviveACrashAndReplayTheSame() throws {
         let h = try Harness()
         for i in 0..<20 { try h.write("k\(i)", "v\(i)") }
@@ -369,7 +369,7 @@ extension StoreTests {
     }
 }
 
-@Suite struct ChangeFormTests {
+@Suite(.oneStoreOnly) struct ChangeFormTests {
     @Test func binaryFormRoundTrips() throws {
         let changes: [Change] = [
             .put(table: "t\"1", user: "u", key: "k\n", value: ["a": [1, 2.5, "x"], "b": nil]),
@@ -391,7 +391,7 @@ extension StoreTests {
     }
 }
 
-@Suite struct FormatCompatibilityTests {
+@Suite(.oneStoreOnly) struct FormatCompatibilityTests {
     /// Writes a data dir the way format 1 did: a JSON text snapshot and a JSON text log segment.
     static func writeVersion1(_ dir: String) throws {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -466,7 +466,7 @@ extension StoreTests {
 }
 
 /// Partitions keep keys in order through every kind of change, and scans page through them.
-@Suite struct OrderedPartitionTests {
+@Suite(.oneStoreOnly) struct OrderedPartitionTests {
     @Test func randomChangesKeepKeyOrderAndScansMatchASortedModel() throws {
         let h = try Harness()
         var model: [String: String] = [:]
@@ -520,7 +520,7 @@ extension StoreTests {
 }
 
 /// The bulk reads of the storage interface give what the single reads give, in one call.
-@Suite struct BulkReadTests {
+@Suite(.oneStoreOnly) struct BulkReadTests {
     @Test func manyKeysAndManyRangesInOneCall() throws {
         let store = Store(options: StoreOptions(dataDir: nil), clock: FixedClock(ms: 1_000), log: { _ in })
         // Second order: the note's text, then its key (as the health tables order by day, then UUID).
@@ -544,7 +544,7 @@ extension StoreTests {
 
 /// Unique keys: one holder at a time, claimed and released in transactions, released with the user,
 /// undone with a failed flush, and kept by the log and snapshots.
-@Suite struct UniqueKeyTests {
+@Suite(.oneStoreOnly) struct UniqueKeyTests {
     @Test func oneHolderReleasedWithTheUserAndDurable() throws {
         let h = try Harness(configure: { $0.failAppendsBeyondBytes = 2_000 })
         let email = UniqueKey("test.email", "a@example.com")
@@ -613,7 +613,7 @@ extension StoreTests {
 }
 
 /// A table's second order follows every change, undo and restart included.
-@Suite struct SecondOrderTests {
+@Suite(.oneStoreOnly) struct SecondOrderTests {
     /// Notes ordered by their text, then key.
     final class OrderedHarness {
         let dir: String
@@ -694,7 +694,7 @@ extension StoreTests {
 
 /// Issue "Security and robustness defects", item 7: the log and snapshots hold emails, password hashes
 /// and health data, so the data dir is 0700 and every file in it 0600 whatever the umask.
-@Suite(.serialized) struct DataDirAccessTests {
+@Suite(.serialized, .oneStoreOnly) struct DataDirAccessTests {
     private func mode(_ path: String) -> mode_t {
         var st = stat()
         #expect(lstat(path, &st) == 0, "\(path)")

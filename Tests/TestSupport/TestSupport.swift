@@ -1,5 +1,6 @@
 import Chrono
 import Foundation
+import Testing
 import Postgres
 import Store
 import Storage
@@ -53,6 +54,16 @@ public func testStore<Tables>(_ register: (any Storage) -> Tables) throws -> (an
 
 /// `memory` or `postgres`: the store `testStore` opens.
 public let testStoreKind = ProcessInfo.processInfo.environment["HEALTHKERNEL_TEST_STORE"] ?? "memory"
+
+/// Suites run twice in the README's test command: in memory, then each test on a fresh PostgreSQL schema
+/// (`HEALTHKERNEL_TEST_STORE=postgres`), so a new domain's suites run on both stores without being named
+/// anywhere. A suite about one store's own machinery (the data dir's files, the binary, PostgreSQL
+/// itself, the JSON and JSON-RPC layers) says so with this trait and runs once, in the first run.
+extension Trait where Self == ConditionTrait {
+    public static var oneStoreOnly: Self {
+        .disabled(if: testStoreKind == "postgres", "about one store's own machinery: runs once, in the in-memory run")
+    }
+}
 
 /// How many commits `store` has made: tests check that a refused request changed nothing.
 public func commitCount(_ store: any Storage) -> UInt64 {

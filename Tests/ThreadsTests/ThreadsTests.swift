@@ -3,9 +3,10 @@ import Glibc
 #endif
 import Synchronization
 import Testing
+import TestSupport
 @testable import Threads
 
-@Suite struct HandoffQueueTests {
+@Suite(.oneStoreOnly) struct HandoffQueueTests {
     @Test func itemsArriveInOrderAcrossThreads() {
         let queue = HandoffQueue<Int>(capacity: 4)
         let count = 20_000
@@ -51,7 +52,7 @@ import Testing
     }
 }
 
-@Suite struct ConcurrentMapTests {
+@Suite(.oneStoreOnly) struct ConcurrentMapTests {
     @Test func resultsKeepTheItemsOrderWithAtMostWidthRunningAndStatePerThread() {
         let running = Atomic<Int>(0), most = Atomic<Int>(0), states = Atomic<Int>(0)
         let results = concurrentMap(Array(0..<64), width: 4, makeState: { states.add(1, ordering: .relaxed).newValue }) { state, i in
@@ -74,7 +75,7 @@ import Testing
 /// standard library's `Mutex` was reported as a race, because ThreadSanitizer does not see `Mutex` on
 /// Linux. `Locked` is a pthread mutex, which it sees: under `scripts/sanitize thread` this test reports
 /// nothing, and in any build no increment is lost.
-@Suite struct LockedTests {
+@Suite(.oneStoreOnly) struct LockedTests {
     @Test func valuesGuardedByLockedAreSeenAsGuardedByThreadSanitizer() {
         let counter = Locked(0)
         let done = Inbox<Int>()
