@@ -1,5 +1,6 @@
 import Chrono
 import JSON
+import Threads
 
 /// Who may call a method.
 public enum AuthRequirement: String, Sendable {
@@ -179,8 +180,14 @@ public struct SlowCall<Result> {
     public init<Value: Sendable>(users: [String] = [], work: @escaping @Sendable () -> Value,
                                  apply: @escaping (Value) throws(RPCError) -> Result) {
         self.users = users
-        self.work = work
-        self.apply = { (value: any Sendable) throws(RPCError) -> Result in try apply(value as! Value) }
+        // The value crosses from the worker to the serving thread in a slot of its own type, so nothing
+        // is cast back from `any Sendable`.
+        let slot = Locked<Value?>(nil)
+        self.work = { slot.withLock { $0 = work() } }
+        self.apply = { (_: any Sendable) throws(RPCError) -> Result in
+            guard let value = slot.withLock({ $0 }) else { throw RPCError.internalError }
+            return try apply(value)
+        }
     }
 
     func erased() -> SlowCall<JSON> where Result: JSONEncodable {

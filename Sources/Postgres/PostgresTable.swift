@@ -7,15 +7,20 @@ class PostgresTableBase: TableHandle, @unchecked Sendable {
     let entity: Entity?
     /// The second order's key of a row (head and key), when the table has a second order.
     let ordered: Bool
+    /// The order head of a row of this table, made where the row type is known (`PostgresTable`).
+    private let orderHead: (@Sendable (any StoredRow) -> String)?
 
-    init(name: String, slot: Int, entity: Entity?, ordered: Bool) {
+    init(name: String, slot: Int, entity: Entity?, orderHead: (@Sendable (any StoredRow) -> String)?) {
         self.entity = entity
-        self.ordered = ordered
+        self.ordered = orderHead != nil
+        self.orderHead = orderHead
         super.init(name: name, slot: slot)
     }
 
     /// The row's stored JSON as text, and its order key.
-    func stored(_ row: any StoredRow, key: String) -> (body: String, order: String?) { fatalError("abstract") }
+    func stored(_ row: any StoredRow, key: String) -> (body: String, order: String?) {
+        (String(decoding: row.stored.bytes, as: UTF8.self), orderHead.map { $0(row) + key })
+    }
 }
 
 /// A table on PostgreSQL: rows of the generic `rows` table under the table's name, one partition per
@@ -31,18 +36,22 @@ final class PostgresTable<Row: StoredRow>: PostgresTableBase, StorageTable, @unc
         self.store = store
         self.orderKey = orderKey
         self.pooled = pooled
-        super.init(name: name, slot: slot, entity: entity, ordered: orderKey != nil)
+        // A transaction puts a table's own rows in it (`Transaction.put` takes the table's row type), so
+        // the cast holds; a row of another type would be ordered first rather than stop the kernel.
+        var head: (@Sendable (any StoredRow) -> String)?
+        if let orderKey {
+            head = { (row: any StoredRow) -> String in
+                guard let row = row as? Row else { return "" }
+                return orderKey(row)
+            }
+        }
+        super.init(name: name, slot: slot, entity: entity, orderHead: head)
     }
 
     /// The same table, read from a pooled connection: for a worker thread (`Storage.view`). Its reads
     /// take no lock; the request validates them at commit through `version(of:)`.
     func onPool() -> PostgresTable<Row> {
         PostgresTable(name: name, slot: slot, store: store, orderKey: orderKey, entity: entity, pooled: true)
-    }
-
-    override func stored(_ row: any StoredRow, key: String) -> (body: String, order: String?) {
-        let row = row as! Row
-        return (String(decoding: row.stored.bytes, as: UTF8.self), orderKey.map { $0(row) + key })
     }
 
     private func run(_ user: String?, _ statement: Statement) throws(StorageError) -> [[String?]] {

@@ -5,6 +5,7 @@ import Foundation
 import JSON
 import JSONParsing
 import SwiftASN1
+import Threads
 @_spi(FixedExpiryValidationTime) import X509
 
 /// Apple's marker extensions: an App Store signing leaf and the Apple Worldwide Developer Relations
@@ -168,15 +169,14 @@ public struct SignedDataVerifier: Sendable {
 /// three certificates are valid, and the leaf's key. Validating is the costly part of verifying (two
 /// P-384 signatures, parsing three certificates, the policy walk); with a known chain a JWS costs its
 /// own signature. Bounded: cleared when full.
-final class ValidatedChains: @unchecked Sendable {
-    private var known: [String: (window: ClosedRange<Date>, leafKey: P256.Signing.PublicKey?)] = [:]
-    private let lock = NSLock()
+final class ValidatedChains: Sendable {
+    private let known = Locked<[String: (window: ClosedRange<Date>, leafKey: P256.Signing.PublicKey?)]>([:])
     static let capacity = 64
 
     /// The leaf key of chain `key` if it validated before and `date` is within its validity.
     func leafKey(for key: String, at date: Timestamp) -> P256.Signing.PublicKey?? {
         let when = Date(timeIntervalSince1970: Double(date.milliseconds) / 1000)
-        return lock.withLock {
+        return known.withLock { known in
             guard let entry = known[key], entry.window.contains(when) else { return nil }
             return .some(entry.leafKey)
         }
@@ -184,10 +184,8 @@ final class ValidatedChains: @unchecked Sendable {
 
     /// Remembers that `chain` (leaf, intermediate, the configured root) validated.
     func insert(_ key: String, chain: [Certificate], leafKey: P256.Signing.PublicKey?) {
-        let from = chain.map(\.notValidBefore).max()!
-        let to = chain.map(\.notValidAfter).min()!
-        guard from <= to else { return }
-        lock.withLock {
+        guard let from = chain.map(\.notValidBefore).max(), let to = chain.map(\.notValidAfter).min(), from <= to else { return }
+        known.withLock { known in
             if known.count >= Self.capacity { known.removeAll() }
             known[key] = (from...to, leafKey)
         }
@@ -215,14 +213,15 @@ struct AppleMarkerPolicy: VerifierPolicy {
 /// cooperative pool, whose few threads a synchronous caller may be one of: waiting for the pool from the
 /// pool could deadlock.
 func blocking<T: Sendable>(_ work: @escaping @Sendable () async -> T) -> T {
-    let done = DispatchSemaphore(value: 0)
-    let box = ResultBox<T>()
+    let result = Locked<T?>(nil)
     Task.detached(executorPreference: VerificationExecutor.shared) {
-        box.value = await work()
-        done.signal()
+        let value = await work()
+        result.withLock { $0 = value }
+        result.wake()
     }
-    done.wait()
-    return box.value!
+    let value = result.withLock(waitingUntil: { $0 != nil }) { $0 }
+    guard let value else { preconditionFailure("woken without a result") }
+    return value
 }
 
 /// A task executor on one serial dispatch queue.
@@ -237,9 +236,6 @@ final class VerificationExecutor: TaskExecutor, @unchecked Sendable {
 }
 
 /// Carries a result from the task to the waiting thread (the semaphore orders the two accesses).
-private final class ResultBox<T>: @unchecked Sendable {
-    var value: T?
-}
 
 /// Apple Root CA - G3, the default trusted root (SHA-256 63343ABF…9179, valid 2014-04-30 to 2039-04-30),
 /// as Apple publishes it at https://www.apple.com/certificateauthority/.

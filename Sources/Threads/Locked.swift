@@ -4,21 +4,33 @@ import Glibc
 import Darwin
 #endif
 
-/// A value behind a mutex: the kernel's one lock type, shared by the serving thread and its helper
-/// threads. It is a pthread mutex rather than the standard library's `Mutex` because ThreadSanitizer
-/// sees pthread calls but not `Mutex`'s futex on Linux, and reports every value it guards as a race
-/// (scripts/sanitize thread). Uncontended, either costs a few tens of nanoseconds.
+/// A value behind a mutex, with a condition to wait on: the kernel's one lock type, shared by the
+/// serving thread and its helper threads (the queues of this module are built on it). It is a pthread
+/// mutex rather than the standard library's `Mutex` because ThreadSanitizer sees pthread calls but not
+/// `Mutex`'s futex on Linux, and reports every value it guards as a race (scripts/sanitize thread).
+/// Uncontended, either costs a few tens of nanoseconds. Timed waits run on the monotonic clock, so
+/// setting the wall clock never lengthens or cuts one short.
 public final class Locked<Value>: @unchecked Sendable {
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
     private var value: Value
 
     public init(_ value: Value) {
         self.value = value
         pthread_mutex_init(mutex, nil)
+        var attributes = pthread_condattr_t()
+        pthread_condattr_init(&attributes)
+        #if canImport(Glibc)
+        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
+        #endif
+        pthread_cond_init(condition, &attributes)
+        pthread_condattr_destroy(&attributes)
     }
 
     deinit {
+        pthread_cond_destroy(condition)
         pthread_mutex_destroy(mutex)
+        condition.deallocate()
         mutex.deallocate()
     }
 
@@ -27,5 +39,34 @@ public final class Locked<Value>: @unchecked Sendable {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body(&value)
+    }
+
+    /// Waits (not holding the lock meanwhile) until `ready` holds, or until `timeoutMicroseconds` have
+    /// passed when given, then runs `body` with the lock held. Whoever makes `ready` true calls `wake`.
+    public func withLock<R>(waitingUntil ready: (inout Value) -> Bool, timeoutMicroseconds: Int? = nil, _ body: (inout Value) -> R) -> R {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        if let timeoutMicroseconds {
+            var deadline = Self.monotonicNow()
+            let nanos = Int(deadline.tv_nsec) + (timeoutMicroseconds % 1_000_000) * 1000
+            deadline.tv_sec += timeoutMicroseconds / 1_000_000 + nanos / 1_000_000_000
+            deadline.tv_nsec = nanos % 1_000_000_000
+            while !ready(&value) && pthread_cond_timedwait(condition, mutex, &deadline) == 0 {}
+        } else {
+            while !ready(&value) { pthread_cond_wait(condition, mutex) }
+        }
+        return body(&value)
+    }
+
+    /// Wakes one thread waiting in `withLock(waitingUntil:)`, or every one.
+    public func wake(all: Bool = false) {
+        if all { pthread_cond_broadcast(condition) } else { pthread_cond_signal(condition) }
+    }
+
+    /// The monotonic clock now (what timed waits count on).
+    static func monotonicNow() -> timespec {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return ts
     }
 }

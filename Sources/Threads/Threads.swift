@@ -13,29 +13,32 @@ public func spawnThread(_ body: @escaping @Sendable () -> Void) {
     let context = Unmanaged.passRetained(Box(body)).toOpaque()
     var thread = pthread_t()
     let rc = pthread_create(&thread, nil, { raw in
-        let box = Unmanaged<AnyObject>.fromOpaque(raw!).takeRetainedValue() as! Box
-        box.body()
+        guard let raw else { return nil }
+        Unmanaged<Box>.fromOpaque(raw).takeRetainedValue().body()
         return nil
     }, context)
     if rc == 0 {
         pthread_detach(thread)
     } else {
-        Unmanaged<AnyObject>.fromOpaque(context).release()
+        Unmanaged<Box>.fromOpaque(context).release()
         body()
     }
 }
 
 /// A bounded first-in, first-out hand-off from one producer thread to one consumer thread.
 /// `take` spins briefly before it sleeps: under load the next item is usually moments away, and a
-/// sleeping consumer costs a wake-up (tens of microseconds on a busy VM) on every hand-off.
+/// sleeping consumer costs a wake-up (tens of microseconds on a busy VM) on every hand-off. With one
+/// producer and one consumer, at most one of them sleeps at a time, so one condition serves both.
 public final class HandoffQueue<Item: Sendable>: @unchecked Sendable {
-    private let lock = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-    private let notEmpty = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
-    private let notFull = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
-    private var items: [Item?]
-    private var head = 0
-    private var count = 0
-    private var closed = false
+    private struct Ring {
+        var items: [Item?]
+        var head = 0
+        var count = 0
+        var closed = false
+    }
+
+    private let ring: Locked<Ring>
+    private let capacity: Int
     /// Items queued, readable without the lock (for the consumer's spin).
     private let queued = Atomic<Int>(0)
     private let spinNanoseconds: Int
@@ -44,34 +47,24 @@ public final class HandoffQueue<Item: Sendable>: @unchecked Sendable {
     /// next item before it sleeps (long enough to cover a host's turnaround between two requests).
     public init(capacity: Int, spinMicroseconds: Int = 100) {
         precondition(capacity > 0)
-        items = Array(repeating: nil, count: capacity)
+        self.capacity = capacity
+        ring = Locked(Ring(items: Array(repeating: nil, count: capacity)))
         spinNanoseconds = spinMicroseconds * 1000
-        pthread_mutex_init(lock, nil)
-        pthread_cond_init(notEmpty, nil)
-        pthread_cond_init(notFull, nil)
-    }
-
-    deinit {
-        pthread_cond_destroy(notFull)
-        pthread_cond_destroy(notEmpty)
-        pthread_mutex_destroy(lock)
-        lock.deallocate()
-        notEmpty.deallocate()
-        notFull.deallocate()
     }
 
     /// Adds an item, waiting while the queue is full; returns false (dropping it) once the queue is closed.
     @discardableResult
     public func put(_ item: Item) -> Bool {
-        pthread_mutex_lock(lock)
-        defer { pthread_mutex_unlock(lock) }
-        while count == items.count && !closed { pthread_cond_wait(notFull, lock) }
-        guard !closed else { return false }
-        items[(head + count) % items.count] = item
-        count += 1
-        queued.store(count, ordering: .releasing)
-        pthread_cond_signal(notEmpty)
-        return true
+        let capacity = capacity
+        let added = ring.withLock(waitingUntil: { $0.count < capacity || $0.closed }) { ring -> Bool in
+            guard !ring.closed else { return false }
+            ring.items[(ring.head + ring.count) % capacity] = item
+            ring.count += 1
+            self.queued.store(ring.count, ordering: .releasing)
+            return true
+        }
+        if added { ring.wake() }
+        return added
     }
 
     /// Removes the oldest item, waiting for one; `spin` false sleeps at once.
@@ -83,30 +76,30 @@ public final class HandoffQueue<Item: Sendable>: @unchecked Sendable {
                 if Self.nanoseconds() >= deadline { break }
             }
         }
-        pthread_mutex_lock(lock)
-        defer { pthread_mutex_unlock(lock) }
-        while count == 0 { pthread_cond_wait(notEmpty, lock) }
-        let item = items[head]!
-        items[head] = nil
-        head = (head + 1) % items.count
-        count -= 1
-        queued.store(count, ordering: .releasing)
-        pthread_cond_signal(notFull)
+        let capacity = capacity
+        let item = ring.withLock(waitingUntil: { $0.count > 0 }) { ring -> Item? in
+            let item = ring.items[ring.head]
+            ring.items[ring.head] = nil
+            ring.head = (ring.head + 1) % capacity
+            ring.count -= 1
+            self.queued.store(ring.count, ordering: .releasing)
+            return item
+        }
+        ring.wake()
+        // The ring holds an item at every counted slot.
+        guard let item else { preconditionFailure("HandoffQueue: a counted slot was empty") }
         return item
     }
 
     private static func nanoseconds() -> Int {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
+        let ts = Locked<Int>.monotonicNow()
         return ts.tv_sec * 1_000_000_000 + ts.tv_nsec
     }
 
     /// Stops the producer: a blocked `put` returns false, and later ones drop their items.
     public func close() {
-        pthread_mutex_lock(lock)
-        closed = true
-        pthread_cond_broadcast(notFull)
-        pthread_mutex_unlock(lock)
+        ring.withLock { $0.closed = true }
+        ring.wake(all: true)
     }
 }
 
@@ -128,62 +121,71 @@ public final class SharedFlag: Sendable {
 /// threads leave finished work for the serving thread. `put` never blocks, so a worker is never held
 /// up by a busy serving thread.
 public final class Inbox<Item: Sendable>: @unchecked Sendable {
-    private let lock = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-    private let notEmpty = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
-    private var items: [Item] = []
+    /// Items from `head` on are queued; taken ones before it are dropped when the rest are taken, so
+    /// `takeOne` is O(1) however many wait.
+    private struct Pending {
+        var items: [Item] = []
+        var head = 0
+        var count: Int { items.count - head }
+
+        mutating func takeAll() -> [Item] {
+            let taken = head == 0 ? items : Array(items[head...])
+            items = []
+            head = 0
+            return taken
+        }
+    }
+
+    private let pending = Locked(Pending())
     /// Items queued, readable without the lock (the serving thread checks it on every batch).
     private let queued = Atomic<Int>(0)
 
-    public init() {
-        pthread_mutex_init(lock, nil)
-        pthread_cond_init(notEmpty, nil)
-    }
-
-    deinit {
-        pthread_cond_destroy(notEmpty)
-        pthread_mutex_destroy(lock)
-        lock.deallocate()
-        notEmpty.deallocate()
-    }
+    public init() {}
 
     /// Whether items wait, without taking the lock.
     public var isEmpty: Bool { queued.load(ordering: .acquiring) == 0 }
 
     /// Adds an item.
     public func put(_ item: Item) {
-        pthread_mutex_lock(lock)
-        items.append(item)
-        queued.store(items.count, ordering: .releasing)
-        pthread_cond_signal(notEmpty)
-        pthread_mutex_unlock(lock)
+        pending.withLock { p in
+            p.items.append(item)
+            self.queued.store(p.count, ordering: .releasing)
+        }
+        pending.wake()
     }
 
     /// Every queued item, oldest first, after waiting up to `microseconds` for there to be one.
     public func takeAll(waitingUpTo microseconds: Int) -> [Item] {
-        var deadline = timespec()
-        clock_gettime(CLOCK_REALTIME, &deadline)
-        let nanos = Int(deadline.tv_nsec) + (microseconds % 1_000_000) * 1000
-        deadline.tv_sec += microseconds / 1_000_000 + nanos / 1_000_000_000
-        deadline.tv_nsec = nanos % 1_000_000_000
-        pthread_mutex_lock(lock)
-        defer { pthread_mutex_unlock(lock) }
-        while items.isEmpty && pthread_cond_timedwait(notEmpty, lock, &deadline) == 0 {}
-        var taken: [Item] = []
-        swap(&taken, &items)
-        queued.store(0, ordering: .releasing)
-        return taken
+        return pending.withLock(waitingUntil: { $0.count > 0 }, timeoutMicroseconds: microseconds) { p in
+            self.queued.store(0, ordering: .releasing)
+            return p.takeAll()
+        }
     }
 
     /// Every queued item, oldest first; with `wait`, sleeps until there is at least one.
     public func takeAll(wait: Bool) -> [Item] {
         if !wait && isEmpty { return [] }
-        pthread_mutex_lock(lock)
-        defer { pthread_mutex_unlock(lock) }
-        while wait && items.isEmpty { pthread_cond_wait(notEmpty, lock) }
-        var taken: [Item] = []
-        swap(&taken, &items)
-        queued.store(0, ordering: .releasing)
-        return taken
+        return pending.withLock(waitingUntil: { !wait || $0.count > 0 }) { p in
+            self.queued.store(0, ordering: .releasing)
+            return p.takeAll()
+        }
+    }
+
+    /// The oldest item, waiting for one; leaves the rest to other consumers (one job per free thread).
+    func takeOne() -> Item {
+        let (item, more) = pending.withLock(waitingUntil: { $0.count > 0 }) { p -> (Item, Bool) in
+            let item = p.items[p.head]
+            p.head += 1
+            // Drop the taken prefix once it is half the array: amortised O(1) a take.
+            if p.head * 2 >= p.items.count {
+                p.items.removeFirst(p.head)
+                p.head = 0
+            }
+            self.queued.store(p.count, ordering: .releasing)
+            return (item, p.count > 0)
+        }
+        if more { pending.wake() }
+        return item
     }
 }
 
@@ -224,18 +226,5 @@ public final class WorkerPool: Sendable {
     /// Runs `job` on a pool thread.
     public func submit(_ job: @escaping @Sendable () -> Void) {
         jobs.put(Job(run: job))
-    }
-}
-
-extension Inbox {
-    /// The oldest item, waiting for one; leaves the rest to other consumers (one job per free thread).
-    func takeOne() -> Item {
-        pthread_mutex_lock(lock)
-        defer { pthread_mutex_unlock(lock) }
-        while items.isEmpty { pthread_cond_wait(notEmpty, lock) }
-        let item = items.removeFirst()
-        queued.store(items.count, ordering: .releasing)
-        if !items.isEmpty { pthread_cond_signal(notEmpty) }
-        return item
     }
 }
