@@ -10,7 +10,7 @@ import PackageDescription
 // jwt-kit is a test dependency only: the tests use it as an independent JWT implementation.
 // Release builds of the kernel's own modules optimise across module boundaries, so generic store code
 // (Table<Row>) is specialised for the rows that call it instead of looking up type metadata at run time.
-let optimized: [SwiftSetting] = [.unsafeFlags(["-cross-module-optimization"], .when(configuration: .release))]
+let optimized: [SwiftSetting] = [.unsafeFlags(["-cross-module-optimization"], .when(configuration: .release)), .enableUpcomingFeature("MemberImportVisibility")]
 
 let package = Package(
     name: "healthkernel",

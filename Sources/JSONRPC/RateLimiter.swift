@@ -1,3 +1,4 @@
+import JSON
 import Chrono
 
 /// Requests per user: a token bucket per user, `burst` deep, refilled at `perSecond`, so one user

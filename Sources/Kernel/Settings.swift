@@ -1,3 +1,4 @@
+import Auth
 import DomainSupport
 import JSON
 import Store

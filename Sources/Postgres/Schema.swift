@@ -1,3 +1,4 @@
+import Foundation
 import Storage
 
 /// The database schema as versioned migrations, applied at start in one transaction under an advisory

@@ -1,3 +1,4 @@
+import DomainSupport
 import Chrono
 import JSON
 import Logging
