@@ -579,13 +579,12 @@ public final class HealthService: @unchecked Sendable {
                         var row = try load(d)
                         let samples = byDay[d.description] ?? []
                         let ranks = HealthRules.ranks(samples.map(\.placement.origin))
-                        row.sleep = HealthRules.sleep(samples.map { ($0.stage, $0.placement.start, $0.placement.end, ranks[$0.placement.origin]!) })
+                        row.sleep = HealthRules.sleep(samples.map { ($0.stage, $0.placement.start, $0.placement.end, ranks[$0.placement.origin] ?? 0) })
                         days[d] = row
                     }
                 }
             }
-            for d in days.keys.sorted() where days[d] != original[d] {
-                let row = days[d]!
+            for (d, row) in days.sorted(by: { $0.key < $1.key }) where row != original[d] {
                 if row.isEmpty { tx.delete(writes.days, user: user, key: d.description) } else { tx.put(writes.days, user: user, key: d.description, row) }
             }
             return days.keys.sorted().map(\.description)
@@ -637,7 +636,7 @@ public final class HealthService: @unchecked Sendable {
                 for d in days {
                     guard let list = shares[d] else { out.append((d, nil)); continue }
                     let ranks = HealthRules.ranks(list.map(\.0))
-                    out.append((d, .sum(HealthRules.mergedSum(list.map { var c = $0.1; c.rank = ranks[$0.0]!; return c }))))
+                    out.append((d, .sum(HealthRules.mergedSum(list.map { var c = $0.1; c.rank = ranks[$0.0] ?? 0; return c }))))
                 }
             case .discreteArithmetic, .discreteTemporallyWeighted, .discreteEquivalentContinuousLevel, .category:
                 var values: [CalendarDate: [(value: Double, duration: Int64)]] = [:]

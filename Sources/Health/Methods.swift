@@ -70,9 +70,9 @@ extension DayRow {
     /// The summary's members, its metrics narrowed to `types` when given.
     func members(types: Set<Int>?) -> [(String, JSON)] {
         var m = JSONObject()
-        for code in metrics.keys.sorted() where types?.contains(code) ?? true {
+        for (code, metric) in metrics.sorted(by: { $0.key < $1.key }) where types?.contains(code) ?? true {
             let type = HealthType(code: code)
-            switch metrics[code]! {
+            switch metric {
             case .sum(let v): m[type.identifier] = ["unit": .string(type.unit), "sum": .double(v)]
             case .stats(let avg, let lo, let hi, let n):
                 m[type.identifier] = ["unit": .string(type.unit), "avg": .double(avg), "min": .double(lo), "max": .double(hi), "count": .int(n)]
@@ -80,11 +80,7 @@ extension DayRow {
             }
         }
         var w = JSONObject()
-        for activity in workouts.keys.sorted() {
-            let t = workouts[activity]!
-            w[activity] = ["count": .int(t.count), "durationSeconds": .int(t.durationSeconds), "energyKcal": .double(t.energyKcal),
-                           "distanceMeters": .double(t.distanceMeters)]
-        }
+        for (activity, t) in workouts.sorted(by: { $0.key < $1.key }) { w[activity] = t.json }
         var s: JSON = .null
         if !sleep.isEmpty {
             func seconds(_ ms: Int64) -> JSON { .int((ms + 500) / 1000) }
@@ -122,7 +118,7 @@ struct Weeks: JSONEncodable {
 func authorizedMember(_ dates: [String: String], types: Set<Int>?) -> [(String, JSON)] {
     let shown = dates.keys.sorted().filter { name in types.map { codes in HealthType.named(name).map { codes.contains($0.code) } ?? false } ?? true }
     guard !shown.isEmpty else { return [] }
-    return [("authorizedFrom", .object(JSONObject(shown.map { ($0, JSON.string(dates[$0]!)) })))]
+    return [("authorizedFrom", .object(JSONObject(shown.compactMap { name in dates[name].map { (name, JSON.string($0)) } })))]
 }
 
 extension IngestReport: JSONEncodable {
@@ -132,7 +128,7 @@ extension IngestReport: JSONEncodable {
         var o = JSONObject([("accepted", accepted), ("unchanged", .int(Int64(unchanged))), ("replaced", .int(Int64(replaced))),
                             ("daysRecomputed", .array(daysRecomputed.map { .string($0) })), ("dryRun", .bool(dryRun))])
         // Only when there are some: most ingests carry no type the kernel lacks.
-        func counts(_ c: [String: Int]) -> JSON { .object(JSONObject(c.keys.sorted().map { ($0, JSON.int(Int64(c[$0]!))) })) }
+        func counts(_ c: [String: Int]) -> JSON { .object(JSONObject(c.sorted(by: { $0.key < $1.key }).map { ($0.key, JSON.int(Int64($0.value))) })) }
         if !unsummarized.isEmpty { o["unsummarized"] = counts(unsummarized) }
         if !skipped.isEmpty { o["skipped"] = counts(skipped) }
         return .object(o)

@@ -341,6 +341,11 @@ public struct WorkoutTotals: Sendable, Equatable {
         self.distanceMeters = distanceMeters
     }
 
+    /// Stored and shown alike.
+    var json: JSON {
+        ["count": .int(count), "durationSeconds": .int(durationSeconds), "energyKcal": .double(energyKcal), "distanceMeters": .double(distanceMeters)]
+    }
+
     mutating func add(_ other: WorkoutTotals) {
         count += other.count
         durationSeconds += other.durationSeconds
@@ -416,8 +421,8 @@ public struct DayRow: StoredRow {
 
     public var stored: JSON {
         var m = JSONObject()
-        for code in metrics.keys.sorted() {
-            switch metrics[code]! {
+        for (code, metric) in metrics.sorted(by: { $0.key < $1.key }) {
+            switch metric {
             case .sum(let v): m[HealthType(code: code).identifier] = ["sum": .double(v)]
             case .stats(let avg, let lo, let hi, let count):
                 m[HealthType(code: code).identifier] = ["avg": .double(avg), "min": .double(lo), "max": .double(hi), "count": .int(count)]
@@ -425,11 +430,7 @@ public struct DayRow: StoredRow {
             }
         }
         var w = JSONObject()
-        for activity in workouts.keys.sorted() {
-            let t = workouts[activity]!
-            w[activity] = ["count": .int(t.count), "durationSeconds": .int(t.durationSeconds), "energyKcal": .double(t.energyKcal),
-                           "distanceMeters": .double(t.distanceMeters)]
-        }
+        for (activity, t) in workouts.sorted(by: { $0.key < $1.key }) { w[activity] = t.json }
         var s = JSONObject()
         for stage in SleepStage.allCases { if let v = sleep.ms[stage] { s[stage.rawValue] = .int(v) } }
         return ["metrics": .object(m), "workouts": .object(w), "sleepMs": .object(s)]
@@ -462,7 +463,7 @@ public struct ProfileRow: StoredRow {
     public var stored: JSON {
         var o = JSONObject([("timezone", .string(timezone))])
         if let items { o["items"] = .int(items) }
-        if !authorizedFrom.isEmpty { o["authorizedFrom"] = .object(JSONObject(authorizedFrom.keys.sorted().map { ($0, JSON.string(authorizedFrom[$0]!)) })) }
+        if !authorizedFrom.isEmpty { o["authorizedFrom"] = .object(JSONObject(authorizedFrom.sorted(by: { $0.key < $1.key }).map { ($0.key, JSON.string($0.value)) })) }
         return .object(o)
     }
 }
