@@ -1,6 +1,8 @@
 import Chrono
 import Foundation
+#if canImport(Testing)
 import Testing
+#endif
 import Postgres
 import Store
 import Storage
@@ -59,11 +61,13 @@ public let testStoreKind = ProcessInfo.processInfo.environment["HEALTHKERNEL_TES
 /// (`HEALTHKERNEL_TEST_STORE=postgres`), so a new domain's suites run on both stores without being named
 /// anywhere. A suite about one store's own machinery (the data dir's files, the binary, PostgreSQL
 /// itself, the JSON and JSON-RPC layers) says so with this trait and runs once, in the first run.
+#if canImport(Testing)
 extension Trait where Self == ConditionTrait {
     public static var oneStoreOnly: Self {
         .disabled(if: testStoreKind == "postgres", "about one store's own machinery: runs once, in the in-memory run")
     }
 }
+#endif
 
 /// How many commits `store` has made: tests check that a refused request changed nothing.
 public func commitCount(_ store: any Storage) -> UInt64 {
