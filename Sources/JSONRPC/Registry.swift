@@ -10,6 +10,8 @@ public struct RegisteredMethod: Sendable {
     /// OpenRPC content descriptors of the declared params (`auth` is added from `auth`).
     public let params: [JSON]
     public let resultSchema: String
+    /// Whether the result is a type that states its own schema (`RPCResult`), rather than `JSON`.
+    public let typedResult: Bool
     public let errors: [ErrorDoc]
     public let readsState: Bool
     /// Whether calls have a slow part for a worker thread.
@@ -39,6 +41,7 @@ public struct RegisteredMethod: Sendable {
         auth = M.auth
         params = M.Params.declaration.descriptors
         resultSchema = M.resultSchema
+        typedResult = M.Result.self is any RPCResult.Type
         errors = M.errors
         readsState = M.readsState
         self.slow = slow

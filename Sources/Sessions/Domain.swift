@@ -15,10 +15,10 @@ public struct SessionsDomain: Domain {
                                   maxSessions: context.limits.sessionsPerUser)
         context.entities.add([
             "sessions.session": { (user, id, _) throws(RPCError) in
-                try answer { () throws(SessionsError) in try se.session(user, id) }
+                try answer { () throws(SessionsError) in try se.session(user, id) }.map(\.json)
             },
             "sessions.timer": { (user, _, now) throws(RPCError) in
-                try answer { () throws(SessionsError) in try se.active(user, now: now) }
+                try answer { () throws(SessionsError) in try se.active(user, now: now) }.map(\.json)
             },
         ])
         methods = [

@@ -4,28 +4,6 @@ import JSON
 import JSONRPC
 import Storage
 
-enum Schemas {
-    static let session = #"""
-    {"type": "object", "additionalProperties": false,
-     "required": ["sessionId", "startTime", "durationSeconds", "endTime", "createdAt", "clientSessionId"],
-     "properties": {
-       "sessionId": {"type": "string", "format": "uuid"},
-       "startTime": {"type": "string", "format": "date-time"},
-       "durationSeconds": {"type": "integer", "minimum": 1, "maximum": 86400},
-       "endTime": {"type": "string", "format": "date-time"},
-       "createdAt": {"type": "string", "format": "date-time"},
-       "clientSessionId": {"type": ["string", "null"]}}}
-    """#
-    static let timer = #"""
-    {"type": "object", "additionalProperties": false, "required": ["sessionId", "state", "startedAt", "elapsedSeconds"],
-     "properties": {
-       "sessionId": {"type": "string", "format": "uuid"},
-       "state": {"enum": ["running", "paused"]},
-       "startedAt": {"type": "string", "format": "date-time"},
-       "elapsedSeconds": {"type": "integer", "minimum": 0}}}
-    """#
-}
-
 // MARK: The wire form of what the service answers
 
 extension SessionsError {
@@ -46,38 +24,70 @@ extension SessionsError {
 }
 
 /// Runs a service call and answers its result, or its refusal, on the wire.
-func answer<T: JSONEncodable>(_ body: () throws(SessionsError) -> T) throws(RPCError) -> JSON {
-    do { return try body().json } catch { throw error.rpc }
+func answer<T>(_ body: () throws(SessionsError) -> T) throws(RPCError) -> T {
+    do { return try body() } catch { throw error.rpc }
 }
 
-extension Session: JSONEncodable {
-    var json: JSON {
-        ["sessionId": .string(id), "startTime": .timestamp(startTime), "durationSeconds": .int(durationSeconds),
-         "endTime": .timestamp(endTime), "createdAt": .timestamp(createdAt), "clientSessionId": .optional(clientSessionId)]
-    }
+extension Session: RPCResult {
+    static let fields = ResultFields<Session>(
+        ResultField("sessionId", Schema.uuid) { .string($0.id) },
+        ResultField("startTime", Schema.timestamp) { .timestamp($0.startTime) },
+        ResultField("durationSeconds", Schema.integer(1...86_400)) { .int($0.durationSeconds) },
+        ResultField("endTime", Schema.timestamp) { .timestamp($0.endTime) },
+        ResultField("createdAt", Schema.timestamp) { .timestamp($0.createdAt) },
+        ResultField("clientSessionId", Schema.nullable(Schema.string)) { .optional($0.clientSessionId) })
+    public static var schema: JSON { fields.schema }
+    public var json: JSON { Self.fields.encode(self) }
 }
 
-extension SessionTimer: JSONEncodable {
-    var json: JSON {
-        ["sessionId": .string(sessionId), "state": .string(running ? "running" : "paused"), "startedAt": .timestamp(startedAt),
-         "elapsedSeconds": .int(elapsedSeconds)]
-    }
+extension SessionTimer: RPCResult {
+    static let fields = ResultFields<SessionTimer>(
+        ResultField("sessionId", Schema.uuid) { .string($0.sessionId) },
+        ResultField("state", Schema.oneOf(["running", "paused"])) { .string($0.running ? "running" : "paused") },
+        ResultField("startedAt", Schema.timestamp) { .timestamp($0.startedAt) },
+        ResultField("elapsedSeconds", Schema.count) { .int($0.elapsedSeconds) })
+    public static var schema: JSON { fields.schema }
+    public var json: JSON { Self.fields.encode(self) }
 }
 
-extension SessionPage: JSONEncodable {
-    var json: JSON { ["sessions": .array(sessions.map(\.json)), "nextCursor": .optional(nextCursor)] }
+extension SessionPage: RPCResult {
+    static let fields = ResultFields<SessionPage>(
+        ResultField("sessions", Schema.array(Session.schema)) { .array($0.sessions.map(\.json)) },
+        ResultField("nextCursor", Schema.nullable(Schema.string)) { .optional($0.nextCursor) })
+    public static var schema: JSON { fields.schema }
+    public var json: JSON { Self.fields.encode(self) }
 }
 
-extension SessionStats: JSONEncodable {
-    var json: JSON {
-        var o = JSONObject([("totalSessions", .int(Int64(totalSessions))), ("totalSeconds", .int(totalSeconds)),
-                            ("currentStreakDays", .int(Int64(currentStreakDays))), ("longestStreakDays", .int(Int64(longestStreakDays))),
-                            ("last7DaysSeconds", .int(last7DaysSeconds)), ("last30DaysSeconds", .int(last30DaysSeconds))])
-        if let days {
-            o["days"] = .array(days.map { ["date": .string($0.date.description), "sessions": .int(Int64($0.sessions)), "seconds": .int($0.seconds)] })
-        }
-        return .object(o)
-    }
+extension SessionStats.Day: RPCResult {
+    static let fields = ResultFields<SessionStats.Day>(
+        ResultField("date", Schema.date) { .string($0.date.description) },
+        ResultField("sessions", Schema.integer(from: 1)) { .int(Int64($0.sessions)) },
+        ResultField("seconds", Schema.count) { .int($0.seconds) })
+    public static var schema: JSON { fields.schema }
+    public var json: JSON { Self.fields.encode(self) }
+}
+
+extension SessionStats: RPCResult {
+    static let fields = ResultFields<SessionStats>(
+        ResultField("totalSessions", Schema.count) { .int(Int64($0.totalSessions)) },
+        ResultField("totalSeconds", Schema.count) { .int($0.totalSeconds) },
+        ResultField("currentStreakDays", Schema.count) { .int(Int64($0.currentStreakDays)) },
+        ResultField("longestStreakDays", Schema.count) { .int(Int64($0.longestStreakDays)) },
+        ResultField("last7DaysSeconds", Schema.count) { .int($0.last7DaysSeconds) },
+        ResultField("last30DaysSeconds", Schema.count) { .int($0.last30DaysSeconds) },
+        .optional("days", Schema.described(Schema.array(SessionStats.Day.schema),
+                                           "with from and to: the local days of that range with sessions, oldest first (by each session's start)")) {
+            $0.days.map { .array($0.map(\.json)) }
+        })
+    public static var schema: JSON { fields.schema }
+    public var json: JSON { Self.fields.encode(self) }
+}
+
+/// `sessions.delete`'s answer.
+public struct Deleted: RPCResult {
+    static let fields = ResultFields<Deleted>(ResultField("deleted", Schema.constant(true)) { _ in true })
+    public static var schema: JSON { fields.schema }
+    public var json: JSON { Self.fields.encode(self) }
 }
 
 /// Params that name one session by its id.
@@ -108,11 +118,10 @@ public struct SessionsRecord: RPCMethod {
     public static let summary = "Records a finished session; idempotent by clientSessionId."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let resultSchema = Schemas.session
     public static let errors = [ErrorDoc(.limited, "quota_exceeded: past limits.sessionsPerUser kept sessions")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> Session {
         let user = try c.userID()
         return try answer { () throws(SessionsError) in
             try service.record(user, start: p.startTime, duration: p.durationSeconds, end: p.endTime, clientSessionId: p.clientSessionId, now: c.now)
@@ -131,12 +140,11 @@ public struct SessionsStart: RPCMethod {
     public static let summary = "Starts the user's server-side timer (one per user)."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let resultSchema = Schemas.timer
     public static let errors = [ErrorDoc(.conflict, "session_active, idempotency_key_reused"),
                                 ErrorDoc(.limited, "quota_exceeded: past limits.sessionsPerUser kept sessions")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> SessionTimer {
         let user = try c.userID()
         return try answer { () throws(SessionsError) in try service.start(user, clientSessionId: p.clientSessionId, now: c.now) }
     }
@@ -148,11 +156,10 @@ public struct SessionsPause: RPCMethod {
     public static let summary = "Pauses the timer; paused time does not count."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let resultSchema = Schemas.timer
     public static let errors = [ErrorDoc(.conflict, "no_active_session")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> SessionTimer {
         let user = try c.userID()
         return try answer { () throws(SessionsError) in try service.pause(user, now: c.now) }
     }
@@ -164,11 +171,10 @@ public struct SessionsResume: RPCMethod {
     public static let summary = "Resumes a paused timer."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let resultSchema = Schemas.timer
     public static let errors = [ErrorDoc(.conflict, "no_active_session")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> SessionTimer {
         let user = try c.userID()
         return try answer { () throws(SessionsError) in try service.resume(user, now: c.now) }
     }
@@ -180,11 +186,10 @@ public struct SessionsStop: RPCMethod {
     public static let summary = "Stops the timer and records the session (elapsed time without pauses)."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let resultSchema = Schemas.session
     public static let errors = [ErrorDoc(.conflict, "no_active_session")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> Session {
         let user = try c.userID()
         return try answer { () throws(SessionsError) in try service.stop(user, now: c.now) }
     }
@@ -196,10 +201,9 @@ public struct SessionsActive: RPCMethod {
     public static let summary = "The running or paused timer, or null."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let resultSchema = #"{"anyOf": [{"type": "null"}, "# + Schemas.timer + "]}"
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> SessionTimer? {
         let user = try c.userID()
         return try answer { () throws(SessionsError) in try service.active(user, now: c.now) }
     }
@@ -211,11 +215,10 @@ public struct SessionsGet: RPCMethod {
     public static let summary = "One of the user's sessions."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let resultSchema = Schemas.session
     public static let errors = [ErrorDoc(.notFound, "not_found (also for another user's session)")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: SessionIDParams, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: SessionIDParams, _ c: CallContext) throws(RPCError) -> Session {
         let user = try c.userID()
         return try answer { () throws(SessionsError) in try service.get(user, sessionId: p.sessionId) }
     }
@@ -244,10 +247,9 @@ public struct SessionsList: RPCMethod {
     public static let summary = "Sessions newest first, optionally those starting from `from` up to `to` (timestamps, or UTC dates counting the whole day); paged with limit and cursor."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["sessions", "nextCursor"], "properties": {"sessions": {"type": "array", "items": "# + Schemas.session + #"}, "nextCursor": {"type": ["string", "null"]}}}"#
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> SessionPage {
         let user = try c.userID()
         var after: SessionsService.Position?
         if let cursor = p.cursor {
@@ -266,15 +268,14 @@ public struct SessionsDelete: RPCMethod {
     public static let summary = "Deletes one of the user's sessions."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["deleted"], "properties": {"deleted": {"const": true}}}"#
     public static let errors = [ErrorDoc(.notFound, "not_found")]
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: SessionIDParams, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: SessionIDParams, _ c: CallContext) throws(RPCError) -> Deleted {
         let user = try c.userID()
-        return try answer { () throws(SessionsError) -> JSON in
+        return try answer { () throws(SessionsError) -> Deleted in
             try service.delete(user, sessionId: p.sessionId)
-            return ["deleted": true]
+            return Deleted()
         }
     }
 }
@@ -302,21 +303,9 @@ public struct SessionsStats: RPCMethod {
     public static let summary = "Totals, streaks of consecutive local days (in timezone, default UTC), last 7 and 30 local days; with from and to, each of those days' totals."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let resultSchema = #"""
-    {"type": "object", "additionalProperties": false,
-     "required": ["totalSessions", "totalSeconds", "currentStreakDays", "longestStreakDays", "last7DaysSeconds", "last30DaysSeconds"],
-     "properties": {
-       "totalSessions": {"type": "integer", "minimum": 0}, "totalSeconds": {"type": "integer", "minimum": 0},
-       "currentStreakDays": {"type": "integer", "minimum": 0}, "longestStreakDays": {"type": "integer", "minimum": 0},
-       "last7DaysSeconds": {"type": "integer", "minimum": 0}, "last30DaysSeconds": {"type": "integer", "minimum": 0},
-       "days": {"type": "array", "description": "with from and to: the local days of that range with sessions, oldest first (by each session's start)",
-                "items": {"type": "object", "additionalProperties": false, "required": ["date", "sessions", "seconds"],
-                          "properties": {"date": {"type": "string", "format": "date"}, "sessions": {"type": "integer", "minimum": 1},
-                                         "seconds": {"type": "integer", "minimum": 0}}}}}}
-    """#
     let service: SessionsService
     public init(_ service: SessionsService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> SessionStats {
         let user = try c.userID()
         return try answer { () throws(SessionsError) in try service.stats(user, zone: p.zone, days: p.days, now: c.now) }
     }

@@ -227,7 +227,7 @@ enum SessionsError: Error, Equatable {
 }
 
 /// A recorded meditation session.
-struct Session: Equatable, Sendable {
+public struct Session: Equatable, Sendable {
     let id: String
     let startTime: Timestamp
     let durationSeconds: Int64
@@ -246,7 +246,7 @@ struct Session: Equatable, Sendable {
 }
 
 /// The server-side timer as of an instant.
-struct SessionTimer: Equatable, Sendable {
+public struct SessionTimer: Equatable, Sendable {
     let sessionId: String
     let running: Bool
     let startedAt: Timestamp
@@ -261,13 +261,13 @@ struct SessionTimer: Equatable, Sendable {
 }
 
 /// A page of sessions, newest first, and where the next one starts.
-struct SessionPage: Sendable {
+public struct SessionPage: Sendable {
     let sessions: [Session]
     let nextCursor: String?
 }
 
 /// Totals and streaks over every session of a user.
-struct SessionStats: Equatable, Sendable {
+public struct SessionStats: Equatable, Sendable {
     var totalSessions = 0
     var totalSeconds: Int64 = 0
     var currentStreakDays = 0
@@ -278,7 +278,7 @@ struct SessionStats: Equatable, Sendable {
     var days: [Day]?
 
     /// One local day's totals.
-    struct Day: Equatable, Sendable {
+    public struct Day: Equatable, Sendable {
         let date: CalendarDate
         var sessions = 0
         var seconds: Int64 = 0
