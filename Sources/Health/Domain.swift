@@ -32,7 +32,7 @@ public struct HealthDomain: Domain {
             },
             "health.day": { (user, id, _) throws(RPCError) in
                 try answer { () throws(HealthError) in
-                    try service.day(user, id).map { JSON.object(JSONObject([("date", .string(id))] + $0.members(types: nil))) }
+                    try service.day(user, id).map { $0.json(date: id) }
                 }
             },
         ])

@@ -341,11 +341,6 @@ public struct WorkoutTotals: Sendable, Equatable {
         self.distanceMeters = distanceMeters
     }
 
-    /// Stored and shown alike.
-    var json: JSON {
-        ["count": .int(count), "durationSeconds": .int(durationSeconds), "energyKcal": .double(energyKcal), "distanceMeters": .double(distanceMeters)]
-    }
-
     mutating func add(_ other: WorkoutTotals) {
         count += other.count
         durationSeconds += other.durationSeconds

@@ -10,10 +10,12 @@ public protocol RPCResult: JSONEncodable {
 /// One member of a result object: its name, its schema, and how a value shows it. A member whose
 /// encoder answers nil is left out, and such a member is not `required`.
 public struct ResultField<Value>: Sendable {
-    let name: String
-    let schema: JSON
-    let omittable: Bool
-    let encode: @Sendable (Value) -> JSON?
+    public let name: String
+    public let schema: JSON
+    /// Whether the member may be left out (not `required`).
+    public let omittable: Bool
+    /// The member's value for a result, nil when it is left out.
+    public let encode: @Sendable (Value) -> JSON?
 
     /// A member every result has (its value may still be `null` where the schema allows it).
     public init(_ name: String, _ schema: JSON, _ encode: @escaping @Sendable (Value) -> JSON) {
@@ -38,6 +40,10 @@ public struct ResultFields<Value>: Sendable {
     let description: String?
 
     public init(description: String? = nil, _ fields: ResultField<Value>...) {
+        self.init(description: description, fields: fields)
+    }
+
+    public init(description: String? = nil, fields: [ResultField<Value>]) {
         self.fields = fields
         self.description = description
     }

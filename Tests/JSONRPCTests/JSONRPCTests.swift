@@ -257,3 +257,27 @@ func exchange(_ input: String, maxLineBytes: Int = 1 << 20) throws -> [JSON] {
         #expect(answers.allSatisfy { $0["id"] == .null })
     }
 }
+
+/// A typed result's one declaration both encodes and describes it.
+@Suite(.oneStoreOnly) struct ResultFieldsTests {
+    struct Answer: RPCResult {
+        var count: Int64
+        var note: String?
+        var extra: [String]?
+        static let fields = ResultFields<Answer>(
+            ResultField("count", Schema.count) { .int($0.count) },
+            ResultField("note", Schema.nullable(Schema.string)) { .optional($0.note) },
+            .optional("extra", Schema.array(Schema.string)) { $0.extra.map { .array($0.map(JSON.string)) } })
+        static var schema: JSON { fields.schema }
+        var json: JSON { Self.fields.encode(self) }
+    }
+
+    @Test func membersAreWrittenInOrderAndOptionalOnesLeftOutWhenAbsent() {
+        #expect(Answer(count: 3, note: nil, extra: nil).json.serialized == #"{"count":3,"note":null}"#)
+        #expect(Answer(count: 3, note: "n", extra: ["a"]).json.serialized == #"{"count":3,"note":"n","extra":["a"]}"#)
+        #expect(Answer.schema["required"] == ["count", "note"])
+        #expect(Answer.schema["additionalProperties"] == false)
+        #expect(Answer.schema["properties"]?["note"]?["type"] == ["string", "null"])
+        #expect(Schema.nullable(Answer.schema)["anyOf"] != nil, "an object is made nullable with anyOf")
+    }
+}

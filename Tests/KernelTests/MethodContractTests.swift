@@ -81,7 +81,6 @@ import TestSupport
         "screentime.history", "screentime.penalties", "screentime.logEvent", "screentime.events",
         "rewards.earn", "rewards.redeem", "rewards.spend", "rewards.balance",
         "subscriptions.verify", "subscriptions.status", "subscriptions.refresh", "subscriptions.recoverNotifications", "subscriptions.notify",
-        "health.ingest", "health.delete", "health.summary", "health.weekly", "health.workouts",
         "sync.changes",
     ]
 

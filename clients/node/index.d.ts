@@ -579,6 +579,11 @@ export interface Methods {
     paramsRequired: true;
     result: {
       workouts: Array<{
+        uuid: string;
+        activityType: string;
+        durationSeconds: number;
+        energyKcal: number | null;
+        distanceMeters: number | null;
         start: string;
         end: string;
         timezone: string;
@@ -592,11 +597,6 @@ export interface Methods {
           name: string | null;
         } | null;
         deviceId: string | null;
-        uuid: string;
-        activityType: string;
-        durationSeconds: number;
-        energyKcal: number | null;
-        distanceMeters: number | null;
       }>;
       nextCursor: string | null;
     };
