@@ -14,10 +14,10 @@ public struct SubscriptionsDomain: Domain {
         let service = SubscriptionsService(config: config, store: context.store, tables: tables)
         context.entities.add([
             "subscriptions.membership": { (user, id, now) throws(RPCError) in
-                try answer { () throws(SubscriptionsError) in try service.membership(user, originalTransactionId: id, now: now) }
+                try answer { () throws(SubscriptionsError) in try service.membership(user, originalTransactionId: id, now: now) }.map(\.json)
             },
             "subscriptions.consumptionRequest": { (user, id, _) throws(RPCError) in
-                try answer { () throws(SubscriptionsError) in try service.consumptionRequest(user, notificationUUID: id)?.json }
+                try answer { () throws(SubscriptionsError) in try service.consumptionRequest(user, notificationUUID: id) }?.json
             },
         ])
         context.info.add("appStore") { ["serverApi": service.apiState] }

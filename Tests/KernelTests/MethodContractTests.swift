@@ -80,7 +80,6 @@ import TestSupport
         "screentime.getConnection", "screentime.updateConnection", "screentime.claim", "screentime.upload", "screentime.day",
         "screentime.history", "screentime.penalties", "screentime.logEvent", "screentime.events",
         "rewards.earn", "rewards.redeem", "rewards.spend", "rewards.balance",
-        "subscriptions.verify", "subscriptions.status", "subscriptions.refresh", "subscriptions.recoverNotifications", "subscriptions.notify",
         "sync.changes",
     ]
 

@@ -1119,7 +1119,7 @@ export interface Methods {
       subtype: string | null;
       originalTransactionId: string | null;
       userId: string | null;
-      status: null | "active" | "grace_period" | "billing_retry" | "inactive";
+      status: "active" | "grace_period" | "billing_retry" | "inactive" | null;
       duplicate: boolean;
     };
   };
@@ -1189,7 +1189,7 @@ export interface Methods {
       transactionId: string | null;
       originalTransactionId: string | null;
       environment: string | null;
-      error: null | "expired" | "revoked";
+      error: "expired" | "revoked" | null;
       /** present when a parent withdrew consent (RESCIND_CONSENT): the host decides what follows */
       consentRescindedAt?: string;
       /** MONTHLY for monthly billing under a 12-month commitment; this and the next two are present only for commitment plans */
@@ -1197,19 +1197,19 @@ export interface Methods {
       /** the commitment the current period belongs to */
       commitment?: {
         /** this period's number, from 1 */
-        period?: number | null;
-        periods?: number | null;
-        endsAt?: string | null;
+        period: number | null;
+        periods: number | null;
+        endsAt: string | null;
         /** the whole commitment's price in milliunits of the storefront's currency */
-        price?: number | null;
+        price: number | null;
       } | null;
       /** what renewal info says of the next commitment */
       commitmentRenewal?: {
-        renews?: boolean | null;
-        date?: string | null;
-        productId?: string | null;
-        billingPlanType?: string | null;
-        price?: number | null;
+        renews: boolean | null;
+        date: string | null;
+        productId: string | null;
+        billingPlanType: string | null;
+        price: number | null;
       } | null;
     };
   };
@@ -1233,7 +1233,7 @@ export interface Methods {
       transactionId: string | null;
       originalTransactionId: string | null;
       environment: string | null;
-      error: null | "expired" | "revoked";
+      error: "expired" | "revoked" | null;
       /** present when a parent withdrew consent (RESCIND_CONSENT): the host decides what follows */
       consentRescindedAt?: string;
       /** MONTHLY for monthly billing under a 12-month commitment; this and the next two are present only for commitment plans */
@@ -1241,19 +1241,19 @@ export interface Methods {
       /** the commitment the current period belongs to */
       commitment?: {
         /** this period's number, from 1 */
-        period?: number | null;
-        periods?: number | null;
-        endsAt?: string | null;
+        period: number | null;
+        periods: number | null;
+        endsAt: string | null;
         /** the whole commitment's price in milliunits of the storefront's currency */
-        price?: number | null;
+        price: number | null;
       } | null;
       /** what renewal info says of the next commitment */
       commitmentRenewal?: {
-        renews?: boolean | null;
-        date?: string | null;
-        productId?: string | null;
-        billingPlanType?: string | null;
-        price?: number | null;
+        renews: boolean | null;
+        date: string | null;
+        productId: string | null;
+        billingPlanType: string | null;
+        price: number | null;
       } | null;
     };
   };
