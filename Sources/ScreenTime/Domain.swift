@@ -17,20 +17,20 @@ public struct ScreenTimeDomain: Domain {
                                    maxLedgerEntries: context.limits.rewardsLedgerPerUser, maxAnswerBytes: context.maxAnswerBytes)
         // Each synced entity as its own read method shows it.
         context.entities.add([
-            "screentime.connection": { (user, _, _) throws(RPCError) in try answer { () throws(ScreenTimeError) in try st.connection(user) } },
+            "screentime.connection": { (user, _, _) throws(RPCError) in try answer { () throws(ScreenTimeError) in try st.connection(user) }.json },
             "screentime.day": { (user, id, _) throws(RPCError) in
                 guard let date = CalendarDate(id) else { return nil }
-                return try answer { () throws(ScreenTimeError) in try st.record(user, date: date) }
+                return try answer { () throws(ScreenTimeError) in try st.record(user, date: date) }.map(\.json)
             },
-            "screentime.penalty": { (user, id, _) throws(RPCError) in try answer { () throws(ScreenTimeError) in try st.penalty(user, date: id) } },
+            "screentime.penalty": { (user, id, _) throws(RPCError) in try answer { () throws(ScreenTimeError) in try st.penalty(user, date: id) }.map(\.json) },
             "screentime.event": { (user, id, _) throws(RPCError) in
                 guard let seq = Int64(id) else { return nil }
-                return try answer { () throws(ScreenTimeError) in try st.event(user, seq: seq) }
+                return try answer { () throws(ScreenTimeError) in try st.event(user, seq: seq) }.map(\.json)
             },
-            "rewards.balance": { (user, _, _) throws(RPCError) in try answer { () throws(ScreenTimeError) in try st.balance(user) } },
+            "rewards.balance": { (user, _, _) throws(RPCError) in try answer { () throws(ScreenTimeError) in try st.balance(user) }.json },
             "rewards.unlock": { (user, id, _) throws(RPCError) in
                 guard let at = Timestamp(rfc3339: id) else { return nil }
-                return try answer { () throws(ScreenTimeError) in try st.unlock(user, startsAt: at) }
+                return try answer { () throws(ScreenTimeError) in try st.unlock(user, startsAt: at) }.map(\.json)
             },
         ])
         methods = [

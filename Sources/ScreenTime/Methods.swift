@@ -3,41 +3,6 @@ import DomainSupport
 import JSON
 import JSONRPC
 
-/// JSON Schemas shared by the screen time and rewards methods.
-enum Schemas {
-    static let connection = #"""
-    {"type": "object", "additionalProperties": false, "required": ["enabled", "timezone", "lastSyncAt", "selection"],
-     "properties": {
-       "enabled": {"type": "boolean"},
-       "timezone": {"type": "string"},
-       "lastSyncAt": {"type": ["string", "null"], "format": "date-time"},
-       "selection": {"type": ["object", "null"]}}}
-    """#
-    static let verdictProperties = #"""
-       "date": {"type": "string", "format": "date"},
-       "status": {"enum": ["unclaimed", "unverified", "match", "mismatch"]},
-       "deltaMinutes": {"type": ["integer", "null"]},
-       "penaltyPoints": {"type": "integer", "minimum": 0}
-    """#
-    static let verdict = #"{"type": "object", "additionalProperties": false, "required": ["date", "status", "deltaMinutes", "penaltyPoints"], "properties": {"# + verdictProperties + "}}"
-    static let record = #"""
-    {"type": "object", "additionalProperties": false,
-     "required": ["date", "status", "deltaMinutes", "penaltyPoints", "claimedMinutes", "verifiedMinutes", "claimedAt", "uploadedAt"],
-     "properties": {
-    """# + verdictProperties + #"""
-       ,
-       "claimedMinutes": {"type": ["integer", "null"], "minimum": 0, "maximum": 1440},
-       "verifiedMinutes": {"type": ["integer", "null"], "minimum": 0, "maximum": 1440},
-       "claimedAt": {"type": ["string", "null"], "format": "date-time"},
-       "uploadedAt": {"type": ["string", "null"], "format": "date-time"},
-       "raw": {"description": "the upload's raw JSON as sent; null when none"}}}
-    """#
-    static let balance = #"""
-    {"type": "object", "additionalProperties": false, "required": ["xp", "minutes"],
-     "properties": {"xp": {"type": "integer", "minimum": 0}, "minutes": {"type": "integer", "minimum": 0}}}
-    """#
-}
-
 // MARK: The wire form of what the service answers
 
 extension ScreenTimeError {
@@ -62,75 +27,6 @@ extension ScreenTimeError {
     }
 }
 
-/// Runs a service call and answers its result, or its refusal, on the wire.
-func answer<T: JSONEncodable>(_ body: () throws(ScreenTimeError) -> T) throws(RPCError) -> JSON {
-    do { return try body().json } catch { throw error.rpc }
-}
-
-extension ConnectionRow: JSONEncodable {
-    public var json: JSON {
-        ["enabled": .bool(enabled), "timezone": .string(timezone), "lastSyncAt": .timestamp(lastSyncAt), "selection": selection.json]
-    }
-}
-
-extension BalanceRow: JSONEncodable {
-    /// `{xp, minutes}`.
-    public var json: JSON { ["xp": .int(xp), "minutes": .int(minutes)] }
-}
-
-extension DayVerdict: JSONEncodable {
-    var json: JSON {
-        ["date": .string(date.description), "status": .string(verdict.status.rawValue),
-         "deltaMinutes": .optionalInt(verdict.deltaMinutes), "penaltyPoints": .int(verdict.penaltyPoints)]
-    }
-}
-
-extension DayRecord: JSONEncodable {
-    var json: JSON { json(includeRaw: true) }
-
-    func json(includeRaw: Bool) -> JSON {
-        guard case .object(var o) = DayVerdict(date: date, verdict: verdict).json else { return .null }
-        o["claimedMinutes"] = .optionalInt(day.claimedMinutes)
-        o["verifiedMinutes"] = .optionalInt(day.verifiedMinutes)
-        o["claimedAt"] = .timestamp(day.claimedAt)
-        o["uploadedAt"] = .timestamp(day.uploadedAt)
-        if includeRaw { o["raw"] = day.raw.json }
-        return .object(o)
-    }
-}
-
-extension Penalty: JSONEncodable {
-    var json: JSON {
-        ["date": .string(date), "points": .int(row.points), "deltaMinutes": .int(row.deltaMinutes), "appliedAt": .timestamp(row.appliedAt)]
-    }
-}
-
-/// `screentime.penalties`' answer: the entries and their total.
-struct PenaltyList: JSONEncodable {
-    let entries: [Penalty]
-    var json: JSON { ["totalPoints": .int(entries.reduce(0) { $0 + $1.row.points }), "entries": .array(entries.map(\.json))] }
-}
-
-extension EventRow: JSONEncodable {
-    public var json: JSON {
-        ["type": .string(type), "activity": .string(activity), "event": .optional(event), "at": .timestamp(at), "receivedAt": .timestamp(receivedAt)]
-    }
-}
-
-/// `screentime.events`' answer.
-struct EventList: JSONEncodable {
-    let events: [EventRow]
-    var json: JSON { ["events": .array(events.map(\.json))] }
-}
-
-extension UnlockRow: JSONEncodable {
-    public var json: JSON { ["startsAt": .timestamp(startsAt), "endsAt": .timestamp(endsAt), "minutes": .int(minutes)] }
-}
-
-extension Unlock: JSONEncodable {
-    var json: JSON { ["startsAt": .timestamp(window.startsAt), "endsAt": .timestamp(window.endsAt), "balance": balance.json] }
-}
-
 /// Limits on what clients may store.
 enum Limits {
     static let selectionBytes = 64 * 1024
@@ -149,10 +45,9 @@ public struct ScreenTimeGetConnection: RPCMethod {
     public static let summary = "The Screen Time connection: enabled, time zone, last upload, app selection."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let resultSchema = Schemas.connection
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> ConnectionRow {
         let user = try c.userID()
         return try answer { () throws(ScreenTimeError) in try service.connection(user) }
     }
@@ -180,10 +75,9 @@ public struct ScreenTimeUpdateConnection: RPCMethod {
     public static let summary = "Changes the connection; only the fields given change."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let resultSchema = Schemas.connection
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> ConnectionRow {
         let user = try c.userID()
         return try answer { () throws(ScreenTimeError) in try service.updateConnection(user, enabled: p.enabled, timezone: p.timezone, selection: p.selection) }
     }
@@ -201,10 +95,9 @@ public struct ScreenTimeClaim: RPCMethod {
     public static let summary = "Records the minutes the user says they used the phone on a day, and gives the day's verdict."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let resultSchema = Schemas.verdict
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> DayVerdict {
         let user = try c.userID()
         return try answer { () throws(ScreenTimeError) in try service.claim(user, date: p.date, minutes: p.minutes, now: c.now) }
     }
@@ -231,12 +124,11 @@ public struct ScreenTimeUpload: RPCMethod {
     public static let summary = "The iOS companion's verified minutes for a day; upserts the day, recomputes its penalty, sets lastSyncAt."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let resultSchema = Schemas.verdict
     public static let errors = [ErrorDoc(.forbidden, "connection_disabled"),
                                 ErrorDoc(.limited, "quota_exceeded: past limits.rawBytesPerUser of raw kept")]
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> DayVerdict {
         let user = try c.userID()
         return try answer { () throws(ScreenTimeError) in try service.upload(user, date: p.date, verifiedMinutes: p.verifiedMinutes, raw: p.raw, now: c.now) }
     }
@@ -253,11 +145,10 @@ public struct ScreenTimeDay: RPCMethod {
     public static let summary = "One day's claim, upload, verdict and raw upload."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let resultSchema = Schemas.record
     public static let errors = [ErrorDoc(.notFound, "not_found: no data for that day")]
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> DayRecord {
         let user = try c.userID()
         return try answer { () throws(ScreenTimeError) in try service.day(user, date: p.date) }
     }
@@ -285,10 +176,9 @@ public struct ScreenTimeHistory: RPCMethod {
     public static let summary = "Day records from `from` to `to` (at most 366 days), oldest first, only days with data."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["days"], "properties": {"days": {"type": "array", "items": "# + Schemas.record + "}}}"
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> DayList {
         let user = try c.userID()
         let days: [DayRecord]
         do { days = try service.history(user, from: p.from, to: p.to) } catch { throw error.rpc }
@@ -300,7 +190,7 @@ public struct ScreenTimeHistory: RPCMethod {
                                              "params.to: the days from params.from to params.to with includeRaw would answer more than \(service.maxAnswerBytes) bytes; ask for fewer days")
             }
         }
-        return ["days": .array(days.map { $0.json(includeRaw: p.includeRaw) })]
+        return DayList(days: days, includeRaw: p.includeRaw)
     }
 }
 
@@ -319,18 +209,9 @@ public struct ScreenTimePenalties: RPCMethod {
     public static let summary = "Penalty entries (one per day at most) and their total, oldest first."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let resultSchema = #"""
-    {"type": "object", "additionalProperties": false, "required": ["totalPoints", "entries"],
-     "properties": {
-       "totalPoints": {"type": "integer", "minimum": 0},
-       "entries": {"type": "array", "items": {"type": "object", "additionalProperties": false,
-         "required": ["date", "points", "deltaMinutes", "appliedAt"],
-         "properties": {"date": {"type": "string", "format": "date"}, "points": {"type": "integer", "minimum": 1},
-           "deltaMinutes": {"type": "integer"}, "appliedAt": {"type": "string", "format": "date-time"}}}}}}
-    """#
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> PenaltyList {
         let user = try c.userID()
         return try answer { () throws(ScreenTimeError) in PenaltyList(entries: try service.penalties(user, from: p.from, to: p.to)) }
     }
@@ -354,14 +235,13 @@ public struct ScreenTimeLogEvent: RPCMethod {
     public static let summary = "Records a DeviceActivity monitor event; the newest 1000 per user are kept."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["logged"], "properties": {"logged": {"const": true}}}"#
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> Logged {
         let user = try c.userID()
-        return try answer { () throws(ScreenTimeError) -> JSON in
+        return try answer { () throws(ScreenTimeError) -> Logged in
             try service.logEvent(user, type: p.type, activity: p.activity, event: p.event, at: p.at, now: c.now)
-            return ["logged": true]
+            return Logged()
         }
     }
 }
@@ -377,16 +257,9 @@ public struct ScreenTimeEvents: RPCMethod {
     public static let summary = "Monitor events, newest first (limit 1 to 1000, default 50)."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let resultSchema = #"""
-    {"type": "object", "additionalProperties": false, "required": ["events"],
-     "properties": {"events": {"type": "array", "items": {"type": "object", "additionalProperties": false,
-       "required": ["type", "activity", "event", "at", "receivedAt"],
-       "properties": {"type": {"type": "string"}, "activity": {"type": "string"}, "event": {"type": ["string", "null"]},
-         "at": {"type": "string", "format": "date-time"}, "receivedAt": {"type": "string", "format": "date-time"}}}}}}
-    """#
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> EventList {
         let user = try c.userID()
         return try answer { () throws(ScreenTimeError) in EventList(events: try service.events(user, limit: p.limit)) }
     }
@@ -408,11 +281,10 @@ public struct RewardsEarn: RPCMethod {
     public static let summary = "Credits XP once per idempotency key; the same key again credits nothing."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let resultSchema = Schemas.balance
     public static let errors = [ErrorDoc(.conflict, "idempotency_key_reused"), ErrorDoc(.limited, "quota_exceeded: past limits.rewardsLedgerPerUser entries")]
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> BalanceRow {
         let user = try c.userID()
         return try answer { () throws(ScreenTimeError) in try service.earn(user, xp: p.xp, reason: p.reason, key: p.key, now: c.now) }
     }
@@ -430,11 +302,10 @@ public struct RewardsRedeem: RPCMethod {
     public static let summary = "Turns XP into unlock minutes (10 XP per minute by default)."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let resultSchema = Schemas.balance
     public static let errors = [ErrorDoc(.conflict, "insufficient_balance")]
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> BalanceRow {
         let user = try c.userID()
         return try answer { () throws(ScreenTimeError) in try service.redeem(user, xp: p.xp) }
     }
@@ -451,11 +322,10 @@ public struct RewardsSpend: RPCMethod {
     public static let summary = "Spends unlock minutes on a window of unlocked screen time, starting now or when the current window ends."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["startsAt", "endsAt", "balance"], "properties": {"startsAt": {"type": "string", "format": "date-time"}, "endsAt": {"type": "string", "format": "date-time"}, "balance": "# + Schemas.balance + "}}"
     public static let errors = [ErrorDoc(.conflict, "insufficient_balance"), ErrorDoc(.limited, "quota_exceeded: past limits.rewardsLedgerPerUser entries")]
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> Unlock {
         let user = try c.userID()
         return try answer { () throws(ScreenTimeError) in try service.spend(user, minutes: p.minutes, now: c.now) }
     }
@@ -467,10 +337,9 @@ public struct RewardsBalance: RPCMethod {
     public static let summary = "XP and unlock minutes held."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let resultSchema = Schemas.balance
     let service: ScreenTimeService
     public init(_ service: ScreenTimeService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> BalanceRow {
         let user = try c.userID()
         return try answer { () throws(ScreenTimeError) in try service.balance(user) }
     }

@@ -322,26 +322,26 @@ enum ScreenTimeError: Error, Equatable {
 }
 
 /// A day's verdict.
-struct DayVerdict: Sendable {
+public struct DayVerdict: Sendable {
     let date: CalendarDate
     let verdict: Verdict
 }
 
 /// A day's claim, upload and verdict.
-struct DayRecord: Sendable {
+public struct DayRecord: Sendable {
     let date: CalendarDate
     let day: DayRow
     let verdict: Verdict
 }
 
 /// One day's penalty.
-struct Penalty: Sendable {
+public struct Penalty: Sendable {
     let date: String
     let row: PenaltyRow
 }
 
 /// A window of unlocked screen time bought with minutes, and the balance after.
-struct Unlock: Sendable {
+public struct Unlock: Sendable {
     let window: UnlockRow
     let balance: BalanceRow
 }

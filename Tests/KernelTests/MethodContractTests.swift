@@ -77,9 +77,6 @@ import TestSupport
         "rpc.discover", "kernel.info", "kernel.snapshot", "kernel.setOrdering",
         "auth.signUp", "auth.signIn", "auth.refresh", "auth.signOut", "auth.exchange", "auth.user", "auth.deleteUser",
         "events.subscribe", "events.unsubscribe",
-        "screentime.getConnection", "screentime.updateConnection", "screentime.claim", "screentime.upload", "screentime.day",
-        "screentime.history", "screentime.penalties", "screentime.logEvent", "screentime.events",
-        "rewards.earn", "rewards.redeem", "rewards.spend", "rewards.balance",
         "sync.changes",
     ]
 
