@@ -4,27 +4,6 @@ import JSON
 import JSONRPC
 
 /// JSON Schemas shared by the auth methods.
-enum AuthSchemas {
-    static let user = #"""
-    {"type": "object", "additionalProperties": false, "required": ["id", "email", "createdAt", "identities"],
-     "properties": {
-       "id": {"type": "string", "format": "uuid"},
-       "email": {"type": ["string", "null"]},
-       "createdAt": {"type": "string", "format": "date-time"},
-       "identities": {"type": "array", "items": {"type": "string"}}}}
-    """#
-    static let session = #"""
-    {"type": "object", "additionalProperties": false,
-     "required": ["accessToken", "tokenType", "expiresIn", "refreshToken", "user"],
-     "properties": {
-       "accessToken": {"type": "string"},
-       "tokenType": {"const": "bearer"},
-       "expiresIn": {"type": "integer", "minimum": 1},
-       "refreshToken": {"type": "string"},
-       "user": \#(user)}}
-    """#
-}
-
 // MARK: The wire form of what the service answers
 
 extension AuthError {
@@ -54,21 +33,42 @@ func answerRPC<T>(_ body: @autoclosure () throws(AuthError) -> T) throws(RPCErro
     do { return try body() } catch { throw error.rpc }
 }
 
-extension UserRow: JSONEncodable {
-    public var json: JSON {
-        ["id": .string(id), "email": .optional(email), "createdAt": .string(Timestamp(milliseconds: createdAt).description),
-         "identities": .array(identities.map(JSON.string))]
-    }
+extension UserRow: RPCResult {
+    static let fields = ResultFields<UserRow>(
+        ResultField("id", Schema.uuid) { .string($0.id) },
+        ResultField("email", Schema.nullable(Schema.string)) { .optional($0.email) },
+        ResultField("createdAt", Schema.timestamp) { .string(Timestamp(milliseconds: $0.createdAt).description) },
+        ResultField("identities", Schema.array(Schema.string)) { .array($0.identities.map(JSON.string)) })
+    public static var schema: JSON { fields.schema }
+    public var json: JSON { Self.fields.encode(self) }
 }
 
-extension SignedIn: JSONEncodable {
-    var json: JSON {
-        ["accessToken": .string(accessToken), "tokenType": "bearer", "expiresIn": .int(Int64(expiresIn)),
-         "refreshToken": .string(refreshToken), "user": user.json]
-    }
+extension SignedIn: RPCResult {
+    static let fields = ResultFields<SignedIn>(
+        ResultField("accessToken", Schema.string) { .string($0.accessToken) },
+        ResultField("tokenType", Schema.constant("bearer")) { _ in "bearer" },
+        ResultField("expiresIn", Schema.integer(from: 1)) { .int(Int64($0.expiresIn)) },
+        ResultField("refreshToken", Schema.string) { .string($0.refreshToken) },
+        ResultField("user", UserRow.schema) { $0.user.json })
+    public static var schema: JSON { fields.schema }
+    public var json: JSON { Self.fields.encode(self) }
 }
 
-/// Email and password params, normalised and checked.
+/// `auth.signOut`'s answer: how many sessions ended.
+public struct Revoked: RPCResult {
+    let count: Int
+    static let fields = ResultFields<Revoked>(ResultField("revoked", Schema.count) { .int(Int64($0.count)) })
+    public static var schema: JSON { fields.schema }
+    public var json: JSON { Self.fields.encode(self) }
+}
+
+/// `auth.deleteUser`'s answer.
+public struct UserDeleted: RPCResult {
+    static let fields = ResultFields<UserDeleted>(ResultField("deleted", Schema.constant(true)) { _ in true })
+    public static var schema: JSON { fields.schema }
+    public var json: JSON { Self.fields.encode(self) }
+}
+
 public struct Credentials: RPCParams {
     public static let declaration = ParamList(
         required("email", String.self).schema(["maxLength": 254, "format": "email"]).checked { (raw, path) throws(FieldError) in
@@ -111,17 +111,16 @@ public struct AuthSignUp: SlowRPCMethod {
     public static let summary = "Creates an account with email and password and signs it in."
     public static let mutates = true
     public static let auth = AuthRequirement.none
-    public static let resultSchema = AuthSchemas.session
     public static let errors = [ErrorDoc(.conflict, "email_taken"),
                                 ErrorDoc(.limited, "rate_limited: past auth.signUpsPerHourPerAddress (or WithoutAddress); data.retryAfterMs")]
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     public func orderingKeys(_ params: JSONObject) -> [String] { Credentials.orderingKeys(params) }
-    public func start(_ p: Credentials, _ c: CallContext) throws(RPCError) -> SlowCall<JSON> {
+    public func start(_ p: Credentials, _ c: CallContext) throws(RPCError) -> SlowCall<SignedIn> {
         try answerRPC(try service.beginSignUp(email: p.email, from: p.address, now: c.now))
         let (service, password) = (self.service, p.password)
-        return SlowCall(work: { Passwords.hash(password) }) { (hash: String) throws(RPCError) -> JSON in
-            try answerRPC(try service.finishSignUp(email: p.email, passwordHash: hash, now: c.now)).json
+        return SlowCall(work: { Passwords.hash(password) }) { (hash: String) throws(RPCError) -> SignedIn in
+            try answerRPC(try service.finishSignUp(email: p.email, passwordHash: hash, now: c.now))
         }
     }
 }
@@ -132,17 +131,16 @@ public struct AuthSignIn: SlowRPCMethod {
     public static let summary = "Signs in with email and password; 5 failures in 15 minutes per email and client address (50 from every address) are throttled."
     public static let mutates = true
     public static let auth = AuthRequirement.none
-    public static let resultSchema = AuthSchemas.session
     public static let errors = [ErrorDoc(.unauthorized, "invalid_credentials"), ErrorDoc(.limited, "too_many_attempts")]
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     public func orderingKeys(_ params: JSONObject) -> [String] { Credentials.orderingKeys(params) }
-    public func start(_ p: Credentials, _ c: CallContext) throws(RPCError) -> SlowCall<JSON> {
+    public func start(_ p: Credentials, _ c: CallContext) throws(RPCError) -> SlowCall<SignedIn> {
         let attempt = try answerRPC(try service.beginSignIn(email: p.email, from: p.address, now: c.now))
         let (service, password) = (self.service, p.password)
         return SlowCall(users: attempt.userId.map { [$0] } ?? [],
-                        work: { Passwords.verify(password, against: attempt.passwordHash) }) { (matches: Bool) throws(RPCError) -> JSON in
-            try answerRPC(try service.finishSignIn(attempt, passwordMatches: matches, now: c.now)).json
+                        work: { Passwords.verify(password, against: attempt.passwordHash) }) { (matches: Bool) throws(RPCError) -> SignedIn in
+            try answerRPC(try service.finishSignIn(attempt, passwordMatches: matches, now: c.now))
         }
     }
 }
@@ -161,12 +159,11 @@ public struct AuthRefresh: RPCMethod {
     public static let summary = "Exchanges a refresh token for a new session; the old token is spent, and reusing a spent one revokes the session."
     public static let mutates = true
     public static let auth = AuthRequirement.none
-    public static let resultSchema = AuthSchemas.session
     public static let errors = [ErrorDoc(.unauthorized, "invalid_token, expired_token")]
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
-        try answerRPC(try service.refresh(p.refreshToken, now: c.now)).json
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> SignedIn {
+        try answerRPC(try service.refresh(p.refreshToken, now: c.now))
     }
 }
 
@@ -181,12 +178,11 @@ public struct AuthSignOut: RPCMethod {
     public static let summary = "Ends the token's session, or every session of the user with scope all."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["revoked"], "properties": {"revoked": {"type": "integer", "minimum": 0}}}"#
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> Revoked {
         let identity = try c.requireIdentity()
-        return ["revoked": .int(Int64(try answerRPC(try service.signOut(identity, all: p.all))))]
+        return Revoked(count: try answerRPC(try service.signOut(identity, all: p.all)))
     }
 }
 
@@ -206,18 +202,17 @@ public struct AuthExchange: SlowRPCMethod {
     public static let mutates = true
     /// With the access token of a signed-in user, the identity links to that account (explicit linking).
     public static let auth = AuthRequirement.optionalUser
-    public static let resultSchema = AuthSchemas.session
     public static let errors = [ErrorDoc(.verificationFailed, "invalid_signature, malformed_jws"), ErrorDoc(.conflict, "identity_taken")]
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     /// None: the account is looked up when the verified token is applied, on the serving thread.
     public func orderingKeys(_ params: JSONObject) -> [String] { [] }
-    public func start(_ p: Params, _ c: CallContext) throws(RPCError) -> SlowCall<JSON> {
+    public func start(_ p: Params, _ c: CallContext) throws(RPCError) -> SlowCall<SignedIn> {
         let (provider, keys) = try answerRPC(try service.provider(p.provider))
         let (service, token, now) = (self.service, p.idToken, c.now)
         return SlowCall(work: { AuthService.prove(token, provider: provider, keys: keys, now: now) }) {
-            (proven: Swift.Result<AuthService.ProvenIdentity, AuthError>) throws(RPCError) -> JSON in
-            try answerRPC(try service.exchange(try proven.get(), signedIn: c.identity?.userId, now: c.now)).json
+            (proven: Swift.Result<AuthService.ProvenIdentity, AuthError>) throws(RPCError) -> SignedIn in
+            try answerRPC(try service.exchange(try proven.get(), signedIn: c.identity?.userId, now: c.now))
         }
     }
 }
@@ -228,12 +223,11 @@ public struct AuthUser: RPCMethod {
     public static let summary = "The account the token belongs to."
     public static let mutates = false
     public static let auth = AuthRequirement.user
-    public static let resultSchema = AuthSchemas.user
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> UserRow {
         let identity = try c.requireIdentity()
-        return try answerRPC(try service.user(identity)).json
+        return try answerRPC(try service.user(identity))
     }
 }
 
@@ -243,12 +237,11 @@ public struct AuthDeleteUser: RPCMethod {
     public static let summary = "Deletes the token's account and every record of it in every domain."
     public static let mutates = true
     public static let auth = AuthRequirement.user
-    public static let resultSchema = #"{"type": "object", "additionalProperties": false, "required": ["deleted"], "properties": {"deleted": {"const": true}}}"#
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
-    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> UserDeleted {
         let identity = try c.requireIdentity()
         try answerRPC(try service.deleteUser(identity))
-        return ["deleted": true]
+        return UserDeleted()
     }
 }

@@ -685,7 +685,7 @@ public enum AuthError: Error, Equatable {
 }
 
 /// A signed-in session: its tokens and its account.
-struct SignedIn: Sendable {
+public struct SignedIn: Sendable {
     let accessToken: String
     /// Seconds the access token lives.
     let expiresIn: Int

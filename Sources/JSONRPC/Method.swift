@@ -103,7 +103,7 @@ extension Optional: JSONEncodable where Wrapped: JSONEncodable {
 /// `SlowRPCMethod` (with a slow part on a worker thread); each is registered once in the composition root.
 public protocol RPCMethodDeclaration: Sendable {
     associatedtype Params: RPCParams
-    associatedtype Result: JSONEncodable
+    associatedtype Result: RPCResult
 
     /// Wire name, `domain.verb`.
     static var name: String { get }
@@ -113,19 +113,11 @@ public protocol RPCMethodDeclaration: Sendable {
     static var mutates: Bool { get }
     /// Who may call it.
     static var auth: AuthRequirement { get }
-    /// JSON Schema of the result, as JSON text: from the result type where it is an `RPCResult`
-    /// (methods still answering `JSON` write it by hand).
-    static var resultSchema: String { get }
     /// Errors specific to this method (generic ones are added from the other properties).
     static var errors: [ErrorDoc] { get }
     /// Whether the answer depends on stored state. A method that does not (`kernel.setOrdering`) is
     /// answered when read even while earlier requests of its stream wait for slow work.
     static var readsState: Bool { get }
-}
-
-extension RPCMethodDeclaration where Result: RPCResult {
-    /// A typed result states its own schema.
-    public static var resultSchema: String { Result.schema.serialized }
 }
 
 extension RPCMethodDeclaration {

@@ -9,9 +9,8 @@ public struct RegisteredMethod: Sendable {
     public let auth: AuthRequirement
     /// OpenRPC content descriptors of the declared params (`auth` is added from `auth`).
     public let params: [JSON]
-    public let resultSchema: String
-    /// Whether the result is a type that states its own schema (`RPCResult`), rather than `JSON`.
-    public let typedResult: Bool
+    /// The result's JSON Schema, as its type states it.
+    public let resultSchema: JSON
     public let errors: [ErrorDoc]
     public let readsState: Bool
     /// Whether calls have a slow part for a worker thread.
@@ -40,8 +39,7 @@ public struct RegisteredMethod: Sendable {
         mutates = M.mutates
         auth = M.auth
         params = M.Params.declaration.descriptors
-        resultSchema = M.resultSchema
-        typedResult = M.Result.self is any RPCResult.Type
+        resultSchema = M.Result.schema
         errors = M.errors
         readsState = M.readsState
         self.slow = slow
@@ -142,7 +140,7 @@ public final class MethodRegistry: Sendable {
                 "summary": .string(m.summary),
                 "paramStructure": "by-name",
                 "params": .array(params),
-                "result": ["name": "result", "schema": try JSON.parse(m.resultSchema)],
+                "result": ["name": "result", "schema": m.resultSchema],
                 "errors": .array(errors.map { ["code": .int(Int64($0.code.rawValue)), "message": .string($0.message)] }),
                 "x-mutates": .bool(m.mutates),
                 "x-auth": .string(m.auth.rawValue),

@@ -27,19 +27,9 @@ public struct SyncChanges: RPCMethod {
     public static let mutates = false
     public static let auth = AuthRequirement.user
     public static let errors = [ErrorDoc(.invalidParams, "cursor_expired: since is older than deletes past limits.tombstonesPerUser; read again without since")]
-    public static let resultSchema = #"""
-    {"type": "object", "additionalProperties": false, "required": ["changes", "cursor", "hasMore"],
-     "properties": {
-       "changes": {"type": "array", "items": {"type": "object", "additionalProperties": false,
-         "required": ["seq", "entity", "id", "op", "at"],
-         "properties": {"seq": {"type": "integer", "minimum": 0}, "entity": {"type": "string"}, "id": {"type": "string"},
-           "op": {"enum": ["upsert", "delete"]}, "at": {"type": "string", "format": "date-time"}, "data": {}}}},
-       "cursor": {"type": "string"},
-       "hasMore": {"type": "boolean"}}}
-    """#
     let service: SyncService
     public init(_ service: SyncService) { self.service = service }
-    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> JSON {
+    public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> ChangePage {
         let known = service.entityNames
         for (i, name) in (p.entities ?? []).enumerated() where !known.contains(name) {
             throw RPCError.invalidParams("params.entities[\(i)]", reason: "out_of_range",

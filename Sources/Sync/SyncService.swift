@@ -41,7 +41,7 @@ public final class SyncService: @unchecked Sendable {
     // MARK: Reading the feed
 
     func changes(_ user: String, since: String?, limit: Int, entities: Set<String>?, includeData: Bool,
-                 now: Timestamp) throws(RPCError) -> JSON {
+                 now: Timestamp) throws(RPCError) -> ChangePage {
         var position: UInt64? = nil
         if let since {
             guard let p = decodeCursor(user: user, since) else {
@@ -83,8 +83,7 @@ public final class SyncService: @unchecked Sendable {
         let more = page.hasMore || cut != nil
         let next: UInt64
         if let cut { next = cut } else if page.hasMore { next = page.entries.last?.seq ?? position ?? 0 } else { next = try horizon(user) }
-        return ["changes": .array(out), "cursor": .string(encodeCursor(user: user, position: next)),
-                "hasMore": .bool(more)]
+        return ChangePage(changes: out, cursor: encodeCursor(user: user, position: next), hasMore: more)
     }
 
     /// The user's last feed position: a cursor past the end of a page points there.
@@ -93,11 +92,37 @@ public final class SyncService: @unchecked Sendable {
     }
 
     private func json(_ user: String, _ entry: FeedEntry, includeData: Bool, now: Timestamp) throws(RPCError) -> JSON {
-        var o = JSONObject([("seq", .int(Int64(entry.seq))), ("entity", .string(entry.entity)), ("id", .string(entry.id)),
-                            ("op", .string(entry.op.rawValue)), ("at", .timestamp(entry.at))])
-        if includeData && entry.op == .upsert {
-            o["data"] = try renderers.byName[entry.entity]?(user, entry.id, now) ?? .null
-        }
-        return .object(o)
+        var data: JSON?
+        if includeData && entry.op == .upsert { data = try renderers.byName[entry.entity]?(user, entry.id, now) ?? JSON.null }
+        return Change.fields.encode(Change(entry: entry, data: data))
     }
+}
+
+/// One entry of the feed as answered: with `includeData`, an upsert carries its record as the entity's
+/// read method shows it (null when it is gone).
+struct Change: Sendable {
+    let entry: FeedEntry
+    let data: JSON?
+
+    static let fields = ResultFields<Change>(
+        ResultField("seq", Schema.count) { .int(Int64($0.entry.seq)) },
+        ResultField("entity", Schema.string) { .string($0.entry.entity) },
+        ResultField("id", Schema.string) { .string($0.entry.id) },
+        ResultField("op", Schema.oneOf(["upsert", "delete"])) { .string($0.entry.op.rawValue) },
+        ResultField("at", Schema.timestamp) { .timestamp($0.entry.at) },
+        .optional("data", [:]) { $0.data })
+}
+
+/// `sync.changes`' answer: a page of changes (encoded as they were sized) and the cursor after it.
+public struct ChangePage: RPCResult {
+    let changes: [JSON]
+    let cursor: String
+    let hasMore: Bool
+
+    static let fields = ResultFields<ChangePage>(
+        ResultField("changes", Schema.array(Change.fields.schema)) { .array($0.changes) },
+        ResultField("cursor", Schema.string) { .string($0.cursor) },
+        ResultField("hasMore", Schema.boolean) { .bool($0.hasMore) })
+    public static var schema: JSON { fields.schema }
+    public var json: JSON { Self.fields.encode(self) }
 }

@@ -17,8 +17,18 @@ struct Subtract: RPCMethod {
     static let summary = "minuend - subtrahend"
     static let mutates = false
     static let auth = AuthRequirement.none
-    static let resultSchema = #"{"type":"integer"}"#
-    func call(_ p: Params, _ context: CallContext) throws(RPCError) -> JSON { .int(p.minuend - p.subtrahend) }
+    func call(_ p: Params, _ context: CallContext) throws(RPCError) -> Number { Number(json: .int(p.minuend - p.subtrahend)) }
+}
+
+/// A bare JSON value as a test method's result.
+struct Number: RPCResult {
+    let json: JSON
+    static let schema: JSON = ["type": "integer"]
+}
+
+struct Text: RPCResult {
+    let json: JSON
+    static let schema: JSON = ["type": "string"]
 }
 
 /// `test.whoami`: needs a user token.
@@ -27,8 +37,7 @@ struct WhoAmI: RPCMethod {
     static let summary = "the caller"
     static let mutates = false
     static let auth = AuthRequirement.user
-    static let resultSchema = #"{"type":"string"}"#
-    func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> JSON { .string(context.identity?.userId ?? "?") }
+    func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> Text { Text(json: .string(context.identity?.userId ?? "?")) }
 }
 
 /// Accepts the token "good" as user u1.

@@ -70,20 +70,4 @@ import TestSupport
         #expect(same, "protocol/README.md's method table differs from the registry: HEALTHKERNEL_UPDATE_DOCS=1 swift test --filter protocolReadmeListsEveryMethod")
     }
 
-    /// Methods whose result is still `JSON` with a schema written by hand beside it, not yet a type that
-    /// encodes itself and states its schema from one declaration (`RPCResult`, `ResultFields`). The
-    /// list only shrinks: a new method answers a typed result, and typing one removes it from here.
-    static let untypedResults: Set<String> = [
-        "rpc.discover", "kernel.info", "kernel.snapshot", "kernel.setOrdering",
-        "auth.signUp", "auth.signIn", "auth.refresh", "auth.signOut", "auth.exchange", "auth.user", "auth.deleteUser",
-        "events.subscribe", "events.unsubscribe",
-        "sync.changes",
-    ]
-
-    @Test func resultsAreTypedSaveTheListedOnes() throws {
-        let kernel = try makeKernel()
-        let untyped = Set(kernel.registry.methods.filter { !$0.typedResult && !$0.name.hasPrefix("test.") }.map(\.name))
-        #expect(untyped.subtracting(Self.untypedResults).isEmpty, "answer a typed result (RPCResult): \(untyped.subtracting(Self.untypedResults).sorted())")
-        #expect(Self.untypedResults.subtracting(untyped).isEmpty, "typed now, remove from the list: \(Self.untypedResults.subtracting(untyped).sorted())")
-    }
 }

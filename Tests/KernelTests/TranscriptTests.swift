@@ -58,7 +58,7 @@ import TestSupport
                 guard let result = r["result"], let id = r["id"],
                       let req = requests.first(where: { $0["id"] == id }),
                       let method = req["method"]?.stringValue.flatMap(registry.method(named:)) else { continue }
-                let schema = try JSON.parse(method.resultSchema)
+                let schema = method.resultSchema
                 problems += SchemaValidator.validate(result, schema).map { "\(name) \(method.name): \($0)" }
             }
         }
