@@ -95,7 +95,7 @@ public struct DeleteReport: Sendable, Equatable {
 /// A day's summary with its date, or a week's with its ISO week.
 public struct Period: Sendable, Equatable {
     public var name: String
-    public var summary: DayRow
+    public var summary: SummaryRow
     /// Days with data in it.
     public var days: Int
 }
@@ -148,7 +148,7 @@ public final class HealthService: @unchecked Sendable {
     public func record(_ kind: RecordKind, _ user: String, _ uuid: String) throws(HealthError) -> RecordRow? {
         try storage(try tables.records(kind).get(user: user, key: uuid))
     }
-    public func day(_ user: String, _ date: String) throws(HealthError) -> DayRow? { try storage(try tables.days.get(user: user, key: date)) }
+    public func day(_ user: String, _ date: String) throws(HealthError) -> SummaryRow? { try storage(try tables.days.get(user: user, key: date)) }
 
     /// The zone ingests use when they name none: the one last sent, else UTC.
     public func zone(_ user: String) throws(HealthError) -> Zone {
@@ -170,7 +170,7 @@ public final class HealthService: @unchecked Sendable {
     public func weekly(_ user: String, from: CalendarDate, to: CalendarDate) throws(HealthError) -> [Period] {
         let monday = from.adding(days: 1 - from.isoWeekday)
         let sunday = to.adding(days: 7 - to.isoWeekday)
-        var weeks: [(String, [DayRow])] = []
+        var weeks: [(String, [SummaryRow])] = []
         for period in try summary(user, from: monday, to: sunday) {
             guard let week = CalendarDate(period.name)?.isoWeek else { throw .storage(.corrupt("health.days key \(JSON.string(period.name).serialized) is not a date")) }
             if weeks.last?.0 == week { weeks[weeks.count - 1].1.append(period.summary) } else { weeks.append((week, [period.summary])) }
@@ -548,11 +548,11 @@ public final class HealthService: @unchecked Sendable {
         /// Recomputes every touched part of every touched day from the items as this request leaves
         /// them, and puts the days whose summary changed. Answers the touched days.
         mutating func recompute() throws(HealthError) -> [String] {
-            var days: [CalendarDate: DayRow] = [:]
-            var original: [CalendarDate: DayRow] = [:]
-            func load(_ d: CalendarDate) throws(HealthError) -> DayRow {
+            var days: [CalendarDate: SummaryRow] = [:]
+            var original: [CalendarDate: SummaryRow] = [:]
+            func load(_ d: CalendarDate) throws(HealthError) -> SummaryRow {
                 if let row = days[d] { return row }
-                let row = try storage(try tables.days.get(user: user, key: d.description)) ?? DayRow()
+                let row = try storage(try tables.days.get(user: user, key: d.description)) ?? SummaryRow()
                 original[d] = row
                 return row
             }

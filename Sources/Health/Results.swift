@@ -227,7 +227,7 @@ public struct Weeks: RPCResult {
     public var json: JSON { Self.fields.encode(self) }
 }
 
-extension DayRow {
+extension SummaryRow {
     /// The day as the feed shows it (`health.day`): every type.
     func json(date: String) -> JSON {
         Days.day.encode(Summary(period: Period(name: date, summary: self, days: 1), types: nil))

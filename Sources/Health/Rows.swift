@@ -365,7 +365,7 @@ public struct SleepTotals: Sendable, Equatable {
 
 /// A day's summary (`health.days`, key: the local date), kept up to date as its items change so that
 /// reading days never rescans samples.
-public struct DayRow: StoredRow {
+public struct SummaryRow: StoredRow {
     /// Kept by local date (`YYYY-MM-DD`).
     public static func isValidKey(_ key: String) -> Bool { CalendarDate(key) != nil }
     /// By type code, in code order.
@@ -468,13 +468,13 @@ public struct HealthTables: Sendable {
     public let samples: any StorageTable<SampleRow>
     public let workouts: any StorageTable<WorkoutRow>
     public let sleep: any StorageTable<SleepRow>
-    public let days: any StorageTable<DayRow>
+    public let days: any StorageTable<SummaryRow>
     public let profile: any StorageTable<ProfileRow>
     /// One per `RecordKind`, in `RecordKind.allCases` order.
     @usableFromInline let recordTables: [any StorageTable<RecordRow>]
 
     init(samples: any StorageTable<SampleRow>, workouts: any StorageTable<WorkoutRow>, sleep: any StorageTable<SleepRow>,
-         days: any StorageTable<DayRow>, profile: any StorageTable<ProfileRow>, recordTables: [any StorageTable<RecordRow>]) {
+         days: any StorageTable<SummaryRow>, profile: any StorageTable<ProfileRow>, recordTables: [any StorageTable<RecordRow>]) {
         (self.samples, self.workouts, self.sleep, self.days, self.profile) = (samples, workouts, sleep, days, profile)
         self.recordTables = recordTables
     }
@@ -505,7 +505,7 @@ public struct HealthTables: Sendable {
         sleep = store.table("health.sleep", of: SleepRow.self,
                             orderedBy: { row in HealthRules.orderHead(nil, day: row.placement.calendarDay, start: row.placement.start) },
                             entity: Entity("health.sleep"))
-        days = store.table("health.days", of: DayRow.self, entity: Entity("health.day"))
+        days = store.table("health.days", of: SummaryRow.self, entity: Entity("health.day"))
         profile = store.table("health.profile", of: ProfileRow.self)
         recordTables = RecordKind.allCases.map { kind in
             store.table(kind.table, of: RecordRow.self,

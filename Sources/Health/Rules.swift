@@ -284,8 +284,8 @@ public enum HealthRules {
 
     /// Several days' summaries as one (a week): sums add up, averages are weighted by count, sleep and
     /// workouts add up.
-    public static func combine(_ days: [DayRow]) -> DayRow {
-        var out = DayRow()
+    public static func combine(_ days: [SummaryRow]) -> SummaryRow {
+        var out = SummaryRow()
         for day in days {
             for (code, m) in day.metrics {
                 switch (out.metrics[code], m) {

@@ -31,7 +31,7 @@ public final class Dispatcher {
     let clock: Clock
     let onInternalError: (String) -> Void
     /// The store's commit log; nil for a kernel without writes.
-    public var journal: CommitJournal?
+    public var journal: CommitTracker?
     /// Every stream's subscription to change notifications, and the stream being answered.
     public var hub = EventHub()
     /// The stream being answered.

@@ -8,7 +8,7 @@ import Store
 /// The store as the composition root drives it: `Storage` for the domains, the dispatcher's commit
 /// journal, and what the kernel's own methods report. The in-memory store with its data dir and the
 /// PostgreSQL store each conform; nothing above the composition root sees which one runs.
-protocol KernelStore: Storage, CommitJournal, Sendable {
+protocol KernelStore: Storage, CommitTracker, Sendable {
     /// Whether committed changes are kept for host events (some stream subscribed).
     var collectsChanges: Bool { get set }
     /// Rows stored, for `kernel.info` (PostgreSQL's estimate there: an exact count reads every row).
@@ -91,7 +91,7 @@ extension Storage {
     /// Host event notices for committed feed entries.
     static func notices(_ changes: [CommittedChange]) -> [ChangeNotice] {
         changes.map {
-            ChangeNotice(userId: $0.user, entity: $0.entry.entity, id: $0.entry.id, op: $0.entry.op.rawValue, seq: $0.entry.seq,
+            ChangeNotice(userId: $0.user, entity: $0.entry.entity, id: $0.entry.id, op: $0.entry.op.rawValue, position: $0.entry.position,
                          at: Timestamp(milliseconds: $0.entry.at).description, commit: $0.commit)
         }
     }

@@ -288,8 +288,8 @@ struct CommitPlan {
         for change in synced {
             guard let index = userStatements[change.user], let last = results[results.startIndex + index].scalar.flatMap({ UInt64($0) }),
                   let entity = change.table.entity else { continue }
-            let seq = last - UInt64(counts[change.user]!) + UInt64(change.offset)
-            out.append(CommittedChange(user: change.user, entry: FeedEntry(seq: seq, entity: entity.name, id: entity.id(change.key),
+            let position = last - UInt64(counts[change.user] ?? 0) + UInt64(change.offset)
+            out.append(CommittedChange(user: change.user, entry: FeedEntry(position: position, entity: entity.name, id: entity.id(change.key),
                                                                            op: change.deleted ? .delete : .upsert, at: at), commit: commit))
         }
         return out

@@ -441,7 +441,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         var entries: [FeedEntry] = []
         for row in rows.prefix(limit) {
             guard let name = row[0], let entity = byName[name], let key = row[1], let seq = row[2].flatMap({ UInt64($0) }) else { continue }
-            entries.append(FeedEntry(seq: seq, entity: entity.name, id: entity.id(key), op: row[4] == "t" ? .delete : .upsert,
+            entries.append(FeedEntry(position: seq, entity: entity.name, id: entity.id(key), op: row[4] == "t" ? .delete : .upsert,
                                      at: row[3].flatMap { Int64($0) } ?? 0))
         }
         return FeedPage(entries: entries, hasMore: rows.count > limit, forgottenThrough: forgotten)
@@ -477,14 +477,14 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             let after = a.last >= a.count ? a.last - a.count : 0
             if ownPIDs.contains(a.pid) {
                 guard let changes = own[a.user] else { continue }
-                let announced = { (c: CommittedChange) in c.entry.seq > after && c.entry.seq <= a.last }
+                let announced = { (c: CommittedChange) in c.entry.position > after && c.entry.position <= a.last }
                 out += changes.filter(announced)
                 let rest = changes.filter { !announced($0) }
                 own[a.user] = rest.isEmpty ? nil : rest
             } else {
                 do {
                     let page = try feedPage(user: a.user, after: after, limit: Int(a.count), entities: nil, pooled: true)
-                    out += page.entries.filter { $0.seq <= a.last }.map { CommittedChange(user: a.user, entry: $0, commit: nil) }
+                    out += page.entries.filter { $0.position <= a.last }.map { CommittedChange(user: a.user, entry: $0, commit: nil) }
                 } catch {
                     log("reading another kernel's changes of a user: \(error)")
                 }

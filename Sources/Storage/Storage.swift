@@ -95,15 +95,15 @@ public struct FeedEntry: Sendable, Equatable {
     public enum Op: String, Sendable { case upsert, delete }
     /// Its feed position (`seq` on the wire): increasing within the user's feed in commit order. On the
     /// data dir the positions also increase across users (kernel-wide); on PostgreSQL they are per user.
-    public let seq: UInt64
+    public let position: UInt64
     public let entity: String
     public let id: String
     public let op: Op
     /// Commit time, milliseconds since 1970.
     public let at: Int64
 
-    public init(seq: UInt64, entity: String, id: String, op: Op, at: Int64) {
-        self.seq = seq
+    public init(position: UInt64, entity: String, id: String, op: Op, at: Int64) {
+        self.position = position
         self.entity = entity
         self.id = id
         self.op = op
@@ -115,7 +115,7 @@ public struct FeedEntry: Sendable, Equatable {
 public struct CommittedChange: Sendable {
     public let user: String
     public let entry: FeedEntry
-    /// The number of this kernel's commit that made it (the count `CommitJournal.lastCommitID` keeps), or
+    /// The number of this kernel's commit that made it (the count `CommitTracker.lastCommitID` keeps), or
     /// nil for a change another kernel made (heard on a shared database). A subscription compares it
     /// with the count when it began; feed positions cannot serve, being per user on PostgreSQL.
     public let commit: UInt64?

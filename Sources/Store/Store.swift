@@ -238,7 +238,7 @@ public final class Store: Storage, @unchecked Sendable {
 
     private func entry(_ c: FeedCandidate) -> FeedEntry {
         let entity = slots[c.table].entity!
-        return FeedEntry(seq: c.stamp.seq, entity: entity.name, id: entity.id(c.key.string), op: c.deleted ? .delete : .upsert, at: c.stamp.at)
+        return FeedEntry(position: c.stamp.seq, entity: entity.name, id: entity.id(c.key.string), op: c.deleted ? .delete : .upsert, at: c.stamp.at)
     }
 
     /// Changes made durable since the last call, in commit order, with their users (while

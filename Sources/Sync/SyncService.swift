@@ -82,7 +82,7 @@ public final class SyncService: @unchecked Sendable {
         // whatever the entities asked for, so a filtered feed does not rescan what it skipped.
         let more = page.hasMore || cut != nil
         let next: UInt64
-        if let cut { next = cut } else if page.hasMore { next = page.entries.last?.seq ?? position ?? 0 } else { next = try horizon(user) }
+        if let cut { next = cut } else if page.hasMore { next = page.entries.last?.position ?? position ?? 0 } else { next = try horizon(user) }
         return ChangePage(changes: out, cursor: encodeCursor(user: user, position: next), hasMore: more)
     }
 
@@ -105,7 +105,7 @@ struct Change: Sendable {
     let data: JSON?
 
     static let fields = ResultFields<Change>(
-        ResultField("seq", Schema.count) { .int(Int64($0.entry.seq)) },
+        ResultField("seq", Schema.count) { .int(Int64($0.entry.position)) },
         ResultField("entity", Schema.string) { .string($0.entry.entity) },
         ResultField("id", Schema.string) { .string($0.entry.id) },
         ResultField("op", Schema.oneOf(["upsert", "delete"])) { .string($0.entry.op.rawValue) },

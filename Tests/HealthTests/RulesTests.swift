@@ -85,7 +85,7 @@ private func share(_ from: Int64, _ to: Int64, _ value: Double, rank: Int) -> Co
 
     @Test func aWeekOfSoundLevelsAveragesTheirEnergy() {
         let audio = HealthType.named("HKQuantityTypeIdentifierEnvironmentalAudioExposure")!
-        let day = { (level: Double, n: Int64) in DayRow(metrics: [audio.code: .stats(avg: level, min: level, max: level, count: n)]) }
+        let day = { (level: Double, n: Int64) in SummaryRow(metrics: [audio.code: .stats(avg: level, min: level, max: level, count: n)]) }
         // Three days at 65 dB and one at 80 dB (one sample each): 10 log10((3 x 10^6.5 + 10^8) / 4) = 74.373.
         let week = HealthRules.combine([day(65, 1), day(65, 1), day(65, 1), day(80, 1)])
         #expect(week.metrics[audio.code] == .stats(avg: 74.373, min: 65, max: 80, count: 4))

@@ -78,7 +78,7 @@ final class Harness {
     }
 
     /// Every stored day summary, by date.
-    func days() throws -> [String: DayRow] {
+    func days() throws -> [String: SummaryRow] {
         Dictionary(uniqueKeysWithValues: try tables.days.rows(of: user).map { ($0.key, $0.row) })
     }
 }

@@ -47,7 +47,7 @@ final class TickingClock: Clock, @unchecked Sendable {
             while true {
                 let page = feed(user, after: after, limit: size)
                 out += page.entries
-                after = page.entries.last?.seq ?? after
+                after = page.entries.last?.position ?? after
                 if !page.hasMore { return out }
             }
         }
@@ -133,8 +133,8 @@ final class TickingClock: Clock, @unchecked Sendable {
         for user in users {
             let entries = h.feed(user).entries
             #expect(entries.map { "\($0.id) \($0.op.rawValue)" } == model.expected(user))
-            #expect(entries.map(\.seq) == entries.map(\.seq).sorted() && Set(entries.map(\.seq)).count == entries.count)
-            #expect(entries.allSatisfy { ($0.entity == "note") == $0.id.hasPrefix("n-") && $0.seq <= h.store.feedHorizon })
+            #expect(entries.map(\.position) == entries.map(\.position).sorted() && Set(entries.map(\.position)).count == entries.count)
+            #expect(entries.allSatisfy { ($0.entity == "note") == $0.id.hasPrefix("n-") && $0.position <= h.store.feedHorizon })
             #expect(h.paged(user, size: 3) == entries, "pages of 3 differ from one read")
             #expect(h.paged(user, size: 1) == entries, "pages of 1 differ from one read")
             let tasks = h.store.feed(user: user, after: nil, limit: 1000, entities: ["task"]).entries
@@ -167,7 +167,7 @@ final class TickingClock: Clock, @unchecked Sendable {
         #expect(lazy.indexesMatchStamps())
         lazy.store.abandon()
         let after = loaded.feed("u1", after: horizon).entries
-        #expect(after.map(\.id) == ["n-new"] && after[0].seq > horizon)
+        #expect(after.map(\.id) == ["n-new"] && after[0].position > horizon)
         loaded.store.abandon()
     }
 
@@ -216,7 +216,7 @@ final class TickingClock: Clock, @unchecked Sendable {
         let deletes = page.entries.filter { $0.op == .delete }
         // The tenth delete passed 8 (+ the floor): the oldest 4 went, leaving 6; two more since.
         #expect(deletes.map(\.id) == (4..<12).map { "n-k\($0)" })
-        #expect(page.forgottenThrough > 0 && page.forgottenThrough < deletes[0].seq)
+        #expect(page.forgottenThrough > 0 && page.forgottenThrough < deletes[0].position)
         #expect(h.store.feed(user: "u1", after: nil, limit: 100, entities: ["task"]).forgottenThrough == 0, "per table")
         #expect(h.indexesMatchStamps())
         let before = page.entries

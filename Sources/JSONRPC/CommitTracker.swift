@@ -1,6 +1,6 @@
 /// What the dispatcher needs from the store to acknowledge writes only once they are durable:
 /// a counter of commits, and a flush that reports which commits failed. Keeps JSONRPC free of Store.
-public protocol CommitJournal: AnyObject {
+public protocol CommitTracker: AnyObject {
     /// Id of the last commit made; unchanged by a call that wrote nothing.
     var lastCommitID: UInt64 { get }
     /// Makes queued commits durable; reports commits that failed (and were undone) and whether syncing failed.
@@ -31,18 +31,18 @@ public struct ChangeNotice: Sendable {
     public let id: String
     public let op: String
     /// The change's feed position in its user's feed (`seq` on the wire).
-    public let seq: UInt64
+    public let position: UInt64
     /// RFC 3339.
     public let at: String
     /// The number of this kernel's commit that made it; nil when another kernel made it.
     public let commit: UInt64?
 
-    public init(userId: String, entity: String, id: String, op: String, seq: UInt64, at: String, commit: UInt64?) {
+    public init(userId: String, entity: String, id: String, op: String, position: UInt64, at: String, commit: UInt64?) {
         self.userId = userId
         self.entity = entity
         self.id = id
         self.op = op
-        self.seq = seq
+        self.position = position
         self.at = at
         self.commit = commit
     }
@@ -50,7 +50,7 @@ public struct ChangeNotice: Sendable {
     /// The notification line (without its newline).
     func write(to out: inout [UInt8]) {
         let params: JSON = ["userId": .string(userId), "entity": .string(entity), "id": .string(id), "op": .string(op),
-                            "seq": .int(Int64(seq)), "at": .string(at)]
+                            "seq": .int(Int64(position)), "at": .string(at)]
         let line: JSON = ["jsonrpc": "2.0", "method": "events.changed", "params": params]
         line.write(to: &out)
     }
