@@ -4,7 +4,7 @@ import PackageDescription
 // Layers, imports pointing one way:
 // JSON (the value type, its binary form and serializer; pure Swift) -> JSONParsing (text to values with jansson,
 // the only module that touches it, through CJansson) -> (Chrono, Threads, HTTPClient <- CCurl, JSONRPC, Store <- CCRC32C) -> DomainSupport
-// -> domains (Auth, ScreenTime, Sessions, Subscriptions, Health, Sync), which see storage only through Storage (the interface; Store is the
+// -> domains (Auth, ScreenTime, Rewards, Sessions, Subscriptions, Health, Sync), which see storage only through Storage (the interface; Store is the
 // in-memory implementation with its journal; Postgres <- CLibPQ the other; only the composition root knows them)
 //   -> Kernel (composition root: configuration and the one list of methods) -> healthkernel (executable).
 // jwt-kit is a test dependency only: the tests use it as an independent JWT implementation.
@@ -62,6 +62,7 @@ let package = Package(
             swiftSettings: optimized
         ),
         .target(name: "ScreenTime", dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport"], swiftSettings: optimized),
+        .target(name: "Rewards", dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport"], swiftSettings: optimized),
         .target(
             name: "Sessions",
             dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport"],
@@ -101,7 +102,7 @@ let package = Package(
         .target(
             name: "Kernel",
             dependencies: [
-                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "Store", "Postgres", "DomainSupport", "Auth", "ScreenTime", "Sessions", "Subscriptions", "Sync", "Health",
+                "JSON", "JSONParsing", "JSONRPC", "Chrono", "Storage", "Store", "Postgres", "DomainSupport", "Auth", "ScreenTime", "Rewards", "Sessions", "Subscriptions", "Sync", "Health",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: optimized
@@ -139,6 +140,7 @@ let package = Package(
         .testTarget(name: "HealthTests", dependencies: ["Health", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "DomainSupport", "TestSupport"]),
         .testTarget(name: "SessionsTests", dependencies: ["Sessions", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
         .testTarget(name: "ScreenTimeTests", dependencies: ["ScreenTime", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
+        .testTarget(name: "RewardsTests", dependencies: ["Rewards", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
         .testTarget(
             name: "AuthTests",
             dependencies: ["Auth", "Storage", "Store", "JSON", "JSONRPC", "Chrono", "DomainSupport", "TestSupport",

@@ -194,3 +194,9 @@ public struct PackedOptional: Sendable, Hashable {
         set { raw = newValue ?? .min }
     }
 }
+
+/// Zero-pads a non-negative number to 20 digits, so keys made of numbers sort in numeric order.
+public func padded(_ n: Int64) -> String {
+    let s = String(n)
+    return String(repeating: "0", count: max(0, 20 - s.count)) + s
+}

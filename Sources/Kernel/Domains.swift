@@ -5,6 +5,7 @@ import JSONRPC
 import ScreenTime
 import Sessions
 import Postgres
+import Rewards
 import Store
 import Subscriptions
 import Sync
@@ -13,6 +14,7 @@ extension Kernel {
     /// Every domain the kernel serves, in the order their methods are listed. Adding a domain: one line here.
     static let domains: [DomainEntry] = [
         .of(ScreenTimeDomain.self),
+        .of(RewardsDomain.self),
         .of(SessionsDomain.self),
         .of(SubscriptionsDomain.self),
         .of(HealthDomain.self),

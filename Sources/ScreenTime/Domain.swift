@@ -4,7 +4,7 @@ import JSON
 import JSONRPC
 import Storage
 
-/// Screen Time verification and earn-to-unlock rewards, as the kernel composes it.
+/// Screen Time verification, as the kernel composes it.
 public struct ScreenTimeDomain: Domain {
     public let methods: [RegisteredMethod]
 
@@ -14,7 +14,7 @@ public struct ScreenTimeDomain: Domain {
     public init(config: ScreenTimeConfig, tables: ScreenTimeTables, context: DomainContext) {
         let st = ScreenTimeService(config: config, store: context.store, tables: tables,
                                    maxRawBytes: context.limits.rawBytesPerUser,
-                                   maxLedgerEntries: context.limits.rewardsLedgerPerUser, maxAnswerBytes: context.maxAnswerBytes)
+                                   maxAnswerBytes: context.maxAnswerBytes)
         // Each synced entity as its own read method shows it.
         context.entities.add([
             "screentime.connection": { (user, _, _) throws(RPCError) in try answer { () throws(ScreenTimeError) in try st.connection(user) }.json },
@@ -27,11 +27,6 @@ public struct ScreenTimeDomain: Domain {
                 guard let seq = Int64(id) else { return nil }
                 return try answer { () throws(ScreenTimeError) in try st.event(user, seq: seq) }.map(\.json)
             },
-            "rewards.balance": { (user, _, _) throws(RPCError) in try answer { () throws(ScreenTimeError) in try st.balance(user) }.json },
-            "rewards.unlock": { (user, id, _) throws(RPCError) in
-                guard let at = Timestamp(rfc3339: id) else { return nil }
-                return try answer { () throws(ScreenTimeError) in try st.unlock(user, startsAt: at) }.map(\.json)
-            },
         ])
         methods = [
             RegisteredMethod(ScreenTimeGetConnection(st)),
@@ -43,18 +38,14 @@ public struct ScreenTimeDomain: Domain {
             RegisteredMethod(ScreenTimePenalties(st)),
             RegisteredMethod(ScreenTimeLogEvent(st)),
             RegisteredMethod(ScreenTimeEvents(st)),
-            RegisteredMethod(RewardsEarn(st)),
-            RegisteredMethod(RewardsRedeem(st)),
-            RegisteredMethod(RewardsSpend(st)),
-            RegisteredMethod(RewardsBalance(st)),
         ]
     }
 }
 
 extension ScreenTimeConfig: DomainConfig {
-    public static var sections: [String] { ["screentime", "rewards"] }
+    public static var sections: [String] { ["screentime"] }
 
     public mutating func read(section name: String, _ reader: inout ObjectReader, files: ConfigFiles) throws(FieldError) {
-        if name == "rewards" { try readRewards(&reader) } else { try readScreenTime(&reader) }
+        try readScreenTime(&reader)
     }
 }

@@ -21,15 +21,6 @@ extension ConnectionRow: RPCResult {
     public var json: JSON { Self.fields.encode(self) }
 }
 
-extension BalanceRow: RPCResult {
-    static let fields = ResultFields<BalanceRow>(
-        ResultField("xp", Schema.count) { .int($0.xp) },
-        ResultField("minutes", Schema.count) { .int($0.minutes) })
-    public static var schema: JSON { fields.schema }
-    /// `{xp, minutes}`.
-    public var json: JSON { Self.fields.encode(self) }
-}
-
 /// A day's verdict members, shared by `DayVerdict` and `DayRecord`.
 private func verdictFields<Value>(_ date: @escaping @Sendable (Value) -> CalendarDate, _ verdict: @escaping @Sendable (Value) -> Verdict) -> [ResultField<Value>] {
     [ResultField("date", Schema.date) { .string(date($0).description) },
@@ -120,19 +111,6 @@ public struct EventList: RPCResult {
 /// `screentime.logEvent`'s answer.
 public struct Logged: RPCResult {
     static let fields = ResultFields<Logged>(ResultField("logged", Schema.constant(true)) { _ in true })
-    public static var schema: JSON { fields.schema }
-    public var json: JSON { Self.fields.encode(self) }
-}
-
-extension UnlockRow: JSONEncodable {
-    public var json: JSON { ["startsAt": .timestamp(startsAt), "endsAt": .timestamp(endsAt), "minutes": .int(minutes)] }
-}
-
-extension Unlock: RPCResult {
-    static let fields = ResultFields<Unlock>(
-        ResultField("startsAt", Schema.timestamp) { .timestamp($0.window.startsAt) },
-        ResultField("endsAt", Schema.timestamp) { .timestamp($0.window.endsAt) },
-        ResultField("balance", BalanceRow.schema) { $0.balance.json })
     public static var schema: JSON { fields.schema }
     public var json: JSON { Self.fields.encode(self) }
 }

@@ -174,69 +174,13 @@ public struct CounterRow: StoredRow {
     public var stored: JSON { ["value": .int(value)] }
 }
 
-/// XP and minutes held (`rewards.balance`, key `balance`), and when the last unlock window ends.
-public struct BalanceRow: StoredRow {
-    public var xp: Int64 = 0
-    public var minutes: Int64 = 0
-    public var unlockedUntil: Int64?
-    public init() {}
-    public init(stored: JSON) throws(StorageError) {
-        let f = try StoredFields(stored, "balance")
-        xp = try f.int("xp")
-        minutes = try f.int("minutes")
-        unlockedUntil = try f.optionalInstant("unlockedUntil")
-    }
-    public var stored: JSON { ["xp": .int(xp), "minutes": .int(minutes), "unlockedUntil": .optionalInt(unlockedUntil)] }
-}
-
-/// An XP credit, kept by its idempotency key (`rewards.earned`).
-public struct EarnRow: StoredRow {
-    public let xp: Int64
-    public let reason: String
-    public let at: Int64
-    public init(xp: Int64, reason: String, at: Int64) {
-        self.xp = xp
-        self.reason = reason
-        self.at = at
-    }
-    public init(stored: JSON) throws(StorageError) {
-        let f = try StoredFields(stored, "earning")
-        xp = try f.int("xp")
-        reason = try f.string("reason")
-        at = try f.instant("at")
-    }
-    public var stored: JSON { ["xp": .int(xp), "reason": .string(reason), "at": .int(at)] }
-}
-
-/// An unlock window bought with minutes (`rewards.unlocks`, key: its start in ms, 20 digits).
-public struct UnlockRow: StoredRow {
-    public let startsAt: Int64
-    public let endsAt: Int64
-    public let minutes: Int64
-    public init(startsAt: Int64, endsAt: Int64, minutes: Int64) {
-        self.startsAt = startsAt
-        self.endsAt = endsAt
-        self.minutes = minutes
-    }
-    public init(stored: JSON) throws(StorageError) {
-        let f = try StoredFields(stored, "unlock")
-        startsAt = try f.instant("startsAt")
-        endsAt = try f.instant("endsAt")
-        minutes = try f.int("minutes", in: 0...1440)
-    }
-    public var stored: JSON { ["startsAt": .int(startsAt), "endsAt": .int(endsAt), "minutes": .int(minutes)] }
-}
-
-/// The screen time and rewards tables, registered with the store before it recovers.
+/// The Screen Time tables, registered with the store before it recovers.
 public struct ScreenTimeTables: Sendable {
     public let connection: any StorageTable<ConnectionRow>
     public let days: any StorageTable<DayRow>
     public let penalties: any StorageTable<PenaltyRow>
     public let events: any StorageTable<EventRow>
     public let counters: any StorageTable<CounterRow>
-    public let balance: any StorageTable<BalanceRow>
-    public let earned: any StorageTable<EarnRow>
-    public let unlocks: any StorageTable<UnlockRow>
 
     /// Registers the tables. Inlinable, so that the composition root's call is specialised for its
     /// storage and each table's row operations are compiled for their row type.
@@ -245,19 +189,8 @@ public struct ScreenTimeTables: Sendable {
         connection = store.table("screentime.connection", of: ConnectionRow.self, entity: Entity("screentime.connection"))
         days = store.table("screentime.days", of: DayRow.self, entity: Entity("screentime.day"))
         penalties = store.table("screentime.penalties", of: PenaltyRow.self, entity: Entity("screentime.penalty"))
-        // Event and unlock rows are keyed by zero-padded numbers; their ids are the event's seq and the
-        // window's start as the wire shows them.
+        // Event rows are keyed by zero-padded numbers; their ids are the event's number as the wire shows it.
         events = store.table("screentime.events", of: EventRow.self, entity: Entity("screentime.event", id: { String(UInt64($0) ?? 0) }))
         counters = store.table("screentime.counters", of: CounterRow.self)
-        balance = store.table("rewards.balance", of: BalanceRow.self, entity: Entity("rewards.balance"))
-        earned = store.table("rewards.earned", of: EarnRow.self)
-        unlocks = store.table("rewards.unlocks", of: UnlockRow.self,
-                              entity: Entity("rewards.unlock", id: { Timestamp(milliseconds: Int64($0) ?? 0).description }))
     }
-}
-
-/// Zero-pads a non-negative number to 20 digits, so keys sort in numeric order.
-func padded(_ n: Int64) -> String {
-    let s = String(n)
-    return String(repeating: "0", count: max(0, 20 - s.count)) + s
 }

@@ -19,7 +19,7 @@ public struct Verdict: Sendable, Equatable {
     public let penaltyPoints: Int64
 }
 
-/// The pure rules of Screen Time verification and rewards (protocol/openrpc.json, `screentime.*` and `rewards.*`).
+/// The pure rules of Screen Time verification (protocol/openrpc.json, `screentime.*`).
 public enum Rules {
     /// The verdict for a day with these minutes.
     public static func verdict(claimed: Int64?, verified: Int64?, toleranceMinutes: Int64, pointsPerMinute: Int64) -> Verdict {
@@ -29,18 +29,5 @@ public enum Rules {
         guard abs(delta) > toleranceMinutes else { return Verdict(status: .match, deltaMinutes: delta, penaltyPoints: 0) }
         let points = delta > 0 ? (delta - toleranceMinutes) * pointsPerMinute : 0
         return Verdict(status: .mismatch, deltaMinutes: delta, penaltyPoints: points)
-    }
-
-    /// Minutes bought by `xp`, or nil when `xp` is not a positive multiple of the rate.
-    public static func minutes(forXP xp: Int64, xpPerMinute: Int64) -> Int64? {
-        guard xp > 0, xp % xpPerMinute == 0 else { return nil }
-        return xp / xpPerMinute
-    }
-
-    /// The unlock window for `minutes`, starting now or, when a window is still open, where it ends,
-    /// so windows never overlap.
-    public static func unlockWindow(minutes: Int64, nowMs: Int64, unlockedUntilMs: Int64?) -> (startsAt: Int64, endsAt: Int64) {
-        let start = max(nowMs, unlockedUntilMs ?? nowMs)
-        return (start, start + minutes * 60_000)
     }
 }

@@ -3,11 +3,10 @@ import DomainSupport
 import JSON
 import Storage
 
-/// The `screentime` and `rewards` configuration sections.
+/// The `screentime` configuration section.
 public struct ScreenTimeConfig: Sendable, Equatable {
     public var toleranceMinutes: Int64 = 5
     public var pointsPerMinute: Int64 = 1
-    public var xpPerMinute: Int64 = 10
     public init() {}
 
     /// Reads `screentime: {toleranceMinutes, pointsPerMinute}`.
@@ -16,40 +15,28 @@ public struct ScreenTimeConfig: Sendable, Equatable {
         if let v = try r.optional("pointsPerMinute", in: 0...1_000_000) { pointsPerMinute = v }
         try r.finish()
     }
-
-    /// Reads `rewards: {xpPerMinute}`.
-    public mutating func readRewards(_ r: inout ObjectReader) throws(FieldError) {
-        if let v = try r.optional("xpPerMinute", in: 1...1_000_000) { xpPerMinute = v }
-        try r.finish()
-    }
 }
 
-/// Screen Time verification and earn-to-unlock rewards for one kernel. Confined to the serving thread.
+/// Screen Time verification for one kernel: claims, uploads, verdicts, penalties and monitor events. Confined to the serving thread.
 public final class ScreenTimeService: @unchecked Sendable {
     /// Events kept per user.
     public static let eventsKept: Int64 = 1000
     static let connectionKey = "connection"
-    static let balanceKey = "balance"
     static let eventCounterKey = "events"
-    /// The counter of rewards ledger entries (credits and unlock windows).
-    static let ledgerCounterKey = "ledger"
 
     let config: ScreenTimeConfig
     let store: any Storage
     let tables: ScreenTimeTables
     /// Most bytes of `raw` one user may keep; 0: no limit.
     let maxRawBytes: Int64
-    /// Most rewards ledger entries one user may keep; 0: no limit.
-    let maxLedgerEntries: Int64
     /// Most bytes of one answer.
     let maxAnswerBytes: Int
 
     /// A service over `tables`.
     public init(config: ScreenTimeConfig, store: any Storage, tables: ScreenTimeTables, maxRawBytes: Int64 = 0,
-                maxLedgerEntries: Int64 = 0, maxAnswerBytes: Int = 16 << 20) {
+                maxAnswerBytes: Int = 16 << 20) {
         self.config = config
         self.maxRawBytes = maxRawBytes
-        self.maxLedgerEntries = maxLedgerEntries
         self.maxAnswerBytes = maxAnswerBytes
         self.store = store
         self.tables = tables
@@ -221,78 +208,6 @@ public final class ScreenTimeService: @unchecked Sendable {
     func event(_ user: String, seq: Int64) throws(ScreenTimeError) -> EventRow? {
         try storage(try tables.events.get(user: user, key: padded(seq)))
     }
-
-    // MARK: Rewards
-
-    func balance(_ user: String) throws(ScreenTimeError) -> BalanceRow {
-        try storage(try tables.balance.get(user: user, key: Self.balanceKey)) ?? BalanceRow()
-    }
-
-    func earn(_ user: String, xp: Int64, reason: String, key: String, now: Timestamp) throws(ScreenTimeError) -> BalanceRow {
-        var b = try balance(user)
-        if let earlier = try storage(try tables.earned.get(user: user, key: key)) {
-            guard earlier.xp == xp else { throw .keyReused }
-            return b  // credited once already
-        }
-        let (sum, overflow) = b.xp.addingReportingOverflow(xp)
-        guard !overflow, sum <= Self.maxXP else { throw .balanceLimit }
-        b.xp = sum
-        var tx = Transaction()
-        try countLedger(user, &tx)
-        tx.put(tables.earned, user: user, key: key, EarnRow(xp: xp, reason: reason, at: now.milliseconds))
-        tx.put(tables.balance, user: user, key: Self.balanceKey, b)
-        try commit(tx)
-        return b
-    }
-
-    /// Largest balance in XP (a bound that keeps every sum far from overflow).
-    static let maxXP: Int64 = 1_000_000_000_000
-
-    func redeem(_ user: String, xp: Int64) throws(ScreenTimeError) -> BalanceRow {
-        guard let minutes = Rules.minutes(forXP: xp, xpPerMinute: config.xpPerMinute) else {
-            throw .notAMultiple(xpPerMinute: config.xpPerMinute)
-        }
-        var b = try balance(user)
-        guard b.xp >= xp else { throw .notEnoughXP }
-        b.xp -= xp
-        b.minutes += minutes
-        var tx = Transaction()
-        tx.put(tables.balance, user: user, key: Self.balanceKey, b)
-        try commit(tx)
-        return b
-    }
-
-    func spend(_ user: String, minutes: Int64, now: Timestamp) throws(ScreenTimeError) -> Unlock {
-        var b = try balance(user)
-        guard b.minutes >= minutes else { throw .notEnoughMinutes }
-        let window = Rules.unlockWindow(minutes: minutes, nowMs: now.milliseconds, unlockedUntilMs: b.unlockedUntil)
-        b.minutes -= minutes
-        b.unlockedUntil = window.endsAt
-        let unlock = UnlockRow(startsAt: window.startsAt, endsAt: window.endsAt, minutes: minutes)
-        var tx = Transaction()
-        try countLedger(user, &tx)
-        tx.put(tables.balance, user: user, key: Self.balanceKey, b)
-        tx.put(tables.unlocks, user: user, key: padded(window.startsAt), unlock)
-        try commit(tx)
-        return Unlock(window: unlock, balance: b)
-    }
-
-    /// Counts one more ledger entry (a credit or an unlock window) into `tx`; past
-    /// `limits.rewardsLedgerPerUser` the write is refused and nothing is stored.
-    private func countLedger(_ user: String, _ tx: inout Transaction) throws(ScreenTimeError) {
-        let stored = try storage(try tables.counters.get(user: user, key: Self.ledgerCounterKey))?.value
-        guard let after = try Quota.after(stored: stored, adding: 1, limit: maxLedgerEntries, recount: { () throws(ScreenTimeError) in
-            let earned = try storage(try tables.earned.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count
-            let unlocks = try storage(try tables.unlocks.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count
-            return Int64(earned + unlocks)
-        }) else { throw .ledgerQuota(maxLedgerEntries) }
-        tx.put(tables.counters, user: user, key: Self.ledgerCounterKey, CounterRow(value: after))
-    }
-
-    /// The unlock window starting at `startsAt`, if any.
-    func unlock(_ user: String, startsAt: Timestamp) throws(ScreenTimeError) -> UnlockRow? {
-        try storage(try tables.unlocks.get(user: user, key: padded(startsAt.milliseconds)))
-    }
 }
 
 // MARK: What the service answers
@@ -305,18 +220,8 @@ enum ScreenTimeError: Error, Equatable {
     case connectionDisabled
     /// No claim or upload for that day.
     case noData(CalendarDate)
-    /// An idempotency key already used with a different amount.
-    case keyReused
-    /// The credit would take the balance past `ScreenTimeService.maxXP`.
-    case balanceLimit
-    /// XP to redeem must be a positive multiple of the rate.
-    case notAMultiple(xpPerMinute: Int64)
-    case notEnoughXP
-    case notEnoughMinutes
     /// The upload's `raw` would take the user past this many bytes kept.
     case rawQuota(Int64)
-    /// The user keeps `limits.rewardsLedgerPerUser` credits and unlock windows already.
-    case ledgerQuota(Int64)
     /// Storage failed; nothing changed.
     case storage(StorageError)
 }
@@ -340,8 +245,3 @@ public struct Penalty: Sendable {
     let row: PenaltyRow
 }
 
-/// A window of unlocked screen time bought with minutes, and the balance after.
-public struct Unlock: Sendable {
-    let window: UnlockRow
-    let balance: BalanceRow
-}
