@@ -1,8 +1,9 @@
+import Storage
 import Auth
 import JSON
+import Store
 import JSONParsing
 import DomainSupport
-import Store
 
 /// Everything the kernel is configured with, after file, environment and flags were merged in that order.
 public struct KernelConfig: Sendable, Equatable {
@@ -17,7 +18,7 @@ public struct KernelConfig: Sendable, Equatable {
     /// How long start-up retries an unreachable PostgreSQL.
     public var storeConnectTimeoutSeconds = 30
     /// Durability of acknowledged writes.
-    public var fsync: FsyncMode = .always
+    public var fsync: FsyncMode = .standard
     /// Longest request line accepted, in bytes.
     public var maxLineBytes = 16 * 1024 * 1024
     /// The longest answer: the line limit, but never below 256 KiB, so that a kernel reading short

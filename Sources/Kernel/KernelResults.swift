@@ -2,6 +2,7 @@ import Chrono
 import DomainSupport
 import JSON
 import JSONRPC
+import Storage
 
 // The wire forms of the kernel's own methods, each with its schema from one declaration.
 
@@ -43,7 +44,7 @@ struct KernelInfoReport: RPCResult {
             "type": "object", "additionalProperties": false, "required": ["dataDir", "fsync", "lastSnapshotAt", "walBytes"],
             "properties": [
                 "dataDir": Schema.described(Schema.nullable(Schema.string), "null in memory-only mode"),
-                "fsync": Schema.nullable(Schema.oneOf(["always", "everysec", "never"])),
+                "fsync": Schema.nullable(Schema.oneOf(FsyncMode.allCases.map(\.rawValue))),
                 "lastSnapshotAt": Schema.nullable(Schema.timestamp),
                 "walBytes": Schema.count,
             ],

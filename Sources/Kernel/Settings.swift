@@ -1,7 +1,7 @@
 import Auth
 import DomainSupport
 import JSON
-import Store
+import Storage
 
 /// The kernel's own settings, one row each (as redis keeps its config): the config file key, its type
 /// and check, its default, the environment variable and the command-line flag that also set it, and
@@ -25,9 +25,6 @@ struct Setting: Sendable {
         case integer(Int64)
         case boolean(Bool)
 
-        var text: String { if case .text(let s) = self { return s }; return "" }
-        var integer: Int { if case .integer(let i) = self { return Int(i) }; return 0 }
-        var boolean: Bool { if case .boolean(let b) = self { return b }; return false }
     }
 
     /// `section.name` in the config file.
@@ -105,49 +102,105 @@ struct Setting: Sendable {
     }
 }
 
+/// Typed rows: each pairs a kind with a setter of the matching type, so a value reaches its field as
+/// what it was checked to be, never as a fallback `""`, `0` or `false`.
+extension Setting {
+    /// Setters get what their kind produces; any other value is a bug of this file.
+    private static func mismatch(_ key: String, _ value: Value) -> Never {
+        preconditionFailure("setting \(key) got \(value), not a value of its kind")
+    }
+
+    static func text(_ key: String, path: Bool = false, default defaultValue: String, environment: String?, flag: String?, _ summary: String,
+                     inFile: Bool = true, check: @escaping @Sendable (String) -> String? = { _ in nil },
+                     set: @escaping @Sendable (inout KernelConfig, String) -> Void) -> Setting {
+        Setting(key: key, kind: path ? .path : .text, defaultValue: defaultValue, environment: environment, flag: flag, summary: summary,
+                inFile: inFile, check: { value in
+                    guard case .text(let s) = value else { return nil }
+                    return check(s)
+                }, apply: { config, value in
+                    guard case .text(let s) = value else { mismatch(key, value) }
+                    set(&config, s)
+                })
+    }
+
+    static func integer(_ key: String, _ range: ClosedRange<Int64>, default defaultValue: String, environment: String?, flag: String?,
+                        _ summary: String, set: @escaping @Sendable (inout KernelConfig, Int) -> Void) -> Setting {
+        Setting(key: key, kind: .integer(range), defaultValue: defaultValue, environment: environment, flag: flag, summary: summary,
+                apply: { config, value in
+                    guard case .integer(let i) = value else { mismatch(key, value) }
+                    set(&config, Int(i))
+                })
+    }
+
+    static func boolean(_ key: String, default defaultValue: String, environment: String?, flag: String?, _ summary: String,
+                        set: @escaping @Sendable (inout KernelConfig, Bool) -> Void) -> Setting {
+        Setting(key: key, kind: .boolean, defaultValue: defaultValue, environment: environment, flag: flag, summary: summary,
+                apply: { config, value in
+                    guard case .boolean(let b) = value else { mismatch(key, value) }
+                    set(&config, b)
+                })
+    }
+
+    /// One of an enumeration's cases, by raw value.
+    static func choice<E: RawRepresentable & CaseIterable & Sendable>(_ key: String, _ type: E.Type, default defaultValue: E, environment: String?,
+                                                                     flag: String?, _ summary: String,
+                                                                     set: @escaping @Sendable (inout KernelConfig, E) -> Void) -> Setting
+        where E.RawValue == String {
+        Setting(key: key, kind: .oneOf(E.allCases.map(\.rawValue)), defaultValue: defaultValue.rawValue, environment: environment, flag: flag,
+                summary: summary, apply: { config, value in
+                    guard case .text(let s) = value, let e = E(rawValue: s) else { mismatch(key, value) }
+                    set(&config, e)
+                })
+    }
+
+    /// One of these strings.
+    static func choice(_ key: String, _ values: [String], default defaultValue: String, environment: String?, flag: String?, _ summary: String,
+                       set: @escaping @Sendable (inout KernelConfig, String) -> Void) -> Setting {
+        Setting(key: key, kind: .oneOf(values), defaultValue: defaultValue, environment: environment, flag: flag, summary: summary,
+                apply: { config, value in
+                    guard case .text(let s) = value else { mismatch(key, value) }
+                    set(&config, s)
+                })
+    }
+}
+
 extension Setting {
     static let logLevels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
     static let int32 = Int64(1)...Int64(Int32.max)
 
     /// Every setting of the kernel's own, in the order `--help` and the README list them.
     static let all: [Setting] = [
-        Setting(key: "store.dataDir", kind: .path, defaultValue: "data", environment: "HEALTHKERNEL_DATA_DIR", flag: "data-dir",
-                summary: "Folder for the store's files.", apply: { $0.dataDir = $1.text }),
-        Setting(key: "store.memoryOnly", kind: .boolean, defaultValue: "false", environment: "HEALTHKERNEL_MEMORY_ONLY",
-                flag: "memory-only", summary: "Keep everything in memory; write no files.", apply: { $0.memoryOnly = $1.boolean }),
-        Setting(key: "store.url", kind: .text, defaultValue: "none", environment: "HEALTHKERNEL_STORE_URL", flag: "store",
-                summary: "PostgreSQL URL (postgres://user@host/db): store everything there instead of the data dir.",
-                apply: { $0.storeURL = $1.text.isEmpty ? $0.storeURL : $1.text }),
-        Setting(key: "store.schema", kind: .text, defaultValue: "healthkernel", environment: "HEALTHKERNEL_STORE_SCHEMA",
-                flag: "store-schema", summary: "The PostgreSQL schema every object lives in.",
-                check: { v in
-                    let s = v.text
-                    return !s.isEmpty && s.utf8.count <= 63 && !s.hasPrefix("pg_") ? nil : "must be 1 to 63 bytes and not start with pg_"
-                },
-                apply: { $0.storeSchema = $1.text }),
-        Setting(key: "store.connectTimeoutSeconds", kind: .integer(0...3600), defaultValue: "30", environment: nil, flag: nil,
-                summary: "How long start-up retries an unreachable PostgreSQL.", apply: { $0.storeConnectTimeoutSeconds = $1.integer }),
-        Setting(key: "store.fsync", kind: .oneOf(FsyncMode.allCases.map(\.rawValue)), defaultValue: "always",
-                environment: "HEALTHKERNEL_FSYNC", flag: "fsync", summary: "When acknowledged writes reach the disk.",
-                apply: { $0.fsync = FsyncMode(rawValue: $1.text) ?? .always }),
-        Setting(key: "store.snapshotEveryRecords", kind: .integer(int32), defaultValue: "100000", environment: nil,
-                flag: "snapshot-every-records", summary: "Take a snapshot after this many log records.",
-                apply: { $0.snapshotEveryRecords = $1.integer }),
-        Setting(key: "store.snapshotEverySeconds", kind: .integer(0...Int64(Int32.max)), defaultValue: "300", environment: nil,
-                flag: "snapshot-every-seconds", summary: "Take a snapshot this many seconds after a change (0 turns it off).",
-                apply: { $0.snapshotEverySeconds = $1.integer }),
-        Setting(key: "store.snapshotEveryBytes", kind: .integer(0...Int64(Int32.max)), defaultValue: "67108864 (64 MiB)", environment: nil,
-                flag: nil, summary: "Take a snapshot once this many bytes of log follow the last one (0 turns it off).",
-                apply: { $0.snapshotEveryBytes = $1.integer }),
-        Setting(key: "kernel.maxLineBytes", kind: .integer(int32), defaultValue: "16777216 (16 MiB)",
-                environment: "HEALTHKERNEL_MAX_LINE_BYTES", flag: "max-line-bytes", summary: "Longest request line accepted, in bytes.",
-                apply: { $0.maxLineBytes = $1.integer }),
-        Setting(key: "kernel.logLevel", kind: .oneOf(logLevels), defaultValue: "info", environment: "HEALTHKERNEL_LOG_LEVEL",
-                flag: "log-level", summary: "Log level for stderr.", apply: { $0.logLevel = $1.text }),
-        Setting(key: "auth.jwtSecret", kind: .text, defaultValue: "generated into <data-dir>/jwt-secret, or the database",
-                environment: "HEALTHKERNEL_JWT_SECRET", flag: "jwt-secret", summary: "HS256 secret for access tokens, 32 bytes or more.",
-                inFile: false, check: { $0.text.utf8.count >= 32 ? nil : "must be at least 32 bytes" },
-                apply: { $0.auth.jwtSecret = $1.text }),
+        .text("store.dataDir", path: true, default: "data", environment: "HEALTHKERNEL_DATA_DIR", flag: "data-dir",
+              "Folder for the store's files.") { $0.dataDir = $1 },
+        .boolean("store.memoryOnly", default: "false", environment: "HEALTHKERNEL_MEMORY_ONLY", flag: "memory-only",
+                 "Keep everything in memory; write no files.") { $0.memoryOnly = $1 },
+        .text("store.url", default: "none", environment: "HEALTHKERNEL_STORE_URL", flag: "store",
+              "PostgreSQL URL (postgres://user@host/db): store everything there instead of the data dir.") { config, url in
+            // An empty value (an unset variable passed through) leaves the URL as the other sources set it.
+            if !url.isEmpty { config.storeURL = url }
+        },
+        .text("store.schema", default: "healthkernel", environment: "HEALTHKERNEL_STORE_SCHEMA", flag: "store-schema",
+              "The PostgreSQL schema every object lives in.",
+              check: { s in !s.isEmpty && s.utf8.count <= 63 && !s.hasPrefix("pg_") ? nil : "must be 1 to 63 bytes and not start with pg_" }) {
+            $0.storeSchema = $1
+        },
+        .integer("store.connectTimeoutSeconds", 0...3600, default: "30", environment: nil, flag: nil,
+                 "How long start-up retries an unreachable PostgreSQL.") { $0.storeConnectTimeoutSeconds = $1 },
+        .choice("store.fsync", FsyncMode.self, default: .standard, environment: "HEALTHKERNEL_FSYNC", flag: "fsync",
+                "When acknowledged writes reach the disk.") { $0.fsync = $1 },
+        .integer("store.snapshotEveryRecords", int32, default: "100000", environment: nil, flag: "snapshot-every-records",
+                 "Take a snapshot after this many log records.") { $0.snapshotEveryRecords = $1 },
+        .integer("store.snapshotEverySeconds", 0...Int64(Int32.max), default: "300", environment: nil, flag: "snapshot-every-seconds",
+                 "Take a snapshot this many seconds after a change (0 turns it off).") { $0.snapshotEverySeconds = $1 },
+        .integer("store.snapshotEveryBytes", 0...Int64(Int32.max), default: "67108864 (64 MiB)", environment: nil, flag: nil,
+                 "Take a snapshot once this many bytes of log follow the last one (0 turns it off).") { $0.snapshotEveryBytes = $1 },
+        .integer("kernel.maxLineBytes", int32, default: "16777216 (16 MiB)", environment: "HEALTHKERNEL_MAX_LINE_BYTES", flag: "max-line-bytes",
+                 "Longest request line accepted, in bytes.") { $0.maxLineBytes = $1 },
+        .choice("kernel.logLevel", logLevels, default: "info", environment: "HEALTHKERNEL_LOG_LEVEL", flag: "log-level",
+                "Log level for stderr.") { $0.logLevel = $1 },
+        .text("auth.jwtSecret", default: "generated into <data-dir>/jwt-secret, or the database", environment: "HEALTHKERNEL_JWT_SECRET",
+              flag: "jwt-secret", "HS256 secret for access tokens, 32 bytes or more.", inFile: false,
+              check: { $0.utf8.count >= 32 ? nil : "must be at least 32 bytes" }) { $0.auth.jwtSecret = $1 },
     ]
 
     static let byKey = Dictionary(uniqueKeysWithValues: all.map { ($0.key, $0) })

@@ -325,3 +325,17 @@ public struct StoredAccess {
         delete = { tx, user, key in tx.delete(table, user: user, key: key) }
     }
 }
+
+/// How the data dir makes writes durable before they are acknowledged (PostgreSQL's commit decides
+/// there). Part of the storage contract: a write is answered only once it is as durable as this says.
+public enum FsyncMode: String, Sendable, CaseIterable {
+    /// fsync before answering; all requests of one read share one fsync.
+    case always
+    /// fsync at most a second later: up to one second of acknowledged writes at risk on power loss.
+    case everysec
+    /// Leave it to the operating system (tests, benchmarks): a crash of the machine may lose recent writes.
+    case never
+
+    /// What a data dir uses unless told otherwise.
+    public static let standard = FsyncMode.always
+}

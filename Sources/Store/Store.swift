@@ -8,21 +8,11 @@ import Storage
 import JSON
 import Threads
 
-/// How writes are made durable before they are acknowledged.
-public enum FsyncMode: String, Sendable, CaseIterable {
-    /// fsync before answering; all requests of one read share one fsync.
-    case always
-    /// fsync at most a second later: up to one second of acknowledged writes at risk on power loss.
-    case everysec
-    /// Leave it to the operating system (tests, benchmarks): a crash of the machine may lose recent writes.
-    case never
-}
-
 /// Where and how the store keeps its files.
 public struct StoreOptions: Sendable {
     /// The data dir; nil keeps everything in memory and writes no files.
     public var dataDir: String?
-    public var fsync: FsyncMode = .always
+    public var fsync: FsyncMode = .standard
     /// Take a snapshot after this many log records...
     public var snapshotEveryRecords = 100_000
     /// ...or this many seconds after a change, whichever comes first (0 turns the timer off)...
