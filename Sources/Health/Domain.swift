@@ -12,7 +12,7 @@ public struct HealthDomain: Domain {
 
     public init(config: HealthConfig, tables: HealthTables, context: DomainContext) {
         let service = HealthService(store: context.store, tables: tables, cursorSecrets: context.cursorSecrets,
-                                    maxItems: context.limits.healthItemsPerUser, unknownTypes: config.unknownTypes,
+                                    healthItemsPerUser: context.limits.healthItemsPerUser, unknownTypes: config.unknownTypes,
                                     maxHistoryDays: config.maxHistoryDays)
         context.entities.add([
             "health.sample": { (user, id, _) throws(RPCError) in

@@ -122,15 +122,15 @@ public final class HealthService: @unchecked Sendable {
     private let logger = Logger(label: "healthkernel.health")
 
     /// Most items one user may keep; 0: no limit.
-    let maxItems: Int64
+    let healthItemsPerUser: Int64
     /// What happens to samples of types the kernel's table lacks.
     let unknownTypes: UnknownTypePolicy
     /// How many days back from the clock an item may start; 0: no bound (`health.maxHistoryDays`).
     let maxHistoryDays: Int64
 
-    public init(store: any Storage, tables: HealthTables, cursorSecrets: [[UInt8]], maxItems: Int64 = 0, unknownTypes: UnknownTypePolicy = .keep,
+    public init(store: any Storage, tables: HealthTables, cursorSecrets: [[UInt8]], healthItemsPerUser: Int64 = UserLimits().healthItemsPerUser, unknownTypes: UnknownTypePolicy = .keep,
                 maxHistoryDays: Int64 = 0) {
-        self.maxItems = maxItems
+        self.healthItemsPerUser = healthItemsPerUser
         self.unknownTypes = unknownTypes
         self.maxHistoryDays = maxHistoryDays
         self.store = store
@@ -324,8 +324,8 @@ public final class HealthService: @unchecked Sendable {
     private func saveProfile(_ work: inout Work, zone: Zone?, authorizedFrom: [String: CalendarDate]) throws(HealthError) {
         let (user, tables) = (work.user, work.tables)
         let old = try storage(try tables.profile.get(user: user, key: Self.profileKey))
-        guard let after = try Quota.after(stored: old?.items, adding: work.itemDelta, limit: maxItems,
-                                          recount: { () throws(HealthError) in try countItems(user, tables) }) else { throw .quota(maxItems) }
+        guard let after = try Quota.after(stored: old?.items, adding: work.itemDelta, limit: healthItemsPerUser,
+                                          recount: { () throws(HealthError) in try countItems(user, tables) }) else { throw .quota(healthItemsPerUser) }
         var row = ProfileRow(timezone: zone?.identifier ?? old?.timezone ?? Zone.utc.identifier, items: after)
         row.authorizedFrom = (old?.authorizedFrom ?? [:]).merging(authorizedFrom.mapValues(\.description)) { $1 }
         if row != old { work.tx.put(work.writes.profile, user: user, key: Self.profileKey, row) }

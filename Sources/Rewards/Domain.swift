@@ -12,7 +12,7 @@ public struct RewardsDomain: Domain {
     public static func tables(_ store: some Storage) -> RewardsTables { RewardsTables(store) }
 
     public init(config: RewardsConfig, tables: RewardsTables, context: DomainContext) {
-        let service = RewardsService(config: config, store: context.store, tables: tables, maxLedgerEntries: context.limits.rewardsLedgerPerUser)
+        let service = RewardsService(config: config, store: context.store, tables: tables, rewardsLedgerPerUser: context.limits.rewardsLedgerPerUser)
         // Each synced entity as its own read method shows it.
         context.entities.add([
             "rewards.balance": { (user, _, _) throws(RPCError) in try answer { () throws(RewardsError) in try service.balance(user) }.json },

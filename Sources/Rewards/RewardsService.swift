@@ -32,13 +32,13 @@ public final class RewardsService: @unchecked Sendable {
     let store: any Storage
     let tables: RewardsTables
     /// Most rewards ledger entries one user may keep; 0: no limit.
-    let maxLedgerEntries: Int64
+    let rewardsLedgerPerUser: Int64
 
-    public init(config: RewardsConfig, store: any Storage, tables: RewardsTables, maxLedgerEntries: Int64 = 0) {
+    public init(config: RewardsConfig, store: any Storage, tables: RewardsTables, rewardsLedgerPerUser: Int64 = UserLimits().rewardsLedgerPerUser) {
         self.config = config
         self.store = store
         self.tables = tables
-        self.maxLedgerEntries = maxLedgerEntries
+        self.rewardsLedgerPerUser = rewardsLedgerPerUser
     }
 
     /// Storage reads and commits, their failures answered as this domain's.
@@ -107,11 +107,11 @@ public final class RewardsService: @unchecked Sendable {
     /// `limits.rewardsLedgerPerUser` the write is refused and nothing is stored.
     private func countLedger(_ user: String, _ tx: inout Transaction) throws(RewardsError) {
         let stored = try storage(try tables.counters.get(user: user, key: Self.ledgerCounterKey))?.value
-        guard let after = try Quota.after(stored: stored, adding: 1, limit: maxLedgerEntries, recount: { () throws(RewardsError) in
+        guard let after = try Quota.after(stored: stored, adding: 1, limit: rewardsLedgerPerUser, recount: { () throws(RewardsError) in
             let earned = try storage(try tables.earned.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count
             let unlocks = try storage(try tables.unlocks.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count
             return Int64(earned + unlocks)
-        }) else { throw .ledgerQuota(maxLedgerEntries) }
+        }) else { throw .ledgerQuota(rewardsLedgerPerUser) }
         tx.put(tables.counters, user: user, key: Self.ledgerCounterKey, LedgerCountRow(value: after))
     }
 

@@ -13,7 +13,7 @@ public struct ScreenTimeDomain: Domain {
 
     public init(config: ScreenTimeConfig, tables: ScreenTimeTables, context: DomainContext) {
         let st = ScreenTimeService(config: config, store: context.store, tables: tables,
-                                   maxRawBytes: context.limits.rawBytesPerUser,
+                                   rawBytesPerUser: context.limits.rawBytesPerUser,
                                    maxAnswerBytes: context.maxAnswerBytes)
         // Each synced entity as its own read method shows it.
         context.entities.add([

@@ -28,15 +28,15 @@ public final class ScreenTimeService: @unchecked Sendable {
     let store: any Storage
     let tables: ScreenTimeTables
     /// Most bytes of `raw` one user may keep; 0: no limit.
-    let maxRawBytes: Int64
+    let rawBytesPerUser: Int64
     /// Most bytes of one answer.
     let maxAnswerBytes: Int
 
     /// A service over `tables`.
-    public init(config: ScreenTimeConfig, store: any Storage, tables: ScreenTimeTables, maxRawBytes: Int64 = 0,
+    public init(config: ScreenTimeConfig, store: any Storage, tables: ScreenTimeTables, rawBytesPerUser: Int64 = UserLimits().rawBytesPerUser,
                 maxAnswerBytes: Int = 16 << 20) {
         self.config = config
-        self.maxRawBytes = maxRawBytes
+        self.rawBytesPerUser = rawBytesPerUser
         self.maxAnswerBytes = maxAnswerBytes
         self.store = store
         self.tables = tables
@@ -138,7 +138,7 @@ public final class ScreenTimeService: @unchecked Sendable {
         let before: Int64
         if let kept = conn.rawBytes { before = kept } else { before = try keptRawBytes(user) }
         let grows = Self.keptBytes(raw) - Self.keptBytes(day.raw)
-        if maxRawBytes > 0 && grows > 0 && before + grows > maxRawBytes { throw .rawQuota(maxRawBytes) }
+        if rawBytesPerUser > 0 && grows > 0 && before + grows > rawBytesPerUser { throw .rawQuota(rawBytesPerUser) }
         day.verifiedMinutes = verifiedMinutes
         day.uploadedAt = now.milliseconds
         day.raw = raw

@@ -9,14 +9,14 @@ public final class SessionsService: @unchecked Sendable {
     let tables: SessionTables
     private let cursors: CursorSeal
     /// Sessions kept per user (0: no limit).
-    let maxSessions: Int64
+    let sessionsPerUser: Int64
     static let countKey = "sessions"
 
     /// A service over `tables`; `cursorSecrets` (the first signs, all open) list cursors so a tampered one is refused.
-    public init(store: any Storage, tables: SessionTables, cursorSecrets: [[UInt8]], maxSessions: Int64 = 0) {
+    public init(store: any Storage, tables: SessionTables, cursorSecrets: [[UInt8]], sessionsPerUser: Int64 = UserLimits().sessionsPerUser) {
         self.store = store
         self.tables = tables
-        self.maxSessions = maxSessions
+        self.sessionsPerUser = sessionsPerUser
         cursors = CursorSeal(purpose: "sessions", secrets: cursorSecrets)
     }
 
@@ -120,9 +120,9 @@ public final class SessionsService: @unchecked Sendable {
     /// (when `refusing`) the write is refused and nothing is stored.
     private func count(_ user: String, adding added: Int64, _ tx: inout Transaction, refusing: Bool = true) throws(SessionsError) {
         let stored = try storage(try tables.count.get(user: user, key: Self.countKey))?.count
-        guard let after = try Quota.after(stored: stored, adding: added, limit: refusing ? maxSessions : 0, recount: { () throws(SessionsError) in
+        guard let after = try Quota.after(stored: stored, adding: added, limit: refusing ? sessionsPerUser : 0, recount: { () throws(SessionsError) in
             Int64(try storage(try tables.records.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: .max)).count)
-        }) else { throw .quota(maxSessions) }
+        }) else { throw .quota(sessionsPerUser) }
         tx.put(tables.count, user: user, key: Self.countKey, SessionCountRow(count: max(0, after)))
     }
 

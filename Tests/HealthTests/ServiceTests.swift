@@ -653,7 +653,7 @@ struct HealthProfileStandIn: StoredRow {
         #expect(try h.service.delete(h.user, uuids: [uuid(2), uuid(9)]) == DeleteReport(deleted: 1, unknown: 1, daysRecomputed: []))
         #expect(try h.service.record(.medicationDose, h.user, uuid(2)) == nil)
 
-        let limited = HealthService(store: h.store, tables: h.tables, cursorSecrets: [Array("s".utf8)], maxItems: 2)
+        let limited = HealthService(store: h.store, tables: h.tables, cursorSecrets: [Array("s".utf8)], healthItemsPerUser: 2)
         try limited.ingest(h.user, IngestRequest(records: try records([Self.mood(1)], [Self.dose(2)])), now: now)
         #expect(throws: HealthError.quota(2)) { try limited.ingest(h.user, IngestRequest(records: try records([Self.mood(3)], [])), now: now) }
     }

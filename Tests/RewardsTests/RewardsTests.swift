@@ -26,10 +26,10 @@ import TestSupport
 final class Harness {
     let store: any Storage
     let service: RewardsService
-    init(maxLedgerEntries: Int64 = 0) throws {
+    init(rewardsLedgerPerUser: Int64 = 0) throws {
         let tables: RewardsTables
         (store, tables) = try testStore { RewardsTables($0) }
-        service = RewardsService(config: RewardsConfig(), store: store, tables: tables, maxLedgerEntries: maxLedgerEntries)
+        service = RewardsService(config: RewardsConfig(), store: store, tables: tables, rewardsLedgerPerUser: rewardsLedgerPerUser)
     }
 }
 
@@ -49,7 +49,7 @@ final class Harness {
     }
 
     @Test func creditsCountOncePerKeyAndTheLedgerIsBounded() throws {
-        let h = try Harness(maxLedgerEntries: 2)
+        let h = try Harness(rewardsLedgerPerUser: 2)
         let now = at("2025-03-10T12:00:00Z")
         #expect(try h.service.earn(testUser, xp: 20, reason: "walk", key: "k1", now: now).xp == 20)
         #expect(try h.service.earn(testUser, xp: 20, reason: "walk", key: "k1", now: now).xp == 20, "the same key credits nothing")
