@@ -105,17 +105,13 @@ extension KernelConfig {
                 var auth = try top.object("auth")
                 self.auth = try AuthConfig.read(&auth, resolve: { files.resolve($0) })
             }
-            if top.has("limits") {
-                var section = try top.object("limits")
-                try limits.read(&section)
-            }
             for domain in Kernel.domains {
                 for name in domain.sections where top.has(name) {
                     var section = try top.object(name)
                     try domain.readSection(name, &section, files, &domains)
                 }
             }
-            for section in ["kernel", "store"] where top.has(section) {
+            for section in ["kernel", "store", "limits"] where top.has(section) {
                 var reader = try top.object(section)
                 for setting in Setting.all where setting.inFile && setting.section == section {
                     if let value = try setting.read(&reader, files: files) { setting.apply(&self, value) }
