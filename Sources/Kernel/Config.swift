@@ -1,6 +1,7 @@
 import Storage
 import Auth
 import JSON
+import JSONRPC
 import Store
 import JSONParsing
 import DomainSupport
@@ -38,6 +39,8 @@ public struct KernelConfig: Sendable, Equatable {
     public var auth = AuthConfig()
     /// What one user may ask and keep.
     public var limits = UserLimits()
+    /// How `healthkernel serve` serves (`serve` section, or its flags).
+    public var serve = ServeSettings()
     /// Each domain's own configuration (say Screen Time's tolerance, penalty and exchange rates).
     public var domains = DomainConfigs()
     /// Test hook: log appends fail with ENOSPC past this many bytes (for machines without a tiny tmpfs).
@@ -111,7 +114,7 @@ extension KernelConfig {
                     try domain.readSection(name, &section, files, &domains)
                 }
             }
-            for section in ["kernel", "store", "limits"] where top.has(section) {
+            for section in ["kernel", "store", "limits", "serve"] where top.has(section) {
                 var reader = try top.object(section)
                 for setting in Setting.all where setting.inFile && setting.section == section {
                     if let value = try setting.read(&reader, files: files) { setting.apply(&self, value) }
@@ -152,4 +155,21 @@ extension KernelConfig {
             throw ConfigError("no setting \(unknown)")
         }
     }
+}
+
+/// How `healthkernel serve` serves, beside stdin.
+public struct ServeSettings: Sendable, Equatable {
+    /// `unix:PATH`: also serve connections on a Unix socket.
+    public var listen: String?
+    /// Serve only `listen` connections, not stdin.
+    public var noStdin = false
+    /// A socket connection whose unread answers and events pass this many bytes is cut.
+    public var maxUnreadBytes = 64 << 20
+    /// While all socket connections' unfinished request lines hold more than this many bytes, the one
+    /// with the longest is cut.
+    public var maxInputBytes = 256 << 20
+    /// The order of responses on stdout.
+    public var ordering = ResponseOrdering.read
+
+    public init() {}
 }

@@ -1,6 +1,7 @@
 import Auth
 import DomainSupport
 import JSON
+import JSONRPC
 import Storage
 
 /// The kernel's own settings, one row each (as redis keeps its config): the config file key, its type
@@ -198,6 +199,24 @@ extension Setting {
                  "Longest request line accepted, in bytes.") { $0.maxLineBytes = $1 },
         .choice("kernel.logLevel", logLevels, default: "info", environment: "HEALTHKERNEL_LOG_LEVEL", flag: "log-level",
                 "Log level for stderr.") { $0.logLevel = $1 },
+        // How `healthkernel serve` serves besides stdin.
+        .text("serve.listen", default: "none", environment: nil, flag: "listen", "Also serve connections on a Unix socket: unix:PATH.",
+              check: { $0.hasPrefix("unix:") && $0.count > 5 ? nil : "takes unix:PATH" }) { $0.serve.listen = $1 },
+        .boolean("serve.noStdin", default: "false", environment: nil, flag: "no-stdin",
+                 "Do not read stdin: serve only --listen connections until SIGTERM or SIGINT.") { $0.serve.noStdin = $1 },
+        .integer("serve.maxUnreadBytes", 65_536...(1 << 40), default: String(ServeSettings().maxUnreadBytes), environment: nil,
+                 flag: "max-unread-bytes", "Cut a socket connection whose unread answers and events pass this many bytes.") {
+            $0.serve.maxUnreadBytes = $1
+        },
+        .integer("serve.maxInputBytes", 65_536...(1 << 40), default: String(ServeSettings().maxInputBytes), environment: nil,
+                 flag: "max-input-bytes",
+                 "Cut the socket connection with the longest unfinished request line while all of them together hold more than this many bytes.") {
+            $0.serve.maxInputBytes = $1
+        },
+        .choice("serve.ordering", ResponseOrdering.self, default: ServeSettings().ordering, environment: nil, flag: "ordering",
+                "Order of responses on stdout: read (the order requests were read) or completion (each as soon as it is done; match answers by id).") {
+            $0.serve.ordering = $1
+        },
         // What one user may ask and keep (`UserLimits` holds the defaults; 0 turns a limit off).
         .integer("limits.requestsPerSecond", 0...1_000_000_000, default: String(UserLimits().requestsPerSecond), environment: nil, flag: nil,
                  "Requests per second per user, refilling a bucket of limits.burst.") { $0.limits.requestsPerSecond = Int64($1) },

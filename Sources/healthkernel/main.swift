@@ -69,8 +69,9 @@ struct KernelOptions: ParsableArguments {
     @Option(help: .hidden)
     var clockOffsetSeconds: Int64 = 0
 
-    /// The merged configuration, or exit 2 with the reason on stderr.
-    func load() -> KernelConfig {
+    /// The merged configuration, or exit 2 with the reason on stderr; `also` are a command's own flags
+    /// (`serve --listen`), by setting key.
+    func load(also: [(String, String?)] = []) -> KernelConfig {
         var o = ConfigOverrides()
         o.configFile = config
         let given: [(String, String?)] = [
@@ -79,7 +80,7 @@ struct KernelOptions: ParsableArguments {
             ("kernel.logLevel", logLevel), ("store.snapshotEveryRecords", snapshotEveryRecords),
             ("store.snapshotEverySeconds", snapshotEverySeconds), ("auth.jwtSecret", jwtSecret),
         ]
-        for (key, value) in given { o.values[key] = value }
+        for (key, value) in given + also { o.values[key] = value }
         do {
             var config = try KernelConfig.load(overrides: o, environment: environment(), readFile: readWholeFile)
             config.enableTestMethods = enableTestMethods
@@ -136,32 +137,28 @@ struct Serve: ParsableCommand {
 
     @OptionGroup var options: KernelOptions
 
-    @Option(help: "Also serve connections on a Unix socket: unix:PATH.")
+    @Option(help: ArgumentHelp(KernelConfig.help(for: "serve.listen")))
     var listen: String?
 
-    @Flag(help: "Do not read stdin: serve only --listen connections until SIGTERM or SIGINT.")
+    @Flag(help: ArgumentHelp(KernelConfig.help(for: "serve.noStdin")))
     var noStdin = false
 
-    @Option(help: "Cut a socket connection whose unread answers and events pass this many bytes (default: 64 MiB).")
-    var maxUnreadBytes: Int = 64 << 20
+    @Option(help: ArgumentHelp(KernelConfig.help(for: "serve.maxUnreadBytes")))
+    var maxUnreadBytes: String?
 
-    @Option(help: "Cut the socket connection with the longest unfinished request line while all of them together hold more than this many bytes (default: 256 MiB).")
-    var maxInputBytes: Int = 256 << 20
+    @Option(help: ArgumentHelp(KernelConfig.help(for: "serve.maxInputBytes")))
+    var maxInputBytes: String?
 
-    @Option(help: "Order of responses on stdout: read (the order requests were read) or completion (each as soon as it is done; match answers by id).")
-    var ordering: ResponseOrdering = .read
-
-    func validate() throws {
-        if let listen, !listen.hasPrefix("unix:") || listen.count == 5 {
-            throw ValidationError("--listen takes unix:PATH")
-        }
-        if noStdin && listen == nil { throw ValidationError("--no-stdin needs --listen") }
-        guard maxUnreadBytes >= 65536 else { throw ValidationError("--max-unread-bytes must be at least 65536") }
-        guard maxInputBytes >= 65536 else { throw ValidationError("--max-input-bytes must be at least 65536") }
-    }
+    @Option(help: ArgumentHelp(KernelConfig.help(for: "serve.ordering")))
+    var ordering: String?
 
     func run() throws {
-        let config = options.load()
+        let config = options.load(also: [("serve.listen", listen), ("serve.noStdin", noStdin ? "true" : nil),
+                                         ("serve.maxUnreadBytes", maxUnreadBytes), ("serve.maxInputBytes", maxInputBytes),
+                                         ("serve.ordering", ordering)])
+        let (listen, noStdin, ordering) = (config.serve.listen, config.serve.noStdin, config.serve.ordering)
+        let (maxUnreadBytes, maxInputBytes) = (config.serve.maxUnreadBytes, config.serve.maxInputBytes)
+        if noStdin && listen == nil { fail("healthkernel: --no-stdin needs --listen", status: ExitStatus.startupFailed) }
         let logger = bootstrapLogging(level: config.logLevel)
         let outputFD = StdioServer.protectStdout()
         StdioServer.installSignalHandlers()
