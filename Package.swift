@@ -63,6 +63,7 @@ let package = Package(
         ),
         .target(name: "ScreenTime", dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport"], swiftSettings: optimized),
         .target(name: "Rewards", dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport"], swiftSettings: optimized),
+        .target(name: "MCP", dependencies: ["JSON", "JSONParsing", "JSONRPC", "Chrono"], swiftSettings: optimized),
         .target(
             name: "Sessions",
             dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport"],
@@ -110,7 +111,7 @@ let package = Package(
         .executableTarget(
             name: "healthkernel",
             dependencies: [
-                "Kernel", "JSON", "JSONParsing", "JSONRPC", "Store", "Postgres",
+                "Kernel", "JSON", "JSONParsing", "JSONRPC", "Store", "Postgres", "MCP", "Chrono",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -140,6 +141,7 @@ let package = Package(
         .testTarget(name: "HealthTests", dependencies: ["Health", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "DomainSupport", "TestSupport"]),
         .testTarget(name: "SessionsTests", dependencies: ["Sessions", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
         .testTarget(name: "ScreenTimeTests", dependencies: ["ScreenTime", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
+        .testTarget(name: "MCPTests", dependencies: ["MCP", "JSON", "JSONParsing", "Chrono", "Threads", "TestSupport"]),
         .testTarget(name: "RewardsTests", dependencies: ["Rewards", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
         .testTarget(
             name: "AuthTests",

@@ -1,0 +1,149 @@
+import ArgumentParser
+import Chrono
+import JSON
+import JSONParsing
+import JSONRPC
+import Kernel
+import Logging
+import MCP
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `healthkernel mcp`: the Model Context Protocol on stdin/stdout for one user.
+struct Mcp: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "mcp",
+        abstract: "Serve the Model Context Protocol on stdin/stdout for one user, so an assistant can read that user's data.",
+        discussion: """
+            Speaks MCP 2026-07-28 (server/discover, no handshake) and 2025-11-25 (initialize). Every tool \
+            calls a kernel method with the user's token: nothing of another user is reachable. Without \
+            --connect it opens the data dir (or --store) itself; with it, it reaches a kernel serving \
+            --listen unix:PATH, so the data dir stays with that kernel.
+            """
+    )
+
+    @Option(help: "The user's access token (default: $HEALTHKERNEL_TOKEN). A service token is refused.")
+    var token: String?
+
+    @Flag(help: "Also offer the tools that write (record a meditation session, claim Screen Time minutes).")
+    var allowWrites = false
+
+    @Option(help: "Reach the kernel serving on this Unix socket (unix:PATH or PATH) instead of opening the data dir.")
+    var connect: String?
+
+    @OptionGroup var options: KernelOptions
+
+    func run() throws {
+        guard let token = token ?? environment()["HEALTHKERNEL_TOKEN"], !token.isEmpty else {
+            fail("healthkernel mcp: give the user's access token (--token or HEALTHKERNEL_TOKEN)", status: ExitStatus.startupFailed)
+        }
+        let config = options.load()
+        let logger = bootstrapLogging(level: config.logLevel)
+        let link: KernelLink
+        if let connect {
+            do {
+                link = try SocketLink(path: connect.hasPrefix("unix:") ? String(connect.dropFirst(5)) : connect)
+            } catch {
+                fail("healthkernel mcp: \(error)", status: ExitStatus.startupFailed)
+            }
+        } else {
+            link = InProcessLink(kernel: options.start(config, logger: logger))
+        }
+        // Only a user's own token: a service token would reach every user.
+        let who = link.call("auth.user", JSONObject([("auth", .string(token))]))
+        guard who["result"]?["id"]?.stringValue != nil else {
+            let why = who["error"]?["message"]?.stringValue ?? "no answer"
+            fail("healthkernel mcp: the token is not a user's access token (\(why))", status: ExitStatus.startupFailed)
+        }
+        let document = link.call("rpc.discover", JSONObject())["result"] ?? .null
+        let methods = (document["methods"]?.arrayValue ?? []).compactMap { m -> MCPMethod? in
+            guard let name = m["name"]?.stringValue else { return nil }
+            return MCPMethod(name: name, params: m["params"]?.arrayValue ?? [], resultSchema: m["result"]?["schema"] ?? [:])
+        }
+        let server = MCPServer(tools: MCPTool.catalogue(methods, allowWrites: allowWrites), token: token, serverVersion: KernelVersion.version,
+                               today: { Zone.utc.localDate(at: SystemClock().now()) }) { method, params in
+            let response = link.call(method, params)
+            // The token expired or was revoked: say so and stop, rather than answer every call with it.
+            if response["error"]?["code"] == -32001 {
+                fail("healthkernel mcp: the token is no longer accepted (\(response["error"]?["message"]?.stringValue ?? "")); start again with a fresh one",
+                     status: ExitStatus.callFailed)
+            }
+            return response
+        }
+        logger.info("mcp: serving \(methods.count) kernel methods as \(MCPTool.catalogue(methods, allowWrites: allowWrites).count) tools")
+        while let line = readLine(strippingNewline: true) {
+            guard !line.isEmpty, let answer = server.handle(Array(line.utf8)) else { continue }
+            writeStdout(String(decoding: answer, as: UTF8.self) + "\n")
+        }
+        link.close()
+    }
+}
+
+/// How the MCP server reaches the kernel: a kernel of its own, or one serving a socket.
+protocol KernelLink: AnyObject {
+    /// The JSON-RPC response to one request.
+    func call(_ method: String, _ params: JSONObject) -> JSON
+    func close()
+}
+
+/// A kernel in this process, its slow work waited for on every call.
+final class InProcessLink: KernelLink {
+    let kernel: Kernel
+    private var id: Int64 = 0
+    init(kernel: Kernel) { self.kernel = kernel }
+
+    func call(_ method: String, _ params: JSONObject) -> JSON {
+        id += 1
+        let request: JSON = ["jsonrpc": "2.0", "id": .int(id), "method": .string(method), "params": .object(params)]
+        var out: [UInt8] = []
+        kernel.dispatcher.handleLine(request.bytes, into: &out)
+        if kernel.dispatcher.endBatch(&out, waitAbove: 0) {
+            fail("healthkernel mcp: syncing the log failed", status: ExitStatus.storageFailed)
+        }
+        let line = out.split(separator: UInt8(ascii: "\n")).first.map(Array.init) ?? []
+        return (try? JSON.parse(line)) ?? .null
+    }
+
+    func close() { kernel.shutdown() }
+}
+
+/// A kernel serving `--listen unix:PATH`: one connection, one request at a time.
+final class SocketLink: KernelLink {
+    let fd: Int32
+    private var id: Int64 = 0
+    private var pending: [UInt8] = []
+
+    init(path: String) throws {
+        fd = try SocketServer.connectToKernel(path, waitSeconds: 5)
+    }
+
+    func call(_ method: String, _ params: JSONObject) -> JSON {
+        id += 1
+        let request: JSON = ["jsonrpc": "2.0", "id": .int(id), "method": .string(method), "params": .object(params)]
+        var line = request.bytes + [UInt8(ascii: "\n")]
+        var offset = 0
+        while offset < line.count {
+            let n = line.withUnsafeMutableBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { fail("healthkernel mcp: the kernel closed the connection", status: ExitStatus.callFailed) }
+            offset += n
+        }
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            // Answers come in order; an events.changed line (none is asked for here) would be skipped.
+            if let end = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                let answer = Array(pending[..<end])
+                pending.removeSubrange(...end)
+                if let json = try? JSON.parse(answer), json["id"] == .int(id) { return json }
+                continue
+            }
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { fail("healthkernel mcp: the kernel closed the connection", status: ExitStatus.callFailed) }
+            pending.append(contentsOf: buffer[0..<n])
+        }
+    }
+
+    func close() { _ = Glibc.close(fd) }
+}
