@@ -111,7 +111,7 @@ let package = Package(
         .executableTarget(
             name: "healthkernel",
             dependencies: [
-                "Kernel", "JSON", "JSONParsing", "JSONRPC", "Store", "Postgres", "MCP", "Chrono",
+                "Kernel", "JSON", "JSONParsing", "JSONRPC", "Store", "Postgres", "MCP", "Chrono", "Threads",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -26,6 +26,12 @@ public final class MCPServer {
     let today: () -> CalendarDate
     /// The version the `initialize` handshake settled, for 2025 clients.
     private(set) var handshake: String?
+    /// Resources a 2025 client subscribed to (`resources/subscribe`).
+    private var subscribed = Set<String>()
+    /// Open `subscriptions/listen` streams (2026-07-28): the listen request's id and the URIs honoured.
+    private var listens: [(id: JSON, uris: Set<String>)] = []
+    /// Where the user's change feed was read up to (`sync.changes`), once anyone subscribed.
+    private var feedCursor: String?
 
     public init(tools: [MCPTool], token: String, serverVersion: String, today: @escaping () -> CalendarDate,
                 call: @escaping (String, JSONObject) -> JSON) {
@@ -42,17 +48,30 @@ public final class MCPServer {
         and the App Store subscription. Dates are YYYY-MM-DD local days; durations are seconds.
         """
 
-    /// The answer to one line, or nil for a notification (or a line that needs none).
-    public func handle(_ line: [UInt8]) -> [UInt8]? {
+    /// The lines to write for one line read: its answer (none for a notification), and for a
+    /// `subscriptions/listen` its acknowledgement (the answer comes when the stream ends).
+    public func handle(_ line: [UInt8]) -> [[UInt8]] {
         guard let message = try? JSON.parse(line), case .object(let request) = message else {
-            return Self.error(nil, -32700, "Parse error").bytes
+            return [Self.error(nil, -32700, "Parse error").bytes]
         }
         let id = request["id"]
-        guard let method = request["method"]?.stringValue else { return id == nil ? nil : Self.error(id, -32600, "Invalid Request").bytes }
+        guard let method = request["method"]?.stringValue else { return id == nil ? [] : [Self.error(id, -32600, "Invalid Request").bytes] }
         let params = request["params"]?.objectValue ?? JSONObject()
-        guard let id, id != .null else { return nil }  // notifications: initialized, cancelled
-        return answer(id: id, method: method, params: params).bytes
+        guard let id, id != .null else {
+            // notifications/cancelled of a listen stream ends it, answered as a graceful close.
+            if method == "notifications/cancelled", let target = params["requestId"], let i = listens.firstIndex(where: { $0.id == target }) {
+                listens.remove(at: i)
+                return [Self.result(target, ["resultType": "complete", "_meta": .object(JSONObject([(Self.subscriptionKey, target)]))]).bytes]
+            }
+            return []
+        }
+        if method == "subscriptions/listen", params["_meta"]?[Self.versionKey] == .string(Self.modernVersion) {
+            return listen(id, params)
+        }
+        return [answer(id: id, method: method, params: params).bytes]
     }
+
+    static let subscriptionKey = "io.modelcontextprotocol/subscriptionId"
 
     private func answer(id: JSON, method: String, params: JSONObject) -> JSON {
         if method == "initialize" { return initialize(id, params) }
@@ -90,6 +109,11 @@ public final class MCPServer {
         case "tools/call": return callTool(id, params, modern: false)
         case "resources/list": return Self.result(id, ["resources": .array(Self.resources.map(\.json))])
         case "resources/read": return readResource(id, params, modern: false)
+        case "resources/subscribe", "resources/unsubscribe":
+            let uri = params["uri"]?.stringValue ?? ""
+            guard Self.resources.contains(where: { $0.uri == uri }) else { return Self.error(id, -32002, "Resource not found", data: ["uri": .string(uri)]) }
+            if method == "resources/subscribe" { subscribed.insert(uri); startFeed() } else { subscribed.remove(uri) }
+            return Self.result(id, [:])
         default: return Self.error(id, -32601, "Method not found")
         }
     }
@@ -120,11 +144,71 @@ public final class MCPServer {
     }
 
     private var capabilities: JSON {
-        // Resource subscriptions are not served yet: announced as such, never pretended.
-        ["tools": ["listChanged": false], "resources": ["subscribe": false, "listChanged": false]]
+        ["tools": ["listChanged": false], "resources": ["subscribe": true, "listChanged": false]]
     }
 
     private var serverInfo: JSON { ["name": "healthkernel", "version": .string(serverVersion)] }
+
+    // MARK: Subscriptions
+
+    /// Opens a 2026-07-28 listen stream: acknowledges the resource URIs it honours (the known ones).
+    private func listen(_ id: JSON, _ params: JSONObject) -> [[UInt8]] {
+        let asked = params["notifications"]?["resourceSubscriptions"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        let honored = asked.filter { uri in Self.resources.contains { $0.uri == uri } }
+        listens.append((id, Set(honored)))
+        startFeed()
+        let ack: JSON = ["jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                         "params": ["notifications": ["resourceSubscriptions": .array(honored.map(JSON.string))],
+                                    "_meta": .object(JSONObject([(Self.subscriptionKey, id)]))]]
+        return [ack.bytes]
+    }
+
+    /// Reads the feed to its end once, so that only later changes are announced.
+    private func startFeed() {
+        guard feedCursor == nil else { return }
+        feedCursor = ""
+        _ = changedURIs()
+    }
+
+    /// Whether anyone listens for changes.
+    public var hasSubscribers: Bool { !subscribed.isEmpty || !listens.isEmpty }
+
+    /// The notifications due for changes made since the last look (by any host: the feed has them all).
+    public func poll() -> [[UInt8]] {
+        guard hasSubscribers else { return [] }
+        let changed = changedURIs()
+        var lines: [[UInt8]] = []
+        for uri in Self.resources.map(\.uri) where changed.contains(uri) {
+            if subscribed.contains(uri) {
+                lines.append((["jsonrpc": "2.0", "method": "notifications/resources/updated", "params": ["uri": .string(uri)]] as JSON).bytes)
+            }
+            for listen in listens where listen.uris.contains(uri) {
+                lines.append((["jsonrpc": "2.0", "method": "notifications/resources/updated",
+                               "params": ["uri": .string(uri), "_meta": .object(JSONObject([(Self.subscriptionKey, listen.id)]))]] as JSON).bytes)
+            }
+        }
+        return lines
+    }
+
+    /// The resources whose answers the feed's new entries change, reading it to its end.
+    private func changedURIs() -> Set<String> {
+        var uris = Set<String>()
+        for _ in 0..<100 {
+            var args = JSONObject([("auth", .string(token)), ("limit", 1000)])
+            if let cursor = feedCursor, !cursor.isEmpty { args["since"] = .string(cursor) }
+            let page = call("sync.changes", args)["result"]
+            guard let page else { break }
+            for change in page["changes"]?.arrayValue ?? [] {
+                let entity = change["entity"]?.stringValue ?? ""
+                if entity.hasPrefix("health.") { uris.formUnion(["healthkernel://summary/last-7-days", "healthkernel://summary/last-30-days"]) }
+                if entity.hasPrefix("sessions.") { uris.insert("healthkernel://meditation/stats") }
+                if entity.hasPrefix("subscriptions.") { uris.insert("healthkernel://subscription") }
+            }
+            feedCursor = page["cursor"]?.stringValue ?? feedCursor
+            if page["hasMore"] != true { break }
+        }
+        return uris
+    }
 
     // MARK: Tools
 

@@ -6,6 +6,7 @@ import JSONRPC
 import Kernel
 import Logging
 import MCP
+import Threads
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -72,11 +73,24 @@ struct Mcp: ParsableCommand {
             return response
         }
         logger.info("mcp: serving \(methods.count) kernel methods as \(MCPTool.catalogue(methods, allowWrites: allowWrites).count) tools")
-        while let line = readLine(strippingNewline: true) {
-            guard !line.isEmpty, let answer = server.handle(Array(line.utf8)) else { continue }
-            writeStdout(String(decoding: answer, as: UTF8.self) + "\n")
+        // One lock for the server, its kernel link and stdout: requests and the feed's polling take turns.
+        let shared = Locked(server)
+        @Sendable func write(_ lines: [[UInt8]]) {
+            for line in lines { writeStdout(String(decoding: line, as: UTF8.self) + "\n") }
         }
-        link.close()
+        // Subscribed resources: the user's feed, read every half second, says which answers changed
+        // (writes other hosts make through the kernel's socket included).
+        spawnThread {
+            while true {
+                usleep(500_000)
+                shared.withLock { server in write(server.poll()) }
+            }
+        }
+        while let line = readLine(strippingNewline: true) {
+            guard !line.isEmpty else { continue }
+            shared.withLock { server in write(server.handle(Array(line.utf8))) }
+        }
+        shared.withLock { _ in link.close() }
     }
 }
 

@@ -19,7 +19,7 @@ import Threads
         }
     }
 
-    func ask(_ s: MCPServer, _ request: JSON) throws -> JSON { try JSON.parse(try #require(s.handle(request.bytes))) }
+    func ask(_ s: MCPServer, _ request: JSON) throws -> JSON { try JSON.parse(try #require(s.handle(request.bytes).first)) }
 
     static let meta: JSON = ["io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": [:]]
 
@@ -44,7 +44,7 @@ import Threads
         let s = server()
         let hello = try ask(s, ["jsonrpc": "2.0", "id": 1, "method": "initialize", "params": ["protocolVersion": "2024-01-01", "capabilities": [:]]])
         #expect(hello["result"]?["protocolVersion"] == "2025-11-25", "an unknown version is answered with the newest handshake one")
-        #expect(s.handle((["jsonrpc": "2.0", "method": "notifications/initialized"] as JSON).bytes) == nil)
+        #expect(s.handle((["jsonrpc": "2.0", "method": "notifications/initialized"] as JSON).bytes).isEmpty)
         #expect(try ask(s, ["jsonrpc": "2.0", "id": 2, "method": "ping"])["result"] == [:])
         let tools = try ask(s, ["jsonrpc": "2.0", "id": 3, "method": "tools/list"])["result"]?["tools"]?.arrayValue ?? []
         #expect(tools.map { $0["name"] } == ["rewards_balance"])
@@ -61,5 +61,20 @@ import Threads
         #expect(sneaky["result"]?["isError"] == true)
         _ = try ask(s, ["jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": ["name": "rewards_balance", "arguments": [:]]])
         #expect(calls.withLock { $0 } == ["rewards.balance user-token"])
+    }
+
+    @Test func aListenStreamIsAcknowledgedThenClosedWhenCancelled() throws {
+        let s = server()
+        let lines = s.handle((["jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen",
+                               "params": ["_meta": Self.meta, "notifications": ["resourceSubscriptions": ["healthkernel://subscription", "healthkernel://nope"]]]] as JSON).bytes)
+        let ack = try JSON.parse(try #require(lines.first))
+        #expect(ack["method"] == "notifications/subscriptions/acknowledged")
+        #expect(ack["params"]?["notifications"]?["resourceSubscriptions"] == ["healthkernel://subscription"], "only known URIs are honoured")
+        #expect(ack["params"]?["_meta"]?["io.modelcontextprotocol/subscriptionId"] == "listen-1")
+        #expect(s.hasSubscribers)
+        let closed = s.handle((["jsonrpc": "2.0", "method": "notifications/cancelled", "params": ["requestId": "listen-1"]] as JSON).bytes)
+        let close = try JSON.parse(try #require(closed.first))
+        #expect(close["id"] == "listen-1" && close["result"]?["resultType"] == "complete")
+        #expect(!s.hasSubscribers)
     }
 }

@@ -178,6 +178,47 @@ async def with_kernel():
             wrote = await session.call_tool("record_meditation_session", {"startTime": f"{TODAY.isoformat()}T06:00:00Z", "durationSeconds": 300})
             assert not wrote.is_error and wrote.structured_content["durationSeconds"] == 300
     print("ok: writes")
+    await subscriptions(token)
+
+
+async def subscriptions(token):
+    """A resource update reaches a listening client when another host writes through the kernel."""
+    from mcp.client.subscriptions import listen
+    params = StdioServerParameters(command=BIN, args=["mcp", "--token", token] + VIA)
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.discover()
+            async with listen(session, resource_subscriptions=["healthkernel://meditation/stats"]) as subscription:
+                assert list(subscription.honored.resource_subscriptions) == ["healthkernel://meditation/stats"]
+                call("sessions.record", {"startTime": f"{TODAY.isoformat()}T05:00:00Z", "durationSeconds": 120}, token)
+                with anyio_timeout(20):
+                    event = await subscription.__anext__()
+                assert event.uri == "healthkernel://meditation/stats", event
+    print("ok: 2026-07-28 listen")
+    updates = []
+
+    async def handler(message):
+        if getattr(message, "method", None) == "notifications/resources/updated":
+            updates.append(str(message.params.uri))
+
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, message_handler=handler) as session:
+            await session.initialize()
+            await session.subscribe_resource("healthkernel://summary/last-7-days")
+            day = TODAY.isoformat()
+            call("health.ingest", {"timezone": "UTC", "samples": [{"uuid": str(uuid.uuid4()), "type": "HKQuantityTypeIdentifierStepCount",
+                                                                    "value": 5, "unit": "count", "start": f"{day}T11:00:00Z", "end": f"{day}T11:05:00Z"}]}, token)
+            for _ in range(80):
+                if updates:
+                    break
+                await asyncio.sleep(0.25)
+            assert updates == ["healthkernel://summary/last-7-days"], updates
+    print("ok: 2025-11-25 subscribe")
+
+
+def anyio_timeout(seconds):
+    import anyio
+    return anyio.fail_after(seconds)
 
 
 asyncio.run(main())
