@@ -110,7 +110,9 @@ async def session_run(token, era, bob_session, extra_args=()):
             assert bad.is_error and "from" in bad.content[0].text, bad.content
             missing = await session.call_tool("health_workouts", {"to": TODAY.isoformat()})
             assert missing.is_error and "from" in missing.content[0].text
-            # Another user's ids reach nothing: bob's session is not found for ann.
+            # Another user's data is never in an answer: bob's session is not among ann's.
+            mine = await session.call_tool("meditation_sessions", {"limit": 100})
+            assert bob_session not in json.dumps(mine.structured_content)
             try:
                 await session.call_tool("meditation_sessions", {"cursor": "forged"})
             except MCPError:
@@ -179,6 +181,25 @@ async def with_kernel():
             assert not wrote.is_error and wrote.structured_content["durationSeconds"] == 300
     print("ok: writes")
     await subscriptions(token)
+    await expired_token()
+
+
+async def expired_token():
+    """A token that stops being accepted while the server runs (its session signed out) ends it with a
+    clear message on stderr."""
+    token = call("auth.signIn", {"email": "ann@example.com", "password": "password-ann"})["accessToken"]
+    server = subprocess.Popen([BIN, "mcp", "--token", token] + VIA, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"_meta": meta, "name": "rewards_balance", "arguments": {}}}
+    server.stdin.write(json.dumps(request) + "\n")
+    server.stdin.flush()
+    assert json.loads(server.stdout.readline())["result"]["isError"] is False
+    call("auth.signOut", {}, token)
+    request["id"] = 2
+    out, err = server.communicate(json.dumps(request) + "\n", timeout=30)
+    assert server.returncode == 1 and "no longer accepted" in err, (server.returncode, err)
+    print("ok: a token no longer accepted ends the server")
 
 
 async def subscriptions(token):
