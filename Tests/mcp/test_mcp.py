@@ -179,6 +179,9 @@ async def with_kernel():
             assert tools["record_meditation_session"].annotations.read_only_hint is False
             wrote = await session.call_tool("record_meditation_session", {"startTime": f"{TODAY.isoformat()}T06:00:00Z", "durationSeconds": 300})
             assert not wrote.is_error and wrote.structured_content["durationSeconds"] == 300
+            claimed = await session.call_tool("claim_screen_time", {"date": TODAY.isoformat(), "minutes": 45})
+            assert not claimed.is_error and claimed.structured_content["status"] == "unverified", claimed.structured_content
+            assert call("screentime.day", {"date": TODAY.isoformat()}, token)["claimedMinutes"] == 45
     print("ok: writes")
     await subscriptions(token)
     await expired_token()
