@@ -245,3 +245,22 @@ public struct AuthDeleteUser: RPCMethod {
         return UserDeleted()
     }
 }
+
+/// Accounts, sign-in and tokens, as the kernel composes them. Not a `Domain` like the others, on purpose:
+/// the kernel builds it first, because every other domain's context (its cursor secrets) and the
+/// dispatcher (which checks every request's token) come from its service.
+public struct AuthDomain {
+    public let methods: [RegisteredMethod]
+
+    public init(_ service: AuthService) {
+        methods = [
+            RegisteredMethod(AuthSignUp(service)),
+            RegisteredMethod(AuthSignIn(service)),
+            RegisteredMethod(AuthRefresh(service)),
+            RegisteredMethod(AuthSignOut(service)),
+            RegisteredMethod(AuthExchange(service)),
+            RegisteredMethod(AuthUser(service)),
+            RegisteredMethod(AuthDeleteUser(service)),
+        ]
+    }
+}

@@ -148,13 +148,7 @@ public final class Kernel {
             RegisteredMethod(KernelInfo(startedAt: startedAt, stats: stats, store: store, auth: auth, sections: info)),
             RegisteredMethod(KernelSnapshot(store: store)),
             RegisteredMethod(KernelSetOrdering()),
-            RegisteredMethod(AuthSignUp(auth)),
-            RegisteredMethod(AuthSignIn(auth)),
-            RegisteredMethod(AuthRefresh(auth)),
-            RegisteredMethod(AuthSignOut(auth)),
-            RegisteredMethod(AuthExchange(auth)),
-            RegisteredMethod(AuthUser(auth)),
-            RegisteredMethod(AuthDeleteUser(auth)),
+        ] + AuthDomain(auth).methods + [
             RegisteredMethod(EventsSubscribe(events: events, store: store)),
             RegisteredMethod(EventsUnsubscribe(events: events, store: store)),
         ]
