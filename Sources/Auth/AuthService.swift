@@ -28,8 +28,9 @@ public struct AuthTables: Sendable {
     }
 }
 
-/// Accounts, sessions and tokens: verifies bearer tokens for the dispatcher, and carries out the
-/// auth methods. Confined to the serving thread.
+/// Accounts, sign-in sessions and tokens: verifies bearer tokens for the dispatcher, and carries out the
+/// auth methods. Its methods run on the serving thread; the slow parts (hashing and checking passwords,
+/// proving id tokens) are static functions a worker runs without it.
 public final class AuthService: Authenticator, @unchecked Sendable {
     /// `iss` of the tokens the kernel issues.
     public static let issuer = "healthkernel"

@@ -112,8 +112,9 @@ public struct WorkoutPage: Sendable {
     public var nextCursor: String?
 }
 
-/// HealthKit samples, workouts, sleep, State of Mind and medication dose events, by UUID, with per-day summaries kept up to date as they
-/// change. Confined to the serving thread.
+/// HealthKit samples, workouts, sleep, State of Mind and medication dose events, by UUID, with per-day
+/// summaries kept up to date as they change. Its methods run on the serving thread, except `plan`, which
+/// a worker runs for a `PreparedIngest` against read-only views of one user's rows (never the live tables).
 public final class HealthService: @unchecked Sendable {
     static let profileKey = "profile"
     let store: any Storage
