@@ -57,7 +57,7 @@ final class ChangeListener: @unchecked Sendable {
         let generation = generations.withLock { $0 += 1; return $0 }
         let ready = Inbox<Bool>()
         spawnThread { [self] in
-            var connection: Connection?
+            var connection: DatabaseConnection?
             var signalled = false
             // A thread of an earlier start that has not exited yet ends here too.
             while running.isSet && generations.withLock({ $0 }) == generation {
@@ -106,8 +106,8 @@ final class ChangeListener: @unchecked Sendable {
     private let generations = Locked(0)
 
     /// Connects, removes listeners whose processes are gone, adds this one and listens.
-    private func register() throws(StorageError) -> Connection {
-        let connection = try Connection(url: url, setup: setup, log: log)
+    private func register() throws(StorageError) -> DatabaseConnection {
+        let connection = try DatabaseConnection(url: url, setup: setup, log: log)
         try Schema.check(connection.run([
             Statement("DELETE FROM listeners WHERE pid NOT IN (SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL)"),
             Statement("INSERT INTO listeners (pid) VALUES (pg_backend_pid()) ON CONFLICT DO NOTHING"),

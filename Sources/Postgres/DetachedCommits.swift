@@ -84,7 +84,7 @@ extension PostgresStore {
     /// (a month sent again with changes) fails with 23505; the savepoint is rolled back and the bulk's INSERT,
     /// which updates stored rows, runs instead. Asking first which keys are stored cost 0.1-0.3 s a month.
     /// Returns the first error.
-    private func runDetached(_ c: Connection, _ plan: CommitPlan, _ statements: [Statement], user: String,
+    private func runDetached(_ c: DatabaseConnection, _ plan: CommitPlan, _ statements: [Statement], user: String,
                              version: UInt64) throws(StorageError) -> (state: String, message: String)? {
         var pending = [
             Statement("BEGIN"),

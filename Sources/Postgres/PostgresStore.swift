@@ -34,9 +34,9 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     let clock: Clock
     let log: @Sendable (String) -> Void
     /// The serving thread's connection.
-    let main: Connection
+    let main: DatabaseConnection
     /// Connections for the worker threads that read through views, taken one per read.
-    private let pool: Locked<[Connection]>
+    private let pool: Locked<[DatabaseConnection]>
     var slots: [PostgresTableBase] = []
     /// Whether the current request's scope is open (its transaction, or with `groupCommit` its
     /// savepoint), the users locked so far (in the batch's transaction), and those the current request
@@ -109,11 +109,11 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         schema = Schema.quote(options.schema)
         let deadline = monotonicMicros() + UInt64(options.connectTimeoutSeconds) * 1_000_000
         var attempt = 0
-        var connection: Connection?
+        var connection: DatabaseConnection?
         while connection == nil {
             attempt += 1
             do {
-                connection = try Connection(url: options.url, setup: Self.session(Schema.quote(options.schema)), log: log)
+                connection = try DatabaseConnection(url: options.url, setup: Self.session(Schema.quote(options.schema)), log: log)
             } catch {
                 guard monotonicMicros() < deadline else { throw .unreachable(error.description) }
                 log("attempt \(attempt): \(error.description); retrying")
@@ -147,7 +147,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     /// A transaction-mode pooler hands each transaction to any server connection, so session settings
     /// (the search path) and prepared state would be lost between requests.
-    private static func refuseTransactionPooler(_ connection: Connection) throws(PostgresOpenError) {
+    private static func refuseTransactionPooler(_ connection: DatabaseConnection) throws(PostgresOpenError) {
         do {
             let results = try connection.run([Statement("SELECT pg_backend_pid()"), Statement("SELECT pg_backend_pid()")])
             if results.contains(where: { $0.error != nil }) || results[0].scalar != results[1].scalar {
@@ -255,13 +255,13 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     }
 
     /// A connection of the pool (a new one when none is free), for use on one thread at a time.
-    func pooledConnection() throws(StorageError) -> Connection {
+    func pooledConnection() throws(StorageError) -> DatabaseConnection {
         if let c = pool.withLock({ $0.popLast() }) { return c }
-        return try Connection(url: options.url, setup: Self.session(schema), log: log)
+        return try DatabaseConnection(url: options.url, setup: Self.session(schema), log: log)
     }
 
     /// Gives a pooled connection back, unless it broke.
-    func returnPooled(_ c: Connection) {
+    func returnPooled(_ c: DatabaseConnection) {
         if !c.broken { pool.withLock { $0.append(c) } }
     }
 

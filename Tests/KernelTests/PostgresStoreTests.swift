@@ -64,7 +64,7 @@ import TestSupport
 /// failed and every answer of the batch became -32050.
 extension PostgresStoreTests {
     @Test func aPrepareThatFailsIsTheStatementsErrorAndNamesAreNeverReused() throws {
-        let connection = try Connection(url: TestPostgres.url)
+        let connection = try DatabaseConnection(url: TestPostgres.url)
         // A statement prepared and run, then one that prepares but fails when run.
         let first = try connection.run([Statement("SELECT $1::text", ["a"]), Statement("SELECT 1 / $1::int", ["0"])])
         #expect(first[0].scalar == "a" && first[1].error?.state == "22012")

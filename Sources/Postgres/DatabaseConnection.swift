@@ -34,7 +34,7 @@ public struct StatementResult {
 /// A connection to PostgreSQL through libpq, in pipeline mode: the statements of one `run` go to the
 /// server together and their results come back together, one round trip for all of them. Used by one
 /// thread at a time (its owner serialises calls).
-final class Connection: @unchecked Sendable {
+final class DatabaseConnection: @unchecked Sendable {
     private var conn: OpaquePointer?
     let url: String
     /// Session settings run after every connect (the search path), so a reconnect restores them.
