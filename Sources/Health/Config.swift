@@ -11,7 +11,7 @@ public enum UnknownTypePolicy: String, Sendable, CaseIterable {
     case refuse
 }
 
-/// The `health` configuration section.
+/// The `health` configuration section (its keys are rows of the kernel's settings table).
 public struct HealthConfig: Sendable, Equatable {
     public var unknownTypes: UnknownTypePolicy = .keep
     /// How far back (days before the kernel's clock) an item may start; 0: no bound. A deployment that
@@ -23,32 +23,7 @@ public struct HealthConfig: Sendable, Equatable {
 }
 
 extension HealthConfig: DomainConfig {
-    public static var sections: [String] { ["health"] }
-
-    /// Reads `health: {unknownTypes}`.
-    public mutating func read(section name: String, _ reader: inout ObjectReader, files: ConfigFiles) throws(FieldError) {
-        if let v: String = try reader.optional("unknownTypes") {
-            guard let policy = UnknownTypePolicy(rawValue: v) else {
-                throw .outOfRange(reader.path("unknownTypes"), "must be one of \(UnknownTypePolicy.allCases.map(\.rawValue).joined(separator: ", "))")
-            }
-            unknownTypes = policy
-        }
-        if let v = try reader.optional("maxHistoryDays", in: Self.historyDays) { maxHistoryDays = v }
-        try reader.finish()
-    }
-
-    /// `HEALTHKERNEL_HEALTH_UNKNOWN_TYPES` and `HEALTHKERNEL_HEALTH_MAX_HISTORY_DAYS` override the file.
-    public mutating func read(environment: [String: String], readFile: (String) -> [UInt8]?) throws(FieldError) {
-        if let v = environment["HEALTHKERNEL_HEALTH_MAX_HISTORY_DAYS"] {
-            guard let days = Int64(v), Self.historyDays.contains(days) else {
-                throw .outOfRange("HEALTHKERNEL_HEALTH_MAX_HISTORY_DAYS", "must be a whole number from 0 to 36500")
-            }
-            maxHistoryDays = days
-        }
-        guard let v = environment["HEALTHKERNEL_HEALTH_UNKNOWN_TYPES"] else { return }
-        guard let policy = UnknownTypePolicy(rawValue: v) else {
-            throw .outOfRange("HEALTHKERNEL_HEALTH_UNKNOWN_TYPES", "must be one of \(UnknownTypePolicy.allCases.map(\.rawValue).joined(separator: ", "))")
-        }
-        unknownTypes = policy
-    }
+    /// Read through the kernel's settings table (`health.unknownTypes`, `health.maxHistoryDays`).
+    public static var sections: [String] { [] }
+    public mutating func read(section name: String, _ reader: inout ObjectReader, files: ConfigFiles) throws(FieldError) {}
 }

@@ -114,7 +114,7 @@ extension KernelConfig {
                     try domain.readSection(name, &section, files, &domains)
                 }
             }
-            for section in ["kernel", "store", "limits", "serve"] where top.has(section) {
+            for section in Setting.sections where top.has(section) {
                 var reader = try top.object(section)
                 for setting in Setting.all where setting.inFile && setting.section == section {
                     if let value = try setting.read(&reader, files: files) { setting.apply(&self, value) }

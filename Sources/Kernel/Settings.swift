@@ -1,6 +1,9 @@
 import Auth
 import DomainSupport
 import JSON
+import Rewards
+import ScreenTime
+import Health
 import JSONRPC
 import Storage
 
@@ -217,6 +220,20 @@ extension Setting {
                 "Order of responses on stdout: read (the order requests were read) or completion (each as soon as it is done; match answers by id).") {
             $0.serve.ordering = $1
         },
+        // The domains' scalar settings (a domain's nested sections, appStore and auth, read themselves).
+        .integer("screentime.toleranceMinutes", 0...1440, default: String(ScreenTimeConfig().toleranceMinutes), environment: nil, flag: nil,
+                 "Minutes a verified day may differ from the claim and still match.") { $0.domains[ScreenTimeConfig.self].toleranceMinutes = Int64($1) },
+        .integer("screentime.pointsPerMinute", 0...1_000_000, default: String(ScreenTimeConfig().pointsPerMinute), environment: nil, flag: nil,
+                 "Penalty points per minute used beyond the claim and the tolerance.") { $0.domains[ScreenTimeConfig.self].pointsPerMinute = Int64($1) },
+        .integer("rewards.xpPerMinute", 1...1_000_000, default: String(RewardsConfig().xpPerMinute), environment: nil, flag: nil,
+                 "XP rewards.redeem takes for one unlock minute.") { $0.domains[RewardsConfig.self].xpPerMinute = Int64($1) },
+        .choice("health.unknownTypes", UnknownTypePolicy.self, default: HealthConfig().unknownTypes, environment: "HEALTHKERNEL_HEALTH_UNKNOWN_TYPES",
+                flag: nil, "What health.ingest does with a sample of a HealthKit type the kernel does not know.") {
+            $0.domains[HealthConfig.self].unknownTypes = $1
+        },
+        .integer("health.maxHistoryDays", HealthConfig.historyDays, default: String(HealthConfig().maxHistoryDays),
+                 environment: "HEALTHKERNEL_HEALTH_MAX_HISTORY_DAYS", flag: nil,
+                 "How many days before the kernel's clock an item may start (0: no bound).") { $0.domains[HealthConfig.self].maxHistoryDays = Int64($1) },
         // What one user may ask and keep (`UserLimits` holds the defaults; 0 turns a limit off).
         .integer("limits.requestsPerSecond", 0...1_000_000_000, default: String(UserLimits().requestsPerSecond), environment: nil, flag: nil,
                  "Requests per second per user, refilling a bucket of limits.burst.") { $0.limits.requestsPerSecond = Int64($1) },
@@ -238,6 +255,11 @@ extension Setting {
     ]
 
     static let byKey = Dictionary(uniqueKeysWithValues: all.map { ($0.key, $0) })
+
+    /// The config file's sections the table reads, in the order their rows come.
+    static let sections: [String] = all.filter(\.inFile).reduce(into: []) { list, s in
+        if !list.contains(String(s.section)) { list.append(String(s.section)) }
+    }
 
     /// `--help` text of the setting `key`: its summary, default and environment variable.
     static func help(_ key: String) -> String {

@@ -3,20 +3,16 @@ import DomainSupport
 import JSON
 import Storage
 
-/// The `rewards` configuration section.
+/// The `rewards` configuration section (its key is a row of the kernel's settings table).
 public struct RewardsConfig: Sendable, Equatable {
     public var xpPerMinute: Int64 = 10
     public init() {}
 }
 
 extension RewardsConfig: DomainConfig {
-    public static var sections: [String] { ["rewards"] }
-
-    /// Reads `rewards: {xpPerMinute}`.
-    public mutating func read(section name: String, _ r: inout ObjectReader, files: ConfigFiles) throws(FieldError) {
-        if let v = try r.optional("xpPerMinute", in: 1...1_000_000) { xpPerMinute = v }
-        try r.finish()
-    }
+    /// Read through the kernel's settings table (`rewards.xpPerMinute`).
+    public static var sections: [String] { [] }
+    public mutating func read(section name: String, _ r: inout ObjectReader, files: ConfigFiles) throws(FieldError) {}
 }
 
 /// Earn-to-unlock rewards for one kernel: XP credited once per key, redeemed for minutes, spent on

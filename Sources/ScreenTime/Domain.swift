@@ -43,9 +43,7 @@ public struct ScreenTimeDomain: Domain {
 }
 
 extension ScreenTimeConfig: DomainConfig {
-    public static var sections: [String] { ["screentime"] }
-
-    public mutating func read(section name: String, _ reader: inout ObjectReader, files: ConfigFiles) throws(FieldError) {
-        try readScreenTime(&reader)
-    }
+    /// Read through the kernel's settings table (`screentime.toleranceMinutes`, `screentime.pointsPerMinute`).
+    public static var sections: [String] { [] }
+    public mutating func read(section name: String, _ reader: inout ObjectReader, files: ConfigFiles) throws(FieldError) {}
 }

@@ -3,18 +3,11 @@ import DomainSupport
 import JSON
 import Storage
 
-/// The `screentime` configuration section.
+/// The `screentime` configuration section (its keys are rows of the kernel's settings table).
 public struct ScreenTimeConfig: Sendable, Equatable {
     public var toleranceMinutes: Int64 = 5
     public var pointsPerMinute: Int64 = 1
     public init() {}
-
-    /// Reads `screentime: {toleranceMinutes, pointsPerMinute}`.
-    public mutating func readScreenTime(_ r: inout ObjectReader) throws(FieldError) {
-        if let v = try r.optional("toleranceMinutes", in: 0...1440) { toleranceMinutes = v }
-        if let v = try r.optional("pointsPerMinute", in: 0...1_000_000) { pointsPerMinute = v }
-        try r.finish()
-    }
 }
 
 /// Screen Time verification for one kernel: claims, uploads, verdicts, penalties and monitor events. Confined to the serving thread.

@@ -1,4 +1,7 @@
 import Testing
+import Rewards
+import ScreenTime
+import Health
 import TestSupport
 @testable import Kernel
 
@@ -50,5 +53,17 @@ import TestSupport
         #expect(config.storeSchema == "from_env")
         #expect(config.storeConnectTimeoutSeconds == 5)
         #expect(throws: ConfigError.self) { try load(file: #"{"store":{"colour":"red"}}"#) }
+    }
+
+    /// The domains' scalar settings are rows of the same table: the file, then the environment.
+    @Test func domainSettingsComeThroughTheTable() throws {
+        let file = #"{"health":{"unknownTypes":"skip","maxHistoryDays":30},"screentime":{"toleranceMinutes":9,"pointsPerMinute":2},"rewards":{"xpPerMinute":20}}"#
+        let config = try load(file: file, env: ["HEALTHKERNEL_HEALTH_UNKNOWN_TYPES": "refuse"])
+        #expect(config.domains[HealthConfig.self].unknownTypes == .refuse, "the environment overrides the file")
+        #expect(config.domains[HealthConfig.self].maxHistoryDays == 30)
+        #expect(config.domains[ScreenTimeConfig.self] == { var c = ScreenTimeConfig(); (c.toleranceMinutes, c.pointsPerMinute) = (9, 2); return c }())
+        #expect(config.domains[RewardsConfig.self].xpPerMinute == 20)
+        #expect(throws: ConfigError.self) { try load(file: #"{"rewards":{"xpPerMinute":0}}"#) }
+        #expect(throws: ConfigError.self) { try load(file: #"{"health":{"colour":"red"}}"#) }
     }
 }
