@@ -398,6 +398,8 @@ public final class HealthService: @unchecked Sendable {
         var dayStarts: [String: Int64] = [:]
         /// Items this request adds, less those it removes.
         var itemDelta: Int64 = 0
+        /// `recordTablesInUse()`, once asked.
+        var recordTablesWithRows: [any StorageTable<RecordRow>]?
 
         init(tables: HealthTables, writes: HealthTables, user: String) {
             self.tables = tables
@@ -415,9 +417,23 @@ public final class HealthService: @unchecked Sendable {
             for (uuid, r) in try storage(try tables.samples.get(user: user, keys: uuids)) { stored[uuid] = .sample(r, sameContent: false) }
             for (uuid, r) in try storage(try tables.workouts.get(user: user, keys: uuids)) { stored[uuid] = .workout(r, sameContent: false) }
             for (uuid, r) in try storage(try tables.sleep.get(user: user, keys: uuids)) { stored[uuid] = .sleep(r, sameContent: false) }
-            for table in tables.recordTables {
+            for table in try recordTablesInUse() {
                 for (uuid, r) in try storage(try table.get(user: user, keys: uuids)) { stored[uuid] = .record(r, sameContent: false) }
             }
+        }
+
+        /// The record tables where the user keeps rows, found once per unit of work: most users send no
+        /// State of Mind or dose events, and a month's sync should not look up 44,640 keys in tables
+        /// that hold none of theirs (one query each on PostgreSQL). One single-row read per table.
+        mutating func recordTablesInUse() throws(HealthError) -> [any StorageTable<RecordRow>] {
+            if let known = recordTablesWithRows { return known }
+            var inUse: [any StorageTable<RecordRow>] = []
+            for table in tables.recordTables
+            where !(try storage(try table.scan(user: user, from: nil, to: nil, after: nil, reverse: false, limit: 1))).isEmpty {
+                inUse.append(table)
+            }
+            recordTablesWithRows = inUse
+            return inUse
         }
 
         /// The item `uuid` names now, of whichever kind.
@@ -427,7 +443,7 @@ public final class HealthService: @unchecked Sendable {
             if let r = try storage(try tables.samples.get(user: user, key: uuid)) { return .sample(r, sameContent: false) }
             if let r = try storage(try tables.workouts.get(user: user, key: uuid)) { return .workout(r, sameContent: false) }
             if let r = try storage(try tables.sleep.get(user: user, key: uuid)) { return .sleep(r, sameContent: false) }
-            for table in tables.recordTables {
+            for table in recordTablesWithRows ?? tables.recordTables {
                 if let r = try storage(try table.get(user: user, key: uuid)) { return .record(r, sameContent: false) }
             }
             return nil
@@ -498,7 +514,7 @@ public final class HealthService: @unchecked Sendable {
                 doomed.append(uuid)
                 stored[uuid] = .sleep(row, sameContent: false)
             }
-            for table in tables.recordTables {
+            for table in try recordTablesInUse() {
                 for (uuid, row) in try storage(try table.scanOrdered(user: user, ranges: itemRanges))
                 where row.placement.deviceId == device && !keeping.contains(uuid) {
                     doomed.append(uuid)

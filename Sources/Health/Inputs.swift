@@ -62,11 +62,7 @@ private func merge(_ a: JSON, _ b: JSON) -> JSON {
     return .object(o)
 }
 
-private func text(_ r: inout ObjectReader, _ key: String) throws(FieldError) -> String? {
-    guard let s: String = try r.optional(key) else { return nil }
-    guard !s.isEmpty, s.utf8.count <= 200 else { throw .outOfRange(r.path(key), "must be 1 to 200 bytes") }
-    return s
-}
+private func text(_ r: inout ObjectReader, _ key: String) throws(FieldError) -> String? { try text(&r, key, max: 200) }
 
 private func finite(_ r: inout ObjectReader, _ key: String, required: Bool) throws(FieldError) -> Double? {
     let value: Double? = required ? try r.required(key) : try r.optional(key)

@@ -160,7 +160,8 @@ private func names(_ r: inout ObjectReader, _ key: String, _ cases: [String]) th
     return sent
 }
 
-private func text(_ r: inout ObjectReader, _ key: String, max: Int) throws(FieldError) -> String? {
+/// An optional text member of 1 to `max` bytes.
+func text(_ r: inout ObjectReader, _ key: String, max: Int) throws(FieldError) -> String? {
     guard let s: String = try r.optional(key) else { return nil }
     guard !s.isEmpty, s.utf8.count <= max else { throw .outOfRange(r.path(key), "must be 1 to \(max) bytes") }
     return s

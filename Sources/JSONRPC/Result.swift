@@ -114,6 +114,13 @@ public enum Schema {
         }
     }
 
+    /// `schema` or `null` by widening its `type`, objects too (their members then apply to an object only).
+    public static func orNull(_ schema: JSON) -> JSON {
+        guard case .object(var o) = schema, case .string(let t)? = o["type"] else { return nullable(schema) }
+        o["type"] = [.string(t), "null"]
+        return .object(o)
+    }
+
     /// `schema` with a description.
     public static func described(_ schema: JSON, _ text: String) -> JSON {
         guard case .object(var o) = schema else { return schema }

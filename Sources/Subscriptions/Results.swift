@@ -4,13 +4,6 @@ import JSONRPC
 
 // The wire forms of what the subscriptions service answers, each with its schema from one declaration.
 
-/// `type` widened to allow null (an object that may be null keeps its members' schemas).
-private func orNull(_ schema: JSON) -> JSON {
-    guard case .object(var o) = schema, case .string(let t)? = o["type"] else { return Schema.nullable(schema) }
-    o["type"] = [.string(t), "null"]
-    return .object(o)
-}
-
 extension Commitment {
     static let fields = ResultFields<Commitment>(
         ResultField("period", Schema.described(Schema.nullable(Schema.integer), "this period's number, from 1")) { .optionalInt($0.period) },
@@ -49,10 +42,10 @@ extension Membership: RPCResult {
                                                       "MONTHLY for monthly billing under a 12-month commitment; this and the next two are present only for commitment plans")) {
             $0.isCommitmentPlan ? .optional($0.billingPlanType) : JSON?.none
         },
-        .optional("commitment", Schema.described(orNull(Commitment.fields.schema), "the commitment the current period belongs to")) {
+        .optional("commitment", Schema.described(Schema.orNull(Commitment.fields.schema), "the commitment the current period belongs to")) {
             $0.isCommitmentPlan ? ($0.commitment.map(Commitment.fields.encode) ?? .null) : JSON?.none
         },
-        .optional("commitmentRenewal", Schema.described(orNull(CommitmentRenewal.fields.schema), "what renewal info says of the next commitment")) {
+        .optional("commitmentRenewal", Schema.described(Schema.orNull(CommitmentRenewal.fields.schema), "what renewal info says of the next commitment")) {
             $0.isCommitmentPlan ? ($0.commitmentRenewal.map(CommitmentRenewal.fields.encode) ?? .null) : JSON?.none
         })
     public static var schema: JSON { fields.schema }

@@ -44,7 +44,7 @@ struct Mcp: ParsableCommand {
         let link: KernelLink
         if let connect {
             do {
-                link = try SocketLink(path: connect.hasPrefix("unix:") ? String(connect.dropFirst(5)) : connect)
+                link = try SocketLink(path: connect.hasPrefix("unix:") ? String(connect.dropFirst(5)) : connect, waitSeconds: 5, command: "healthkernel mcp")
             } catch {
                 fail("healthkernel mcp: \(error)", status: ExitStatus.startupFailed)
             }
@@ -62,7 +62,8 @@ struct Mcp: ParsableCommand {
             guard let name = m["name"]?.stringValue else { return nil }
             return MCPMethod(name: name, params: m["params"]?.arrayValue ?? [], resultSchema: m["result"]?["schema"] ?? [:])
         }
-        let server = MCPServer(tools: MCPTool.catalogue(methods, allowWrites: allowWrites), token: token, serverVersion: KernelVersion.version,
+        let tools = MCPTool.catalogue(methods, allowWrites: allowWrites)
+        let server = MCPServer(tools: tools, token: token, serverVersion: KernelVersion.version,
                                today: { Zone.utc.localDate(at: SystemClock().now()) }) { method, params in
             let response = link.call(method, params)
             // The token expired or was revoked: say so and stop, rather than answer every call with it.
@@ -72,7 +73,7 @@ struct Mcp: ParsableCommand {
             }
             return response
         }
-        logger.info("mcp: serving \(methods.count) kernel methods as \(MCPTool.catalogue(methods, allowWrites: allowWrites).count) tools")
+        logger.info("mcp: serving \(methods.count) kernel methods as \(tools.count) tools")
         // One lock for the server, its kernel link and stdout: requests and the feed's polling take turns.
         let shared = Locked(server)
         @Sendable func write(_ lines: [[UInt8]]) {
@@ -122,14 +123,17 @@ final class InProcessLink: KernelLink {
     func close() { kernel.shutdown() }
 }
 
-/// A kernel serving `--listen unix:PATH`: one connection, one request at a time.
+/// A kernel serving `--listen unix:PATH`: one connection, one request at a time (`mcp`, `call --connect`).
 final class SocketLink: KernelLink {
     let fd: Int32
+    /// Names the command in what a lost connection prints.
+    let command: String
     private var id: Int64 = 0
     private var pending: [UInt8] = []
 
-    init(path: String) throws {
-        fd = try SocketServer.connectToKernel(path, waitSeconds: 5)
+    init(path: String, waitSeconds: Double, command: String) throws {
+        fd = try SocketServer.connectToKernel(path, waitSeconds: waitSeconds)
+        self.command = command
     }
 
     func call(_ method: String, _ params: JSONObject) -> JSON {
@@ -138,9 +142,9 @@ final class SocketLink: KernelLink {
         var line = request.bytes + [UInt8(ascii: "\n")]
         var offset = 0
         while offset < line.count {
-            let n = line.withUnsafeMutableBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
+            let n = line.withUnsafeMutableBytes { buffer in buffer.baseAddress.map { write(fd, $0 + offset, buffer.count - offset) } ?? -1 }
             if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { fail("healthkernel mcp: the kernel closed the connection", status: ExitStatus.callFailed) }
+            guard n > 0 else { fail("\(command): the kernel closed the connection", status: ExitStatus.callFailed) }
             offset += n
         }
         var buffer = [UInt8](repeating: 0, count: 65536)
@@ -154,7 +158,7 @@ final class SocketLink: KernelLink {
             }
             let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { fail("healthkernel mcp: the kernel closed the connection", status: ExitStatus.callFailed) }
+            guard n > 0 else { fail("\(command): the kernel closed the connection", status: ExitStatus.callFailed) }
             pending.append(contentsOf: buffer[0..<n])
         }
     }

@@ -252,6 +252,12 @@ struct Call: ParsableCommand {
 
     /// The request as one line.
     func requestLine() -> [UInt8] {
+        let request: JSON = ["jsonrpc": "2.0", "id": 1, "method": .string(method), "params": .object(requestParams())]
+        return request.bytes + [UInt8(ascii: "\n")]
+    }
+
+    /// The params given, with the token as `auth`.
+    func requestParams() -> JSONObject {
         var paramsObject = JSONObject()
         if let params {
             guard case .object(let o)? = try? JSON.parse(params) else {
@@ -260,38 +266,20 @@ struct Call: ParsableCommand {
             paramsObject = o
         }
         if let token { paramsObject["auth"] = .string(token) }
-        let request: JSON = ["jsonrpc": "2.0", "id": 1, "method": .string(method), "params": .object(paramsObject)]
-        return request.bytes + [UInt8(ascii: "\n")]
+        return paramsObject
     }
 
     /// Sends the request to a live kernel's socket and prints its answer.
     func callThroughSocket(_ path: String) {
-        let fd: Int32
+        let link: SocketLink
         do {
-            fd = try SocketServer.connectToKernel(path, waitSeconds: connectWait)
+            link = try SocketLink(path: path, waitSeconds: connectWait, command: "healthkernel call")
         } catch {
             fail("healthkernel call: \(error)", status: ExitStatus.callFailed)
         }
-        var line = requestLine()
-        var offset = 0
-        while offset < line.count {
-            let n = line.withUnsafeMutableBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { fail("healthkernel call: the kernel closed the connection", status: ExitStatus.callFailed) }
-            offset += n
-        }
-        shutdown(fd, Int32(SHUT_WR))
-        var response: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { break }
-            response.append(contentsOf: buffer[0..<n])
-        }
-        close(fd)
-        line = response.split(separator: UInt8(ascii: "\n")).first.map(Array.init) ?? []
-        printResponse(line)
+        let response = link.call(method, requestParams())
+        link.close()
+        printResponse(response == .null ? [] : response.bytes)
     }
 
     /// Prints a response's result, or its error on stderr with exit status 1.
