@@ -54,25 +54,16 @@ public struct AuthConfig: Sendable, Equatable {
     /// The defaults.
     public init() {}
 
-    /// Reads the `auth` object of a config file; paths are resolved with `resolve`.
-    public static func read(_ r: inout ObjectReader, resolve: (String) -> String) throws(FieldError) -> AuthConfig {
-        var c = AuthConfig()
-        if let s: String = try r.optional("jwtSecret") {
-            guard s.utf8.count >= 32 else { throw .outOfRange(r.path("jwtSecret"), "must be at least 32 bytes") }
-            c.jwtSecret = s
-        }
+    /// Reads the members of the `auth` object that are not single values: the secret lists and the
+    /// providers (the kernel's settings table reads the rest from the same object, and finishes it, so an
+    /// unknown key is refused once). Paths are resolved with `resolve`.
+    public mutating func readStructured(_ r: inout ObjectReader, resolve: (String) -> String) throws(FieldError) {
+        var c = self
         c.previousJwtSecrets = try r.optional("previousJwtSecrets") ?? []
         for (i, secret) in c.previousJwtSecrets.enumerated() where secret.utf8.count < 32 {
             throw .outOfRange(r.path("previousJwtSecrets") + "[\(i)]", "must be at least 32 bytes")
         }
         c.acceptedIssuers = try r.optional("acceptedIssuers") ?? []
-        if let v = try r.optional("accessTokenTtlSeconds", in: 60...86_400 * 7) { c.accessTokenTtlSeconds = Int(v) }
-        if let v = try r.optional("refreshTokenTtlSeconds", in: 3600...86_400 * 365) { c.refreshTokenTtlSeconds = Int(v) }
-        if let v = try r.optional("refreshReuseIntervalSeconds", in: 0...3600) { c.refreshReuseIntervalSeconds = Int(v) }
-        if let v = try r.optional("signUpsPerHourPerAddress", in: 0...1_000_000) { c.signUpsPerHourPerAddress = Int(v) }
-        if let v = try r.optional("signUpsPerHourWithoutAddress", in: 0...1_000_000) { c.signUpsPerHourWithoutAddress = Int(v) }
-        if let v = try r.optional("sessionsPerUser", in: 0...1_000_000) { c.sessionsPerUser = Int(v) }
-        if let v: String = try r.optional("jwks") { c.jwksPath = resolve(v) }
         if r.has("providers") {
             var providers = try r.object("providers")
             for name in providers.object.keys {
@@ -101,7 +92,6 @@ public struct AuthConfig: Sendable, Equatable {
             }
             try providers.finish()
         }
-        try r.finish()
-        return c
+        self = c
     }
 }

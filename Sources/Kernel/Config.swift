@@ -104,20 +104,17 @@ extension KernelConfig {
         do throws(FieldError) {
             var top = ObjectReader(object, path: "config")
             let files = ConfigFiles(configPath: path, readFile: readFile)
-            if top.has("auth") {
-                var auth = try top.object("auth")
-                self.auth = try AuthConfig.read(&auth, resolve: { files.resolve($0) })
-            }
-            for domain in Kernel.domains {
-                for name in domain.sections where top.has(name) {
-                    var section = try top.object(name)
-                    try domain.readSection(name, &section, files, &domains)
-                }
-            }
-            for section in Setting.sections where top.has(section) {
+            // One reader a section: its rows first (so the structured part can check what they set),
+            // then the module that reads its values with members, then one check for unknown keys.
+            let structured = Kernel.domains.flatMap(\.sections).filter { !Setting.sections.contains($0) }
+            for section in Setting.sections + structured where top.has(section) {
                 var reader = try top.object(section)
-                for setting in Setting.all where setting.inFile && setting.section == section {
+                for setting in Setting.all where setting.section == section {
                     if let value = try setting.read(&reader, files: files) { setting.apply(&self, value) }
+                }
+                if section == "auth" { try auth.readStructured(&reader, resolve: { files.resolve($0) }) }
+                for domain in Kernel.domains where domain.sections.contains(section) {
+                    try domain.readSection(section, &reader, files, &domains)
                 }
                 try reader.finish()
             }

@@ -6,12 +6,13 @@ import ScreenTime
 import Health
 import JSONRPC
 import Storage
+import Subscriptions
 
 /// The kernel's own settings, one row each (as redis keeps its config): the config file key, its type
 /// and check, its default, the environment variable and the command-line flag that also set it, and
 /// where it lands in `KernelConfig`. File, environment and flags all go through the row, so a setting
-/// is checked in one place and every source names it the same way. The domains' sections (`screentime`,
-/// `appStore`, ...), `auth` and `limits` are read by their own modules.
+/// is checked in one place and every source names it the same way. Values with members (`auth.providers`,
+/// `appStore.serverApi`, lists) are read by their own modules from the same section.
 struct Setting: Sendable {
     /// What a value may be.
     enum Kind: Sendable {
@@ -41,8 +42,6 @@ struct Setting: Sendable {
     let flag: String?
     /// For `--help`.
     let summary: String
-    /// Whether the config file key is read here (`auth.jwtSecret` is read with the rest of `auth`).
-    var inFile = true
     /// A check beyond the kind: the message when the value is refused.
     var check: @Sendable (Value) -> String? = { _ in nil }
     let apply: @Sendable (inout KernelConfig, Value) -> Void
@@ -115,10 +114,10 @@ extension Setting {
     }
 
     static func text(_ key: String, path: Bool = false, default defaultValue: String, environment: String?, flag: String?, _ summary: String,
-                     inFile: Bool = true, check: @escaping @Sendable (String) -> String? = { _ in nil },
+                     check: @escaping @Sendable (String) -> String? = { _ in nil },
                      set: @escaping @Sendable (inout KernelConfig, String) -> Void) -> Setting {
         Setting(key: key, kind: path ? .path : .text, defaultValue: defaultValue, environment: environment, flag: flag, summary: summary,
-                inFile: inFile, check: { value in
+                check: { value in
                     guard case .text(let s) = value else { return nil }
                     return check(s)
                 }, apply: { config, value in
@@ -250,14 +249,42 @@ extension Setting {
         .integer("limits.rewardsLedgerPerUser", 0...Int64(Int32.max), default: String(UserLimits().rewardsLedgerPerUser), environment: nil,
                  flag: nil, "Rewards credits and unlock windows one user keeps.") { $0.limits.rewardsLedgerPerUser = Int64($1) },
         .text("auth.jwtSecret", default: "generated into <data-dir>/jwt-secret, or the database", environment: "HEALTHKERNEL_JWT_SECRET",
-              flag: "jwt-secret", "HS256 secret for access tokens, 32 bytes or more.", inFile: false,
+              flag: "jwt-secret", "HS256 secret for access tokens, 32 bytes or more.",
               check: { $0.utf8.count >= 32 ? nil : "must be at least 32 bytes" }) { $0.auth.jwtSecret = $1 },
+        // The rest of `auth` (secret lists, providers) and of `appStore` (lists, nested objects) is read by
+        // the owning module from the same section: values with members are not rows.
+        .integer("auth.accessTokenTtlSeconds", 60...(7 * 86_400), default: String(AuthConfig().accessTokenTtlSeconds), environment: nil,
+                 flag: nil, "How long an access token is valid.") { $0.auth.accessTokenTtlSeconds = $1 },
+        .integer("auth.refreshTokenTtlSeconds", 3600...(365 * 86_400), default: String(AuthConfig().refreshTokenTtlSeconds), environment: nil,
+                 flag: nil, "How long a refresh token is valid.") { $0.auth.refreshTokenTtlSeconds = $1 },
+        .integer("auth.refreshReuseIntervalSeconds", 0...3600, default: String(AuthConfig().refreshReuseIntervalSeconds), environment: nil,
+                 flag: nil, "A spent refresh token presented again this soon answers its first use's session; later it revokes the sign-in session.") {
+            $0.auth.refreshReuseIntervalSeconds = $1
+        },
+        .integer("auth.signUpsPerHourPerAddress", 0...1_000_000, default: String(AuthConfig().signUpsPerHourPerAddress), environment: nil,
+                 flag: nil, "Sign-ups an hour from one client address (0: no limit).") { $0.auth.signUpsPerHourPerAddress = $1 },
+        .integer("auth.signUpsPerHourWithoutAddress", 0...1_000_000, default: String(AuthConfig().signUpsPerHourWithoutAddress),
+                 environment: nil, flag: nil, "Sign-ups an hour, together, from requests naming no client address (0: no limit).") {
+            $0.auth.signUpsPerHourWithoutAddress = $1
+        },
+        .integer("auth.sessionsPerUser", 0...1_000_000, default: String(AuthConfig().sessionsPerUser), environment: nil, flag: nil,
+                 "Sign-in sessions kept per user; a new one ends the oldest past it (0: no limit).") { $0.auth.sessionsPerUser = $1 },
+        .text("auth.jwks", path: true, default: "none", environment: nil, flag: nil,
+              "JWKS file with ES256/RS256 keys of access tokens signed elsewhere.") { $0.auth.jwksPath = $1 },
+        .text("appStore.bundleId", default: "none (no receipt verifies)", environment: nil, flag: nil,
+              "The app's bundle id.", check: AppStoreConfig.checkBundleId) { $0.domains[AppStoreConfig.self].bundleId = $1 },
+        .integer("appStore.appAppleId", 1...Int64.max, default: "none", environment: nil, flag: nil,
+                 "The app's Apple id, checked on Production notifications.") { $0.domains[AppStoreConfig.self].appAppleId = Int64($1) },
+        .integer("appStore.refreshIntervalSeconds", 60...(7 * 86_400), default: String(AppStoreConfig().refreshIntervalSeconds),
+                 environment: nil, flag: nil, "How long after subscriptions.refresh looked at a membership it is due again.") {
+            $0.domains[AppStoreConfig.self].refreshIntervalSeconds = Int64($1)
+        },
     ]
 
     static let byKey = Dictionary(uniqueKeysWithValues: all.map { ($0.key, $0) })
 
     /// The config file's sections the table reads, in the order their rows come.
-    static let sections: [String] = all.filter(\.inFile).reduce(into: []) { list, s in
+    static let sections: [String] = all.reduce(into: []) { list, s in
         if !list.contains(String(s.section)) { list.append(String(s.section)) }
     }
 

@@ -50,7 +50,7 @@ struct TestWrite: RPCMethod {
         } catch {
             throw RPCError.from(error)
         }
-        return TestAnswer(json: ["seq": .int(Int64((store as? Store)?.seq ?? store.lastCommitID))])
+        return TestAnswer(json: ["seq": .int(Int64((store as? Store)?.lastRecord ?? store.lastCommitID))])
     }
 }
 

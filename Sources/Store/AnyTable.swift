@@ -68,7 +68,7 @@ struct TableOps {
 
     @inlinable
     init<Row: StoredRow>(_ table: Table<Row>) {
-        put = { [unowned table] user, key, row, stamp in table.set(user, RowKey(key), row as! Row, stamp) }
+        put = { [unowned table] user, key, row, stamp in table.set(user, RowKey(key), table.typed(row), stamp) }
         putBinary = { [unowned table] (user, key, reader, stamp) throws(StorageError) in
             table.set(user, RowKey(key), try Row(binaryStored: &reader), stamp)
         }

@@ -118,7 +118,7 @@ extension Store {
         let end = count == .max ? unit.entries.count : min(unit.entries.count, unit.next + count)
         for i in unit.next..<end {
             let entry = unit.entries[i]
-            let entryUndo = apply(entry, Stamp(seq: Stamp.position(record: unit.record, index: i), at: unit.at),
+            let entryUndo = apply(entry, Stamp(position: Stamp.position(record: unit.record, index: i), at: unit.at),
                                   commit: unit.commit, changes: &unit.changes)
             if keepsRecords && !unit.durable { undo.append(entryUndo) }
             switch entry {

@@ -299,12 +299,13 @@ typealias Partition<Row> = SortedChunks<RowKey, Row>
 /// record carries its commit time), and kept in snapshots.
 @usableFromInline
 struct Stamp: Sendable, Equatable {
-    @usableFromInline var seq: UInt64
+    /// The change's feed position (0: not in the feed).
+    @usableFromInline var position: UInt64
     /// Milliseconds since 1970.
     @usableFromInline var at: Int64
 
-    @inlinable init(seq: UInt64, at: Int64) {
-        self.seq = seq
+    @inlinable init(position: UInt64, at: Int64) {
+        self.position = position
         self.at = at
     }
 

@@ -47,7 +47,7 @@ struct SnapshotStamps {
     @inlinable
     mutating func legacy() -> Stamp {
         defer { nextLegacy += 1 }
-        return Stamp(seq: nextLegacy, at: legacyAt)
+        return Stamp(position: nextLegacy, at: legacyAt)
     }
 }
 
@@ -74,7 +74,7 @@ struct FrozenTable: Sendable {
 extension Stamp {
     /// The binary form: position, then time (varints).
     func write(to out: inout [UInt8]) {
-        Binary.writeVarint(seq, to: &out)
+        Binary.writeVarint(position, to: &out)
         Binary.writeVarint(UInt64(bitPattern: at), to: &out)
     }
 }
@@ -83,7 +83,7 @@ extension BinaryReader {
     @inlinable
     mutating func stamp(of table: String) throws(StorageError) -> Stamp {
         do {
-            return Stamp(seq: try varint(), at: Int64(bitPattern: try varint()))
+            return Stamp(position: try varint(), at: Int64(bitPattern: try varint()))
         } catch {
             throw StorageError.corrupt("\(table): \(error)")
         }

@@ -77,9 +77,9 @@ public final class Store: Storage, @unchecked Sendable {
     /// Whether the journal keeps records (else no undo is needed: nothing can fail to be written).
     let keepsRecords: Bool
 
-    /// Sequence number of the last applied record.
-    public private(set) var seq: UInt64 = 0
-    /// Id of the last commit (never reused, unlike seq after a failed write).
+    /// Number of the last applied log record (feed positions are `record << 20 | index`).
+    public private(set) var lastRecord: UInt64 = 0
+    /// Id of the last commit (never reused, unlike record numbers after a failed write).
     public private(set) var lastCommitID: UInt64 = 0
 
     // Commits applied in memory whose records the journal has queued but not yet written.
@@ -191,7 +191,7 @@ public final class Store: Storage, @unchecked Sendable {
             guard let entity = table.entity, entities?.contains(entity.name) ?? true else { continue }
             floor = max(floor, table.feed(user: user, after: after ?? 0, limit: take, into: &found))
         }
-        found.sort { $0.stamp.seq < $1.stamp.seq }
+        found.sort { $0.stamp.position < $1.stamp.position }
         return FeedPage(entries: found.prefix(limit).map(entry), hasMore: found.count > limit, forgottenThrough: floor)
     }
 
@@ -218,7 +218,7 @@ public final class Store: Storage, @unchecked Sendable {
         versions[user] = changes
     }
 
-    public var feedHorizon: UInt64 { Stamp.position(record: seq, index: (1 << Stamp.positionBits) - 1) }
+    public var feedHorizon: UInt64 { Stamp.position(record: lastRecord, index: (1 << Stamp.positionBits) - 1) }
 
     /// Positions are kernel-wide here: the horizon holds for every user.
     public func lastFeedPosition(of user: String?) -> UInt64 { feedHorizon }
@@ -228,7 +228,7 @@ public final class Store: Storage, @unchecked Sendable {
 
     private func entry(_ c: FeedCandidate) -> FeedEntry {
         let entity = slots[c.table].entity!
-        return FeedEntry(position: c.stamp.seq, entity: entity.name, id: entity.id(c.key.string), op: c.deleted ? .delete : .upsert, at: c.stamp.at)
+        return FeedEntry(position: c.stamp.position, entity: entity.name, id: entity.id(c.key.string), op: c.deleted ? .delete : .upsert, at: c.stamp.at)
     }
 
     /// Changes made durable since the last call, in commit order, with their users (while
@@ -295,11 +295,11 @@ public final class Store: Storage, @unchecked Sendable {
     /// recovery gave their rows are kept from then on.
     public func open() throws(StoreOpenError) {
         var older = false
-        seq = try journal.open { (scan) throws(StoreOpenError) in
+        lastRecord = try journal.open { (scan) throws(StoreOpenError) in
             older = (scan.snapshot.map { $0.format != .stamped } ?? false) || scan.records.contains { $0.format != .stamped }
             try load(scan)
         }
-        guard older, seq > 0 else { return }
+        guard older, lastRecord > 0 else { return }
         do {
             _ = try snapshot()
             log("data dir written by an older release: rewritten as a snapshot in today's format")
@@ -344,7 +344,7 @@ public final class Store: Storage, @unchecked Sendable {
         let record = log.record.seq
         guard log.format != .text else {
             for (i, change) in try DataDirScan.changes(of: log).enumerated() {
-                try replay(change, Stamp(seq: Stamp.position(record: record, index: i), at: legacyAt))
+                try replay(change, Stamp(position: Stamp.position(record: record, index: i), at: legacyAt))
             }
             return
         }
@@ -354,7 +354,7 @@ public final class Store: Storage, @unchecked Sendable {
                 let at = log.format == .stamped ? Int64(bitPattern: try r.varint()) : legacyAt
                 var i = 0
                 repeat {
-                    let stamp = Stamp(seq: Stamp.position(record: record, index: i), at: at)
+                    let stamp = Stamp(position: Stamp.position(record: record, index: i), at: at)
                     i += 1
                     switch try Change.Head.read(&r) {
                     case .put(let name, let user, let key):
@@ -403,17 +403,17 @@ public final class Store: Storage, @unchecked Sendable {
         }
         // Change i of the record gets feed position `seq << 20 | i` (what replay derives again).
         precondition(tx.entries.count < 1 << Stamp.positionBits, "a unit of work of over a million changes")
-        let record = seq + 1
+        let record = lastRecord + 1
         let at = clock.now().milliseconds
         if mayFinishLater, let user = Backlog.user(ofSliceable: tx) {
             lastCommitID += 1
-            seq = record
+            lastRecord = record
             enqueue(tx, user: user, record: record, at: at)
         } else {
             var lastUser: String?
             var collected: [(commit: UInt64, user: String, change: FeedCandidate)] = []
             for (i, entry) in tx.entries.enumerated() {
-                let entryUndo = apply(entry, Stamp(seq: Stamp.position(record: record, index: i), at: at), commit: lastCommitID + 1,
+                let entryUndo = apply(entry, Stamp(position: Stamp.position(record: record, index: i), at: at), commit: lastCommitID + 1,
                                       changes: &collected)
                 if keepsRecords { undo.append(entryUndo) }
                 if let user = entry.user, user != lastUser {
@@ -426,15 +426,15 @@ public final class Store: Storage, @unchecked Sendable {
                 }
             }
             lastCommitID += 1
-            seq = record
+            lastRecord = record
             handOver(collected, durable: !keepsRecords)
         }
         guard keepsRecords else { return }
         if !journal.hasQueued {
             firstQueuedCommit = lastCommitID
-            seqBeforeQueued = seq - 1
+            seqBeforeQueued = lastRecord - 1
         }
-        journal.append(seq: seq) { payload in
+        journal.append(seq: lastRecord) { payload in
             Binary.writeVarint(UInt64(bitPattern: at), to: &payload)
             if let prepared = tx.prepared as? [UInt8] { payload.append(contentsOf: prepared) } else { Self.writeEntries(tx, to: &payload) }
         }
@@ -470,10 +470,10 @@ public final class Store: Storage, @unchecked Sendable {
                     position = (restoredPositions[user] ?? 0) + 1
                 }
                 var ignored: [(commit: UInt64, user: String, change: FeedCandidate)] = []
-                _ = apply(entry, Stamp(seq: position, at: change.at), changes: &ignored)
+                _ = apply(entry, Stamp(position: position, at: change.at), changes: &ignored)
             case .tombstone(let handle, let u, let key):
                 user = u
-                slots[handle.slot].setTombstone(user: user, key: key, stamp: Stamp(seq: position, at: change.at))
+                slots[handle.slot].setTombstone(user: user, key: key, stamp: Stamp(position: position, at: change.at))
             case .feedCounter(let u):
                 user = u
             }
@@ -486,8 +486,8 @@ public final class Store: Storage, @unchecked Sendable {
     /// (positions derive from record numbers), and a snapshot holds it all.
     public func finishRestore() throws(StorageError) {
         let top = restoredPositions.values.max() ?? 0
-        seq = max(seq, top >> Stamp.positionBits)
-        journal.advance(to: seq)
+        lastRecord = max(lastRecord, top >> Stamp.positionBits)
+        journal.advance(to: lastRecord)
         restoredPositions.removeAll()
         _ = try snapshot()
     }
@@ -531,7 +531,7 @@ public final class Store: Storage, @unchecked Sendable {
     /// touch synced tables (it has no feed position to give).
     public func upgrade(_ tx: Transaction) {
         var ignored: [(commit: UInt64, user: String, change: FeedCandidate)] = []
-        for entry in tx.entries { _ = apply(entry, Stamp(seq: 0, at: 0), changes: &ignored) }
+        for entry in tx.entries { _ = apply(entry, Stamp(position: 0, at: 0), changes: &ignored) }
     }
 
     private func removeUser(_ user: String) -> Undo {
@@ -576,7 +576,7 @@ public final class Store: Storage, @unchecked Sendable {
             log("log write failed (\(failure)); \(lastCommitID - firstQueuedCommit + 1) write(s) undone and answered -32050")
             rollBack()
             failedCommits.append(firstQueuedCommit...lastCommitID)
-            seq = seqBeforeQueued
+            lastRecord = seqBeforeQueued
             backlogWritten(false)
         } else {
             if !unflushedChanges.isEmpty { committedChanges += unflushedChanges }

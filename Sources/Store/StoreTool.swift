@@ -82,8 +82,8 @@ public enum StoreTool {
                     var line = JSONObject([("type", .string(value == nil ? "tombstone" : "row")), ("table", .string(table)),
                                            ("user", .string(user)), ("key", .string(key))])
                     if let value { line["value"] = value }
-                    if let stamp, stamp.seq > 0 {
-                        line["seq"] = .int(Int64(bitPattern: stamp.seq))
+                    if let stamp, stamp.position > 0 {
+                        line["seq"] = .int(Int64(bitPattern: stamp.position))
                         line["at"] = .int(stamp.at)
                     }
                     emit(.object(line))

@@ -128,7 +128,15 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
 
     func put(user: String, key: String, row: any StoredRow, stamp: Stamp) -> Previous {
         if let ops { return ops.put(user, key, row, stamp) }
-        return set(user, RowKey(key), row as! Row, stamp)
+        return set(user, RowKey(key), typed(row), stamp)
+    }
+
+    /// `row` as this table's row type. A write entry's row comes from this table's typed handle
+    /// (`TableHandle<Row>`), never from stored data or the wire, so another type is a bug of the store.
+    @usableFromInline
+    func typed(_ row: any StoredRow) -> Row {
+        guard let typed = row as? Row else { preconditionFailure("table \(name) was handed a \(type(of: row)) to write") }
+        return typed
     }
 
     func put(user: String, key: String, stored: JSON, stamp: Stamp) throws(StorageError) {
@@ -211,10 +219,10 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
             refs.append((seq, ref))
         }
         rows[user]?.forEach { key, _, stamp in
-            if let stamp, stamp.seq > 0 { add(stamp.seq, FeedRef(key: key, deleted: false)) }
+            if let stamp, stamp.position > 0 { add(stamp.position, FeedRef(key: key, deleted: false)) }
         }
         deleted[user]?.forEach { key, stamp, _ in
-            if stamp.seq > 0 { add(stamp.seq, FeedRef(key: key, deleted: true)) }
+            if stamp.position > 0 { add(stamp.position, FeedRef(key: key, deleted: true)) }
         }
         if !inOrder { refs.sort { $0.0 < $1.0 } }
         if !refs.isEmpty { feedIndex[user] = SortedChunks(sorted: refs) }
@@ -223,18 +231,18 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
     /// Files a feed position under `user` (position 0, given by upgrades, never shows in a feed).
     @inlinable
     func indexFeed(_ user: String, _ stamp: Stamp, _ key: RowKey, deleted: Bool, replacing old: Stamp? = nil) {
-        guard stamp.seq > 0 else { return unindexFeed(user, old) }
+        guard stamp.position > 0 else { return unindexFeed(user, old) }
         feedIndexReady(user)
         // One access to the user's index for both: a put replaces its row's previous position.
-        feedIndex[user, default: SortedChunks()].reposition(old.map(\.seq), to: stamp.seq, FeedRef(key: key, deleted: deleted))
+        feedIndex[user, default: SortedChunks()].reposition(old.map(\.position), to: stamp.position, FeedRef(key: key, deleted: deleted))
     }
 
     /// Drops a feed position of `user` that a change replaced.
     @inlinable
     func unindexFeed(_ user: String, _ stamp: Stamp?) {
-        guard let stamp, stamp.seq > 0 else { return }
+        guard let stamp, stamp.position > 0 else { return }
         feedIndexReady(user)
-        _ = feedIndex[user]?.remove(stamp.seq)
+        _ = feedIndex[user]?.remove(stamp.position)
         if feedIndex[user]?.isEmpty == true { feedIndex[user] = nil }
     }
 
@@ -302,7 +310,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         let floorKey = RowKey(Tombstones.floorKey)
         var all: [(RowKey, Stamp)] = []
         deleted[user]?.forEach { key, stamp, _ in if key != floorKey { all.append((key, stamp)) } }
-        all.sort { $0.1.seq < $1.1.seq }
+        all.sort { $0.1.position < $1.1.position }
         let doomed = all.prefix(all.count - Tombstones.kept(of: tombstoneLimit))
         guard let newest = doomed.last?.1 else { return [] }
         var removed: [(RowKey, Stamp)] = []
@@ -311,12 +319,12 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
             _ = dropTombstone(user, key)
             removed.append((key, stamp))
         }
-        setTombstone(user, floorKey, Stamp(seq: max(newest.seq, removed.first?.1.seq ?? 0), at: at))
+        setTombstone(user, floorKey, Stamp(position: max(newest.position, removed.first?.1.position ?? 0), at: at))
         return removed
     }
 
     func setTombstone(user: String, key name: String, stamp: Stamp) {
-        guard synced, stamp.seq > 0 else { return }
+        guard synced, stamp.position > 0 else { return }
         let key = RowKey(name)
         _ = unset(user, key)
         _ = dropTombstone(user, key)
@@ -333,7 +341,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
                 unindexFeed(user, old?.1)
                 indexFeed(user, stamp, key, deleted: false)
             } else {
-                set(user, key, row, Stamp(seq: 0, at: 0))
+                set(user, key, row, Stamp(position: 0, at: 0))
             }
         } else {
             _ = unset(user, key)
@@ -380,12 +388,12 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
         feedIndexReady(user)
         guard let index = feedIndex[user] else { return 0 }
         let mine = rows[user], gone = deleted[user]
-        let floorKey = RowKey(Tombstones.floorKey), floor = gone?[floorKey]?.seq ?? 0
+        let floorKey = RowKey(Tombstones.floorKey), floor = gone?[floorKey]?.position ?? 0
         // The floor's tombstone is no feed entry: one more is read in case it is among them.
         let take = floor > after && limit < .max ? limit + 1 : limit
         for (seq, ref) in index.entries(from: nil, to: nil, after: after, reverse: false, limit: take) where ref.key != floorKey {
             let at = (ref.deleted ? gone?[ref.key] : mine?.stamp(ref.key))?.at ?? 0
-            out.append(FeedCandidate(stamp: Stamp(seq: seq, at: at), table: slot, key: ref.key, deleted: ref.deleted))
+            out.append(FeedCandidate(stamp: Stamp(position: seq, at: at), table: slot, key: ref.key, deleted: ref.deleted))
         }
         return floor
     }
@@ -427,7 +435,7 @@ public final class Table<Row: StoredRow>: TableHandle, StorageTable, AnyTable, @
                 write(user, mine) { row, stamp, group in
                     group.append(SnapshotEntryKind.row.rawValue)
                     row.writeStored(to: &group)
-                    (stamp ?? Stamp(seq: 0, at: 0)).write(to: &group)
+                    (stamp ?? Stamp(position: 0, at: 0)).write(to: &group)
                 }
             }
             for (user, gone) in tombstones {

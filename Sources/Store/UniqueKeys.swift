@@ -69,7 +69,7 @@ final class UniqueKeys: AnyTable {
     func markChanged(_ user: String, _ version: UInt64) {}
 
     func restore(user: String, key: String, _ previous: Previous) {
-        if previous.row != nil { _ = claim(user, key) } else { _ = delete(user: user, key: key, stamp: Stamp(seq: 0, at: 0)) }
+        if previous.row != nil { _ = claim(user, key) } else { _ = delete(user: user, key: key, stamp: Stamp(position: 0, at: 0)) }
     }
 
     func removeUser(_ user: String) -> Any {

@@ -25,14 +25,10 @@ public struct AppStoreConfig: DomainConfig {
 
     public static var sections: [String] { ["appStore"] }
 
-    /// Reads `appStore: {bundleId, appAppleId, refreshIntervalSeconds, environments, rootCertificates, serverApi, consumptionRequests}`.
+    /// Reads the members of `appStore` that are not single values: `environments`, `rootCertificates`,
+    /// `serverApi`, `consumptionRequests`. The kernel's settings table reads `bundleId`, `appAppleId` and
+    /// `refreshIntervalSeconds` from the same object first, and finishes it.
     public mutating func read(section name: String, _ r: inout ObjectReader, files: ConfigFiles) throws(FieldError) {
-        if let v: String = try r.optional("bundleId") {
-            guard !v.isEmpty, v.utf8.count <= 255 else { throw .outOfRange(r.path("bundleId"), "must be 1 to 255 bytes") }
-            bundleId = v
-        }
-        if let v = try r.optional("appAppleId", in: 1...Int64.max) { appAppleId = v }
-        if let v = try r.optional("refreshIntervalSeconds", in: 60...(7 * 86_400)) { refreshIntervalSeconds = v }
         if let v: [String] = try r.optional("environments") {
             guard !v.isEmpty, v.allSatisfy(Self.knownEnvironments.contains) else {
                 throw .outOfRange(r.path("environments"), "must list one or more of Production, Sandbox")
@@ -66,7 +62,11 @@ public struct AppStoreConfig: DomainConfig {
                 throw .outOfRange(r.path("consumptionRequests.answer"), "needs appStore.serverApi (answers go through the App Store Server API)")
             }
         }
-        try r.finish()
+    }
+
+    /// The check of `appStore.bundleId`: the message when `id` is refused.
+    public static func checkBundleId(_ id: String) -> String? {
+        !id.isEmpty && id.utf8.count <= 255 ? nil : "must be 1 to 255 bytes"
     }
 
     /// `HEALTHKERNEL_APPSTORE_KEY`: the key's PEM text, or the path of its file; it wins over the file's

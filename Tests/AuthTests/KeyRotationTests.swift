@@ -115,7 +115,8 @@ import TestSupport
             guard case .object(let o)? = try? JSON.parse(Array(text.utf8)) else { return "not an object" }
             var reader = ObjectReader(o, path: "auth")
             do {
-                _ = try AuthConfig.read(&reader, resolve: { $0 })
+                var config = AuthConfig()
+                try config.readStructured(&reader, resolve: { $0 })
                 return nil
             } catch {
                 return "\(error.field) \(error.reason)"

@@ -2,6 +2,8 @@ import Testing
 import Rewards
 import ScreenTime
 import Health
+import Auth
+import Subscriptions
 import TestSupport
 @testable import Kernel
 
@@ -13,7 +15,7 @@ import TestSupport
         case .integer: return "-7x"
         case .boolean: return "maybe"
         case .oneOf: return "sometimes"
-        case .text, .path: return s.key == "store.schema" ? "pg_catalog" : s.key == "auth.jwtSecret" ? "short" : nil
+        case .text, .path: return ["store.schema": "pg_catalog", "auth.jwtSecret": "short", "appStore.bundleId": ""][s.key]
         }
     }
 
@@ -36,11 +38,9 @@ import TestSupport
                     #expect(error.description.hasPrefix("--\(flag)"), "\(error)")
                 }
             }
-            if s.inFile {
-                let json = #"{"\#(s.section)":{"\#(s.name)":"\#(value)"}}"#
-                do { _ = try load(file: json); Issue.record("\(s.key) \(value) accepted in the file") } catch {
-                    #expect(error.description.contains(s.key), "\(error)")
-                }
+            let json = #"{"\#(s.section)":{"\#(s.name)":"\#(value)"}}"#
+            do { _ = try load(file: json); Issue.record("\(s.key) \(value) accepted in the file") } catch {
+                #expect(error.description.contains(s.key), "\(error)")
             }
         }
     }
@@ -65,5 +65,21 @@ import TestSupport
         #expect(config.domains[RewardsConfig.self].xpPerMinute == 20)
         #expect(throws: ConfigError.self) { try load(file: #"{"rewards":{"xpPerMinute":0}}"#) }
         #expect(throws: ConfigError.self) { try load(file: #"{"health":{"colour":"red"}}"#) }
+    }
+
+    /// A section with values that have members (`auth`, `appStore`) is read once: its single values by
+    /// their rows, the rest by the owning module, and a key neither knows is refused.
+    @Test func sectionsWithMembersShareTheirReaderWithTheRows() throws {
+        let file = #"{"auth":{"accessTokenTtlSeconds":120,"sessionsPerUser":3,"acceptedIssuers":["https://issuer.example"]},"appStore":{"bundleId":"com.example.app","refreshIntervalSeconds":600,"environments":["Sandbox"]}}"#
+        let config = try load(file: file)
+        #expect(config.auth.accessTokenTtlSeconds == 120 && config.auth.sessionsPerUser == 3)
+        #expect(config.auth.acceptedIssuers == ["https://issuer.example"])
+        #expect(config.auth.refreshTokenTtlSeconds == AuthConfig().refreshTokenTtlSeconds, "a row the file leaves out keeps its default")
+        #expect(config.domains[AppStoreConfig.self].bundleId == "com.example.app")
+        #expect(config.domains[AppStoreConfig.self].refreshIntervalSeconds == 600)
+        #expect(config.domains[AppStoreConfig.self].environments == ["Sandbox"])
+        for bad in [#"{"auth":{"colour":"red"}}"#, #"{"appStore":{"colour":"red"}}"#, #"{"auth":{"accessTokenTtlSeconds":5}}"#] {
+            #expect(throws: ConfigError.self, "\(bad)") { try load(file: bad) }
+        }
     }
 }

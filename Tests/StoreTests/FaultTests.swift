@@ -170,14 +170,14 @@ struct Ledger {
         }
         let again = try Harness(dir: h.dir)
         #expect(again.contents == expected)
-        #expect(again.store.seq == 5)
+        #expect(again.store.lastRecord == 5)
         try again.write("k5", "v")
         _ = again.store.flush()
         again.store.abandon()
         #expect(StoreTool.verify(h.dir).status == 0)
         let third = try Harness(dir: h.dir)
         #expect(third.contents.count == 12)
-        #expect(third.store.seq == 6)
+        #expect(third.store.lastRecord == 6)
         third.store.abandon()
     }
 

@@ -58,8 +58,8 @@ final class TickingClock: Clock, @unchecked Sendable {
                 Set(t.rows.keys).union(t.deleted.keys).union(t.feedIndex.keys).allSatisfy { user in
                     t.feedIndexReady(user)
                     var want: [String] = [], got: [String] = []
-                    t.rows[user]?.forEach { key, _, stamp in want.append("\(stamp!.seq) \(key) row") }
-                    t.deleted[user]?.forEach { key, stamp, _ in want.append("\(stamp.seq) \(key) tombstone") }
+                    t.rows[user]?.forEach { key, _, stamp in want.append("\(stamp!.position) \(key) row") }
+                    t.deleted[user]?.forEach { key, stamp, _ in want.append("\(stamp.position) \(key) tombstone") }
                     t.feedIndex[user]?.forEach { seq, ref, _ in got.append("\(seq) \(ref.key) \(ref.deleted ? "tombstone" : "row")") }
                     return Set(want) == Set(got) && got.count == want.count
                 }

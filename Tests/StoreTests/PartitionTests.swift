@@ -59,7 +59,7 @@ import JSON
             // Inserts: random keys (HealthKit UUIDs) and runs of ordered ones (dates, counters).
             for i in 0..<3000 {
                 let key = round % 2 == 0 ? g.hexKey() : "z\(round)-" + String(100_000 + i)
-                let stamp = Stamp(seq: g.next(), at: Int64(i))
+                let stamp = Stamp(position: g.next(), at: Int64(i))
                 let old = stamped ? p.setStamped(key, i, stamp)?.0 : p.set(key, i)
                 #expect(old == model[key]?.0)
                 model[key] = (i, stamp)
@@ -69,7 +69,7 @@ import JSON
             for _ in 0..<2500 {
                 let key = existing[g.below(existing.count)]
                 if g.below(3) == 0 {
-                    let stamp = Stamp(seq: g.next(), at: -1)
+                    let stamp = Stamp(position: g.next(), at: -1)
                     if model[key] != nil {
                         let old = stamped ? p.setStamped(key, -7, stamp)?.0 : p.set(key, -7)
                         #expect(old == model[key]?.0)

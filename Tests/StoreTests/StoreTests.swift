@@ -153,7 +153,7 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         // Replay under another clock gives the same state: the log holds effects, not inputs.
         let again = try Harness(dir: h.dir, clockMs: 9_999_999)
         #expect(again.contents == before)
-        #expect(again.store.seq == 20)
+        #expect(again.store.lastRecord == 20)
         again.store.abandon()
     }
 
@@ -186,14 +186,14 @@ func reopenError(_ dir: String) -> StoreOpenError? {
             try Data(full[0..<cut]).write(to: URL(fileURLWithPath: copy + "/" + (path as NSString).lastPathComponent))
             let r = try Harness(dir: copy)
             #expect(r.contents == expected, "cut at \(cut)")
-            #expect(r.store.seq == 4)
+            #expect(r.store.lastRecord == 4)
             #expect(cut == sizeBefore || r.messages.all.contains { $0.contains("torn record at byte \(sizeBefore)") }, "cut at \(cut)")
             // The log goes on cleanly after the cut.
             try r.write("after", "y")
             _ = r.store.flush()
             r.store.abandon()
             let r2 = try Harness(dir: copy)
-            #expect(r2.contents["u1/after"] == "y" && r2.store.seq == 5, "cut at \(cut)")
+            #expect(r2.contents["u1/after"] == "y" && r2.store.lastRecord == 5, "cut at \(cut)")
             r2.store.abandon()
         }
     }
@@ -246,7 +246,7 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         #expect(listing.segments.map(\.firstSeq) == [4])
         let again = try Harness(dir: h.dir)
         #expect(again.contents == before)
-        #expect(again.store.seq == 5)
+        #expect(again.store.lastRecord == 5)
         again.store.abandon()
     }
 
@@ -296,7 +296,7 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         try h.write("ok", "1")
         #expect(h.store.flush().failedCommits.isEmpty)
         let kept = h.contents
-        let seq = h.store.seq
+        let seq = h.store.lastRecord
         try h.write("big", String(repeating: "x", count: 400))
         var tx = Transaction()
         tx.deleteUser("u1")
@@ -306,7 +306,7 @@ func reopenError(_ dir: String) -> StoreOpenError? {
         #expect(outcome.failedCommits == [2...3])
         #expect(!outcome.fatal)
         #expect(h.contents == kept)
-        #expect(h.store.seq == seq)
+        #expect(h.store.lastRecord == seq)
         // Smaller writes still fit and are durable.
         try h.write("small", "2")
         #expect(h.store.flush().failedCommits.isEmpty)
@@ -414,7 +414,7 @@ extension StoreTests {
         try Self.writeVersion1(dir)
         let h = try Harness(dir: dir)
         #expect(h.contents == ["u1/a": "one", "u2/a": "two", "u1/b": "three"])
-        #expect(h.store.seq == 3)
+        #expect(h.store.lastRecord == 3)
         try h.write("c", "four")
         #expect(h.store.flush().failedCommits.isEmpty)
         h.store.abandon()

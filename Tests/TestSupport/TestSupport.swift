@@ -71,7 +71,7 @@ extension Trait where Self == ConditionTrait {
 
 /// How many commits `store` has made: tests check that a refused request changed nothing.
 public func commitCount(_ store: any Storage) -> UInt64 {
-    if let store = store as? Store { return store.seq }
+    if let store = store as? Store { return store.lastRecord }
     if let store = store as? PostgresStore { return store.lastCommitID }
     preconditionFailure("no commit counter for \(type(of: store))")
 }
