@@ -32,16 +32,11 @@ let package = Package(
             pkgConfig: "jansson",
             providers: [.apt(["libjansson-dev"])]
         ),
-        .systemLibrary(
-            name: "CLibPQ",
-            pkgConfig: "libpq",
-            providers: [.apt(["libpq-dev"])]
-        ),
-        .systemLibrary(
-            name: "CCurl",
-            pkgConfig: "libcurl",
-            providers: [.apt(["libcurl4-openssl-dev"])]
-        ),
+        // libpq and libcurl: their headers at build time (libpq-dev, libcurl4-openssl-dev), their
+        // libraries opened on first use (each target's loader.c says why), so a process that uses neither
+        // loads neither.
+        .target(name: "CLibPQ"),
+        .target(name: "CCurl"),
         .target(name: "HTTPClient", dependencies: ["CCurl"], swiftSettings: optimized),
         .target(name: "JSON", swiftSettings: optimized),
         .target(name: "JSONParsing", dependencies: ["CJansson", "JSON"], swiftSettings: optimized),
@@ -137,6 +132,7 @@ let package = Package(
         .testTarget(name: "ThreadsTests", dependencies: ["Threads", "TestSupport"]),
         .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient", "TestSupport"]),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
+        .testTarget(name: "ChronoTests", dependencies: ["Chrono", "TestSupport"]),
         .testTarget(name: "StoreTests", dependencies: ["Store", "Storage", "Threads", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
         .testTarget(name: "HealthTests", dependencies: ["Health", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "DomainSupport", "TestSupport"]),
         .testTarget(name: "SessionsTests", dependencies: ["Sessions", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),

@@ -315,9 +315,37 @@ def startup(tmp, runs):
     return {
         "healthkernel (empty data dir)": timed(serve(empty), line, fresh=empty),
         "healthkernel --memory-only": timed([HK, "serve", "--memory-only", "--jwt-secret", SECRET], line),
+        "healthkernel version": timed([HK, "version"]),
         "sqlite3 :memory: 'select 1;'": timed(["sqlite3", ":memory:", "select 1;"]),
         "/bin/true": timed(["/bin/true"]),
     }
+
+
+def libraries(tmp):
+    """What a data-dir kernel has mapped once it answered, and what the binary names as NEEDED."""
+    data = os.path.join(tmp, "libs-data")
+    k = subprocess.Popen(serve(data), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    k.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"kernel.info"}\n')
+    k.stdin.flush()
+    k.stdout.readline()
+    with open("/proc/%d/maps" % k.pid) as f:
+        mapped = sorted({os.path.basename(l.split()[-1]) for l in f if ".so" in l.split()[-1]})
+    peak = 0
+    with open("/proc/%d/status" % k.pid) as f:
+        peak = next((int(l.split()[1]) for l in f if l.startswith("VmHWM:")), 0)
+    k.stdin.close()
+    k.wait()
+    needed = [l.split("[")[1].rstrip("]\n") for l in subprocess.run(["readelf", "-d", HK], capture_output=True, text=True).stdout.splitlines()
+              if "(NEEDED)" in l]
+    return {"mapped": mapped, "mappedCount": len(mapped), "needed": needed, "peakKiB": peak,
+            "libpqOrLibcurlMapped": any(m.startswith(("libpq", "libcurl")) for m in mapped)}
+
+
+def binary_size(tmp):
+    """The release binary as built, and stripped as the Debian package ships it (objcopy --strip-all)."""
+    stripped = os.path.join(tmp, "healthkernel-stripped")
+    subprocess.run(["objcopy", "--strip-all", HK, stripped], check=True)
+    return {"builtBytes": os.path.getsize(HK), "strippedBytes": os.path.getsize(stripped)}
 
 
 # ---------------------------------------------------------------- 4. recovery and snapshot
@@ -590,12 +618,15 @@ def main():
         rt = round_trips(tmp, args.rtt, args.runs)
         log("start-up")
         st = startup(tmp, 20)
+        log("libraries and size")
+        libs, size = libraries(tmp), binary_size(tmp)
         log("recovery and snapshot")
         rc = recovery(tmp, args.requests, args.users, snapshot_dir, args.runs)
         log("mixed load: sign-ins beside uploads")
         mixed = mixed_load(tmp, args.runs, args.baseline)
         result = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
-                  "params": vars(args), "throughput": tp, "health": health, "roundTrip": rt, "startupMs": st, "recovery": rc, "mixed": mixed}
+                  "params": vars(args), "throughput": tp, "health": health, "roundTrip": rt, "startupMs": st, "recovery": rc, "mixed": mixed,
+                  "libraries": libs, "binary": size}
         if args.baseline:
             log("baseline: restart and snapshot")
             result["baseline"] = baseline_comparison(tmp, snapshot_dir, args.baseline, args.runs)
@@ -656,7 +687,49 @@ def report(r):
               (f"   baseline {m['baseline']['sameStreamUploadP99Micros'] / 1000:.1f} ms" if "baseline" in m else "") + "   (target < 5 ms)")
         print(f"   upload p99 during the burst, other socket  {k['otherConnectionUploadP99Micros'] / 1000:>8.2f} ms ({k['otherConnectionUploads']} uploads)" +
               (f"   baseline {m['baseline']['otherConnectionUploadP99Micros'] / 1000:.1f} ms" if "baseline" in m else "") + "   (target < 5 ms)")
+    targets(r)
     print("\nwritten to Benchmarks/results/latest.json")
+
+
+def targets(r):
+    """Every target of issue "Performance, round 2", each beside its measure and ratio (ratios in this run)."""
+    tp, st, rc, h, libs, size = r["throughput"], r["startupMs"], r["recovery"], r.get("health", {}), r["libraries"], r["binary"]
+    rows = []
+
+    def row(name, value, target, ok):
+        rows.append((name, value, target, "met" if ok else "MISSED"))
+
+    jansson = tp.get("jansson_parse_only_lps") or 0
+    if jansson:
+        v = tp["kernel_rps"] / jansson
+        row("pipelined uploads / jansson one core", f"{tp['kernel_rps']:,.0f} / {jansson:,.0f} = {v:.2f}x", ">= 1.2x", v >= 1.2)
+    row("pipelined uploads / sqlite3", f"{tp['kernel_rps']:,.0f} / {tp['sqlite_rps']:,.0f} = {tp['vs_sqlite']:.2f}x", ">= 2x", tp["vs_sqlite"] >= 2)
+    sq, tr = st["sqlite3 :memory: 'select 1;'"], st["/bin/true"]
+    v = st["healthkernel (empty data dir)"] / sq
+    row("start-up, empty data dir / sqlite3 :memory:", f"{st['healthkernel (empty data dir)']:.1f} / {sq:.1f} ms = {v:.1f}x", "<= 3x", v <= 3)
+    v = st["healthkernel version"] / tr
+    row("healthkernel version / /bin/true", f"{st['healthkernel version']:.1f} / {tr:.1f} ms = {v:.1f}x", "<= 5x", v <= 5)
+    row("libraries a data-dir kernel maps", f"{libs['mappedCount']} ({len(libs['needed'])} NEEDED); libpq/libcurl: "
+        + ("mapped" if libs["libpqOrLibcurlMapped"] else "not mapped (dlopen on first use)"), "neither libpq nor libcurl", not libs["libpqOrLibcurlMapped"])
+    if h:
+        row("one month of minute heart rate, one request", f"{h['monthRequestMs']:.0f} ms", "< 500 ms", h["monthRequestMs"] < 500)
+    records = int(rc["logRecords"])
+    row(f"restart from the log alone ({records:,} records)", f"{rc['restartFromLogMs']:.0f} ms", "< 2000 ms" + ("" if records >= 1_000_000 else " at 1,000,000"),
+        rc["restartFromLogMs"] < 2000)
+    ratio = rc["residentKiB"] * 1024 / max(rc["snapshotBytes"], 1)
+    row("resident memory / snapshot, uploads", f"{ratio:.1f}x", "<= 2x", ratio <= 2)
+    history = os.path.join(BENCH, "results", "history-latest.json")
+    if os.path.exists(history):
+        with open(history) as f:
+            hist = json.load(f)
+        b = hist.get("residentBytesPerSample")
+        if b is not None:
+            row(f"resident bytes per sample, {hist.get('months', '?')} months (history.py, {hist.get('date', '?')[:10]})", f"{b:.0f} B", "<= 200 B", b <= 200)
+    mb = size["strippedBytes"] / 1e6
+    row("binary, stripped as the package ships it", f"{mb:.1f} MB (as built {size['builtBytes'] / 1e6:.1f} MB)", "< 30 MB", mb < 30)
+    print("\n7. Targets of \"Performance, round 2\" (this run)")
+    for name, value, target, verdict in rows:
+        print(f"   {name:<52} {value:<44} {target:<26} {verdict}")
 
 
 if __name__ == "__main__":

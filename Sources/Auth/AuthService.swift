@@ -1,5 +1,5 @@
 import Chrono
-import Foundation
+import FoundationEssentials
 import Crypto
 import DomainSupport
 import JSON
@@ -282,9 +282,8 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     static func normalizeEmail(_ raw: String) -> String? {
         let trimmed = String(raw.unicodeScalars.drop(while: { $0.properties.isWhitespace }).reversed()
             .drop(while: { $0.properties.isWhitespace }).reversed().map(Character.init))
-        let email = trimmed.precomposedStringWithCanonicalMapping.lowercased().precomposedStringWithCanonicalMapping
-        guard !email.unicodeScalars.contains(where: { [.control, .format].contains($0.properties.generalCategory) }),
-              email.precomposedStringWithCompatibilityMapping == email else { return nil }
+        let email = EmailScalars.nfc(EmailScalars.nfc(trimmed).lowercased())
+        guard !email.unicodeScalars.contains(where: EmailScalars.refused) else { return nil }
         let parts = email.split(separator: "@", omittingEmptySubsequences: false)
         guard email.utf8.count <= 254, parts.count == 2, !parts[0].isEmpty, parts[1].contains("."),
               !parts[1].hasPrefix("."), !parts[1].hasSuffix("."),

@@ -2,7 +2,7 @@ import Chrono
 import DomainSupport
 import Crypto
 import CryptoExtras
-import Foundation
+import FoundationEssentials
 import JSON
 import JSONParsing
 

@@ -1,4 +1,6 @@
-import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The rules that bound guessing and sign-ups: pure, so tests call them directly. Attempts are kept as
 /// lists of times (`ThrottleRow`) in the store, so every kernel on one database counts them.
@@ -38,6 +40,6 @@ enum Throttle {
         if bytes[0..<10].allSatisfy({ $0 == 0 }) && bytes[10] == 0xff && bytes[11] == 0xff {
             return "v4:" + bytes[12...].map(String.init).joined(separator: ".")
         }
-        return "v6:" + bytes[0..<8].map { String(format: "%02x", $0) }.joined() + "/64"
+        return "v6:" + bytes[0..<8].map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined() + "/64"
     }
 }

@@ -1,12 +1,16 @@
-import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import Threads
 
-/// IANA time zones: validated against the system's tz database (`/usr/share/zoneinfo`), converted
-/// with Foundation. Only local-day arithmetic uses this; stored times are always UTC.
+/// IANA time zones: read from the system's tz database (`/usr/share/zoneinfo`, see `TZif`). Only
+/// local-day arithmetic uses this; stored times are always UTC.
 public struct Zone: Sendable, Equatable {
     /// The IANA name, e.g. `America/Los_Angeles`.
     public let identifier: String
-    private let zone: TimeZone
+    private let zone: TZif
 
     /// Where the system keeps its tz database.
     static let databasePath = "/usr/share/zoneinfo/"
@@ -19,14 +23,13 @@ public struct Zone: Sendable, Equatable {
                   (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || (c >= 0x30 && c <= 0x39)
                       || c == UInt8(ascii: "/") || c == UInt8(ascii: "_") || c == UInt8(ascii: "-") || c == UInt8(ascii: "+")
               }),
-              Self.isTZif(Self.databasePath + identifier),
-              let zone = TimeZone(identifier: identifier) else { return nil }
+              let bytes = Self.read(Self.databasePath + identifier), let zone = TZif(bytes) else { return nil }
         self.identifier = identifier
         self.zone = zone
     }
 
-    /// The zone named `identifier`, remembered after the first lookup: validating reads the tz file and
-    /// Foundation parses it, far too slow to repeat on every request.
+    /// The zone named `identifier`, remembered after the first lookup: validating reads and parses the
+    /// tz file, far too slow to repeat on every request.
     public static func named(_ identifier: String) -> Zone? {
         if let hit = cache.withLock({ $0[identifier] }) { return hit }
         guard let zone = Zone(identifier) else { return nil }
@@ -41,20 +44,27 @@ public struct Zone: Sendable, Equatable {
 
     private init(unchecked identifier: String) {
         self.identifier = identifier
-        self.zone = TimeZone(secondsFromGMT: 0)!
+        self.zone = TZif(fixed: 0)
     }
 
-    /// Whether `path` is a compiled tz file (starts with the `TZif` magic).
-    static func isTZif(_ path: String) -> Bool {
-        guard let f = fopen(path, "rb") else { return false }
+    /// The bytes of the tz file at `path` (a tz file is a few KB; more than 1 MB is not one).
+    static func read(_ path: String) -> [UInt8]? {
+        guard let f = fopen(path, "rb") else { return nil }
         defer { fclose(f) }
-        var magic = [UInt8](repeating: 0, count: 4)
-        return fread(&magic, 1, 4, f) == 4 && magic == Array("TZif".utf8)
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16_384)
+        while bytes.count <= 1 << 20 {
+            let n = fread(&chunk, 1, chunk.count, f)
+            if n <= 0 { break }
+            bytes += chunk[..<n]
+        }
+        return bytes.count <= 1 << 20 ? bytes : nil
     }
 
     /// Seconds east of UTC at `instant`.
     public func offsetSeconds(at instant: Timestamp) -> Int {
-        zone.secondsFromGMT(for: Date(timeIntervalSince1970: Double(instant.milliseconds) / 1000))
+        let ms = instant.milliseconds
+        return zone.offset(at: ms >= 0 ? ms / 1000 : (ms - 999) / 1000)
     }
 
     /// The local calendar date at `instant`.

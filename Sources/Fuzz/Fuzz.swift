@@ -53,7 +53,7 @@ enum Fuzz {
     static func withTokens(_ bytes: [UInt8]) -> [UInt8] {
         var text = String(decoding: bytes, as: UTF8.self)
         guard text.contains("$") else { return bytes }
-        text = text.replacingOccurrences(of: "$USER", with: userToken).replacingOccurrences(of: "$SVC", with: serviceToken)
+        text = text.replacing("$USER", with: userToken).replacing("$SVC", with: serviceToken)
         return Array(text.utf8)
     }
 

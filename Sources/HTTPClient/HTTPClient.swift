@@ -45,8 +45,12 @@ public struct HTTPError: Error, CustomStringConvertible, Sendable {
 /// for; URLSession links libcurl anyway, through FoundationNetworking (a static hello world is 71.6 MB with
 /// 36 shared libraries). A session is one easy handle: sessions on different threads are independent.
 public enum HTTPClient {
-    /// Whether libcurl was set up (once per process, before any thread uses it).
-    static let ready: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
+    /// Why libcurl cannot be used, or nil when it was opened and set up (once per process, on first use).
+    static let unavailable: String? = {
+        var error: UnsafePointer<CChar>?
+        guard hk_curl_load(&error) != 0 else { return error.map { String(cString: $0) } ?? "libcurl cannot be opened" }
+        return curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK ? nil : "libcurl cannot start"
+    }()
 
     /// Plain `http://` only to loopback addresses; anything else must be `https://`.
     public static func allowed(_ url: String) -> Bool {
@@ -76,7 +80,7 @@ public final class HTTPSession {
 
     /// A session, or nil when libcurl cannot start.
     public init?() {
-        guard HTTPClient.ready, let handle = curl_easy_init() else { return nil }
+        guard HTTPClient.unavailable == nil, let handle = curl_easy_init() else { return nil }
         self.handle = handle
     }
 

@@ -1,5 +1,5 @@
 import Chrono
-import Foundation
+import FoundationEssentials
 import JSON
 import JSONParsing
 import JSONRPC
@@ -233,7 +233,7 @@ public final class MCPServer {
         let error = response["error"] ?? .null
         var text = error["message"]?.stringValue ?? "The call failed"
         if let field = error["data"]?["field"]?.stringValue {
-            text = text.replacingOccurrences(of: "params.", with: "") + " (argument \(field.hasPrefix("params.") ? String(field.dropFirst(7)) : field))"
+            text = text.replacing("params.", with: "") + " (argument \(field.hasPrefix("params.") ? String(field.dropFirst(7)) : field))"
         }
         if let reason = error["data"]?["reason"]?.stringValue { text += " [\(reason)]" }
         return Self.result(id, Self.toolError(text))

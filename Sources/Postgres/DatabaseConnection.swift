@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Foundation
+import FoundationEssentials
 import Glibc
 #endif
 import CLibPQ
@@ -51,13 +51,16 @@ final class DatabaseConnection: @unchecked Sendable {
     /// Connects to `url` and runs `setup`; throws `unavailable` when it cannot (libpq's message, never
     /// the password, goes to `log`).
     init(url: String, setup: [Statement] = [], log: @escaping @Sendable (String) -> Void = { _ in }) throws(StorageError) {
+        // libpq is opened on first use (CLibPQ's loader): a machine without it gets this, not a crash.
+        var error: UnsafePointer<CChar>?
+        guard hk_pq_load(&error) != 0 else { throw StorageError.unavailable(error.map { String(cString: $0) } ?? "libpq cannot be opened") }
         self.url = url
         self.setup = setup
         self.log = log
         try connect()
     }
 
-    deinit { PQfinish(conn) }
+    deinit { if conn != nil { PQfinish(conn) } }
 
     private func connect() throws(StorageError) {
         if conn != nil { PQfinish(conn) }
@@ -97,7 +100,7 @@ final class DatabaseConnection: @unchecked Sendable {
     static func redacting(_ url: String, in message: String) -> String {
         var out = message
         for secret in passwords(in: url) where !secret.isEmpty {
-            out = out.replacingOccurrences(of: secret, with: "***")
+            out = out.replacing(secret, with: "***")
         }
         return out
     }
@@ -105,7 +108,7 @@ final class DatabaseConnection: @unchecked Sendable {
     /// The password of a connection URL or keyword string, as written and percent-decoded.
     static func passwords(in url: String) -> [String] {
         var found: [String] = []
-        if let scheme = url.range(of: "://") {
+        if let scheme = url.firstRange(of: "://") {
             let rest = url[scheme.upperBound...]
             let authority = rest.prefix { $0 != "/" && $0 != "?" }
             if let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") {
@@ -114,12 +117,24 @@ final class DatabaseConnection: @unchecked Sendable {
         }
         // `password=...` as a URL query parameter or a keyword/value pair.
         var search = url[...]
-        while let r = search.range(of: "password=") {
+        while let r = search.firstRange(of: "password=") {
             let value = search[r.upperBound...].prefix { $0 != "&" && $0 != " " }
-            found.append(String(value.trimmingCharacters(in: ["'"])))
+            found.append(String(value.drop { $0 == "'" }.reversed().drop { $0 == "'" }.reversed()))
             search = search[r.upperBound...]
         }
-        return found + found.compactMap { $0.removingPercentEncoding }
+        return found + found.compactMap(Self.percentDecoded)
+    }
+
+    /// `text` with its `%XX` escapes decoded; nil when an escape is malformed or the result is not UTF-8.
+    static func percentDecoded(_ text: String) -> String? {
+        var out: [UInt8] = [], bytes = Array(text.utf8)[...]
+        while let b = bytes.popFirst() {
+            guard b == UInt8(ascii: "%") else { out.append(b); continue }
+            guard bytes.count >= 2, let v = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16) else { return nil }
+            out.append(v)
+            bytes = bytes.dropFirst(2)
+        }
+        return String(validating: out, as: UTF8.self)
     }
 
     /// The server process serving this connection (what a notification names as its sender).

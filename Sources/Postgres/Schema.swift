@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Storage
 
 /// The database schema as versioned migrations, applied at start in one transaction under an advisory
@@ -84,7 +84,7 @@ enum Schema {
 
     /// Quotes an identifier for SQL.
     static func quote(_ name: String) -> String {
-        "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        "\"" + name.replacing("\"", with: "\"\"") + "\""
     }
 
     /// Creates or upgrades `schema` to `version`. Throws `.unavailable` when the database is newer than

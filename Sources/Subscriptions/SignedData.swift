@@ -1,7 +1,8 @@
 import Chrono
 import Crypto
 import DomainSupport
-import Foundation
+import FoundationEssentials
+import Dispatch
 import JSON
 import JSONParsing
 import SwiftASN1

@@ -1,0 +1,96 @@
+// libcurl, opened when the kernel first calls out over HTTP (a provider's JWKS URL, the App Store
+// Server API) rather than when the process starts: linked normally it brings OpenSSL, GnuTLS, Kerberos,
+// LDAP, nghttp2, SSH and RTMP libraries into every process, though most runs never call out. Each
+// function the kernel calls is defined here with libcurl's prototype as a call through a pointer that
+// `hk_curl_load` fills with dlopen/dlsym (the same scheme as CLibPQ's loader).
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "CCurl.h"
+
+// The variadic functions, declared by curl.h as macros with type checks under GCC: looked up by name.
+typedef CURLcode (*setopt_fn)(CURL *, CURLoption, ...);
+typedef CURLcode (*getinfo_fn)(CURL *, CURLINFO, ...);
+
+static struct {
+    __typeof__(&curl_global_init) global_init;
+    __typeof__(&curl_easy_init) easy_init;
+    __typeof__(&curl_easy_cleanup) easy_cleanup;
+    __typeof__(&curl_easy_perform) easy_perform;
+    __typeof__(&curl_easy_reset) easy_reset;
+    __typeof__(&curl_easy_strerror) easy_strerror;
+    __typeof__(&curl_slist_append) slist_append;
+    __typeof__(&curl_slist_free_all) slist_free_all;
+    setopt_fn setopt;
+    getinfo_fn getinfo;
+} curl;
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static const char *failure;
+static char message[512];
+
+static void load(void) {
+    // Debian's libcurl4 (OpenSSL) first, then the GnuTLS build some systems have instead.
+    void *lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) lib = dlopen("libcurl-gnutls.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(message, sizeof message, "calling out over HTTPS needs libcurl (libcurl.so.4, Debian package libcurl4): %s", dlerror());
+        failure = message;
+        return;
+    }
+#define HK_LOOKUP(field, name) \
+    if (!(*(void **)&curl.field = dlsym(lib, name))) { \
+        snprintf(message, sizeof message, "libcurl.so.4 lacks %s", name); \
+        failure = message; \
+        return; \
+    }
+    HK_LOOKUP(global_init, "curl_global_init")
+    HK_LOOKUP(easy_init, "curl_easy_init")
+    HK_LOOKUP(easy_cleanup, "curl_easy_cleanup")
+    HK_LOOKUP(easy_perform, "curl_easy_perform")
+    HK_LOOKUP(easy_reset, "curl_easy_reset")
+    HK_LOOKUP(easy_strerror, "curl_easy_strerror")
+    HK_LOOKUP(slist_append, "curl_slist_append")
+    HK_LOOKUP(slist_free_all, "curl_slist_free_all")
+    HK_LOOKUP(setopt, "curl_easy_setopt")
+    HK_LOOKUP(getinfo, "curl_easy_getinfo")
+#undef HK_LOOKUP
+}
+
+int hk_curl_load(const char **error) {
+    pthread_once(&once, load);
+    if (error) *error = failure;
+    return failure == NULL;
+}
+
+// Reached only after a successful hk_curl_load (the HTTP client loads before its first call).
+static void require(void) {
+    const char *error;
+    if (!hk_curl_load(&error)) {
+        fprintf(stderr, "healthkernel: %s\n", error);
+        abort();
+    }
+}
+
+CURLcode curl_global_init(long flags) { require(); return curl.global_init(flags); }
+CURL *curl_easy_init(void) { require(); return curl.easy_init(); }
+void curl_easy_cleanup(CURL *c) { require(); curl.easy_cleanup(c); }
+CURLcode curl_easy_perform(CURL *c) { require(); return curl.easy_perform(c); }
+void curl_easy_reset(CURL *c) { require(); curl.easy_reset(c); }
+const char *curl_easy_strerror(CURLcode code) { require(); return curl.easy_strerror(code); }
+struct curl_slist *curl_slist_append(struct curl_slist *l, const char *s) { require(); return curl.slist_append(l, s); }
+void curl_slist_free_all(struct curl_slist *l) { require(); curl.slist_free_all(l); }
+
+CURLcode hk_curl_set_long(CURL *c, CURLoption o, long v) { require(); return curl.setopt(c, o, v); }
+CURLcode hk_curl_set_string(CURL *c, CURLoption o, const char *v) { require(); return curl.setopt(c, o, v); }
+CURLcode hk_curl_set_pointer(CURL *c, CURLoption o, void *v) { require(); return curl.setopt(c, o, v); }
+CURLcode hk_curl_set_write(CURL *c, size_t (*f)(char *, size_t, size_t, void *)) {
+    require();
+    return curl.setopt(c, CURLOPT_WRITEFUNCTION, f);
+}
+CURLcode hk_curl_set_header_function(CURL *c, size_t (*f)(char *, size_t, size_t, void *)) {
+    require();
+    return curl.setopt(c, CURLOPT_HEADERFUNCTION, f);
+}
+CURLcode hk_curl_info_long(CURL *c, CURLINFO i, long *v) { require(); return curl.getinfo(c, i, v); }
