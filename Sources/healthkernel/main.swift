@@ -506,9 +506,9 @@ extension StoreCommand {
 struct VersionCommand: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "version", abstract: "Print the kernel and protocol versions.")
 
-    func run() throws {
-        writeStdout("healthkernel \(KernelVersion.version) (protocol \(KernelVersion.protocolVersion))\n")
-    }
+    static let line = "healthkernel \(KernelVersion.version) (protocol \(KernelVersion.protocolVersion))\n"
+
+    func run() throws { writeStdout(Self.line) }
 }
 
 /// Sends swift-log output to stderr at `level`.
@@ -565,6 +565,13 @@ func readWholeFile(_ path: String) -> [UInt8]? {
     }
 }
 
+// `healthkernel version` alone is answered before the argument parser is built: building it looks up
+// protocol conformances by scanning every conformance record of the binary, which took two thirds of
+// this command's time (4.9 ms, against 0.7 ms for /bin/true). Any other arguments go to the parser.
+if CommandLine.arguments.dropFirst().elementsEqual(["version"]) {
+    writeStdout(VersionCommand.line)
+    exit(0)
+}
 HealthKernelCommand.main()
 
 extension ResponseOrdering: ExpressibleByArgument {}
