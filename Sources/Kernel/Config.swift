@@ -74,6 +74,12 @@ extension KernelConfig {
     /// `--help` text of a setting (`store.fsync`): summary, default and environment variable.
     public static func help(for key: String) -> String { Setting.help(key) }
 
+    /// The setting a long flag sets (`fsync`: `store.fsync`), and whether the flag is a switch (takes
+    /// no value); nil for a flag no setting has.
+    public static func setting(forFlag flag: String) -> (key: String, isSwitch: Bool)? {
+        Setting.byFlag[flag].map { ($0.key, { if case .boolean = $0.kind { true } else { false } }($0)) }
+    }
+
     /// The long flag of a setting, for messages (`store.fsync`: `--fsync`).
     static func flag(_ key: String) -> String { Setting.byKey[key]?.flag.map { "--" + $0 } ?? key }
 

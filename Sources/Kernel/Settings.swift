@@ -282,6 +282,7 @@ extension Setting {
     ]
 
     static let byKey = Dictionary(uniqueKeysWithValues: all.map { ($0.key, $0) })
+    static let byFlag = Dictionary(uniqueKeysWithValues: all.compactMap { s in s.flag.map { ($0, s) } })
 
     /// The config file's sections the table reads, in the order their rows come.
     static let sections: [String] = all.reduce(into: []) { list, s in

@@ -81,11 +81,16 @@ struct KernelOptions: ParsableArguments {
             ("store.snapshotEverySeconds", snapshotEverySeconds), ("auth.jwtSecret", jwtSecret),
         ]
         for (key, value) in given + also { o.values[key] = value }
+        var config = Self.load(o)
+        config.enableTestMethods = enableTestMethods
+        config.failLogAppendsBeyondBytes = failLogAppendsBeyondBytes
+        return config
+    }
+
+    /// The configuration `overrides` and the environment make, or exit 2 with the reason on stderr.
+    static func load(_ overrides: ConfigOverrides) -> KernelConfig {
         do {
-            var config = try KernelConfig.load(overrides: o, environment: environment(), readFile: readWholeFile)
-            config.enableTestMethods = enableTestMethods
-            config.failLogAppendsBeyondBytes = failLogAppendsBeyondBytes
-            return config
+            return try KernelConfig.load(overrides: overrides, environment: environment(), readFile: readWholeFile)
         } catch {
             fail("healthkernel: \(error.description)", status: ExitStatus.startupFailed)
         }
@@ -93,6 +98,10 @@ struct KernelOptions: ParsableArguments {
 
     /// Starts a kernel, or exits with the status that says why it cannot start.
     func start(_ config: KernelConfig, logger: Logger) -> Kernel {
+        Self.start(config, clockOffsetSeconds: clockOffsetSeconds, logger: logger)
+    }
+
+    static func start(_ config: KernelConfig, clockOffsetSeconds: Int64 = 0, logger: Logger) -> Kernel {
         do {
             return try Kernel(config: config, clock: SystemClock(offsetMilliseconds: clockOffsetSeconds * 1000), logger: logger)
         } catch let error as AuthSetupError {
@@ -156,13 +165,18 @@ struct Serve: ParsableCommand {
         let config = options.load(also: [("serve.listen", listen), ("serve.noStdin", noStdin ? "true" : nil),
                                          ("serve.maxUnreadBytes", maxUnreadBytes), ("serve.maxInputBytes", maxInputBytes),
                                          ("serve.ordering", ordering)])
+        Self.serve(config, clockOffsetSeconds: options.clockOffsetSeconds)
+    }
+
+    /// Serves with `config` until the input ends or a signal stops the kernel.
+    static func serve(_ config: KernelConfig, clockOffsetSeconds: Int64 = 0) {
         let (listen, noStdin, ordering) = (config.serve.listen, config.serve.noStdin, config.serve.ordering)
         let (maxUnreadBytes, maxInputBytes) = (config.serve.maxUnreadBytes, config.serve.maxInputBytes)
         if noStdin && listen == nil { fail("healthkernel: --no-stdin needs --listen", status: ExitStatus.startupFailed) }
         let logger = bootstrapLogging(level: config.logLevel)
         let outputFD = StdioServer.protectStdout()
         StdioServer.installSignalHandlers()
-        let kernel = options.start(config, logger: logger)
+        let kernel = KernelOptions.start(config, clockOffsetSeconds: clockOffsetSeconds, logger: logger)
         var inputFD: Int32 = 0
         if noStdin {
             // A pipe nobody writes to: the stdio stream stays open and only a signal ends the kernel.
@@ -570,6 +584,11 @@ func readWholeFile(_ path: String) -> [UInt8]? {
 // this command's time (4.9 ms, against 0.7 ms for /bin/true). Any other arguments go to the parser.
 if CommandLine.arguments.dropFirst().elementsEqual(["version"]) {
     writeStdout(VersionCommand.line)
+    exit(0)
+}
+// The same for `serve` when every argument is a flag of the settings table (QuickServe says why).
+if let overrides = QuickServe.overrides(CommandLine.arguments.dropFirst()) {
+    Serve.serve(KernelOptions.load(overrides))
     exit(0)
 }
 HealthKernelCommand.main()
