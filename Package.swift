@@ -7,7 +7,7 @@ let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().path
 
 // Layers, imports pointing one way:
 // JSON (the value type, its binary form and serializer; pure Swift) -> JSONParsing (text to values with jansson,
-// the only module that touches it, through CJansson) -> (Chrono, Threads, HTTPClient <- CCurl, JSONRPC, Store <- CCRC32C) -> DomainSupport
+// the only module that touches it, through CJansson, its allocations in JanssonArena) -> (Chrono, Threads, HTTPClient <- CCurl, JSONRPC, Store <- CCRC32C) -> DomainSupport
 // -> domains (Auth, ScreenTime, Rewards, Sessions, Subscriptions, Health, Sync), which see storage only through Storage (the interface; Store is the
 // in-memory implementation with its journal; Postgres <- CLibPQ the other; only the composition root knows them)
 //   -> Kernel (composition root: configuration and the one list of methods) -> healthkernel (executable).
@@ -43,7 +43,8 @@ let package = Package(
         .target(name: "CCurl"),
         .target(name: "HTTPClient", dependencies: ["CCurl"], swiftSettings: optimized),
         .target(name: "JSON", swiftSettings: optimized),
-        .target(name: "JSONParsing", dependencies: ["CJansson", "JSON"], swiftSettings: optimized),
+        .target(name: "JanssonArena", dependencies: ["CJansson"]),
+        .target(name: "JSONParsing", dependencies: ["CJansson", "JanssonArena", "JSON"], swiftSettings: optimized),
         .target(name: "Threads", swiftSettings: optimized),
         .target(name: "Chrono", dependencies: ["Threads"], swiftSettings: optimized),
         .target(name: "JSONRPC", dependencies: ["JSON", "JSONParsing", "Chrono", "Threads"], swiftSettings: optimized),

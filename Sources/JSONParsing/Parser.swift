@@ -1,4 +1,5 @@
 import CJansson
+import JanssonArena
 import JSON
 
 extension JSON {
@@ -21,6 +22,9 @@ extension JSON {
     private static func parseStrict(_ bytes: UnsafeRawBufferPointer, maxDepth: Int, numbers: [Double],
                                     allowingNul: Bool = false) throws(JSONParseError) -> JSON {
         var error = json_error_t()
+        // jansson's tree lives in this thread's arena until it is converted and freed, below.
+        hk_arena_begin()
+        defer { hk_arena_end() }
         let base = bytes.baseAddress?.assumingMemoryBound(to: CChar.self)
         // jansson wants a non-null pointer even for an empty buffer.
         let root: UnsafeMutablePointer<json_t>? = withUnsafePointer(to: 0 as CChar) { empty in
