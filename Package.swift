@@ -39,8 +39,9 @@ let package = Package(
         // libpq and libcurl: their headers at build time (libpq-dev, libcurl4-openssl-dev), their
         // libraries opened on first use (each target's loader.c says why), so a process that uses neither
         // loads neither.
-        .target(name: "CLibPQ"),
-        .target(name: "CCurl"),
+        .target(name: "CLoader"),
+        .target(name: "CLibPQ", dependencies: ["CLoader"]),
+        .target(name: "CCurl", dependencies: ["CLoader"]),
         .target(name: "HTTPClient", dependencies: ["CCurl"], swiftSettings: optimized),
         .target(name: "JSON", swiftSettings: optimized),
         .target(name: "JanssonArena", dependencies: ["CJansson"]),

@@ -3,11 +3,9 @@
 // LDAP, nghttp2, SSH and RTMP libraries into every process, though most runs never call out. Each
 // function the kernel calls is defined here with libcurl's prototype as a call through a pointer that
 // `hk_curl_load` fills with dlopen/dlsym (the same scheme as CLibPQ's loader).
-#include <dlfcn.h>
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include "CCurl.h"
+#include "CLoader.h"
 
 // The variadic functions, declared by curl.h as macros with type checks under GCC: looked up by name.
 typedef CURLcode (*setopt_fn)(CURL *, CURLoption, ...);
@@ -31,31 +29,17 @@ static const char *failure;
 static char message[512];
 
 static void load(void) {
+    static const char *const names[] = {"curl_global_init", "curl_easy_init", "curl_easy_cleanup", "curl_easy_perform",
+                                        "curl_easy_reset", "curl_easy_strerror", "curl_slist_append", "curl_slist_free_all",
+                                        "curl_easy_setopt", "curl_easy_getinfo"};
+    static void **const slots[] = {(void **)&curl.global_init, (void **)&curl.easy_init, (void **)&curl.easy_cleanup,
+                                   (void **)&curl.easy_perform, (void **)&curl.easy_reset, (void **)&curl.easy_strerror,
+                                   (void **)&curl.slist_append, (void **)&curl.slist_free_all, (void **)&curl.setopt,
+                                   (void **)&curl.getinfo};
     // Debian's libcurl4 (OpenSSL) first, then the GnuTLS build some systems have instead.
-    void *lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) lib = dlopen("libcurl-gnutls.so.4", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        snprintf(message, sizeof message, "calling out over HTTPS needs libcurl (libcurl.so.4, Debian package libcurl4): %s", dlerror());
-        failure = message;
-        return;
-    }
-#define HK_LOOKUP(field, name) \
-    if (!(*(void **)&curl.field = dlsym(lib, name))) { \
-        snprintf(message, sizeof message, "libcurl.so.4 lacks %s", name); \
-        failure = message; \
-        return; \
-    }
-    HK_LOOKUP(global_init, "curl_global_init")
-    HK_LOOKUP(easy_init, "curl_easy_init")
-    HK_LOOKUP(easy_cleanup, "curl_easy_cleanup")
-    HK_LOOKUP(easy_perform, "curl_easy_perform")
-    HK_LOOKUP(easy_reset, "curl_easy_reset")
-    HK_LOOKUP(easy_strerror, "curl_easy_strerror")
-    HK_LOOKUP(slist_append, "curl_slist_append")
-    HK_LOOKUP(slist_free_all, "curl_slist_free_all")
-    HK_LOOKUP(setopt, "curl_easy_setopt")
-    HK_LOOKUP(getinfo, "curl_easy_getinfo")
-#undef HK_LOOKUP
+    static const char *const files[] = {"libcurl.so.4", "libcurl-gnutls.so.4", NULL};
+    failure = hk_open_library(files, "calling out over HTTPS (Debian package libcurl4)", names, slots,
+                              sizeof names / sizeof *names, message, sizeof message);
 }
 
 int hk_curl_load(const char **error) {
@@ -67,10 +51,7 @@ int hk_curl_load(const char **error) {
 // Reached only after a successful hk_curl_load (the HTTP client loads before its first call).
 static void require(void) {
     const char *error;
-    if (!hk_curl_load(&error)) {
-        fprintf(stderr, "healthkernel: %s\n", error);
-        abort();
-    }
+    if (!hk_curl_load(&error)) hk_library_missing(error);
 }
 
 CURLcode curl_global_init(long flags) { require(); return curl.global_init(flags); }

@@ -6,11 +6,9 @@
 // and would freeze a TLS stack into the binary. So each function the kernel calls is defined here with
 // libpq's own prototype (the header checks every signature) as a call through a pointer that
 // `hk_pq_load` fills with dlopen/dlsym.
-#include <dlfcn.h>
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include "CLibPQ.h"
+#include "CLoader.h"
 
 #define HK_PQ_FUNCTIONS(X) \
     X(PQbackendPID) X(PQclear) X(PQconnectdb) X(PQconsumeInput) X(PQdb) X(PQenterPipelineMode) X(PQerrorMessage) \
@@ -30,20 +28,15 @@ static const char *failure;
 static char message[512];
 
 static void load(void) {
-    void *lib = dlopen("libpq.so.5", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        snprintf(message, sizeof message, "the PostgreSQL store needs libpq (libpq.so.5, Debian package libpq5): %s", dlerror());
-        failure = message;
-        return;
-    }
-#define HK_LOOKUP(name) \
-    if (!(pq.name = (__typeof__(pq.name))dlsym(lib, #name))) { \
-        snprintf(message, sizeof message, "libpq.so.5 lacks %s: libpq 14 or later is needed", #name); \
-        failure = message; \
-        return; \
-    }
-    HK_PQ_FUNCTIONS(HK_LOOKUP)
-#undef HK_LOOKUP
+#define HK_NAME(name) #name,
+#define HK_SLOT(name) (void **)&pq.name,
+    static const char *const names[] = {HK_PQ_FUNCTIONS(HK_NAME)};
+    static void **const slots[] = {HK_PQ_FUNCTIONS(HK_SLOT)};
+#undef HK_NAME
+#undef HK_SLOT
+    static const char *const files[] = {"libpq.so.5", NULL};
+    failure = hk_open_library(files, "the PostgreSQL store (Debian package libpq5, libpq 14 or later)", names, slots,
+                              sizeof names / sizeof *names, message, sizeof message);
 }
 
 int hk_pq_load(const char **error) {
@@ -55,10 +48,7 @@ int hk_pq_load(const char **error) {
 // Reached only after a successful hk_pq_load (the store loads before it connects); otherwise a bug.
 static void require(void) {
     const char *error;
-    if (!hk_pq_load(&error)) {
-        fprintf(stderr, "healthkernel: %s\n", error);
-        abort();
-    }
+    if (!hk_pq_load(&error)) hk_library_missing(error);
 }
 
 #define R(type, name, params, args) type name params { require(); return pq.name args; }
