@@ -16,6 +16,9 @@ public enum HealthError: Error, Equatable {
     /// A sample of a type the kernel's table lacks, while `health.unknownTypes` is `refuse`; the path
     /// names its `type`.
     case unknownType(String)
+    /// A sample would take the user past `UnknownTypes.perUser` distinct unknown type and unit pairs;
+    /// the path names its `type`.
+    case tooManyUnknownTypes(String)
     /// An item starts further back than the deployment keeps (`health.maxHistoryDays`); the path names
     /// its `start`.
     case tooOld(String, days: Int64)
@@ -262,7 +265,9 @@ public final class HealthService: @unchecked Sendable {
                 case .skip:
                     report.skipped[s.type.identifier, default: 0] += 1
                     continue
-                case .keep: report.unsummarized[s.type.identifier, default: 0] += 1
+                case .keep:
+                    report.unsummarized[s.type.identifier, default: 0] += 1
+                    work.unknownTypes.append((ProfileRow.unknownTypeKey(s.type), s.item.path + ".type"))
                 }
             }
             let existing = try work.current(s.item.uuid)
@@ -329,6 +334,11 @@ public final class HealthService: @unchecked Sendable {
                                           recount: { () throws(HealthError) in try countItems(user, tables) }) else { throw .quota(healthItemsPerUser) }
         var row = ProfileRow(timezone: zone?.identifier ?? old?.timezone ?? Zone.utc.identifier, items: after)
         row.authorizedFrom = (old?.authorizedFrom ?? [:]).merging(authorizedFrom.mapValues(\.description)) { $1 }
+        row.unknownTypes = old?.unknownTypes ?? []
+        for (key, path) in work.unknownTypes where !row.unknownTypes.contains(key) {
+            guard row.unknownTypes.count < UnknownTypes.perUser else { throw .tooManyUnknownTypes(path) }
+            row.unknownTypes.insert(key)
+        }
         if row != old { work.tx.put(work.writes.profile, user: user, key: Self.profileKey, row) }
     }
 
@@ -398,6 +408,9 @@ public final class HealthService: @unchecked Sendable {
         var dayStarts: [String: Int64] = [:]
         /// Items this request adds, less those it removes.
         var itemDelta: Int64 = 0
+        /// The unknown type and unit pairs this request keeps (`ProfileRow.unknownTypeKey`), with the path
+        /// of the sample that brought each: at most `UnknownTypes.perRequest` distinct.
+        var unknownTypes: [(key: String, path: String)] = []
         /// `recordTablesInUse()`, once asked.
         var recordTablesWithRows: [any StorageTable<RecordRow>]?
 

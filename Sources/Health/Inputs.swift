@@ -106,7 +106,7 @@ public struct SampleInput: ParamType, Sendable, Equatable {
         }
         guard let value = type.canonical(raw, unit: unit) else {
             throw FieldError(field: r.path("unit"), reason: "invalid_params",
-                             message: "\(r.path("unit")) must be one of \(type.units.map(\.unit).joined(separator: ", ")) for \(name)")
+                             message: "\(r.path("unit")) must be a HealthKit unit of \(name)'s dimension, such as \(type.units.prefix(3).map(\.unit).joined(separator: ", "))")
         }
         guard value >= type.minimum else {
             throw .outOfRange(r.path("value"), type.minimum == 0 ? "must not be negative" : "must be at least \(type.minimum) \(type.unit)")
@@ -138,13 +138,11 @@ public struct SampleInput: ParamType, Sendable, Equatable {
         guard value.isFinite else { throw .outOfRange(r.path("value"), "must be a finite number") }
         guard abs(value) <= 1e9 else { throw .outOfRange(r.path("value"), "must be within ±1e9") }
         let unit: String? = try r.optional("unit")
-        if let unit, unit.isEmpty || unit.utf8.count > 50 { throw .outOfRange(r.path("unit"), "must be 1 to 50 bytes") }
-        guard let type = UnknownTypes.shared.type(name, unit: unit, fromClient: true) else {
-            throw FieldError(field: r.path("type"), reason: "invalid_params",
-                             message: "\(r.path("type")) is one more type than the kernel keeps unknown types of (\(UnknownTypes.maxNew))")
+        if let unit, unit.utf8.count > 50 || HealthKitUnit(unit) == nil {
+            throw FieldError(field: r.path("unit"), reason: "invalid_params", message: "\(r.path("unit")) must be a HealthKit unit string of at most 50 bytes")
         }
         try r.finish()
-        return SampleInput(item: item, type: type, value: value)
+        return SampleInput(item: item, type: HealthType(unknown: name, unit: unit), value: value)
     }
 
     public static var schema: JSON {

@@ -15,6 +15,9 @@ extension HealthError {
         case .stale: return .storageConflict("the user's HealthKit rows changed while the ingest was planned")
         case .tooOld(let path, let days):
             return .invalidParams(path, reason: "out_of_range", "\(path) is more than \(days) days ago, further back than this deployment keeps (health.maxHistoryDays)")
+        case .tooManyUnknownTypes(let path):
+            return .invalidParams(path, reason: "out_of_range",
+                                  "\(path) is one more type and unit pair the kernel does not know than a user may keep (\(UnknownTypes.perUser))")
         case .unknownType(let path):
             return .invalidParams(path, reason: "invalid_params",
                                   "\(path) is not a type the kernel summarises, and this deployment refuses others (health.unknownTypes)")
@@ -83,6 +86,14 @@ public struct HealthIngest: BulkRPCMethod {
             }
             if v.7 != nil, v.0 == nil {
                 throw FieldError(field: "params.deviceId", reason: "missing_field", message: "params.deviceId is required with replaceDays")
+            }
+            // A new iOS adds a handful of types; a request naming more is a client inventing them.
+            var unknown = Set<HealthType>()
+            for s in samples where !s.type.isKnown {
+                unknown.insert(s.type)
+                if unknown.count > UnknownTypes.perRequest {
+                    throw .outOfRange(s.item.path + ".type", "is one more type and unit pair the kernel does not know than a request may bring (\(UnknownTypes.perRequest))")
+                }
             }
             // The same UUID twice must be the same item: a request that says two things of one item is refused.
             var seen: [String: Sent] = [:]

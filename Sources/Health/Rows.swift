@@ -208,10 +208,8 @@ public struct SampleRow: StoredRow {
     /// A name that is no HealthKit identifier at all is a corrupt row.
     static func type(_ identifier: String, unit: String?) throws(StorageError) -> HealthType {
         if let known = HealthType.named(identifier) { return known }
-        guard UnknownTypes.isHealthKitName(identifier), let type = UnknownTypes.shared.type(identifier, unit: unit, fromClient: false) else {
-            throw StorageError.corrupt("unknown sample type")
-        }
-        return type
+        guard UnknownTypes.isHealthKitName(identifier) else { throw StorageError.corrupt("unknown sample type") }
+        return HealthType(unknown: identifier, unit: unit)
     }
 
     /// Reads the members straight from the binary form, without a JSON tree: recovery reads millions.
@@ -441,6 +439,13 @@ public struct ProfileRow: StoredRow {
     public var items: Int64?
     /// Per type identifier, the first day (`YYYY-MM-DD`) the person lets the app read.
     public var authorizedFrom: [String: String] = [:]
+    /// The type and unit pairs the table lacks that the user's samples have brought (`unknownTypeKey`),
+    /// at most `UnknownTypes.perUser`: the bound is the user's own, so one user inventing names never
+    /// refuses another's. Pairs count from the first ingest that keeps them; deleting samples keeps them.
+    public var unknownTypes: Set<String> = []
+
+    /// `identifier` and, after a space, the unit (no HealthKit identifier or unit string holds a space).
+    static func unknownTypeKey(_ type: HealthType) -> String { type.identifier + (type.unit.isEmpty ? "" : " " + type.unit) }
 
     public init(timezone: String, items: Int64? = nil) {
         self.timezone = timezone
@@ -454,11 +459,16 @@ public struct ProfileRow: StoredRow {
             guard let d = day.stringValue, CalendarDate(d) != nil else { throw StorageError.corrupt("bad authorizedFrom") }
             authorizedFrom[type] = d
         }
+        for key in f.object["unknownTypes"]?.arrayValue ?? [] {
+            guard let k = key.stringValue else { throw StorageError.corrupt("bad unknownTypes") }
+            unknownTypes.insert(k)
+        }
     }
     public var stored: JSON {
         var o = JSONObject([("timezone", .string(timezone))])
         if let items { o["items"] = .int(items) }
         if !authorizedFrom.isEmpty { o["authorizedFrom"] = .object(JSONObject(authorizedFrom.sorted(by: { $0.key < $1.key }).map { ($0.key, JSON.string($0.value)) })) }
+        if !unknownTypes.isEmpty { o["unknownTypes"] = .array(unknownTypes.sorted().map { .string($0) }) }
         return .object(o)
     }
 }

@@ -1,4 +1,3 @@
-import Threads
 
 /// How a type's samples make a day's figure: HealthKit's `HKQuantityAggregationStyle` for quantity
 /// types, and one rule for category types.
@@ -37,18 +36,37 @@ public struct UnitConversion: Sendable {
 /// first one) and the units it converts from. Rows keep the type's `code`, its index in `table`: the
 /// identifier is only on the wire and in the stored form.
 ///
-/// A type not in the table (a newer iOS's) is kept as sent (`UnknownTypes`): its code, from
-/// `UnknownTypes.firstCode` on, stands for its identifier and the unit it came in, in this process only.
+/// A type not in the table (a newer iOS's) is kept as sent: it carries its identifier and the unit it came
+/// in (`UnknownTypeName`), so nothing shared grows with the names clients invent; its code is
+/// `unknownCode`.
 public struct HealthType: Sendable, Hashable {
     public let code: Int
+    /// Set only for a type the table lacks.
+    let unknownName: UnknownTypeName?
+
+    init(code: Int) {
+        self.code = code
+        unknownName = nil
+    }
+
+    /// A type the table lacks, named as a sample sent it.
+    init(unknown identifier: String, unit: String?) {
+        code = Self.unknownCode
+        unknownName = UnknownTypeName(identifier: identifier, unit: unit)
+    }
+
+    /// Above any table size the kernel will reach.
+    static let unknownCode = 1 << 20
 
     /// Whether the type is in the kernel's table (and so summarised).
-    public var isKnown: Bool { code < Self.table.count }
-    public var identifier: String { isKnown ? Self.table[code].identifier : UnknownTypes.shared.name(code).identifier }
+    public var isKnown: Bool { unknownName == nil }
+    public var identifier: String { unknownName?.identifier ?? Self.table[code].identifier }
     /// Unknown types are not summarised: never asked.
     public var aggregation: Aggregation { isKnown ? Self.table[code].aggregation : .category }
     /// The unit values are kept and summed in ("" for a category type; an unknown type's as sent).
-    public var unit: String { isKnown ? Self.table[code].units.first?.unit ?? "" : UnknownTypes.shared.name(code).unit ?? "" }
+    public var unit: String { unknownName.map { $0.unit ?? "" } ?? Self.table[code].units.first?.unit ?? "" }
+    /// The canonical unit first, then other spellings the documentation shows with their factors (any
+    /// HealthKit unit of the same dimension converts: `canonical(_:unit:)`).
     public var units: [UnitConversion] { isKnown ? Self.table[code].units : [] }
     /// Values of this type are fractions (0...1); with unit `%` a value above 1 is read as a percentage.
     var isFraction: Bool { isKnown && Self.table[code].fraction }
@@ -60,6 +78,8 @@ public struct HealthType: Sendable, Hashable {
         var fraction = false
         /// The smallest canonical value (temperatures and depths below zero are real).
         var minimum: Double = 0
+        /// Grams per mole of what the type measures, for a `mol` sent without one (`mmol/L`).
+        var molarMass: Double?
     }
 
     static let count = UnitConversion("count")
@@ -167,8 +187,10 @@ public struct HealthType: Sendable, Hashable {
         q("HeartRateVariabilityRMSSD", .discreteArithmetic, milliseconds),
         // Lab and test results
         q("PeripheralPerfusionIndex", .discreteArithmetic, percent, fraction: true),
-        q("BloodGlucose", .discreteArithmetic, [UnitConversion("mg/dL"), UnitConversion("mmol<180.15588000005408>/L", 18.015588),
-                                                UnitConversion("mmol/L", 18.015588)]),
+        Entry(identifier: "HKQuantityTypeIdentifierBloodGlucose", aggregation: .discreteArithmetic,
+              units: [UnitConversion("mg/dL"), UnitConversion("mmol<180.1558800000541>/L", 18.01558800000541),
+                      UnitConversion("mmol<180.15588000005408>/L", 18.015588000005408), UnitConversion("mmol/L", 18.015588000005408)],
+              molarMass: 180.15588000005408),
         q("NumberOfTimesFallen", .cumulative, [count]),
         q("ElectrodermalActivity", .discreteArithmetic, [UnitConversion("mcS"), UnitConversion("S", 1_000_000)]),
         q("InhalerUsage", .cumulative, [count]),
@@ -252,14 +274,21 @@ public struct HealthType: Sendable, Hashable {
     /// The type with HealthKit identifier `identifier`, if the kernel keeps it.
     public static func named(_ identifier: String) -> HealthType? { byIdentifier[identifier] }
 
-    /// `value` in `unit` as this type's canonical value, or nil when the type does not take that unit.
-    /// Fractions given in `%` are fractions up to 1 (HealthKit's own form) and percentages above. A
-    /// category type's value is its enumeration case's raw value, with no unit.
+    /// `value` in `unit` as this type's canonical value, or nil when `unit` is no HealthKit unit string of
+    /// the type's dimension (`HealthKitUnit`). Fractions take `%` only: up to 1 a fraction (HealthKit's own
+    /// form), above it a percentage. A category type's value is its enumeration case's raw value, with no
+    /// unit. The canonical spelling itself is converted without parsing (a month of heart rate is 44,640).
     public func canonical(_ value: Double, unit: String?) -> Double? {
         guard let unit else { return aggregation == .category ? value : nil }
-        guard let conversion = units.first(where: { $0.unit == unit }) else { return nil }
-        if isFraction, value > 1 { return value / 100 }
-        return value * conversion.factor + conversion.offset
+        guard isKnown, let target = Self.canonicalUnits[code] else { return nil }
+        if isFraction { return unit == "%" ? (value > 1 ? value / 100 : value) : nil }
+        if unit == self.unit { return value }
+        return HealthKitUnit(unit, molarMass: Self.table[code].molarMass)?.convert(value, to: target)
+    }
+
+    /// Each type's canonical unit, parsed once (nil for category types).
+    private static let canonicalUnits: [HealthKitUnit?] = table.map { entry in
+        entry.units.first.map { HealthKitUnit($0.unit, molarMass: entry.molarMass)! }
     }
 
     /// The smallest and largest canonical value a sample may have: up to 1 for fractions, else a
@@ -269,45 +298,30 @@ public struct HealthType: Sendable, Hashable {
     var maximum: Double { isFraction ? 1 : 1e9 }
 }
 
-/// The types not in the kernel's table that samples have named, each with the unit it came in: a code
-/// each, from `firstCode` on, given in the order first seen. Codes live in memory only (rows store the
-/// identifier and unit), so they may differ between runs. Lookups are a dictionary probe under a lock;
-/// memory grows with the distinct pairs, which intake caps at `maxNew` (stored rows always get one).
-public final class UnknownTypes: Sendable {
-    public static let shared = UnknownTypes()
-    /// Above any table size the kernel will reach.
-    public static let firstCode = 1 << 20
-    /// Distinct unknown identifier and unit pairs samples from clients may bring in one process.
-    public static let maxNew = 10_000
+/// The name of a type the kernel's table lacks, as a sample sent it: its identifier and unit. Each row of
+/// such a type holds its own (a few dozen bytes); nothing is shared between users or requests.
+final class UnknownTypeName: Sendable, Hashable {
+    let identifier: String
+    let unit: String?
 
-    private struct Name: Hashable {
-        let identifier: String
-        let unit: String?
+    init(identifier: String, unit: String?) {
+        self.identifier = identifier
+        self.unit = unit
     }
 
-    private let state = Locked<(codes: [Name: Int], names: [Name])>(([:], []))
-
-    /// The type standing for `identifier` in `unit`; nil when it is new and `maxNew` are known already
-    /// (`fromClient`), so that a client inventing names cannot grow memory without bound.
-    public func type(_ identifier: String, unit: String?, fromClient: Bool) -> HealthType? {
-        let name = Name(identifier: identifier, unit: unit)
-        return state.withLock { s -> HealthType? in
-            if let code = s.codes[name] { return HealthType(code: code) }
-            guard !fromClient || s.names.count < Self.maxNew else { return nil }
-            let code = Self.firstCode + s.names.count
-            s.codes[name] = code
-            s.names.append(name)
-            return HealthType(code: code)
-        }
+    static func == (a: UnknownTypeName, b: UnknownTypeName) -> Bool { a.identifier == b.identifier && a.unit == b.unit }
+    func hash(into h: inout Hasher) {
+        h.combine(identifier)
+        h.combine(unit)
     }
+}
 
-    func name(_ code: Int) -> (identifier: String, unit: String?) {
-        state.withLock { s in
-            let i = code - Self.firstCode
-            guard i >= 0, i < s.names.count else { return ("", nil) }
-            return (s.names[i].identifier, s.names[i].unit)
-        }
-    }
+/// Rules for samples of types the kernel's table lacks.
+public enum UnknownTypes {
+    /// Distinct unknown type and unit pairs one `health.ingest` may bring: a new iOS adds a handful.
+    public static let perRequest = 64
+    /// Distinct unknown type and unit pairs one user may keep (counted in their profile).
+    public static let perUser = 256
 
     /// Whether `identifier` has the form of a HealthKit quantity or category type identifier (a newer
     /// one than the table's): `HKQuantityTypeIdentifier` or `HKCategoryTypeIdentifier` and a name of

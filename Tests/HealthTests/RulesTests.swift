@@ -170,7 +170,7 @@ private func share(_ from: Int64, _ to: Int64, _ value: Double, rank: Int) -> Co
     /// `HEALTHKERNEL_UPDATE_DOCS=1 swift test --filter protocolHealthMdCarriesTheWholeTypeTable`.
     static func typeTable() -> String {
         func number(_ x: Double) -> String { String(format: "%.6g", x) }
-        var lines = ["| type | aggregation | units (canonical first; others as factor, offset) |", "|---|---|---|"]
+        var lines = ["| type | aggregation | units (canonical first, then examples as factor, offset; any HealthKit unit of the same dimension converts) |", "|---|---|---|"]
         for type in HealthType.all {
             var units = type.units.enumerated().map { i, u in
                 i == 0 || (u.factor == 1 && u.offset == 0) ? "`\(u.unit)`"
@@ -226,4 +226,93 @@ private func share(_ from: Int64, _ to: Int64, _ value: Double, rank: Int) -> Co
         }
         #expect(back == row)
     }
+}
+
+/// #51 item 2: units are read with HealthKit's unit grammar (`HKUnit(from:)`), not a list of spellings.
+@Suite struct UnitGrammarTests {
+    func value(_ v: Double, _ unit: String, as type: String) -> Double? { HealthType.named(type)!.canonical(v, unit: unit) }
+
+    @Test func aRealIPhonesGlucoseInAnyPrecisionOfItsMolarMassConverts() throws {
+        let glucose = "HKQuantityTypeIdentifierBloodGlucose"
+        // HKUnit.unitString on a phone set to mmol/L, and the spelling other tools print.
+        for unit in ["mmol<180.1558800000541>/L", "mmol<180.15588000005408>/L", "mmol<180.16>/L", "mmol/L"] {
+            let mgdl = try #require(value(5.5, unit, as: glucose), "\(unit)")
+            #expect(abs(mgdl - 5.5 * 18.0156) < 0.01, "\(unit): \(mgdl)")
+        }
+        #expect(value(99, "mg/dL", as: glucose) == 99)
+        #expect(abs(value(0.99, "g/L", as: glucose)! - 99) < 1e-9)
+        #expect(value(5.5, "mmol<0>/L", as: glucose) == nil)
+        #expect(value(5.5, "mmol<x>/L", as: glucose) == nil)
+    }
+
+    @Test func compoundUnitsPrefixesAndPowersFollowHealthKit() throws {
+        let cases: [(String, String, Double, Double)] = [
+            ("HKQuantityTypeIdentifierHeartRate", "count/min", 60, 60),
+            ("HKQuantityTypeIdentifierHeartRate", "count/s", 1, 60),
+            ("HKQuantityTypeIdentifierHeartRate", "Hz", 1, 60),
+            ("HKQuantityTypeIdentifierVO2Max", "mL/kg·min", 40, 40),
+            ("HKQuantityTypeIdentifierVO2Max", "ml/(kg*min)", 40, 40),
+            ("HKQuantityTypeIdentifierVO2Max", "L/kg·hr", 2.4, 40),
+            ("HKQuantityTypeIdentifierPhysicalEffort", "kcal/hr·kg", 3, 3),
+            ("HKQuantityTypeIdentifierPhysicalEffort", "kcal/(kg·hr)", 3, 3),
+            ("HKQuantityTypeIdentifierPhysicalEffort", "cal/kg·s", 1, 3.6),
+            ("HKQuantityTypeIdentifierDistanceWalkingRunning", "km", 1.5, 1500),
+            ("HKQuantityTypeIdentifierDistanceWalkingRunning", "dam", 1, 10),
+            ("HKQuantityTypeIdentifierDietaryCaffeine", "mcg", 1000, 0.001),
+            ("HKQuantityTypeIdentifierDietaryWater", "fl_oz_imp", 1, 28.4130625),
+            ("HKQuantityTypeIdentifierBodyTemperature", "degF", 98.6, 37),
+            ("HKQuantityTypeIdentifierBodyTemperature", "K", 310.15, 37),
+            ("HKQuantityTypeIdentifierBloodPressureSystolic", "kPa", 16, 120.0098),
+            ("HKQuantityTypeIdentifierBloodPressureSystolic", "cmAq", 100, 73.5559),
+            ("HKQuantityTypeIdentifierActiveEnergyBurned", "kJ", 4.184, 1),
+            ("HKQuantityTypeIdentifierActiveEnergyBurned", "Cal", 2, 2),
+            ("HKQuantityTypeIdentifierWalkingSpeed", "km/hr", 3.6, 1),
+            ("HKQuantityTypeIdentifierWalkingSpeed", "m·s^-1", 2, 2),
+            ("HKQuantityTypeIdentifierElectrodermalActivity", "S", 1, 1_000_000),
+        ]
+        for (type, unit, sent, expected) in cases {
+            let got = try #require(value(sent, unit, as: type), "\(type) in \(unit)")
+            #expect(abs(got - expected) < 1e-3 * max(1, abs(expected)), "\(type) in \(unit): \(got), not \(expected)")
+        }
+        // Units of another dimension, and strings that are no unit at all.
+        for (type, unit) in [("HKQuantityTypeIdentifierHeartRate", "count"), ("HKQuantityTypeIdentifierStepCount", "%"),
+                             ("HKQuantityTypeIdentifierDistanceWalkingRunning", "s"), ("HKQuantityTypeIdentifierBodyMass", "mol"),
+                             ("HKQuantityTypeIdentifierHeartRate", "count/"), ("HKQuantityTypeIdentifierHeartRate", "count//min"),
+                             ("HKQuantityTypeIdentifierHeartRate", "(count/min"), ("HKQuantityTypeIdentifierHeartRate", "furlong/min"),
+                             ("HKQuantityTypeIdentifierHeartRate", "count/min^"), ("HKQuantityTypeIdentifierDistanceWalkingRunning", "xm"),
+                             ("HKQuantityTypeIdentifierBodyMass", "kkg"), ("HKQuantityTypeIdentifierDistanceWalkingRunning", "m^10")] {
+            #expect(value(1, unit, as: type) == nil, "\(type) took \(unit)")
+        }
+        #expect(HealthKitUnit(String(repeating: "(", count: 50) + "m" + String(repeating: ")", count: 50)) == nil, "nesting is bounded")
+    }
+
+    /// Every unit string, type by type, of the real Health export in `shared/testdata/healthkit`.
+    @Test func everyUnitOfARealHealthExportConverts() throws {
+        let folder = try #require(HealthKitVectors.folder, "the HealthKit test data (shared/testdata/healthkit) is not on this machine")
+        let xml = try String(contentsOf: folder.appendingPathComponent("garmin-connect-iphone-export-excerpt.xml"), encoding: .utf8)
+        var seen = Set<String>()
+        for line in xml.split(separator: "\n") where line.contains("<Record ") && line.contains(" unit=\"") {
+            func attribute(_ name: String) -> String? {
+                guard let r = line.range(of: " \(name)=\"") else { return nil }
+                return String(line[r.upperBound...].prefix { $0 != "\"" })
+            }
+            guard let typeName = attribute("type"), let unit = attribute("unit"), let value = attribute("value").flatMap(Double.init) else { continue }
+            guard seen.insert(typeName + " " + unit).inserted else { continue }
+            let type = try #require(HealthType.named(typeName), "\(typeName)")
+            #expect(type.canonical(value, unit: unit) != nil, "\(typeName) in \(unit)")
+        }
+        #expect(seen.count >= 6, "\(seen)")
+    }
+}
+
+/// The public HealthKit material in `../shared/testdata/healthkit` (never copied into the repository).
+enum HealthKitVectors {
+    static let folder: URL? = {
+        var candidates: [URL] = []
+        if let explicit = ProcessInfo.processInfo.environment["HEALTHKERNEL_TESTDATA"] { candidates.append(URL(fileURLWithPath: explicit)) }
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        candidates.append(root.deletingLastPathComponent().appendingPathComponent("shared/testdata"))
+        candidates.append(URL(fileURLWithPath: "/work/shared/testdata"))
+        return candidates.map { $0.appendingPathComponent("healthkit") }.first { FileManager.default.fileExists(atPath: $0.path) }
+    }()
 }

@@ -407,12 +407,13 @@ struct HealthProfileStandIn: StoredRow {
                 #expect(throws: FieldError.self) { try sample(1, type, 1.5, unit: nil, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z") }
                 continue
             }
+            // Each spelling the table shows converts by HealthKit's unit grammar to the factor it shows.
             for unit in type.units {
                 // 0.5 stays below 1, so a fraction type reads it as a fraction, not a percentage; 0.5 K would
                 // be colder than anything (refused), so kelvins get 300.
                 let v = unit.offset < -100 ? 300 : 0.5
                 let s = try sample(1, type, v, unit: unit.unit, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z")
-                #expect(abs(s.value - (v * unit.factor + unit.offset)) < 1e-9, "\(type.identifier) in \(unit.unit)")
+                #expect(abs(s.value - (v * unit.factor + unit.offset)) < 1e-9 * max(1, abs(s.value)), "\(type.identifier) in \(unit.unit)")
             }
             do {
                 _ = try sample(1, type, 1, unit: "furlong", "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z")
@@ -441,8 +442,8 @@ struct HealthProfileStandIn: StoredRow {
     func month() throws -> [SampleInput] {
         [try sample(1, 100, "2026-03-02T09:00:00Z", "2026-03-02T09:10:00Z"),
          try quantity(2, "HKQuantityTypeIdentifierHeartRateVariabilityRMSSD", 42, unit: "ms", "2026-03-02T09:00:00Z", "2026-03-02T09:00:00Z"),
-         try unknown(3, Self.future, -3.5, unit: "zorkmid"),
-         try unknown(4, Self.future, 7, unit: "zorkmid", "2026-03-03T10:00:00Z", "2026-03-03T10:00:00Z"),
+         try unknown(3, Self.future, -3.5, unit: "mg/dL"),
+         try unknown(4, Self.future, 7, unit: "mg/dL", "2026-03-03T10:00:00Z", "2026-03-03T10:00:00Z"),
          try unknown(5, Self.event, 2, unit: nil)]
     }
 
@@ -457,8 +458,8 @@ struct HealthProfileStandIn: StoredRow {
         #expect(try h.days().keys.sorted() == ["2026-03-02"], "the unknown sample of 3 March made no day")
         // Kept as sent: value (negative too) and unit, through the feed's form and the stored form.
         let kept = try #require(try h.service.sample(h.user, uuid(3)))
-        #expect(kept.type.identifier == Self.future && kept.type.unit == "zorkmid" && kept.value == -3.5 && !kept.type.isKnown)
-        #expect(kept.json(uuid(3))["unit"] == "zorkmid")
+        #expect(kept.type.identifier == Self.future && kept.type.unit == "mg/dL" && kept.value == -3.5 && !kept.type.isKnown)
+        #expect(kept.json(uuid(3))["unit"] == "mg/dL")
         #expect(try h.service.sample(h.user, uuid(5))?.json(uuid(5))["unit"] == nil)
         for row in [kept, try #require(try h.service.sample(h.user, uuid(5)))] { try StoredFormTests.expectStoredFormsAgree(row) }
         // Deleted by UUID like any other.
@@ -494,7 +495,60 @@ struct HealthProfileStandIn: StoredRow {
             }
         }
         #expect(throws: FieldError.self) { try unknown(1, Self.future, .infinity, unit: nil) }
-        #expect(throws: FieldError.self) { try unknown(1, Self.future, 1, unit: "") }
+        for unit in ["", "zorkmid", "u0", "mg/dL/", "count^99"] {
+            do {
+                _ = try unknown(1, Self.future, 1, unit: unit)
+                Issue.record("unit \(unit) was taken")
+            } catch let error as FieldError {
+                #expect(error.field == "params.samples[1].unit")
+            }
+        }
+    }
+
+    /// #51 item 1: the bound on invented type and unit pairs is each user's own (kept in their profile, so
+    /// a restart keeps it) and each request's, so one user flooding it never refuses another user's sync.
+    @Test func oneUserInventingTypesIsRefusedAloneAndOthersSyncOn() throws {
+        let h = try Harness()
+        func pairs(_ range: Range<Int>, unitPrefix: String = "count") throws -> [SampleInput] {
+            try range.map { try unknown($0 + 1, "HKQuantityTypeIdentifierZz\($0)", 1, unit: unitPrefix) }
+        }
+        // Per request: one more than `perRequest` distinct pairs is refused on the sample that brings it.
+        var o = JSONObject()
+        o["samples"] = .array(try (0...UnknownTypes.perRequest).map { n -> JSON in
+            ["uuid": .string(uuid(n + 1)), "type": .string("HKQuantityTypeIdentifierZz\(n)"), "value": 1, "unit": "count",
+             "start": "2026-03-02T10:00:00Z", "end": "2026-03-02T10:10:00Z"]
+        })
+        let refused = #expect(throws: FieldError.self) {
+            var reader = ObjectReader(o, path: "params")
+            _ = try HealthIngest.Params(try HealthIngest.Params.declaration.decode(&reader))
+        }
+        #expect(refused?.field == "params.samples[\(UnknownTypes.perRequest)].type")
+        // Per user: requests of `perRequest` each, up to `perUser`; one more pair is refused whole.
+        var n = 0
+        while n < UnknownTypes.perUser {
+            try h.ingest("UTC", samples: try pairs(n..<min(n + UnknownTypes.perRequest, UnknownTypes.perUser)))
+            n += UnknownTypes.perRequest
+        }
+        #expect(throws: HealthError.tooManyUnknownTypes("params.samples[1].type")) {
+            try h.ingest("UTC", samples: [try sample(9_000, 5, "2026-03-02T09:00:00Z", "2026-03-02T09:01:00Z"),
+                                          try unknown(9_001, "HKQuantityTypeIdentifierOneMore", 1, unit: "count")])
+        }
+        #expect(try h.service.sample(h.user, uuid(9_000)) == nil, "refused whole")
+        #expect(HealthError.tooManyUnknownTypes("p").rpc.code == .invalidParams)
+        // Pairs the user already keeps are still taken.
+        #expect(try h.ingest("UTC", samples: try pairs(0..<3)).unchanged == 3)
+        #expect(try h.ingest("UTC", samples: [try unknown(9_002, "HKQuantityTypeIdentifierZz0", 2, unit: "count")]).samples == 1)
+        // Another user of the same store and service is not refused.
+        let other = try h.service.ingest("another-user", IngestRequest(zone: .utc, samples: [try unknown(1, Self.future, 1, unit: "count")]), now: now)
+        #expect(other.samples == 1 && other.unsummarized == [Self.future: 1])
+        // The bound lives in the stored profile: a service over the same store (a restarted kernel) keeps it.
+        let restarted = HealthService(store: h.store, tables: h.tables, cursorSecrets: [Array("s".utf8)])
+        #expect(throws: HealthError.tooManyUnknownTypes("params.samples[1].type")) {
+            try restarted.ingest(h.user, IngestRequest(zone: .utc, samples: [try unknown(9_003, "HKQuantityTypeIdentifierOneMore", 1, unit: "count")]), now: now)
+        }
+        // A deployment that skips them counts nothing against anyone.
+        let skipping = HealthService(store: h.store, tables: h.tables, cursorSecrets: [Array("s".utf8)], unknownTypes: .skip)
+        #expect(try skipping.ingest(h.user, IngestRequest(zone: .utc, samples: [try unknown(9_004, "HKQuantityTypeIdentifierOneMore", 1, unit: "count")]), now: now).skipped.count == 1)
     }
 }
 
