@@ -39,47 +39,109 @@ extension JSON {
     /// the number's index.
     private static let marker = "\u{F8FF}\u{F8FF}"
 
-    /// Retries a text that failed at a number jansson cannot hold, or at a `NaN`/`Infinity` token:
-    /// each such token becomes a marker string, and the markers become doubles. Any other failure is
-    /// the first error, as it was.
+    /// Retries a text that failed at a number jansson cannot hold, or at a `NaN`/`Infinity` token: one
+    /// pass outside strings replaces every such token with a marker string, one more parse reads the
+    /// text, and the markers become doubles. The work stays two parses and one scan of the line however
+    /// many such numbers it holds. Any other failure is the first error, as it was; so is a text whose
+    /// strings hold the marker's character (U+F8FF), where a marker could not be told from a string.
     private static func parseWithOddNumbers(_ original: [UInt8], _ first: JSONParseError, maxDepth: Int) throws(JSONParseError) -> JSON {
-        var text = original
+        guard first.kind == .numberOutOfRange || first.kind == .invalidJSON else { throw first }
+        let n = original.count
+        var text: [UInt8] = []
         var numbers: [Double] = []
-        var error = first
-        while numbers.count < 64, error.kind == .numberOutOfRange || error.kind == .invalidJSON, let position = error.position,
-              let (range, value) = oddNumber(in: text, endingAt: position) {
-            text.replaceSubrange(range, with: Array("\"\(marker)\(numbers.count)\"".utf8))
+        var copied = 0, i = 0
+        while i < n {
+            let c = original[i]
+            if c == 0x22 {
+                i += 1
+                while i < n, original[i] != 0x22 {
+                    if original[i] == 0x5C {
+                        // \uF8FF, in any case, is the marker's character too.
+                        if i + 5 < n, original[i + 1] == 0x75, String(decoding: original[(i + 2)..<(i + 6)], as: UTF8.self).lowercased() == "f8ff" { throw first }
+                        i += 2
+                    } else {
+                        if original[i] == 0xEF, i + 2 < n, original[i + 1] == 0xA3, original[i + 2] == 0xBF { throw first }
+                        i += 1
+                    }
+                }
+                i += 1
+                continue
+            }
+            guard (c >= 0x30 && c <= 0x39) || c == 0x2D || c == 0x4E || c == 0x49 else { i += 1; continue }
+            let start = i
+            while i < n, isTokenByte(original[i]) { i += 1 }
+            guard mayBeOdd(original[start..<i]), let value = oddNumber(original[start..<i]) else { continue }
+            if text.isEmpty { text.reserveCapacity(n + 64) }
+            text += original[copied..<start]
+            text += markerBytes
+            var digits = String(numbers.count).utf8.makeIterator()
+            while let d = digits.next() { text.append(d) }
+            text.append(0x22)
             numbers.append(value)
-            let attempt = text.withUnsafeBytes { raw in
-                Result { () throws(JSONParseError) in try parseStrict(raw, maxDepth: maxDepth, numbers: numbers) }
-            }
-            switch attempt {
-            case .success(let value): return value
-            case .failure(let next): error = next
-            }
+            copied = i
         }
-        throw first
+        guard !numbers.isEmpty else { throw first }
+        text += original[copied...]
+        let attempt = text.withUnsafeBytes { raw in
+            Result { () throws(JSONParseError) in try parseStrict(raw, maxDepth: maxDepth, numbers: numbers) }
+        }
+        guard case .success(let value) = attempt else { throw first }
+        return value
     }
 
-    /// The number token around byte `position` (where jansson stopped), if it is a JSON number or one of
-    /// `NaN`, `Infinity`, `-Infinity`.
-    private static func oddNumber(in text: [UInt8], endingAt position: Int) -> (Range<Int>, Double)? {
-        func isTokenByte(_ c: UInt8) -> Bool {
-            (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || c == 0x2B || c == 0x2D || c == 0x2E
+    /// The index a marker string holds, read from its bytes; nil for any other string.
+    private static func markerIndex(_ bytes: UnsafeBufferPointer<UInt8>) -> Int? {
+        let m = markerBytes.count - 1
+        guard bytes.count > m, bytes.count <= m + 18 else { return nil }
+        for k in 0..<m where bytes[k] != markerBytes[k + 1] { return nil }
+        var i = 0
+        for k in m..<bytes.count {
+            guard bytes[k] >= 0x30, bytes[k] <= 0x39 else { return nil }
+            i = i * 10 + Int(bytes[k] - 0x30)
         }
-        var start = min(position, text.count)
-        while start > 0, isTokenByte(text[start - 1]) { start -= 1 }
-        var end = min(position, text.count)
-        while end < text.count, isTokenByte(text[end]) { end += 1 }
-        guard start < end else { return nil }
-        let token = String(decoding: text[start..<end], as: UTF8.self)
-        switch token {
-        case "NaN": return (start..<end, .nan)
-        case "Infinity": return (start..<end, .infinity)
-        case "-Infinity": return (start..<end, -.infinity)
+        return i
+    }
+
+    /// `"` and the marker, as bytes.
+    private static let markerBytes: [UInt8] = [0x22] + Array(marker.utf8)
+
+    /// Whether a token could be one jansson cannot hold, judged from its bytes alone (no string is made
+    /// for the common case): a name, an integer of 19 digits or more, or a real with an exponent of three
+    /// digits or more digits than a double's exponent range could need.
+    private static func mayBeOdd(_ token: ArraySlice<UInt8>) -> Bool {
+        var digits = 0, exponentDigits = -1, real = false
+        for c in token {
+            if c >= 0x30 && c <= 0x39 {
+                if exponentDigits >= 0 { exponentDigits += 1 } else { digits += 1 }
+            } else if c == 0x2E {
+                real = true
+            } else if c == 0x65 || c == 0x45 {
+                real = true
+                exponentDigits = 0
+            } else if c != 0x2B && c != 0x2D {
+                return true
+            }
+        }
+        return real ? exponentDigits >= 3 || digits >= 300 : digits >= 19
+    }
+
+    private static func isTokenByte(_ c: UInt8) -> Bool {
+        (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || c == 0x2B || c == 0x2D || c == 0x2E
+    }
+
+    /// The value of a token jansson cannot hold: `NaN`, `Infinity`, `-Infinity`, an integer outside
+    /// Int64 or a real beyond a double's range; nil for any other token (jansson reads it, or refuses it).
+    private static func oddNumber(_ token: ArraySlice<UInt8>) -> Double? {
+        let text = String(decoding: token, as: UTF8.self)
+        switch text {
+        case "NaN": return .nan
+        case "Infinity": return .infinity
+        case "-Infinity": return -.infinity
         default:
-            guard isJSONNumber(text[start..<end]), let value = Double(token) else { return nil }
-            return (start..<end, value)
+            guard isJSONNumber(token), let value = Double(text) else { return nil }
+            let integer = !token.contains(0x2E) && !token.contains(0x65) && !token.contains(0x45)
+            if integer { return Int64(text) == nil ? value : nil }
+            return value.isFinite ? nil : value
         }
     }
 
@@ -190,13 +252,11 @@ extension JSON {
         case JSON_STRING:
             let len = json_string_length(node)
             guard let ptr = json_string_value(node) else { return .string("") }
-            let text = ptr.withMemoryRebound(to: UInt8.self, capacity: len) {
-                String(decoding: UnsafeBufferPointer(start: $0, count: len), as: UTF8.self)
+            return ptr.withMemoryRebound(to: UInt8.self, capacity: len) { p -> JSON in
+                let bytes = UnsafeBufferPointer(start: p, count: len)
+                if !numbers.isEmpty, let i = markerIndex(bytes), i < numbers.count { return .double(numbers[i]) }
+                return .string(String(decoding: bytes, as: UTF8.self))
             }
-            if !numbers.isEmpty, text.hasPrefix(marker), let i = Int(text.dropFirst(2)), numbers.indices.contains(i) {
-                return .double(numbers[i])
-            }
-            return .string(text)
         case JSON_INTEGER:
             return .int(Int64(json_integer_value(node)))
         case JSON_REAL:

@@ -78,6 +78,23 @@ import JSONParsing
         }
     }
 
+    /// #51 item 3: the odd numbers of a line are found in one pass and the line parsed once more,
+    /// however many it holds (the parser used to parse the whole line again for each, up to 64 times,
+    /// then give up): 10,000 of them, beside strings that look like numbers, all read back.
+    @Test func anyNumberOfOddNumbersIsReadInOnePass() throws {
+        let items = (0..<10_000).map { $0 % 3 == 0 ? "1e400" : $0 % 3 == 1 ? "\"1e400 NaN\\\"2e999\"" : "-99999999999999999999" }
+        let parsed = try parse("[" + items.joined(separator: ",") + "]")
+        let values = try #require(parsed.arrayValue)
+        #expect(values.count == 10_000)
+        #expect(values[0] == .double(.infinity) && values[1] == .string("1e400 NaN\"2e999") && values[2] == .double(-1e20))
+        #expect(values.filter { $0 == .double(.infinity) }.count == 3_334)
+        // A string holding the marker's private-use character beside an odd number: the number's own error,
+        // never a string read as a number.
+        #expect(failure(Array(#"["\uF8FF\uF8FF0", 1e400]"#.utf8)) == .numberOutOfRange)
+        #expect(failure(Array("[\"\u{F8FF}\u{F8FF}0\", 1e400]".utf8)) == .numberOutOfRange)
+        #expect(try parse("[\"\u{F8FF}\u{F8FF}0\"]") == ["\u{F8FF}\u{F8FF}0"], "without odd numbers it is a string like any other")
+    }
+
     @Test func rejectsGarbage() {
         for text in ["", "{", "{\"a\":}", "[1,]", "{} {}", "nul", "'a'", "{\"a\":1}x"] {
             #expect(failure(Array(text.utf8)) == .invalidJSON, "\(text)")
