@@ -28,6 +28,7 @@ extension Kernel {
         for (i, line) in lines.enumerated() {
             do { try check.line(line) } catch { throw MoveError("line \(i + 1): \(error)") }
         }
+        try check.finish()
         var rest = lines[...]
         return try importRows(batch: batch) { rest.popFirst() }
     }
@@ -115,6 +116,42 @@ extension Kernel {
 
 }
 
+/// The last line of `store export`, `{"type": "end", "lines": N, "crc32c": "…"}`: how many lines came
+/// before it and the CRC-32C of their bytes (each with its newline), so that `store import` takes a whole
+/// export only, never one cut short by a full disk, a broken pipe or `head`. O(1) memory.
+public struct ExportTrailer {
+    public static let type = "end"
+    public private(set) var lines = 0
+    private var crc: UInt32 = 0
+
+    public init() {}
+
+    /// Counts one line (its bytes, without the newline).
+    public mutating func add(_ bytes: [UInt8]) {
+        lines += 1
+        crc = bytes.withUnsafeBytes { CRC32C.update(crc, $0) }
+        crc = withUnsafeBytes(of: UInt8(0x0A)) { CRC32C.update(crc, $0) }
+    }
+
+    /// The trailer line for the lines counted.
+    public var line: JSON { ["type": .string(Self.type), "lines": .int(Int64(lines)), "crc32c": .string(Self.hex(crc))] }
+
+    /// Checks a trailer against the lines counted before it.
+    public func check(_ trailer: JSON) throws(MoveError) {
+        guard trailer["lines"]?.intValue == Int64(lines) else {
+            throw MoveError("the export's end line counts \(MoveError.quote(trailer["lines"]?.serialized ?? "nothing")) lines, but \(lines) came before it")
+        }
+        guard trailer["crc32c"]?.stringValue == Self.hex(crc) else {
+            throw MoveError("the lines before the export's end line are not the ones exported (their CRC-32C differs)")
+        }
+    }
+
+    private static func hex(_ v: UInt32) -> String {
+        let digits = String(v, radix: 16)
+        return String(repeating: "0", count: 8 - digits.count) + digits
+    }
+}
+
 /// Why a move between stores stopped.
 public struct MoveError: Error, CustomStringConvertible {
     public let description: String
@@ -147,6 +184,9 @@ public struct ImportCheck {
     let uniqueValues: [String: (String) -> Bool]
     private var holders: [UniqueKey: String] = [:]
     private var held: [String: Set<UniqueKey>] = [:]
+    /// Users with an account row (`auth.users` `profile`): an email or identity must belong to one.
+    private var accounts = Set<String>()
+    static let accountTable = "auth.users", accountKey = "profile"
 
     init(access: [String: StoredAccess], uniqueValues: [String: (String) -> Bool]) {
         self.access = access
@@ -173,11 +213,13 @@ public struct ImportCheck {
             switch change {
             case .put(let table, let user, let key, let value):
                 guard !user.isEmpty else { throw MoveError("a row of \(MoveError.quote(table)) without a user") }
+                try Self.noNul(table, user, table == Self.uniqueTable ? "" : key)
                 if table == Self.uniqueTable {
                     try claim(Self.uniqueKey(key), user)
                     continue
                 }
                 guard let a = access[table] else { throw MoveError("table \(MoveError.quote(table)) is unknown to this binary") }
+                if table == Self.accountTable, key == Self.accountKey { accounts.insert(user) }
                 var scratch = Transaction()
                 do throws(StorageError) {
                     try a.put(&scratch, user, key, value)
@@ -187,6 +229,7 @@ public struct ImportCheck {
                         + "the kernel writes: \(MoveError.quote(why))")
                 }
             case .delete(let table, let user, let key):
+                try Self.noNul(table, user, table == Self.uniqueTable ? "" : key)
                 if table == Self.uniqueTable {
                     let k = try Self.uniqueKey(key)
                     if holders[k] == user {
@@ -195,15 +238,38 @@ public struct ImportCheck {
                     }
                 } else if access[table] == nil {
                     throw MoveError("table \(MoveError.quote(table)) is unknown to this binary")
+                } else if table == Self.accountTable, key == Self.accountKey {
+                    accounts.remove(user)
                 }
             case .deleteUser(let user):
+                try Self.noNul(user)
                 for k in held.removeValue(forKey: user) ?? [] { holders[k] = nil }
-            case .tombstone(let table, let user, _):
+                accounts.remove(user)
+            case .tombstone(let table, let user, let key):
                 guard !user.isEmpty, access[table] != nil else { throw MoveError("a tombstone of table \(MoveError.quote(table)) that is unknown, or without a user") }
+                try Self.noNul(user, key)
             case .feedCounter(let user):
                 guard !user.isEmpty else { throw MoveError("a feed counter without a user") }
+                try Self.noNul(user)
             }
         }
+    }
+
+    /// Checks what only the whole file shows, after its last line: every email and sign-in identity
+    /// belongs to a user whose account is in the file (a claim without one leaves the address dead:
+    /// sign-in finds no account, sign-up finds it taken). O(unique keys).
+    public func finish() throws(MoveError) {
+        for (key, user) in holders where key.namespace.hasPrefix("auth.") && !accounts.contains(user) {
+            throw MoveError("the \(MoveError.quote(key.namespace)) key \(MoveError.quote(key.value)) belongs to user \(MoveError.quote(user)), "
+                + "whose account is not in the file")
+        }
+    }
+
+    /// Refuses U+0000 in names no method can write it in (users, tables, keys): PostgreSQL's text cannot
+    /// hold it, and a data dir would keep two keys that another store makes one. A unique key's row key
+    /// has exactly one, between namespace and value (`uniqueKey`).
+    static func noNul(_ names: String...) throws(MoveError) {
+        for name in names where name.utf8.contains(0) { throw MoveError("\(MoveError.quote(name)) holds U+0000, which no method writes") }
     }
 
     private mutating func claim(_ key: UniqueKey, _ user: String) throws(MoveError) {
@@ -222,23 +288,26 @@ public struct ImportCheck {
     /// The changes a line makes, in order, each with the feed position and commit time it had (0 and
     /// nil where the line gives none); throws for a line that is not one of `store export`.
     static func changes(of line: JSON) throws(MoveError) -> [(Change, position: UInt64, at: Int64?)] {
-        let position = line["seq"]?.intValue.map { UInt64(max($0, 0)) } ?? 0, at = line["at"]?.intValue
+        let at = try number(line, "at", in: 0...Self.latestTime)
         switch line["type"]?.stringValue {
-        case "snapshot": return []
+        case "snapshot", ExportTrailer.type: return []
         case "row", "tombstone":
+            let position = try number(line, "seq", in: 0...Self.lastPosition).map(UInt64.init) ?? 0
             guard let table = line["table"]?.stringValue, let user = line["user"]?.stringValue, let key = line["key"]?.stringValue else {
                 throw MoveError("a row without table, user or key")
             }
             guard line["type"] == "row" else { return [(.tombstone(table: table, user: user, key: key), position, at)] }
             return [(.put(table: table, user: user, key: key, value: line["value"] ?? .null), position, at)]
         case "feed":
-            guard let user = line["user"]?.stringValue, let last = line["last"]?.intValue, last >= 0 else { throw MoveError("a feed line without user or last") }
+            guard let user = line["user"]?.stringValue, let last = try number(line, "last", in: 0...Self.lastPosition) else {
+                throw MoveError("a feed line without user or last")
+            }
             return [(.feedCounter(user), UInt64(last), nil)]
         case "record":
             guard case .array(let changes)? = line["changes"] else { throw MoveError("a record without its changes") }
             // Change i of record n had feed position n << 20 | i (see storage.md).
-            let record = line["seq"]?.intValue.map { UInt64(max($0, 0)) }
-            guard record.map({ $0 < 1 << 43 }) ?? true, changes.count < 1 << 20 else { throw MoveError("a record number or size out of range") }
+            let record = try number(line, "seq", in: 0...(Self.lastPosition >> 20)).map(UInt64.init)
+            guard changes.count < 1 << 20 else { throw MoveError("a record of \(changes.count) changes, more than a record holds") }
             return try changes.enumerated().map { (i, c) throws(MoveError) -> (Change, position: UInt64, at: Int64?) in
                 let position = record.map { $0 << 20 | UInt64(i) } ?? 0
                 guard case .array(let a) = c, case .string(let op)? = a.first else {
@@ -263,9 +332,27 @@ public struct ImportCheck {
         }
     }
 
+    /// The greatest feed position a line may carry: 2^53 - 1, so that a position stays exact in every
+    /// JSON reader (JavaScript's too) and the kernel's next positions can never overflow.
+    static let lastPosition: Int64 = 1 << 53 - 1
+    /// The latest commit time a line may carry: the last millisecond of the year 9999.
+    static let latestTime: Int64 = 253_402_300_799_999
+
+    /// Member `name` of `line` as an integer within `range`; nil when absent; refused when it is there but
+    /// no integer, or out of range (a position past 2^63 would stop every user's feed).
+    private static func number(_ line: JSON, _ name: String, in range: ClosedRange<Int64>) throws(MoveError) -> Int64? {
+        guard let value = line[name], value != .null else { return nil }
+        guard let n = value.intValue, range.contains(n) else {
+            throw MoveError("\(name) \(MoveError.quote(value.serialized)) is not an integer from \(range.lowerBound) to \(range.upperBound)")
+        }
+        return n
+    }
+
     /// A unique key from its row key (`namespace NUL value`).
     static func uniqueKey(_ rowKey: String) throws(MoveError) -> UniqueKey {
         guard let nul = rowKey.firstIndex(of: "\u{0}") else { throw MoveError("a unique key without its namespace: \(MoveError.quote(rowKey))") }
-        return UniqueKey(String(rowKey[..<nul]), String(rowKey[rowKey.index(after: nul)...]))
+        let key = UniqueKey(String(rowKey[..<nul]), String(rowKey[rowKey.index(after: nul)...]))
+        try noNul(key.value)
+        return key
     }
 }

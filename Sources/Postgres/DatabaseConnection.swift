@@ -174,6 +174,14 @@ final class DatabaseConnection: @unchecked Sendable {
     func run(_ statements: [Statement]) throws(StorageError) -> [StatementResult] {
         if broken || conn == nil { try connect() }
         guard !statements.isEmpty else { return [] }
+        // Parameters go as C strings, and PostgreSQL's text holds no NUL: a value with one would be cut
+        // there (two keys becoming one, a user id landing in another's partition). No method can write
+        // one; refused here before anything is sent, whatever the caller.
+        for statement in statements {
+            for case let p? in statement.params where p.utf8.contains(0) {
+                throw StorageError.corrupt("a key or value holds U+0000, which PostgreSQL cannot store")
+            }
+        }
         received.removeAll()
         var preparing: [Bool] = []
         preparing.reserveCapacity(statements.count)

@@ -402,8 +402,11 @@ struct StoreCommand: ParsableCommand {
 
         func run() throws {
             var buffer = ""
+            var trailer = ExportTrailer()
             let emit = { (line: JSON) in
-                buffer += line.serialized + "\n"
+                let text = line.serialized
+                trailer.add(Array(text.utf8))
+                buffer += text + "\n"
                 if buffer.utf8.count > 1 << 16 { writeStdout(buffer); buffer = "" }
             }
             let config = options.load()
@@ -415,11 +418,12 @@ struct StoreCommand: ParsableCommand {
                 } catch {
                     fail("healthkernel store export: \(error)", status: ExitStatus.startupFailed)
                 }
-                writeStdout(buffer)
+                writeStdout(buffer + trailer.line.serialized + "\n")
                 return
             }
             let damage = StoreTool.export(options.dataDir ?? "data", emit: emit)
-            writeStdout(buffer)
+            // A damaged store's export has no end line: store import refuses it as cut short.
+            writeStdout(damage == nil ? buffer + trailer.line.serialized + "\n" : buffer)
             if let damage { fail("healthkernel store export: \(damage)", status: ExitStatus.storeDamaged) }
         }
     }
@@ -448,18 +452,31 @@ struct StoreCommand: ParsableCommand {
                 unlink(String(cString: template))
                 defer { close(spool) }
                 var check = kernel.importCheck()
-                var lines = FileLines(fd: 0), lineNumber = 0
-                while let bytes = lines.next() {
+                var trailer = ExportTrailer(), ended = false
+                var lines = FileLines(fd: 0, maxLineBytes: FileLines.maxImportLine), lineNumber = 0
+                while let bytes = try lines.next() {
                     lineNumber += 1
+                    guard !ended else { throw MoveError("line \(lineNumber) comes after the export's end line; nothing was imported") }
                     let line: JSON
                     do { line = try JSON.parseAllowingNul(bytes) } catch { throw MoveError("line \(lineNumber) is not JSON: \(error)") }
+                    if line["type"]?.stringValue == ExportTrailer.type {
+                        do { try trailer.check(line) } catch { throw MoveError("line \(lineNumber): \(error); nothing was imported") }
+                        ended = true
+                        continue
+                    }
                     do { try check.line(line) } catch { throw MoveError("line \(lineNumber): \(error); nothing was imported") }
+                    trailer.add(bytes)
                     guard writeAll(spool, bytes + [0x0A]) else { throw MoveError("cannot write the temporary file: \(String(cString: strerror(errno)))") }
                 }
+                guard ended else {
+                    throw MoveError("the input ends after \(lineNumber) lines without the export's end line: it was cut short "
+                        + "(or made by a kernel before 0.3.0: export it again); nothing was imported")
+                }
+                do { try check.finish() } catch { throw MoveError("\(error); nothing was imported") }
                 guard lseek(spool, 0, SEEK_SET) == 0 else { throw MoveError("cannot read the temporary file back") }
-                var checked = FileLines(fd: spool)
+                var checked = FileLines(fd: spool, maxLineBytes: FileLines.maxImportLine)
                 let count = try kernel.importRows {
-                    guard let bytes = checked.next() else { return nil }
+                    guard let bytes = try checked.next() else { return nil }
                     return try JSON.parseAllowingNul(bytes)
                 }
                 writeStdout(#"{"imported":\#(count)}"# + "\n")
@@ -595,34 +612,62 @@ HealthKernelCommand.main()
 
 extension ResponseOrdering: ExpressibleByArgument {}
 
-/// Lines of a file descriptor (stdin, the import spool), read in large blocks straight from it (bytes as read: invalid UTF-8 is not replaced).
+/// Lines of a file descriptor (stdin, the import spool), read in large blocks straight from it (bytes as
+/// read: invalid UTF-8 is not replaced). The search for a newline resumes where it stopped, so a line
+/// costs O(its length) however many blocks it spans, and a line longer than `maxLineBytes` is refused
+/// with its number instead of being held.
 struct FileLines {
     let fd: Int32
+    let maxLineBytes: Int
     private var buffer: [UInt8] = []
     private var start = 0
+    /// Where the search for the next newline goes on: bytes before it hold none.
+    private var scanned = 0
     private var ended = false
+    private var number = 0
 
-    init(fd: Int32) { self.fd = fd }
+    /// `store import`'s bound: a data dir's log record holds one commit's changes, and a commit holds at
+    /// most a batch of requests, each at most `kernel.maxLineBytes`.
+    static let maxImportLine = 256 << 20
+
+    init(fd: Int32, maxLineBytes: Int) {
+        self.fd = fd
+        self.maxLineBytes = maxLineBytes
+    }
 
     /// The next line without its newline, or nil at EOF.
-    mutating func next() -> [UInt8]? {
+    mutating func next() throws(MoveError) -> [UInt8]? {
         while true {
-            if let nl = buffer[start...].firstIndex(of: 0x0A) {
-                defer { start = nl + 1 }
+            if let nl = buffer[max(start, scanned)...].firstIndex(of: 0x0A) {
+                defer { start = nl + 1; scanned = start; number += 1 }
+                guard nl - start <= maxLineBytes else { throw tooLong() }
                 return Array(buffer[start..<nl])
             }
+            scanned = buffer.count
+            guard buffer.count - start <= maxLineBytes else { throw tooLong() }
             if ended {
                 guard start < buffer.count else { return nil }
-                defer { start = buffer.count }
+                defer { start = buffer.count; number += 1 }
                 return Array(buffer[start...])
             }
             buffer.removeFirst(start)
+            scanned -= start
             start = 0
-            var block = [UInt8](repeating: 0, count: 1 << 20)
-            let n = block.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            let n = readBlock()
             if n < 0 && errno == EINTR { continue }
-            if n <= 0 { ended = true } else { buffer.append(contentsOf: block[0..<n]) }
+            if n <= 0 { ended = true }
         }
+    }
+
+    private func tooLong() -> MoveError { MoveError("line \(number + 1) is longer than \(maxLineBytes >> 20) MiB; nothing was imported") }
+
+    /// Appends up to 1 MiB read from the descriptor; read's result.
+    private mutating func readBlock() -> Int {
+        let old = buffer.count
+        buffer.append(contentsOf: repeatElement(0, count: 1 << 20))
+        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + old, 1 << 20) }
+        buffer.removeLast((1 << 20) - max(n, 0))
+        return n
     }
 }
 

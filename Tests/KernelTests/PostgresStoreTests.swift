@@ -35,6 +35,25 @@ import TestSupport
         store.endRequest()
     }
 
+    /// #51 item 7: parameters go to libpq as C strings; a key or user id holding U+0000 was cut there, so
+    /// `a\0b` and `a\0c` became one row `a`. Now refused before anything is sent, and the clean rows stay apart.
+    @Test func aKeyOrUserHoldingNulIsRefusedNotCut() throws {
+        let (store, table) = try open(TestPostgres.freshSchema())
+        defer { store.shutdown() }
+        for (user, key) in [("u", "a\u{0}b"), ("u\u{0}v", "k")] {
+            var t = Transaction()
+            t.put(table, user: user, key: key, Due(at: "1"))
+            #expect(throws: StorageError.self) { try store.commit(t) }
+            store.endRequest()
+        }
+        #expect(try table.get(user: "u", key: "a") == nil, "nothing was cut and stored")
+        var t = Transaction()
+        t.put(table, user: "u", key: "a", Due(at: "2"))
+        try store.commit(t)
+        #expect(try table.get(user: "u", key: "a") == Due(at: "2"))
+        store.endRequest()
+    }
+
     @Test func twoKernelsScanningDueRowsNeverGetTheSameRow() throws {
         let schema = TestPostgres.freshSchema()
         let (a, dueA) = try open(schema)

@@ -1,5 +1,6 @@
 import Foundation
 import JSON
+import Kernel
 import Testing
 import TestSupport
 
@@ -49,6 +50,91 @@ import TestSupport
         edit(&o)
         out[i] = .object(o)
         return (out, i + 1)
+    }
+
+    /// `lines` (an export less its end line, or edited) with a new end line that fits them.
+    func ended(_ lines: [JSON]) -> [JSON] {
+        var trailer = ExportTrailer()
+        let body = lines.filter { $0["type"]?.stringValue != ExportTrailer.type }
+        for line in body { trailer.add(Array(line.serialized.utf8)) }
+        return body + [trailer.line]
+    }
+
+    /// #51 item 4: feed positions and times are range-checked on every kind of line: a tombstone at
+    /// 2^63 - 1 gave every user positions past 2^63 on the next write, and sync.changes then trapped.
+    @Test func positionsAndTimesOutOfRangeAreRefusedOnEveryLine() throws {
+        let good = try exportLines()
+        #expect(good.last?["type"] == "end", "an export ends with its end line")
+        let base = good.filter { $0["type"]?.stringValue != ExportTrailer.type }
+        let tombstone: JSON = ["type": "tombstone", "table": "sessions.records", "user": .string(Self.user), "key": "x", "seq": .int(Int64.max), "at": 1]
+        let row = try #require(base.first { $0["type"] == "row" && $0["table"] == "screentime.days" })
+        var badTime = try #require(row.objectValue)
+        badTime["seq"] = 5
+        badTime["at"] = .int(Int64.min)
+        var textSeq = badTime
+        textSeq["at"] = 5
+        textSeq["seq"] = "7"
+        for (bad, what) in [(tombstone, "seq"), (JSON.object(badTime), "at"), (JSON.object(textSeq), "seq"),
+                            (["type": "feed", "user": "u", "last": .int(1 << 60)], "last"), (["type": "record", "seq": .int(1 << 40), "at": 1, "changes": []], "seq")] as [(JSON, String)] {
+            let r = try importRefused(ended(base + [bad]), good: good)
+            #expect(r.status == 2 && r.stderr.contains("line \(base.count + 1):") && r.stderr.contains(what) && r.stderr.contains("is not an integer from 0 to"), "\(r.stderr)")
+            #expect(r.emptyAfter)
+        }
+    }
+
+    /// #51 item 5: an export ends with a line counting the lines before it and their CRC-32C; input
+    /// without it (cut short), with lines after it, or whose lines differ, is refused whole.
+    @Test func aCutShortOrAlteredExportIsRefusedWhole() throws {
+        let good = try exportLines()
+        let r = try importRefused(Array(good.prefix(2)), good: good)
+        #expect(r.status == 2 && r.stderr.contains("without the export's end line") && r.stderr.contains("nothing was imported"), "\(r.stderr)")
+        #expect(r.emptyAfter)
+        let after = try importRefused(good + [good[1]], good: good)
+        #expect(after.status == 2 && after.stderr.contains("comes after the export's end line"), "\(after.stderr)")
+        // A row dropped from the middle, the end line kept: the count says so.
+        var dropped = good
+        dropped.remove(at: dropped.firstIndex { $0["table"] == "screentime.days" }!)
+        let d = try importRefused(dropped, good: good)
+        #expect(d.status == 2 && d.stderr.contains("lines, but"), "\(d.stderr)")
+        // A row's value edited but still valid: the checksum says so.
+        let (edited, _) = try editing(good, table: "auth.users") { row in
+            var v = row["value"]?.objectValue ?? JSONObject()
+            v["createdAt"] = v["createdAt"] == .int(1) ? .int(2) : .int(1)
+            row["value"] = .object(v)
+        }
+        let e = try importRefused(edited, good: good)
+        #expect(e.status == 2 && (e.stderr.contains("CRC-32C") || e.stderr.contains("not one the kernel writes")), "\(e.stderr)")
+    }
+
+    /// #51 item 5: an email claimed by a user whose account is not in the file would leave the address
+    /// dead (sign-in: invalid_credentials; sign-up: email_taken).
+    @Test func anEmailWithoutItsAccountIsRefused() throws {
+        let good = try exportLines()
+        let ann = try #require(good.first { $0["key"]?.stringValue == "auth.email\u{0}ann@example.com" }?["user"]?.stringValue)
+        let lines = ended(good.filter { !($0["table"] == "auth.users" && $0["user"]?.stringValue == ann) })
+        let r = try importRefused(lines, good: good)
+        #expect(r.status == 2 && r.stderr.contains("whose account is not in the file") && r.stderr.contains("ann@example.com"), "\(r.stderr)")
+        #expect(r.emptyAfter)
+    }
+
+    /// #51 item 7: U+0000 in a user or key is refused: PostgreSQL would cut it there.
+    @Test func keysAndUsersHoldingNulAreRefused() throws {
+        let good = try exportLines()
+        for field in ["key", "user"] {
+            let (bad, line) = try editing(good, table: "screentime.days") { $0[field] = .string(($0[field]?.stringValue ?? "") + "\u{0}x") }
+            let r = try importRefused(ended(bad), good: good)
+            #expect(r.status == 2 && r.stderr.contains("line \(line):") && r.stderr.contains("U+0000"), "\(field): \(r.stderr)")
+        }
+    }
+
+    /// #51 item 6: a line is bounded (and read in linear time): one past the bound is refused by number.
+    @Test func aLineLongerThanTheBoundIsRefusedByNumber() throws {
+        let dir = temporaryDirectory("import-long")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var input = Data("{\"type\":\"snapshot\"}\n".utf8)
+        input.append(Data(repeating: 0x20, count: (256 << 20) + 1))
+        let r = try runBinary(["store", "import", "--data-dir", dir] + secret, input: input)
+        #expect(r.status == 2 && r.stderrText.contains("line 2 is longer than 256 MiB"), "\(r.stderrText)")
     }
 
     @Test func aDayKeyedByADateThatDoesNotExistIsRefusedAndNothingIsImported() throws {
