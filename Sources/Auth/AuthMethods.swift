@@ -128,7 +128,7 @@ public struct AuthSignUp: SlowRPCMethod {
 /// `auth.signIn`: the password is verified on a worker thread.
 public struct AuthSignIn: SlowRPCMethod {
     public static let name = "auth.signIn"
-    public static let summary = "Signs in with email and password; 5 failures in 15 minutes per email and client address (50 from every address) are throttled."
+    public static let summary = "Signs in with email and password; 5 failures in 15 minutes per email and client address, 50 per email from addresses that failed, 30 per address over all emails are throttled."
     public static let mutates = true
     public static let auth = AuthRequirement.none
     public static let errors = [ErrorDoc(.unauthorized, "invalid_credentials"), ErrorDoc(.limited, "too_many_attempts")]

@@ -24,7 +24,7 @@ public struct AuthTables: Sendable {
         legacyIndex = store.table("auth.index", of: IndexRow.self)
         sessions = store.table("auth.sessions", of: SignInRow.self)
         refresh = store.table("auth.refresh", of: RefreshRow.self)
-        throttle = store.table("auth.throttle", of: ThrottleRow.self)
+        throttle = store.table("auth.throttle", of: ThrottleRow.self, orderedBy: ThrottleRow.expiry)
     }
 }
 
@@ -311,8 +311,21 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         }
         var tx = Transaction()
         tx.put(tables.throttle, user: partition, key: Self.throttleKey, ThrottleRow(failures: recent.suffix(limit - 1) + [now.milliseconds]))
+        try pruneThrottle(&tx, now: now)
         try commit(tx)
     }
+
+    /// Throttle rows spent before `now` removed with the transaction that writes one, a few at a time:
+    /// sign-ins with random emails leave rows behind, and each later attempt takes up to `pruneBatch` of
+    /// them away, so spent rows never outgrow the attempts of the longest window. O(pruneBatch) a write.
+    private func pruneThrottle(_ tx: inout Transaction, now: Timestamp) throws(AuthError) {
+        let spent = ThrottleRow.expiry(ThrottleRow(failures: [], until: now.milliseconds)) + "~"
+        let (rows, _) = try storage(try tables.throttle.scanAllOrdered(through: spent, limit: Self.pruneBatch))
+        let written = Set(tx.entries.compactMap { $0.user })
+        for row in rows where !written.contains(row.user) { tx.delete(tables.throttle, user: row.user, key: row.key) }
+    }
+
+    static let pruneBatch = 8
 
     /// Creates the account once its password is hashed.
     func finishSignUp(email: String, passwordHash: String, now: Timestamp) throws(AuthError) -> SignedIn {
@@ -349,18 +362,29 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     /// address, failures count per address (5) and for the email from everywhere (50); without, the
     /// email's 5 count wherever they came from.
     func beginSignIn(email: String, from address: String? = nil, now: Timestamp) throws(AuthError) -> SignInAttempt {
-        let partition = Self.throttlePartition(email)
-        var counted = [(key: Self.throttleKey, limit: address == nil ? Throttle.failuresPerAddress : Throttle.failuresAllAddresses)]
-        if let address { counted.append((key: "from:" + address, limit: Throttle.failuresPerAddress)) }
+        let partition = Self.throttlePartition(email), ms = now.milliseconds
+        func recent(_ user: String, _ key: String) throws(AuthError) -> [Int64] {
+            Throttle.recent(try storage(try tables.throttle.get(user: user, key: key))?.failures ?? [], now: ms, window: Throttle.failureWindowMs)
+        }
+        func full(_ times: [Int64], _ limit: Int) -> Bool { Throttle.wait(times, limit: limit, now: ms, window: Throttle.failureWindowMs) != nil }
         var tx = Transaction()
-        for (key, limit) in counted {
-            let stored = try storage(try tables.throttle.get(user: partition, key: key))?.failures ?? []
-            let recent = Throttle.recent(stored, now: now.milliseconds, window: Throttle.failureWindowMs)
-            guard Throttle.wait(recent, limit: limit, now: now.milliseconds, window: Throttle.failureWindowMs) == nil else {
+        let total = try recent(partition, Self.throttleKey)
+        if let address {
+            let own = try recent(partition, "from:" + address), everywhere = try recent(Self.addressPartition(address), Self.throttleKey)
+            let known = try storage(try tables.throttle.get(user: partition, key: "known:" + address)).map { ($0.until ?? 0) > ms } ?? false
+            guard !full(own, Throttle.failuresPerAddress),
+                  known || !full(everywhere, Throttle.failuresPerAddressAllEmails),
+                  !Throttle.refusesByTotal(total: total, own: own, known: known, limit: Throttle.failuresAllAddresses, now: ms) else {
                 throw .tooManyAttempts
             }
-            tx.put(tables.throttle, user: partition, key: key, ThrottleRow(failures: recent + [now.milliseconds]))
+            tx.put(tables.throttle, user: partition, key: "from:" + address, ThrottleRow(failures: own + [ms]))
+            tx.put(tables.throttle, user: Self.addressPartition(address), key: Self.throttleKey,
+                   ThrottleRow(failures: everywhere.suffix(Throttle.failuresPerAddressAllEmails) + [ms]))
+        } else if full(total, Throttle.failuresPerAddress) {
+            throw .tooManyAttempts
         }
+        tx.put(tables.throttle, user: partition, key: Self.throttleKey, ThrottleRow(failures: total.suffix(Throttle.failuresAllAddresses) + [ms]))
+        try pruneThrottle(&tx, now: now)
         try commit(tx)
         let user = try owner(of: .email(email)).map { (id) throws(AuthError) in try account(id) } ?? nil
         return SignInAttempt(email: email, address: address, userId: user?.id, passwordHash: user?.passwordHash ?? Passwords.decoy)
@@ -372,7 +396,13 @@ public final class AuthService: Authenticator, @unchecked Sendable {
               user.passwordHash == attempt.passwordHash, user.email == attempt.email else { throw .invalidCredentials }
         var tx = Transaction()
         tx.delete(tables.throttle, user: Self.throttlePartition(attempt.email), key: Self.throttleKey)
-        if let address = attempt.address { tx.delete(tables.throttle, user: Self.throttlePartition(attempt.email), key: "from:" + address) }
+        if let address = attempt.address {
+            // The address is known to the account from now on: the total over every address never refuses it.
+            let partition = Self.throttlePartition(attempt.email)
+            tx.delete(tables.throttle, user: partition, key: "from:" + address)
+            tx.put(tables.throttle, user: partition, key: "known:" + address,
+                   ThrottleRow(failures: [now.milliseconds], until: now.milliseconds + Throttle.knownAddressMs))
+        }
         let session = try startSession(user, &tx, now: now)
         try commit(tx)
         return session
@@ -380,6 +410,8 @@ public final class AuthService: Authenticator, @unchecked Sendable {
 
     /// The partition an email's failed sign-ins live in (no user id starts so).
     static func throttlePartition(_ email: String) -> String { "throttle:" + email }
+    /// The partition an address's failed sign-ins over every email live in.
+    static func addressPartition(_ address: String) -> String { "throttle-from:" + address }
     static let throttleKey = "failures"
 
     func refresh(_ token: String, now: Timestamp) throws(AuthError) -> SignedIn {

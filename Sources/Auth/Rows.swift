@@ -119,10 +119,28 @@ public struct RefreshRow: StoredRow {
 public struct ThrottleRow: StoredRow {
     /// When each failure happened (ms since 1970), oldest first.
     public var failures: [Int64]
-    public init(failures: [Int64]) { self.failures = failures }
+    /// When the row stops counting, where that is not its newest time and the longest window (an
+    /// address known to an account).
+    public var until: Int64?
+    public init(failures: [Int64], until: Int64? = nil) {
+        self.failures = failures
+        self.until = until
+    }
     public init(stored: JSON) throws(StorageError) {
         let f = try StoredFields(stored, "throttle")
         failures = f.object["failures"]?.arrayValue?.compactMap(\.intValue) ?? []
+        until = f.object["until"]?.intValue
     }
-    public var stored: JSON { ["failures": .array(failures.map(JSON.int))] }
+    /// A throttle row's second-order key: when it has no more effect (its newest time plus the longest
+    /// window, or its own `until`), 15 digits, so that `prune` finds spent rows in time order.
+    public static func expiry(_ row: ThrottleRow) -> String {
+        let at = max(0, min(row.until ?? ((row.failures.last ?? 0) + Throttle.signUpWindowMs), 999_999_999_999_999))
+        let digits = String(at)
+        return String(repeating: "0", count: 15 - digits.count) + digits
+    }
+
+    public var stored: JSON {
+        guard let until else { return ["failures": .array(failures.map(JSON.int))] }
+        return ["failures": .array(failures.map(JSON.int)), "until": .int(until)]
+    }
 }

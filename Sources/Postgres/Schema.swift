@@ -77,6 +77,14 @@ enum Schema {
             END $$
             """,
         ],
+        [
+            // Throttle rows are kept in the order they are spent, so sign-ins prune them (`Throttle.expiry`:
+            // the newest time plus an hour, 15 digits, then the key); rows written before had no order.
+            """
+            UPDATE rows SET ord = lpad((coalesce((SELECT max(e.v::bigint) FROM jsonb_array_elements_text(rows.body::jsonb -> 'failures') AS e(v)), 0)
+                + 3600000)::text, 15, '0') || key WHERE tbl = 'auth.throttle' AND ord IS NULL
+            """,
+        ],
     ]
 
     /// The version this binary brings a database to.

@@ -289,12 +289,81 @@ struct IDClaims: JWTPayload {
         #expect(throws: AuthError.tooManyAttempts) { _ = try h.service.beginSignIn(email: "ann@example.com", from: stranger, now: t0) }
         // Guessing spread over many addresses stops at 50 for the email (the 5 above are not among them:
         // the owner's success cleared the email's count).
+        // An address that has failed itself is then refused by the total; one that has not gets its own
+        // attempt (#51 item 8: otherwise strangers lock the owner out from wherever they are).
         for i in 0..<50 { _ = try h.service.beginSignIn(email: "ann@example.com", from: "v4:192.0.2.\(i)", now: t0) }
+        #expect(throws: AuthError.tooManyAttempts) { _ = try h.service.beginSignIn(email: "ann@example.com", from: "v4:192.0.2.7", now: t0) }
+        _ = try h.service.beginSignIn(email: "ann@example.com", from: "v4:192.0.2.200", now: t0)
         #expect(throws: AuthError.tooManyAttempts) { _ = try h.service.beginSignIn(email: "ann@example.com", from: "v4:192.0.2.200", now: t0) }
         // A host that names no address keeps the email's own limit of 5.
         let other = try AuthHarness()
         for _ in 0..<5 { _ = try other.service.beginSignIn(email: "bob@example.com", now: t0) }
         #expect(throws: AuthError.tooManyAttempts) { _ = try other.service.beginSignIn(email: "bob@example.com", now: t0) }
+    }
+
+    /// #51 item 8: five failures from each of ten /64s of one /56 locked the owner out everywhere, and
+    /// one address could try any number of emails.
+    @Test func strangersSpreadOverAddressesNeverLockTheOwnerOut() throws {
+        let h = try AuthHarness()
+        _ = try h.service.signUp(email: "ann@example.com", password: "right password", now: t0)
+        // Ten /64s of one customer's /56 are one address: five failures in all, then refused.
+        for i in 0..<5 { _ = try h.service.beginSignIn(email: "ann@example.com", from: try #require(Throttle.addressKey("2001:db8:0:1\(i)::1")), now: t0) }
+        for i in 5..<10 {
+            #expect(throws: AuthError.tooManyAttempts) {
+                _ = try h.service.beginSignIn(email: "ann@example.com", from: try #require(Throttle.addressKey("2001:db8:0:1\(i)::1")), now: t0)
+            }
+        }
+        // Nine more whole /56s fill the email's total of 50: each is then refused, the owner's address never.
+        for n in 1...9 {
+            for _ in 0..<5 { _ = try h.service.beginSignIn(email: "ann@example.com", from: try #require(Throttle.addressKey("2001:db8:\(n):100::1")), now: t0) }
+        }
+        #expect(throws: AuthError.tooManyAttempts) {
+            _ = try h.service.beginSignIn(email: "ann@example.com", from: try #require(Throttle.addressKey("2001:db8:3:100::9")), now: t0)
+        }
+        let owner = try #require(Throttle.addressKey("198.51.100.7"))
+        _ = try h.service.signIn(email: "ann@example.com", password: "right password", from: owner, now: t0.adding(seconds: 1))
+        // The owner's address is known to the account now: even after a typo there, with the total full
+        // again, it is not refused by the total.
+        for n in 11...20 {
+            for _ in 0..<5 { _ = try h.service.beginSignIn(email: "ann@example.com", from: try #require(Throttle.addressKey("2001:db8:\(n):100::1")), now: t0.adding(seconds: 2)) }
+        }
+        #expect(throws: AuthError.invalidCredentials) {
+            _ = try h.service.signIn(email: "ann@example.com", password: "typo password", from: owner, now: t0.adding(seconds: 3))
+        }
+        _ = try h.service.signIn(email: "ann@example.com", password: "right password", from: owner, now: t0.adding(seconds: 4))
+        // One address across many emails: 30 failures in the window, then every email is refused there.
+        let guesser = try #require(Throttle.addressKey("203.0.113.50"))
+        for i in 0..<Throttle.failuresPerAddressAllEmails {
+            #expect(throws: AuthError.invalidCredentials) {
+                _ = try h.service.signIn(email: "user\(i)@example.com", password: "guess password", from: guesser, now: t0)
+            }
+        }
+        #expect(throws: AuthError.tooManyAttempts) {
+            _ = try h.service.signIn(email: "user99@example.com", password: "guess password", from: guesser, now: t0)
+        }
+        _ = try h.service.beginSignIn(email: "user99@example.com", from: guesser, now: t0.adding(seconds: 15 * 60 + 1))
+    }
+
+    /// #51 item 9: failed sign-ins with random emails left their rows for ever (2,400 sign-ins, 4,800
+    /// rows). Each attempt now removes up to `pruneBatch` spent rows with its own write.
+    @Test func spentThrottleRowsArePruned() throws {
+        let h = try AuthHarness()
+        let address = try #require(Throttle.addressKey("203.0.113.9"))
+        func rows() throws -> Int { try h.tables.throttle.scanAllOrdered(through: "~", limit: 100_000).total }
+        for i in 0..<200 { _ = try? h.service.beginSignIn(email: "random\(i)@example.com", from: i % 2 == 0 ? address : nil, now: t0) }
+        let before = try rows()
+        #expect(before > 150, "\(before)")
+        // An hour and a bit later every one of them is spent; later attempts take them away.
+        let later = t0.adding(seconds: 3601 + 60)
+        for i in 0..<(before / AuthService.pruneBatch + 1) {
+            _ = try h.service.beginSignIn(email: "later\(i)@example.com", now: later.adding(seconds: Int64(i)))
+        }
+        let after = try rows()
+        #expect(after <= before / AuthService.pruneBatch + 2, "only the later attempts' own rows are left: \(after)")
+        // A row still counting is never pruned.
+        for _ in 0..<5 { _ = try h.service.beginSignIn(email: "ann@example.com", now: later) }
+        for i in 0..<20 { _ = try h.service.beginSignIn(email: "more\(i)@example.com", now: later.adding(seconds: 60)) }
+        #expect(throws: AuthError.tooManyAttempts) { _ = try h.service.beginSignIn(email: "ann@example.com", now: later.adding(seconds: 60)) }
     }
 
     /// #38 item 6: every sign-in and every refresh added rows that nothing ever removed.
@@ -325,11 +394,13 @@ struct IDClaims: JWTPayload {
         #expect(throws: AuthError.refreshTokenReused) { _ = try h.service.refresh(spent[39], now: t0.adding(seconds: 100)) }
     }
 
-    @Test func addressesAreCountedByHostOrIPv6Slash64() {
+    @Test func addressesAreCountedByHostOrIPv6Slash56() {
         #expect(Throttle.addressKey("203.0.113.9") == "v4:203.0.113.9")
         #expect(Throttle.addressKey("::ffff:203.0.113.9") == "v4:203.0.113.9")
         #expect(Throttle.addressKey("2001:db8:1:2:aaaa::1") == Throttle.addressKey("2001:db8:1:2:bbbb::7"))
-        #expect(Throttle.addressKey("2001:db8:1:3::1") != Throttle.addressKey("2001:db8:1:2::1"))
+        #expect(Throttle.addressKey("2001:db8:1:3::1") == Throttle.addressKey("2001:db8:1:2::1"), "one /56, two /64s")
+        #expect(Throttle.addressKey("2001:db8:1:ff::1") == "v6:20010db8000100/56")
+        #expect(Throttle.addressKey("2001:db8:1:100::1") != Throttle.addressKey("2001:db8:1:ff::1"), "the next /56")
         for bad in ["", "localhost", "203.0.113.9:80", "1.2.3", "v4:1.2.3.4", String(repeating: "1", count: 70)] {
             #expect(Throttle.addressKey(bad) == nil, "\(bad)")
         }

@@ -397,6 +397,26 @@ class TokenCache {
   forget(token) { this.entries.delete(token); }
 }
 
+/**
+ * The key a client address is limited under, as the kernel counts addresses (`Throttle.addressKey`): an
+ * IPv4 address as it is (an IPv4-mapped IPv6 one too), an IPv6 address by the /56 it lies in, since one
+ * customer is handed a /64 at least and commonly a /56: keyed by whole address, one /64 was unlimited.
+ */
+export function addressKey(raw) {
+  const text = String(raw ?? '');
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(text);
+  if (mapped) return mapped[1];
+  if (!text.includes(':')) return text;
+  const zone = text.indexOf('%');
+  const bare = zone >= 0 ? text.slice(0, zone) : text;
+  const [head, tail] = bare.split('::');
+  const part = (s) => (s ? s.split(':') : []);
+  const left = part(head), right = tail === undefined ? [] : part(tail);
+  const groups = [...left, ...Array(Math.max(0, 8 - left.length - right.length)).fill('0'), ...right];
+  const hex = groups.slice(0, 4).map((g) => g.padStart(4, '0').toLowerCase()).join('');
+  return `${hex.slice(0, 14)}::/56`;
+}
+
 /** Token buckets per client address for routes that take no token (account creation among them). */
 class AddressLimiter {
   constructor(perMinute, burst, maxAddresses = 100_000) {
@@ -548,7 +568,7 @@ export async function start({
   // take every connection, nor hold them open sending nothing.
   const connections = new Map(); // address -> open connections
   server.on('connection', (socket) => {
-    const address = socket.remoteAddress ?? '';
+    const address = addressKey(socket.remoteAddress);
     const open = (connections.get(address) ?? 0) + 1;
     if (open > limits.CONNECTIONS_PER_ADDRESS) return socket.destroy();
     connections.set(address, open);
@@ -582,7 +602,7 @@ export async function start({
     if (matching.length === 0) return send(res, 404, { error: 'Not found' });
     const route = matching.find((r) => r.method === req.method);
     if (!route) return send(res, 405, { error: 'Method not allowed' }, { allow: matching.map((r) => r.method).join(', ') });
-    const held = { bytes: 0, address: req.socket.remoteAddress ?? '' };
+    const held = { bytes: 0, address: addressKey(req.socket.remoteAddress) };
     const token = bearer(req);
     try {
       // Who is asking is settled before a byte of the body is read: an anonymous flood costs no memory.
@@ -590,7 +610,7 @@ export async function start({
         // No token: the body's signature is the proof, checked by the kernel. No address limit either: a 4xx
         // would make Apple drop the notification. Keep such routes behind a proxy that admits Apple's addresses.
       } else if (route.auth === 'none') {
-        const wait = unauthenticated.take(req.socket.remoteAddress ?? '');
+        const wait = unauthenticated.take(held.address);
         if (wait > 0) {
           throw new HttpError(429, 'Too many requests from this address; retry later', { reason: 'rate_limited', retryAfterMs: wait },
             { 'retry-after': String(Math.ceil(wait / 1000)) });

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { join } from 'node:path';
-import { start } from '../server.mjs';
+import { addressKey, start } from '../server.mjs';
 import { requester } from './support.mjs';
 import { binary, env, temporaryDirectory, token, userA, eventually } from '../../../clients/node/test/support.mjs';
 
@@ -141,4 +141,18 @@ test('12. a signed-out session gets no ticket and no stream, and its open stream
   const reader = stream.body.getReader();
   for (;;) { const { done } = await reader.read(); if (done) break; }
   assert.ok(Date.now() - started < 5000, `ended after ${Date.now() - started} ms`);
+});
+
+// #51 item 10: the per-address limits were keyed on the whole IPv6 address, so one /64 (one customer) had
+// 2^64 keys; they group as the kernel does: IPv4 as is, IPv6 by /56.
+test('addresses are limited by IPv4 address or IPv6 /56, as the kernel counts them', () => {
+  assert.equal(addressKey('203.0.113.9'), '203.0.113.9');
+  assert.equal(addressKey('::ffff:203.0.113.9'), '203.0.113.9');
+  assert.equal(addressKey('2001:db8:1:2:aaaa::1'), addressKey('2001:db8:1:2:bbbb:cccc:dddd:7'));
+  assert.equal(addressKey('2001:db8:1:3::1'), addressKey('2001:db8:1:2::1'), 'two /64s of one /56');
+  assert.equal(addressKey('2001:db8:1:ff::1'), '20010db8000100::/56');
+  assert.notEqual(addressKey('2001:db8:1:100::1'), addressKey('2001:db8:1:ff::1'), 'the next /56');
+  assert.equal(addressKey('2001:DB8:1:2::1%eth0'), addressKey('2001:db8:1:2::9'));
+  assert.equal(addressKey('::1'), '00000000000000::/56');
+  assert.equal(addressKey(undefined), '');
 });
