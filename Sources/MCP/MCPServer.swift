@@ -51,9 +51,43 @@ public final class MCPServer {
     /// The lines to write for one line read: its answer (none for a notification), and for a
     /// `subscriptions/listen` its acknowledgement (the answer comes when the stream ends).
     public func handle(_ line: [UInt8]) -> [[UInt8]] {
-        guard let message = try? JSON.parse(line), case .object(let request) = message else {
-            return [Self.error(nil, -32700, "Parse error").bytes]
+        guard let message = try? JSON.parse(line) else { return [Self.error(nil, -32700, "Parse error").bytes] }
+        switch message {
+        case .object(let request): return handle(request)
+        case .array(let elements):
+            // Batches exist in 2025-03-26 only (later versions removed them): answered there as JSON-RPC
+            // says, one array of the answers, none for notifications; in any other version a batch is
+            // an invalid request, never a parse error.
+            guard handshake == Self.batchVersion else {
+                return [Self.error(nil, -32600, "Invalid Request: batches are part of MCP \(Self.batchVersion) only").bytes]
+            }
+            guard !elements.isEmpty else { return [Self.error(nil, -32600, "Invalid Request: an empty batch").bytes] }
+            var answers: [JSON] = []
+            var extra: [[UInt8]] = []
+            for element in elements {
+                guard case .object(let request) = element else {
+                    answers.append(Self.error(nil, -32600, "Invalid Request"))
+                    continue
+                }
+                for line in handle(request) {
+                    if let answer = try? JSON.parse(line), answer["id"] != nil, answer["method"] == nil { answers.append(answer) } else { extra.append(line) }
+                }
+            }
+            return extra + (answers.isEmpty ? [] : [JSON.array(answers).bytes])
+        default:
+            return [Self.error(nil, -32600, "Invalid Request").bytes]
         }
+    }
+
+    /// The answer to a line longer than the kernel takes (it is skipped to its newline, unread).
+    public static func lineTooLong(_ limit: Int) -> JSON {
+        error(nil, -32600, "Invalid Request: the line is longer than \(limit) bytes (kernel.maxLineBytes)")
+    }
+
+    /// The one protocol version with JSON-RPC batches.
+    static let batchVersion = "2025-03-26"
+
+    private func handle(_ request: JSONObject) -> [[UInt8]] {
         let id = request["id"]
         guard let method = request["method"]?.stringValue else { return id == nil ? [] : [Self.error(id, -32600, "Invalid Request").bytes] }
         let params = request["params"]?.objectValue ?? JSONObject()
@@ -196,8 +230,17 @@ public final class MCPServer {
         for _ in 0..<100 {
             var args = JSONObject([("auth", .string(token)), ("limit", 1000)])
             if let cursor = feedCursor, !cursor.isEmpty { args["since"] = .string(cursor) }
-            let page = call("sync.changes", args)["result"]
-            guard let page else { break }
+            let response = call("sync.changes", args)
+            guard let page = response["result"] else {
+                // Deletes older than the cursor were dropped (protocol/sync.md): read the feed again from
+                // the start, and since anything may have changed meanwhile, announce every resource.
+                if response["error"]?["data"]?["reason"] == "cursor_expired", feedCursor?.isEmpty == false {
+                    feedCursor = ""
+                    uris.formUnion(Self.resources.map(\.uri))
+                    continue
+                }
+                break
+            }
             for change in page["changes"]?.arrayValue ?? [] {
                 let entity = change["entity"]?.stringValue ?? ""
                 if entity.hasPrefix("health.") { uris.formUnion(["healthkernel://summary/last-7-days", "healthkernel://summary/last-30-days"]) }

@@ -87,10 +87,26 @@ struct Mcp: ParsableCommand {
                 shared.withLock { server in write(server.poll()) }
             }
         }
-        while let line = readLine(strippingNewline: true) {
-            guard !line.isEmpty else { continue }
-            shared.withLock { server in write(server.handle(Array(line.utf8))) }
+        // The kernel's own line limit and framer: a line past `kernel.maxLineBytes` is answered once and
+        // skipped to its newline, never held (an unfinished 256 MiB line took 269 MiB).
+        var framer = LineFramer(maxLineBytes: config.maxLineBytes)
+        let handle = { (event: LineFramer.Event) in
+            switch event {
+            case .line(let bytes):
+                let line = Array(bytes)
+                shared.withLock { server in write(server.handle(line)) }
+            case .tooLong:
+                write([MCPServer.lineTooLong(config.maxLineBytes).bytes])
+            }
         }
+        var block = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let n = block.withUnsafeMutableBytes { read(0, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { break }
+            block.withUnsafeBytes { framer.feed(UnsafeRawBufferPointer(rebasing: $0[0..<n]), handle) }
+        }
+        framer.finish(handle)
         shared.withLock { _ in link.close() }
     }
 }

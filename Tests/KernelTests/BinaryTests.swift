@@ -157,6 +157,24 @@ import TestSupport
 }
 
 /// `healthkernel token` in a shell-style pipeline against a data dir.
+/// #51 item 12: `healthkernel mcp` reads lines with the kernel's limit: a line past it is answered once
+/// and skipped to its newline (an unfinished 256 MiB line was held whole), and the next line is served.
+@Suite(.oneStoreOnly) struct MCPBinaryTests {
+    @Test func aLineLongerThanTheLimitIsAnsweredAndSkipped() throws {
+        let secret = ["--jwt-secret", testSecret, "--log-level", "error"]
+        let token = try #require(runBinary(["token", "--user", testUser] + secret).stdoutText.split(separator: "\n").first).description
+        var input = Data("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{\"x\":\"".utf8)
+        input.append(Data(repeating: 0x61, count: 200_000))
+        input.append(Data("\"}}\n".utf8))
+        input.append(Data(#"{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#.utf8 + [0x0A]))
+        let r = try runBinary(["mcp", "--memory-only", "--token", token, "--max-line-bytes", "65536"] + secret, input: input)
+        let lines = try r.stdoutText.split(separator: "\n").map { try JSON.parse(String($0)) }
+        #expect(lines.count == 2, "\(r.stdoutText.prefix(500)) \(r.stderrText)")
+        #expect(lines.first?["error"]?["code"] == -32600 && lines.first?["error"]?["message"]?.stringValue?.contains("65536") == true)
+        #expect(lines.last?["id"] == 2 && lines.last?["result"]?["protocolVersion"] == "2025-11-25")
+    }
+}
+
 @Suite(.oneStoreOnly) struct TokenCommandTests {
     @Test func mintedTokensWorkAgainstTheKernel() throws {
         let dir = temporaryDirectory("token")

@@ -77,4 +77,58 @@ import Threads
         #expect(close["id"] == "listen-1" && close["result"]?["resultType"] == "complete")
         #expect(!s.hasSubscribers)
     }
+
+    /// #51 item 11: one `cursor_expired` ended a resource subscription for good. The server now reads the
+    /// feed again from the start, announces every resource it was asked for, and goes on announcing.
+    @Test func anExpiredCursorAnnouncesEverythingAndTheSubscriptionGoesOn() throws {
+        // A stand-in feed: positions as cursors; "expire" makes every cursor short of the end expired once.
+        let state = Locked((end: 3, expired: false, calls: [String]()))
+        let s = MCPServer(tools: [], token: "user-token", serverVersion: "test", today: { CalendarDate("2026-11-28")! }) { method, params in
+            state.withLock { st -> JSON in
+                let since = params["since"]?.stringValue.flatMap { Int($0) } ?? 0
+                st.calls.append("\(method) \(since)")
+                if st.expired, since > 0 {
+                    st.expired = false
+                    return ["jsonrpc": "2.0", "id": 1, "error": ["code": -32602, "message": "expired", "data": ["reason": "cursor_expired", "field": "params.since"]]]
+                }
+                let changes: [JSON] = (since..<st.end).map { _ in ["entity": "sessions.record"] }
+                return ["jsonrpc": "2.0", "id": 1, "result": ["changes": .array(changes), "cursor": .string(String(st.end)), "hasMore": false]]
+            }
+        }
+        _ = try ask(s, ["jsonrpc": "2.0", "id": 1, "method": "initialize", "params": ["protocolVersion": "2025-11-25", "capabilities": [:]]])
+        for uri in ["healthkernel://meditation/stats", "healthkernel://subscription"] {
+            _ = try ask(s, ["jsonrpc": "2.0", "id": 2, "method": "resources/subscribe", "params": ["uri": .string(uri)]])
+        }
+        #expect(s.poll().isEmpty, "nothing new")
+        state.withLock { $0.end = 5; $0.expired = true }
+        let announced = Set(try s.poll().map { try JSON.parse($0)["params"]?["uri"]?.stringValue ?? "" })
+        #expect(announced == ["healthkernel://meditation/stats", "healthkernel://subscription"], "every subscribed resource, after an expired cursor")
+        #expect(state.withLock { $0.calls.suffix(2) } == ["sync.changes 3", "sync.changes 0"], "read again from the start")
+        // And the subscription carries on from the new cursor.
+        #expect(s.poll().isEmpty)
+        state.withLock { $0.end = 6 }
+        #expect(try s.poll().map { try JSON.parse($0)["params"]?["uri"]?.stringValue ?? "" } == ["healthkernel://meditation/stats"])
+    }
+
+    /// #51 item 12: valid JSON is never a parse error: a batch is answered in 2025-03-26 (whose servers
+    /// must take batches) and is an invalid request in any other version.
+    @Test func batchesAreAnsweredIn20250326AndRefusedAsInvalidElsewhere() throws {
+        let s = server()
+        let batch: JSON = [["jsonrpc": "2.0", "id": 1, "method": "ping"], ["jsonrpc": "2.0", "method": "notifications/initialized"],
+                           ["jsonrpc": "2.0", "id": 2, "method": "tools/list"], 7]
+        let before = try JSON.parse(try #require(s.handle(batch.bytes).first))
+        #expect(before["error"]?["code"] == -32600, "no handshake yet: a batch is invalid, not a parse error")
+        _ = try ask(s, ["jsonrpc": "2.0", "id": 0, "method": "initialize", "params": ["protocolVersion": "2025-03-26", "capabilities": [:]]])
+        let answers = try JSON.parse(try #require(s.handle(batch.bytes).first)).arrayValue ?? []
+        #expect(answers.count == 3, "two requests and the element that is no request; no answer to the notification")
+        #expect(answers[0]["id"] == 1 && answers[0]["result"] == [:])
+        #expect(answers[1]["id"] == 2 && answers[1]["result"]?["tools"]?.arrayValue?.count == 1)
+        #expect(answers[2]["error"]?["code"] == -32600)
+        #expect(try JSON.parse(try #require(s.handle(JSON.array([]).bytes).first))["error"]?["code"] == -32600)
+        #expect(try JSON.parse(try #require(s.handle(Array("42".utf8)).first))["error"]?["code"] == -32600)
+        let later = server()
+        _ = try ask(later, ["jsonrpc": "2.0", "id": 0, "method": "initialize", "params": ["protocolVersion": "2025-11-25", "capabilities": [:]]])
+        #expect(try JSON.parse(try #require(later.handle(batch.bytes).first))["error"]?["code"] == -32600)
+        #expect(try JSON.parse(try #require(later.handle(Array("{".utf8)).first))["error"]?["code"] == -32700)
+    }
 }
