@@ -23,6 +23,13 @@ public enum JWTSecret {
         guard let dataDir else { return Array(Base64URL.encode(Identifiers.randomBytes(48)).utf8) }
         let path = dataDir + "/" + fileName
         if let existing = read(path) { return existing }
+        // A new secret would make every token and cursor the data dir's users hold fail "the signature
+        // does not verify", with no word why: a data dir that holds data never gets one silently.
+        if access(path, F_OK) != 0, holdsData(dataDir) {
+            throw AuthSetupError("the data dir holds data but its \(fileName) is gone, so every token it signed would fail: "
+                + "put the file back from a backup, or configure the secret it held (auth.jwtSecret); to start over with a "
+                + "new secret on purpose, write one: openssl rand -base64 48 > \(path)")
+        }
         let secret = Array(Base64URL.encode(Identifiers.randomBytes(48)).utf8)
         // A file too short to be a secret never signed anything (the start that wrote it failed, as an
         // older version's did when the disk filled up): it is replaced rather than blocking every start.
@@ -35,6 +42,17 @@ public enum JWTSecret {
             throw AuthSetupError("\(fileName) in the data dir is unreadable or shorter than 32 bytes")
         case .failed(let message):
             throw AuthSetupError(message)
+        }
+    }
+
+    /// Whether the data dir has a snapshot, or a log segment holding a record (one holding only its
+    /// magic number is what a first start leaves).
+    static func holdsData(_ dir: String) -> Bool {
+        let files = StoreFiles.list(dir)
+        if !files.snapshots.isEmpty { return true }
+        return files.segments.contains { segment in
+            var st = stat()
+            return stat(dir + "/" + segment.name, &st) == 0 && Int(st.st_size) > StoreFiles.walMagic.count
         }
     }
 

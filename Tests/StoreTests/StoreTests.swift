@@ -728,4 +728,36 @@ extension StoreTests {
         for name in FileIO.list(h.dir) { #expect(mode(h.dir + "/" + name) == 0o600, "\(name)") }
         #expect(again.messages.all.contains { $0.contains("readable by other users") })
     }
+
+    /// #51 item 13: `--data-dir .` in a project folder took group and other bits off every file there and
+    /// wrote LOCK beside them; a plain file given as the data dir was made 0600 before the error.
+    @Test func aFolderThatIsNoDataDirAndAFileAreRefusedUntouched() throws {
+        let project = temporaryDirectory("project")
+        defer { try? FileManager.default.removeItem(atPath: project) }
+        for name in ["README.md", "Package.swift"] {
+            FileManager.default.createFile(atPath: project + "/" + name, contents: Data("x".utf8))
+            chmod(project + "/" + name, 0o644)
+        }
+        chmod(project, 0o755)
+        guard case .failure(let refused) = DataDirAccess.prepare(project) else { Issue.record("a project folder was taken"); return }
+        #expect(refused.description.contains("is no data dir"), "\(refused)")
+        #expect(mode(project) == 0o755 && mode(project + "/README.md") == 0o644 && FileIO.list(project).sorted() == ["Package.swift", "README.md"])
+        // A plain file: refused, its mode as it was.
+        let file = project + "/README.md"
+        guard case .failure = DataDirAccess.prepare(file) else { Issue.record("a file was taken as a data dir"); return }
+        #expect(mode(file) == 0o644)
+        // An empty folder is taken; so is a data dir holding a file of the operator's beside the kernel's,
+        // which is left as it was.
+        let empty = project + "/data"
+        try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: false)
+        chmod(empty, 0o755)
+        guard case .success = DataDirAccess.prepare(empty) else { Issue.record("an empty folder was refused"); return }
+        #expect(mode(empty) == 0o700)
+        FileManager.default.createFile(atPath: empty + "/LOCK", contents: Data())
+        FileManager.default.createFile(atPath: empty + "/notes.txt", contents: Data("mine".utf8))
+        chmod(empty + "/notes.txt", 0o644)
+        chmod(empty + "/LOCK", 0o644)
+        guard case .success = DataDirAccess.prepare(empty) else { Issue.record("a data dir was refused"); return }
+        #expect(mode(empty + "/LOCK") == 0o600 && mode(empty + "/notes.txt") == 0o644, "only the kernel's own files are tightened")
+    }
 }
