@@ -115,7 +115,9 @@ public final class AuthService: Authenticator, @unchecked Sendable {
             guard verified.role == "service_role" else {
                 throw RPCError.forbidden("service_role_required", "This method needs a service_role token")
             }
-        case .user, .optionalUser:
+        case .userOrService where verified.role == "service_role":
+            break
+        case .user, .optionalUser, .userOrService:
             guard verified.role == "authenticated", let user = verified.userId else {
                 throw RPCError.forbidden("user_token_required", "This method needs a user's token")
             }

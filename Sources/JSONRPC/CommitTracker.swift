@@ -1,3 +1,4 @@
+import Chrono
 /// What the dispatcher needs from the store to acknowledge writes only once they are durable:
 /// a counter of commits, and a flush that reports which commits failed. Keeps JSONRPC free of Store.
 public protocol CommitTracker: AnyObject {
@@ -66,32 +67,82 @@ public final class EventSubscription: @unchecked Sendable {
     /// those are per user on a shared database, and the busiest user's would hide everyone else's.)
     private var afterCommit: UInt64 = 0
     /// When the subscription ends: its service token's `exp` (seconds since 1970). The host renews it
-    /// by subscribing again with a fresh token; a token that has ended grants nothing more.
+    /// with `events.renew` and a fresh token before then; a token that has ended grants nothing more.
     private var endsAt: Int64 = .max
+    /// When `events.ending` is due for the current `endsAt`, and whether it was written.
+    private var endingAt: Int64 = .max
+    private var endingSent = false
     /// Notification lines for changes another stream made, waiting for this stream to write them.
     private var pending: [UInt8] = []
-    /// Tells the stream's server that `pending` has lines (called with the dispatcher held).
-    public var wake: () -> Void = {}
+    /// Tells the stream's server that `pending` has lines (called with the dispatcher held), or that the
+    /// subscription's end is near (from the alarm's thread): the server then drains this stream. Set
+    /// once, when the stream's server takes the connection, before anything can call it.
+    public var wake: @Sendable () -> Void = {}
+    /// Wakes this stream before and at its end (`EventHub.alarm`); nil: no end is announced.
+    var alarm: SubscriptionAlarm?
+
+    /// How long before its end a subscription says so (`events.ending`): five minutes, or half the
+    /// token's remaining life when that is shorter, so a host renewing with short-lived tokens is told
+    /// once per token, never at once again after each renewal.
+    public static let endingNoticeSeconds: Int64 = 300
 
     public init() {}
 
     /// Subscribes to `topics` (empty: everything) for changes of this kernel's commits after number
     /// `afterCommit`, and every change of another kernel heard from now on.
-    public func subscribe(_ topics: [String], afterCommit: UInt64, endsAt: Int64?) {
+    public func subscribe(_ topics: [String], afterCommit: UInt64, endsAt: Int64?, now nowSeconds: Int64) {
         self.topics = topics
         self.afterCommit = afterCommit
-        self.endsAt = endsAt ?? .max
+        renew(endsAt: endsAt, now: nowSeconds)
     }
 
-    /// Ends the subscription once its token has expired; true while it lasts.
+    /// Moves the subscription's end to a fresh token's `exp`; false when the stream has no subscription.
+    @discardableResult
+    public func renew(endsAt: Int64?, now nowSeconds: Int64) -> Bool {
+        guard topics != nil else { return false }
+        self.endsAt = endsAt ?? .max
+        endingSent = false
+        endingAt = endsAt.map { max($0 - Self.endingNoticeSeconds, nowSeconds + ($0 - nowSeconds) / 2) } ?? .max
+        if let endsAt, let alarm {
+            alarm.schedule(self, atMs: endingAt * 1000)
+            alarm.schedule(self, atMs: (endsAt + 1) * 1000)
+        }
+        return true
+    }
+
+    /// When the subscription ends, seconds since 1970; nil when it does not.
+    public var endsAtSeconds: Int64? { topics == nil || endsAt == .max ? nil : endsAt }
+
+    /// Ends the subscription once its token has expired, saying so (`events.ended`) and logging it; says
+    /// `events.ending` once when it is due (`endingNoticeSeconds`). True while it lasts.
     func lasts(at nowSeconds: Int64) -> Bool {
         guard topics != nil else { return false }
         guard nowSeconds <= endsAt else {
             unsubscribe()
+            notice("events.ended", JSONObject([("reason", "token_expired"), ("endedAt", .string(Timestamp(milliseconds: endsAt * 1000).description))]))
+            onEnded()
             return false
+        }
+        if !endingSent, nowSeconds >= endingAt {
+            endingSent = true
+            notice("events.ending", JSONObject([("endsAt", .string(Timestamp(milliseconds: endsAt * 1000).description)),
+                                                ("secondsLeft", .int(endsAt - nowSeconds))]))
         }
         return true
     }
+
+    /// Told when a subscription ends at its token's expiry (the kernel logs it).
+    public var onEnded: () -> Void = {}
+
+    /// A lifecycle notification for this stream, written with its next lines.
+    private func notice(_ method: String, _ params: JSONObject) {
+        let line: JSON = ["jsonrpc": "2.0", "method": .string(method), "params": .object(params)]
+        line.write(to: &pending)
+        pending.append(UInt8(ascii: "\n"))
+    }
+
+    /// The alarm's thread: the end is near or here; the stream's server drains it (`drain`), which says so.
+    func alarmFired() { wake() }
 
     public func unsubscribe() {
         topics = nil
@@ -113,8 +164,9 @@ public final class EventSubscription: @unchecked Sendable {
         return out.count > before
     }
 
-    /// Moves the waiting notification lines to `out`.
-    func drain(into out: inout [UInt8]) {
+    /// Moves the waiting notification lines to `out`, after checking the subscription's end.
+    func drain(into out: inout [UInt8], nowSeconds: Int64) {
+        _ = lasts(at: nowSeconds)
         guard !pending.isEmpty else { return }
         out.append(contentsOf: pending)
         pending.removeAll(keepingCapacity: true)
@@ -138,7 +190,17 @@ public final class EventHub: @unchecked Sendable {
     /// Whether any stream wants changes (the store collects them only then).
     public var anySubscribed: Bool { streams.contains { $0.topics != nil } }
 
-    public func add(_ stream: EventSubscription) { streams.append(stream) }
+    public func add(_ stream: EventSubscription) {
+        stream.alarm = alarm
+        stream.onEnded = { [weak self] in self?.onEnded() }
+        streams.append(stream)
+    }
+
+    /// Wakes streams before and at their subscriptions' ends; set once, before any stream is added.
+    public var alarm: SubscriptionAlarm?
+
+    /// Told when a stream's subscription ended at its token's expiry.
+    public var onEnded: () -> Void = {}
 
     /// Told whether any stream still wants changes after one goes away.
     public var onSubscribersChanged: (Bool) -> Void = { _ in }
@@ -149,7 +211,11 @@ public final class EventHub: @unchecked Sendable {
     }
 
     func announce(_ changes: [ChangeNotice], at nowSeconds: Int64, into out: inout [UInt8]) {
-        for stream in streams where stream.lasts(at: nowSeconds) {
+        for stream in streams {
+            guard stream.lasts(at: nowSeconds) else {
+                if stream !== current { stream.wake() }  // its events.ended waits in its queue
+                continue
+            }
             if stream === current { _ = stream.write(changes, to: &out) } else { stream.queue(changes) }
         }
     }

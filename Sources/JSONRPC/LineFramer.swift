@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Chrono
 
 /// Splits a byte stream into lines: `\n` or `\r\n` endings, blank lines skipped, lines over the limit
 /// reported once and skipped up to their newline so the stream resynchronises.
@@ -221,7 +222,7 @@ public struct Connection {
     /// Returns true when the kernel must stop after writing the output (the log could not be synced).
     public mutating func endBatch(waitAbove: Int? = 0) -> Bool {
         dispatcher.current = stream
-        events.drain(into: &output)
+        events.drain(into: &output, nowSeconds: dispatcher.clock.now().seconds)
         return dispatcher.endBatch(&output, waitAbove: waitAbove)
     }
 

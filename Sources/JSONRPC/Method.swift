@@ -13,6 +13,9 @@ public enum AuthRequirement: String, Sendable {
     /// Anyone; a user access token, when sent, must be valid and says who is signed in (to link an
     /// identity to that account).
     case optionalUser
+    /// A user's access token (the user is taken from it), or a `service_role` token, which names the
+    /// user in params (`userId`): a backend catching up on a user's changes.
+    case userOrService
 }
 
 /// The caller, as established from the request's bearer token.

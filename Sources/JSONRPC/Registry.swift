@@ -129,7 +129,9 @@ public final class MethodRegistry: Sendable {
                 params.append([
                     "name": "auth", "required": .bool(m.auth != .optionalUser),
                     "description": .string(m.auth == .service ? "Bearer token whose role claim is service_role."
-                        : m.auth == .optionalUser ? "Bearer access token of the user signed in, if any." : "Bearer access token of the user."),
+                        : m.auth == .optionalUser ? "Bearer access token of the user signed in, if any."
+                        : m.auth == .userOrService ? "Bearer access token of the user, or a service_role token (then userId names the user)."
+                        : "Bearer access token of the user."),
                     "schema": ["type": "string"],
                 ])
             }
@@ -160,7 +162,7 @@ extension RegisteredMethod {
         if auth != .none || !params.isEmpty { errors.append(ErrorDoc(.invalidParams, "Invalid params")) }
         errors += self.errors
         // The dispatcher limits every user's requests (limits.requestsPerSecond); service tokens never.
-        if auth == .user || auth == .optionalUser { errors.append(ErrorDoc(.limited, "rate_limited: past limits.requestsPerSecond; data.retryAfterMs")) }
+        if auth == .user || auth == .optionalUser || auth == .userOrService { errors.append(ErrorDoc(.limited, "rate_limited: past limits.requestsPerSecond; data.retryAfterMs")) }
         if mutates { errors.append(ErrorDoc(.storageUnavailable, "Storage unavailable: the write was not applied")) }
         return errors
     }

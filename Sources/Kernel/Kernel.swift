@@ -87,6 +87,10 @@ public final class Kernel {
         let context = DomainContext(store: storage, cursorSecrets: auth.cursorSecrets, entities: EntityRenderers(), limits: config.limits,
                                     maxAnswerBytes: config.maxAnswerBytes, info: info)
         let events = EventHub()
+        events.alarm = SubscriptionAlarm(clock: clock)
+        events.onEnded = { [logger] in
+            logger.warning("events: a subscription ended at its service token's expiry (events.ended sent); renew it with events.renew before then")
+        }
         registry = try MethodRegistry(
             Self.methods(config: config, store: storage, auth: auth, events: events, stats: stats, startedAt: startedAt, info: info)
                 + builders.flatMap { $0(config.domains, context) }
@@ -151,6 +155,7 @@ public final class Kernel {
         ] + AuthDomain(auth).methods + [
             RegisteredMethod(EventsSubscribe(events: events, store: store)),
             RegisteredMethod(EventsUnsubscribe(events: events, store: store)),
+            RegisteredMethod(EventsRenew(events: events)),
         ]
     }
 

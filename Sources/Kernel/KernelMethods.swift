@@ -91,9 +91,30 @@ struct EventsSubscribe: RPCMethod {
     func call(_ p: Params, _ context: CallContext) throws(RPCError) -> Subscribed {
         let horizon: UInt64
         do { horizon = try store.lastFeedPosition(of: nil) } catch { throw RPCError.from(error) }
-        events.current.subscribe(p.topics ?? [], afterCommit: store.lastCommitID, endsAt: context.identity?.expiresAt)
+        events.current.subscribe(p.topics ?? [], afterCommit: store.lastCommitID, endsAt: context.identity?.expiresAt, now: context.now.seconds)
         store.collectsChanges = true
-        return Subscribed(horizon: horizon)
+        return Subscribed(horizon: horizon, endsAt: events.current.endsAtSeconds)
+    }
+}
+
+/// `events.renew`: moves this stream's subscription's end to the expiry of a fresh service token, so
+/// that a long-lived host keeps its events without a gap (and without subscribing again, which would
+/// skip nothing but re-sets the horizon).
+struct EventsRenew: RPCMethod {
+    static let name = "events.renew"
+    static let summary = "Moves this stream's events subscription's end to the expiry of the service token given (send it before events.ending's endsAt)."
+    static let mutates = false
+    static let auth = AuthRequirement.service
+    static let errors = [ErrorDoc(.invalidParams, "not_subscribed: this stream has no events subscription (events.subscribe first, or again after events.ended)")]
+
+    let events: EventHub
+
+    func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> Subscribed {
+        guard events.current.renew(endsAt: context.identity?.expiresAt, now: context.now.seconds) else {
+            throw RPCError.invalidParams("params", reason: "not_subscribed",
+                                         "this stream has no events subscription: call events.subscribe (a subscription that ended must be made again)")
+        }
+        return Subscribed(horizon: nil, endsAt: events.current.endsAtSeconds)
     }
 }
 

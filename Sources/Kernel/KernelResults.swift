@@ -86,12 +86,18 @@ struct SnapshotReport: RPCResult {
 
 /// `events.subscribe`'s answer.
 struct Subscribed: RPCResult {
-    let horizon: UInt64
+    /// nil in `events.renew`'s answer.
+    let horizon: UInt64?
+    /// When the subscription ends (its token's `exp`); nil: never.
+    let endsAt: Int64?
 
     static let fields = ResultFields<Subscribed>(
         ResultField("subscribed", Schema.constant(true)) { _ in true },
-        ResultField("seq", Schema.described(Schema.count, "informational: the greatest feed position given so far (kernel-wide on the data dir; on PostgreSQL positions are per user, and this is the greatest of any user's)")) {
-            .int(Int64($0.horizon))
+        ResultField.optional("seq", Schema.described(Schema.count, "informational: the greatest feed position given so far (kernel-wide on the data dir; on PostgreSQL positions are per user, and this is the greatest of any user's); events.subscribe only")) {
+            $0.horizon.map { .int(Int64($0)) }
+        },
+        ResultField.optional("endsAt", Schema.described(["type": "string", "format": "date-time"], "when the subscription ends: the service token's expiry; events.ending comes 5 minutes before, events.ended at it")) {
+            $0.endsAt.map { .string(Timestamp(milliseconds: $0 * 1000).description) }
         })
     static var schema: JSON { fields.schema }
     var json: JSON { Self.fields.encode(self) }

@@ -75,7 +75,7 @@ import Testing
         let idA = try #require(a?["user"]?["id"]?.stringValue)
         let receipts = ["A-marker": AppStoreSetup.receipt(original: "A-purchase", token: idA),
                          "B-marker": AppStoreSetup.receipt(original: "B-purchase", token: idB)]
-        let userMethods = kernel.registry.methods.filter { $0.auth == .user }
+        let userMethods = kernel.registry.methods.filter { $0.auth == .user || $0.auth == .userOrService }
         #expect(userMethods.count >= 3)
         let ordered = userMethods.filter { !Self.runLast.contains($0.name) } + userMethods.filter { Self.runLast.contains($0.name) }
         // B first uses every method, so that B has data in every table for A to (fail to) reach.
@@ -122,7 +122,10 @@ import Testing
             // A user id smuggled into params is refused, never used.
             var smuggled = params
             smuggled["userId"] = .string(idB)
-            #expect(call(method.name, .object(smuggled))["error"]?["data"]?["reason"] == "unknown_field", "\(method.name) took a userId")
+            // (A method that takes userId from service tokens refuses it on a user's token.)
+            let refusal = call(method.name, .object(smuggled))["error"]?["data"]
+            #expect(refusal?["reason"] == (method.auth == .userOrService ? "invalid_params" : "unknown_field") && refusal?["field"] == "params.userId",
+                    "\(method.name) took a userId")
             let response = call(method.name, .object(params))
             #expect(response["result"] != nil, "\(method.name) failed for its own user: \(response)")
             if method.name == "sessions.record" { sessionA = response["result"]?["sessionId"]?.stringValue ?? "" }

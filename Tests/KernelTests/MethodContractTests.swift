@@ -25,7 +25,7 @@ import TestSupport
             #expect(shown, "\(m.name) is in no transcript of protocol/transcripts")
             #expect(named, "\(m.name) is named in no document of protocol/")
             let required = m.params.contains { $0["required"] == true && $0["name"] != "auth" }
-            if m.auth == .user && required {
+            if (m.auth == .user || m.auth == .userOrService) && required {
                 #expect(IsolationTests.sampleParams[m.name] != nil, "\(m.name) has required params but no IsolationTests.sampleParams entry")
             }
         }

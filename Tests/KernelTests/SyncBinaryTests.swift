@@ -1,3 +1,5 @@
+import Auth
+import Chrono
 import Foundation
 import JSON
 import Testing
@@ -26,6 +28,38 @@ import TestSupport
         dates.enumerated().map { i, date in
             line(id + i, "screentime.claim", ["auth": .string(Self.user), "date": .string(date), "minutes": .int(Int64(10 + i))])
         }
+    }
+
+    /// #51 item 15: a subscription ended at its service token's expiry with no word. Now it says
+    /// `events.ending` within five minutes of the end and `events.ended` at it (an idle stream too, woken
+    /// by the kernel's alarm), and `events.renew` with a fresh token moves the end on the same stream.
+    @Test func aSubscriptionSaysItIsEndingAndEndedAndRenewsOnItsStream() throws {
+        let dir = temporaryDirectory("events-end")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let k = try LiveKernel(["serve", "--data-dir", dir, "--jwt-secret", testSecret, "--log-level", "error"])
+        defer {
+            k.closeInput()
+            _ = k.finish()
+        }
+        let short = try TokenMinter(secret: Array(testSecret.utf8), ttl: 2).mint(sub: nil, role: "service_role", now: SystemClock().now())
+        var (r, notices) = exchange(k, [line(1, "events.subscribe", ["auth": .string(short)])], notifications: 1)
+        let endsAt = try #require(r[1]?["result"]?["endsAt"]?.stringValue)
+        #expect(notices.first?["method"] == "events.ending" && notices.first?["params"]?["endsAt"] == .string(endsAt), "\(notices)")
+        // Nothing is written to the stream meanwhile: the alarm wakes it at the end.
+        let ended = try #require(k.readRawLine(timeoutSeconds: 15).flatMap { try? JSON.parse($0) })
+        #expect(ended["method"] == "events.ended" && ended["params"]?["reason"] == "token_expired", "\(ended)")
+        // Gone: a change is not announced, and renewing needs a new subscription.
+        (r, notices) = exchange(k, claims(["2025-04-01"], from: 2) + [line(3, "events.renew", ["auth": .string(testServiceToken)])], notifications: 0)
+        #expect(notices.isEmpty && r[3]?["error"]?["data"]?["reason"] == "not_subscribed", "\(notices) \(String(describing: r[3]))")
+
+        // Renewed before its end, a subscription goes on past the first token's expiry.
+        let brief = try TokenMinter(secret: Array(testSecret.utf8), ttl: 2).mint(sub: nil, role: "service_role", now: SystemClock().now())
+        (r, _) = exchange(k, [line(4, "events.subscribe", ["auth": .string(brief)]), line(5, "events.renew", ["auth": .string(testServiceToken)])],
+                          notifications: 1)
+        #expect(r[5]?["result"]?["endsAt"] == "2100-01-01T00:00:00.000Z")
+        #expect(k.readRawLine(timeoutSeconds: 4) == nil, "no events.ended after the first token's expiry")
+        (r, notices) = exchange(k, claims(["2025-04-02"], from: 6), notifications: 1)
+        #expect(notices.first?["method"] == "events.changed", "\(notices)")
     }
 
     @Test func hostGetsEachChangeOnceInOrderAndTheFeedResumesAcrossARestart() throws {

@@ -19,6 +19,8 @@ export interface RestartOptions {
   maxDelay?: number;
   /** A process that ran this long (ms) resets the back-off. */
   stableAfter?: number;
+  /** Exit statuses after which no restart is tried (default fatalExitStatuses: 2, 3, 64). */
+  stopOn?: number[];
 }
 
 export interface SpawnOptions {
@@ -26,6 +28,8 @@ export interface SpawnOptions {
   path?: string;
   /** Path of the healthkernel binary (default: $HEALTHKERNEL_BIN, else healthkernel on PATH). */
   binary?: string;
+  /** The kernel's auth.jwtSecret: lets subscribe() mint service tokens to renew its subscription by itself. */
+  jwtSecret?: string;
   /** Arguments (default: ["serve"]). */
   args?: string[];
   /** Added to the parent's environment. */
@@ -93,6 +97,20 @@ export class KernelClosedError extends Error {
   method: string;
 }
 
+/** Exit statuses after which a restart cannot help (2: configuration, 3: damaged store, 64: usage). */
+export const fatalExitStatuses: number[];
+/** A service token signed with the kernel's HS256 secret. */
+export function serviceToken(secret: string, options?: { ttlSeconds?: number; now?: number }): string;
+
+export interface SubscribeOptions {
+  /** Entity names or domains; default every change. */
+  topics?: string[];
+  /** A service token, or a function returning one for each renewal; default tokens minted from jwtSecret. */
+  token?: string | (() => string | Promise<string>);
+  /** Lifetime of the tokens minted from jwtSecret (3600). */
+  tokenTtlSeconds?: number;
+}
+
 export class Kernel extends EventEmitter {
   static spawn(options?: SpawnOptions): Promise<Kernel>;
   /** Connects to a kernel serving on a Unix socket (healthkernel serve --listen unix:PATH), shared with other hosts. */
@@ -108,10 +126,16 @@ export class Kernel extends EventEmitter {
   notify(method: string, params?: Record<string, unknown>): Promise<void>;
   batch(requests: BatchRequest[], options?: CallOptions): Promise<BatchAnswer[]>;
   close(options?: { timeout?: number }): Promise<Exit>;
+  /** Subscribes to events.changed and keeps it: renews before the token expires, again after events.ended and after a restart. */
+  subscribe(options?: SubscribeOptions): Promise<Result<'events.subscribe'>>;
+  unsubscribe(): Promise<Result<'events.unsubscribe'>>;
   on(event: 'events.changed', listener: (change: ChangeEvent) => void): this;
   on(event: 'notification', listener: (message: { method: string; params: unknown }) => void): this;
   on(event: 'stderr', listener: (line: string) => void): this;
-  on(event: 'exit', listener: (exit: Exit & { expected: boolean }) => void): this;
+  on(event: 'exit', listener: (exit: Exit & { expected: boolean; fatal: boolean }) => void): this;
+  on(event: 'events.renewed', listener: (info: { endsAt: string | null }) => void): this;
+  on(event: 'events.resubscribed', listener: (info: { reason: 'restart' | 'ended' }) => void): this;
+  on(event: 'subscription-error', listener: (error: Error) => void): this;
   on(event: 'restart', listener: (info: { attempt: number; delay: number }) => void): this;
   on(event: 'spawn', listener: (info: { pid: number }) => void): this;
   on(event: 'unmatched', listener: (message: unknown) => void): this;
@@ -176,7 +200,7 @@ export interface Methods {
       };
     };
   };
-  /** Signs in with email and password; 5 failures in 15 minutes per email and client address (50 from every address) are throttled. Auth: none; writes. */
+  /** Signs in with email and password; 5 failures in 15 minutes per email and client address, 50 per email from addresses that failed, 30 per address over all emails are throttled. Auth: none; writes. */
   "auth.signIn": {
     params: {
       email: string;
@@ -246,6 +270,21 @@ export interface Methods {
       identities: string[];
     };
   };
+  /** Moves this stream's events subscription's end to the expiry of the service token given (send it before events.ending's endsAt). Auth: service. */
+  "events.renew": {
+    params: {
+      /** Bearer token whose role claim is service_role. */
+      auth: string;
+    };
+    paramsRequired: true;
+    result: {
+      subscribed: true;
+      /** informational: the greatest feed position given so far (kernel-wide on the data dir; on PostgreSQL positions are per user, and this is the greatest of any user's); events.subscribe only */
+      seq?: number;
+      /** when the subscription ends: the service token's expiry; events.ending comes 5 minutes before, events.ended at it */
+      endsAt?: string;
+    };
+  };
   /** Asks for an events.changed notification line for every committed change (filtered by topics: entity names or domain prefixes), written once the change is durable, after the responses of its batch. Auth: service. */
   "events.subscribe": {
     params: {
@@ -257,8 +296,10 @@ export interface Methods {
     paramsRequired: true;
     result: {
       subscribed: true;
-      /** informational: the greatest feed position given so far (kernel-wide on the data dir; on PostgreSQL positions are per user, and this is the greatest of any user's) */
-      seq: number;
+      /** informational: the greatest feed position given so far (kernel-wide on the data dir; on PostgreSQL positions are per user, and this is the greatest of any user's); events.subscribe only */
+      seq?: number;
+      /** when the subscription ends: the service token's expiry; events.ending comes 5 minutes before, events.ended at it */
+      endsAt?: string;
     };
   };
   /** Stops the events.changed notifications of this stream. Auth: none. */
@@ -1257,10 +1298,10 @@ export interface Methods {
       } | null;
     };
   };
-  /** The caller's change feed after a cursor: the latest committed change of each synced record, oldest first, each once; store `cursor` and call again for what changed since. Auth: user. */
+  /** The caller's change feed after a cursor: the latest committed change of each synced record, oldest first, each once; store `cursor` and call again for what changed since. Auth: userOrService. */
   "sync.changes": {
     params: {
-      /** Bearer access token of the user. */
+      /** Bearer access token of the user, or a service_role token (then userId names the user). */
       auth: string;
       /** the cursor of an earlier answer; omitted: from the beginning */
       since?: string;
@@ -1269,6 +1310,8 @@ export interface Methods {
       entities?: string[];
       /** every upsert carries the record as its read method returns it */
       includeData?: boolean;
+      /** with a service_role token: the user whose feed; never with a user's token */
+      userId?: string;
     };
     paramsRequired: true;
     result: {

@@ -1,6 +1,7 @@
 // A client for healthkernel: spawns `healthkernel serve` and speaks line-delimited JSON-RPC 2.0 over its
 // stdin/stdout. Node built-ins only, so a host installs nothing.
 import { spawn } from 'node:child_process';
+import { createHmac } from 'node:crypto';
 import { connect } from 'node:net';
 import { EventEmitter } from 'node:events';
 import { lstatSync } from 'node:fs';
@@ -46,12 +47,30 @@ export class KernelTimeoutError extends Error {
 
 /** The client was closed (or never started), so the call was not sent. */
 export class KernelClosedError extends Error {
-  constructor(method) {
-    super(`healthkernel client is closed; ${method} was not sent`);
+  constructor(method, why = '') {
+    super(`healthkernel client is closed; ${method} was not sent${why}`);
     this.name = 'KernelClosedError';
     this.code = 'KERNEL_CLOSED';
     this.method = method;
   }
+}
+
+/**
+ * Exit statuses after which a restart cannot help: 2, the configuration or the data dir is wrong (the
+ * kernel's last stderr line says what); 3, the store is damaged (`healthkernel store repair`); 64, a
+ * command-line usage error.
+ */
+export const fatalExitStatuses = [2, 3, 64];
+
+/**
+ * A service token for the kernel's own HS256 secret (`auth.jwtSecret`): what `healthkernel token --role
+ * service_role` prints, made here so a long-lived host can renew its events subscription by itself.
+ */
+export function serviceToken(secret, { ttlSeconds = 3600, now = Date.now() } = {}) {
+  const b64 = (value) => Buffer.from(JSON.stringify(value)).toString('base64url');
+  const iat = Math.floor(now / 1000);
+  const input = `${b64({ alg: 'HS256', typ: 'JWT' })}.${b64({ iss: 'healthkernel', role: 'service_role', iat, exp: iat + ttlSeconds })}`;
+  return `${input}.${createHmac('sha256', secret).update(input).digest('base64url')}`;
 }
 
 /** The kernel refuses lines nested deeper than this (the request object is level 1). */
@@ -130,8 +149,11 @@ const defaults = {
  * answered by id, so any number may be in flight up to `maxPending`; beyond it `call` waits for a slot.
  *
  * Events: `events.changed` (params), `notification` ({method, params}), `stderr` (line),
- * `exit` ({code, signal, expected}), `restart` ({attempt, delay}), `spawn` ({pid}),
- * `unmatched` (an answer whose call had already timed out or been aborted).
+ * `exit` ({code, signal, expected, fatal}), `restart` ({attempt, delay}), `spawn` ({pid}),
+ * `unmatched` (an answer whose call had already timed out or been aborted), and for `subscribe`:
+ * `events.renewed` ({endsAt}), `events.resubscribed` ({reason}: `restart` or `ended`; changes in
+ * between are in each user's feed, `sync.changes` with `userId`), `events.ending` and `events.ended`
+ * (the kernel's notifications) and `subscription-error` (a renewal that failed).
  */
 export class Kernel extends EventEmitter {
   #options;
@@ -151,6 +173,8 @@ export class Kernel extends EventEmitter {
   #attempt = 0;
   #startedAt = 0;
   #lastExit = null;
+  #closedWhy = '';
+  #subscription = null; // {topics, token: () => Promise<string>} while subscribe() holds one
 
   /** Spawns the kernel and resolves once it answers `kernel.info` (so a bad flag or a locked data dir rejects here). */
   static async spawn(options = {}) {
@@ -275,7 +299,68 @@ export class Kernel extends EventEmitter {
   }
 
   #checkOpen(method) {
-    if (this.#state === 'closing' || this.#state === 'closed' || this.#state === 'new') throw new KernelClosedError(method);
+    if (this.#state === 'closing' || this.#state === 'closed' || this.#state === 'new') throw new KernelClosedError(method, this.#closedWhy);
+  }
+
+  /**
+   * Subscribes this stream to `events.changed` (of `topics`, default every change) and keeps it
+   * subscribed: renews before the service token expires (on `events.ending`), subscribes again after
+   * `events.ended` and after a restart. `token` is a service token, or a function returning one (a
+   * token source, called for each renewal); without it the client mints tokens from `jwtSecret`
+   * (the kernel's `auth.jwtSecret`, given to the constructor). With a plain token and no secret the
+   * subscription ends with its token, as the kernel says (`events.ended`). Resolves with the
+   * subscription's answer.
+   */
+  async subscribe({ topics, token, tokenTtlSeconds = 3600 } = {}) {
+    const secret = this.#options.jwtSecret;
+    const mint = secret ? () => serviceToken(secret, { ttlSeconds: tokenTtlSeconds }) : null;
+    const renewal = typeof token === 'function' ? token : mint;
+    const first = typeof token === 'string' ? () => token : renewal;
+    if (!first) throw new TypeError('subscribe needs a service token, a token source or the jwtSecret option');
+    const subscription = { topics, source: first, renewal };
+    this.#subscription = subscription;
+    if (!this.#listening) {
+      this.#listening = true;
+      this.on('events.ending', () => this.#renew());
+      this.on('events.ended', () => this.#resubscribe('ended'));
+    }
+    return this.#subscribeNow(subscription);
+  }
+
+  /** Stops the managed subscription (and the stream's events). */
+  async unsubscribe() {
+    this.#subscription = null;
+    return this.call('events.unsubscribe');
+  }
+
+  #listening = false;
+
+  async #subscribeNow(subscription) {
+    const auth = await (subscription.subscribed && subscription.renewal ? subscription.renewal : subscription.source)();
+    subscription.subscribed = true;
+    return this.call('events.subscribe', { auth, ...(subscription.topics ? { topics: subscription.topics } : {}) });
+  }
+
+  async #renew() {
+    const subscription = this.#subscription;
+    if (!subscription?.renewal) return;
+    try {
+      const answer = await this.call('events.renew', { auth: await subscription.renewal() });
+      this.emit('events.renewed', { endsAt: answer.endsAt ?? null });
+    } catch (error) {
+      this.emit('subscription-error', error);
+    }
+  }
+
+  async #resubscribe(reason) {
+    const subscription = this.#subscription;
+    if (!subscription || (reason === 'ended' && !subscription.renewal)) return;
+    try {
+      await this.#subscribeNow(subscription);
+      this.emit('events.resubscribed', { reason });
+    } catch (error) {
+      this.emit('subscription-error', error);
+    }
   }
 
   #register(method, timeout, signal, id) {
@@ -396,6 +481,7 @@ export class Kernel extends EventEmitter {
 
   /** Starts the kernel process (or connects to its socket) and wires its streams to this client. */
   async #start() {
+    const restarted = this.#state === 'restarting';
     this.#blocked = false;
     this.#partial = '';
     let exitResolve;
@@ -415,6 +501,8 @@ export class Kernel extends EventEmitter {
     this.#state = 'running';
     this.emit('spawn', { pid: link.pid });
     this.#flush();
+    // A new process (or connection) has no subscription: make it again, by itself.
+    if (restarted && this.#subscription) this.#resubscribe('restart');
   }
 
   #spawnProcess(exitResolve) {
@@ -527,9 +615,12 @@ export class Kernel extends EventEmitter {
     // Every call in flight fails at once: its answer can no longer come.
     this.#outbox = [];
     for (const [id, entry] of [...this.#pending]) this.#fail(id, new KernelExitError(entry.method, exit, stderr));
-    this.emit('exit', { ...exit, expected });
     const restart = this.#options.restart;
-    if (expected || !restart || this.#state === 'new' || this.#attempt >= restart.retries) {
+    // A configuration error or a damaged store does not heal by itself: stop, and say the kernel's words.
+    const fatal = !expected && exit.code != null && (restart?.stopOn ?? fatalExitStatuses).includes(exit.code);
+    this.emit('exit', { ...exit, expected, fatal });
+    if (expected || fatal || !restart || this.#state === 'new' || this.#attempt >= restart.retries) {
+      if (!expected) this.#closedWhy = ` (the kernel exited with status ${exit.code ?? exit.signal}${stderr.length ? `: ${stderr[stderr.length - 1]}` : ''})`;
       this.#finish();
       return;
     }
@@ -546,7 +637,7 @@ export class Kernel extends EventEmitter {
 
   #finish() {
     this.#state = 'closed';
-    for (const [id, entry] of [...this.#pending]) this.#fail(id, new KernelClosedError(entry.method));
+    for (const [id, entry] of [...this.#pending]) this.#fail(id, new KernelClosedError(entry.method, this.#closedWhy));
     for (const waiter of this.#slotWaiters.splice(0)) waiter();
     for (const resolve of this.#roomWaiters.splice(0)) resolve();
   }

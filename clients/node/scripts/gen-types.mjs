@@ -100,6 +100,8 @@ export interface RestartOptions {
   maxDelay?: number;
   /** A process that ran this long (ms) resets the back-off. */
   stableAfter?: number;
+  /** Exit statuses after which no restart is tried (default fatalExitStatuses: 2, 3, 64). */
+  stopOn?: number[];
 }
 
 export interface SpawnOptions {
@@ -107,6 +109,8 @@ export interface SpawnOptions {
   path?: string;
   /** Path of the healthkernel binary (default: $HEALTHKERNEL_BIN, else healthkernel on PATH). */
   binary?: string;
+  /** The kernel's auth.jwtSecret: lets subscribe() mint service tokens to renew its subscription by itself. */
+  jwtSecret?: string;
   /** Arguments (default: ["serve"]). */
   args?: string[];
   /** Added to the parent's environment. */
@@ -174,6 +178,20 @@ export class KernelClosedError extends Error {
   method: string;
 }
 
+/** Exit statuses after which a restart cannot help (2: configuration, 3: damaged store, 64: usage). */
+export const fatalExitStatuses: number[];
+/** A service token signed with the kernel's HS256 secret. */
+export function serviceToken(secret: string, options?: { ttlSeconds?: number; now?: number }): string;
+
+export interface SubscribeOptions {
+  /** Entity names or domains; default every change. */
+  topics?: string[];
+  /** A service token, or a function returning one for each renewal; default tokens minted from jwtSecret. */
+  token?: string | (() => string | Promise<string>);
+  /** Lifetime of the tokens minted from jwtSecret (3600). */
+  tokenTtlSeconds?: number;
+}
+
 export class Kernel extends EventEmitter {
   static spawn(options?: SpawnOptions): Promise<Kernel>;
   /** Connects to a kernel serving on a Unix socket (healthkernel serve --listen unix:PATH), shared with other hosts. */
@@ -189,10 +207,16 @@ export class Kernel extends EventEmitter {
   notify(method: string, params?: Record<string, unknown>): Promise<void>;
   batch(requests: BatchRequest[], options?: CallOptions): Promise<BatchAnswer[]>;
   close(options?: { timeout?: number }): Promise<Exit>;
+  /** Subscribes to events.changed and keeps it: renews before the token expires, again after events.ended and after a restart. */
+  subscribe(options?: SubscribeOptions): Promise<Result<'events.subscribe'>>;
+  unsubscribe(): Promise<Result<'events.unsubscribe'>>;
   on(event: 'events.changed', listener: (change: ChangeEvent) => void): this;
   on(event: 'notification', listener: (message: { method: string; params: unknown }) => void): this;
   on(event: 'stderr', listener: (line: string) => void): this;
-  on(event: 'exit', listener: (exit: Exit & { expected: boolean }) => void): this;
+  on(event: 'exit', listener: (exit: Exit & { expected: boolean; fatal: boolean }) => void): this;
+  on(event: 'events.renewed', listener: (info: { endsAt: string | null }) => void): this;
+  on(event: 'events.resubscribed', listener: (info: { reason: 'restart' | 'ended' }) => void): this;
+  on(event: 'subscription-error', listener: (error: Error) => void): this;
   on(event: 'restart', listener: (info: { attempt: number; delay: number }) => void): this;
   on(event: 'spawn', listener: (info: { pid: number }) => void): this;
   on(event: 'unmatched', listener: (message: unknown) => void): this;

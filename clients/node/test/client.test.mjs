@@ -210,3 +210,49 @@ test('index.d.ts is generated from the current protocol/openrpc.json', () => {
   const script = fileURLToPath(new URL('../scripts/gen-types.mjs', import.meta.url));
   execFileSync(process.execPath, [script, '--check'], { stdio: 'pipe' });
 });
+
+// #51 item 16: with restart, a config error after start (exit 2) was retried again and again while calls
+// failed with KernelTimeoutError. Exit statuses that mean "fix the configuration" stop the restarts, and
+// calls say the kernel's own words.
+test('restart stops on an exit status that no restart can heal, and calls carry the kernel\'s last stderr line', async (t) => {
+  const dir = temporaryDirectory(t);
+  const dataDir = join(dir, 'data');
+  const k = await Kernel.spawn({ binary, env, args: ['serve', '--data-dir', dataDir], restart: { minDelay: 20 } });
+  t.after(() => k.close());
+  const restarts = [], exits = [];
+  k.on('restart', (r) => restarts.push(r));
+  k.on('exit', (e) => exits.push(e));
+  // The data dir's path becomes a plain file: every start after this one exits 2.
+  execFileSync('sh', ['-c', `rm -rf "${dataDir}" && echo x > "${dataDir}"`]);
+  process.kill(k.pid, 'SIGKILL');
+  await eventually(() => exits.some((e) => e.fatal), 10_000, 'a fatal exit');
+  assert.equal(restarts.length, 1, 'one restart after the kill, none after the exit status 2');
+  assert.deepEqual(exits.map((e) => [e.code, e.fatal]), [[null, false], [2, true]]);
+  await assert.rejects(k.call('kernel.info'), (e) => e instanceof KernelClosedError && /status 2: .*not a folder/.test(e.message));
+});
+
+// #51 item 15: a subscription ended silently at its service token's expiry. subscribe() renews it before
+// then (tokens minted from jwtSecret here), and makes it again after a restart.
+test('subscribe renews before the token expires and subscribes again after a restart', async (t) => {
+  const dir = temporaryDirectory(t);
+  const k = await Kernel.spawn({ binary, env, jwtSecret: env.HEALTHKERNEL_JWT_SECRET, args: ['serve', '--data-dir', join(dir, 'data')], restart: { minDelay: 20 } });
+  t.after(() => k.close());
+  const renewed = [], resubscribed = [], ended = [], changes = [];
+  k.on('events.renewed', (r) => renewed.push(r));
+  k.on('events.resubscribed', (r) => resubscribed.push(r));
+  k.on('events.ended', (e) => ended.push(e));
+  k.on('events.changed', (c) => changes.push(c));
+  const answer = await k.subscribe({ topics: ['rewards'], tokenTtlSeconds: 2 });
+  assert.equal(answer.subscribed, true);
+  // 2-second tokens: told halfway through each, renewed each time, never ended.
+  await eventually(() => renewed.length >= 3, 15_000, 'three renewals');
+  assert.equal(ended.length, 0);
+  const auth = token({ user: userA });
+  await k.call('rewards.earn', { auth, xp: 5, reason: 'kept', key: 'k1' });
+  await eventually(() => changes.length === 1, 10_000, 'the change after renewals');
+  // After a kill -9 the new process has no subscription until the client makes it again.
+  process.kill(k.pid, 'SIGKILL');
+  await eventually(() => resubscribed.some((r) => r.reason === 'restart'), 10_000, 'the subscription made again');
+  await k.call('rewards.earn', { auth, xp: 5, reason: 'kept', key: 'k2' });
+  await eventually(() => changes.length === 2, 10_000, 'the change after the restart');
+});
