@@ -38,6 +38,9 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     static let legacyShared = "*"
     static let profileKey = "profile"
     static let cacheLimit = 10_000
+    /// How long past its `exp` a token is still taken, for clocks that disagree a little: one allowance
+    /// everywhere a token counts (requests, events subscriptions, the example server's checks).
+    public static let clockSkewSeconds: Int64 = 60
 
     let config: AuthConfig
     let tables: AuthTables
@@ -101,7 +104,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
             cache[token] = verified
         }
         // Checked on every call, cached or not: expiry and revocation take effect at once.
-        guard now.seconds <= verified.expiresAt + 60 else {
+        guard now.seconds <= verified.expiresAt + Self.clockSkewSeconds else {
             cache[token] = nil
             throw RPCError.unauthorized("expired_token", "The token has expired")
         }
@@ -127,7 +130,8 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         case .none:
             break
         }
-        return Identity(userId: verified.userId, role: verified.role, sessionId: verified.sessionId, expiresAt: verified.expiresAt)
+        return Identity(userId: verified.userId, role: verified.role, sessionId: verified.sessionId,
+                        expiresAt: verified.expiresAt + Self.clockSkewSeconds)
     }
 
     /// Checks signature and claims of an access token (protocol/auth.md).

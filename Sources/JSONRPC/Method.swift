@@ -26,7 +26,8 @@ public struct Identity: Sendable, Equatable {
     public let role: String
     /// The kernel session the token belongs to (`sid`), for tokens the kernel issued.
     public let sessionId: String?
-    /// The token's `exp`, seconds since 1970: what it grants ends then (an events subscription too).
+    /// The last second the token is taken (its `exp` plus the clock-skew allowance), seconds since 1970:
+    /// what it grants ends then (an events subscription too).
     public let expiresAt: Int64?
 
     /// An identity.

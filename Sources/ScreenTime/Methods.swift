@@ -11,7 +11,7 @@ extension ScreenTimeError {
         case .futureDate(let today):
             return .invalidParams("params.date", reason: "future_date", "params.date is later than today (\(today)) in the connection's time zone")
         case .connectionDisabled:
-            return .forbidden("connection_disabled", "Uploads are refused while the Screen Time connection is disabled")
+            return .forbidden("connection_disabled", "Uploads are refused while the Screen Time connection is disabled: turn it on with screentime.updateConnection {enabled: true}")
         case .noData(let date): return .notFound("No Screen Time data for \(date)")
         case .rawQuota(let limit): return .quotaExceeded("bytes of Screen Time raw", limit: limit)
         case .storage(let error): return .from(error)

@@ -41,7 +41,8 @@ import TestSupport
             k.closeInput()
             _ = k.finish()
         }
-        let short = try TokenMinter(secret: Array(testSecret.utf8), ttl: 2).mint(sub: nil, role: "service_role", now: SystemClock().now())
+        // Taken until 60 s past its exp (the clock-skew allowance): an exp 58 s ago leaves it 2 s.
+        let short = try TokenMinter(secret: Array(testSecret.utf8), ttl: -58).mint(sub: nil, role: "service_role", now: SystemClock().now())
         var (r, notices) = exchange(k, [line(1, "events.subscribe", ["auth": .string(short)])], notifications: 1)
         let endsAt = try #require(r[1]?["result"]?["endsAt"]?.stringValue)
         #expect(notices.first?["method"] == "events.ending" && notices.first?["params"]?["endsAt"] == .string(endsAt), "\(notices)")
@@ -53,10 +54,10 @@ import TestSupport
         #expect(notices.isEmpty && r[3]?["error"]?["data"]?["reason"] == "not_subscribed", "\(notices) \(String(describing: r[3]))")
 
         // Renewed before its end, a subscription goes on past the first token's expiry.
-        let brief = try TokenMinter(secret: Array(testSecret.utf8), ttl: 2).mint(sub: nil, role: "service_role", now: SystemClock().now())
+        let brief = try TokenMinter(secret: Array(testSecret.utf8), ttl: -58).mint(sub: nil, role: "service_role", now: SystemClock().now())
         (r, _) = exchange(k, [line(4, "events.subscribe", ["auth": .string(brief)]), line(5, "events.renew", ["auth": .string(testServiceToken)])],
                           notifications: 1)
-        #expect(r[5]?["result"]?["endsAt"] == "2100-01-01T00:00:00.000Z")
+        #expect(r[5]?["result"]?["endsAt"] == "2100-01-01T00:01:00.000Z")
         #expect(k.readRawLine(timeoutSeconds: 4) == nil, "no events.ended after the first token's expiry")
         (r, notices) = exchange(k, claims(["2025-04-02"], from: 6), notifications: 1)
         #expect(notices.first?["method"] == "events.changed", "\(notices)")

@@ -93,7 +93,18 @@ export const routes = [
   { method: 'PATCH', path: '/api/verification/ios/connection', body: true, auth: 'user',
     handle: (k, req, body) => k.call('screentime.updateConnection', withAuth(req, body)) },
   { method: 'POST', path: '/api/verification/ios/upload', body: true, auth: 'user',
-    handle: (k, req, body) => k.call('screentime.upload', withAuth(req, body)) },
+    handle: async (k, req, body) => {
+      try {
+        return await k.call('screentime.upload', withAuth(req, body));
+      } catch (error) {
+        // A fresh user's first upload: say how to fix it in this server's words.
+        if (error instanceof KernelError && error.reason === 'connection_disabled') {
+          error.message = 'Uploads are refused while Screen Time verification is off for this user: turn it on with '
+            + 'PATCH /api/verification/ios/connection {"enabled": true, "timezone": "<IANA zone>"}';
+        }
+        throw error;
+      }
+    } },
   // Not a seed route: the web app's own claim ("I used my phone N minutes"), which uploads verify.
   { method: 'POST', path: '/api/verification/claim', body: true, auth: 'user',
     handle: (k, req, body) => k.call('screentime.claim', withAuth(req, body)) },
@@ -114,9 +125,11 @@ export const routes = [
   { method: 'POST', path: '/api/sessions', body: true, auth: 'user',
     errors: { [-32602]: [400, 'Invalid session data format'], [-32001]: [401, 'Invalid or missing API token'],
               other: [500, 'Failed to save session'] },
-    fields: { startTime: 'session_start_time', durationSeconds: 'duration_seconds', endTime: 'session_end_time' },
+    fields: { startTime: 'session_start_time', durationSeconds: 'duration_seconds', endTime: 'session_end_time', clientSessionId: 'client_session_id' },
     handle: async (k, req, body) => {
-      const params = rename(body, { session_start_time: 'startTime', duration_seconds: 'durationSeconds', session_end_time: 'endTime' });
+      // client_session_id (optional) makes a retried save the same session, as sessions.record's clientSessionId does.
+      const params = rename(body, { session_start_time: 'startTime', duration_seconds: 'durationSeconds', session_end_time: 'endTime',
+                                    client_session_id: 'clientSessionId' });
       const session = await k.call('sessions.record', withAuth(req, params));
       return new Reply(201, { sessionId: session.sessionId, message: 'Session saved successfully' });
     } },
@@ -370,6 +383,9 @@ function limitSettings(overrides) {
  * Access tokens the kernel has accepted, with their expiry, so a request is refused before its body is
  * read and the kernel is asked once per token, not once per request. Bounded: the oldest entry goes first.
  */
+/** Seconds past `exp` a token is still taken, as the kernel takes it. */
+export const clockSkewSeconds = 60;
+
 class TokenCache {
   constructor(kernel, size) { this.kernel = kernel; this.size = size; this.entries = new Map(); }
 
@@ -384,10 +400,10 @@ class TokenCache {
     this.entries.delete(token);
     await this.kernel.call('screentime.getConnection', { auth: token }, { timeout: 5000 }); // the kernel verifies it
     const claims = payload(token);
-    const entry = { userId: claims?.sub, expiresAt: Number(claims?.exp) * 1000 };
-    // The kernel allows a minute of clock skew past `exp`; here a token is over when it says so, so that
-    // a page whose token ran out is told at once instead of a minute later.
-    if (!(entry.expiresAt > now)) throw new KernelError({ code: -32001, message: 'The token has expired', data: { reason: 'token_expired' } });
+    // One allowance for clock skew with the kernel (AuthService.clockSkewSeconds): a token is good until a
+    // minute past its `exp` here too, and refused past it with the kernel's word, `expired_token`.
+    const entry = { userId: claims?.sub, expiresAt: (Number(claims?.exp) + clockSkewSeconds) * 1000 };
+    if (!(entry.expiresAt > now)) throw new KernelError({ code: -32001, message: 'The token has expired', data: { reason: 'expired_token' } });
     if (this.entries.size >= this.size) this.entries.delete(this.entries.keys().next().value);
     this.entries.set(token, entry);
     return entry;

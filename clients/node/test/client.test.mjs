@@ -242,7 +242,8 @@ test('subscribe renews before the token expires and subscribes again after a res
   k.on('events.resubscribed', (r) => resubscribed.push(r));
   k.on('events.ended', (e) => ended.push(e));
   k.on('events.changed', (c) => changes.push(c));
-  const answer = await k.subscribe({ topics: ['rewards'], tokenTtlSeconds: 2 });
+  // Tokens taken 60 s past their exp (the clock-skew allowance): an exp 58 s ago leaves each 2 s.
+  const answer = await k.subscribe({ topics: ['rewards'], tokenTtlSeconds: -58 });
   assert.equal(answer.subscribed, true);
   // 2-second tokens: told halfway through each, renewed each time, never ended.
   await eventually(() => renewed.length >= 3, 15_000, 'three renewals');

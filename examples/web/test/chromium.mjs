@@ -82,14 +82,14 @@ export class Browser {
     }
   }
 
-  /** Opens `url` in a new tab; resolves with a page handle once it has loaded. */
-  async open(url) {
+  /** Opens `url` in a new tab (`width` px wide, 1280 by default); resolves with a page handle once it has loaded. */
+  async open(url, { width = 1280, mobile = false } = {}) {
     const { targetId } = await this.send('Target.createTarget', { url: 'about:blank' });
     const { sessionId } = await this.send('Target.attachToTarget', { targetId, flatten: true });
     await this.send('Runtime.enable', {}, sessionId);
     await this.send('Page.enable', {}, sessionId);
     await this.send('Network.enable', {}, sessionId);
-    await this.send('Emulation.setDeviceMetricsOverride', { width: 1280, height: 900, deviceScaleFactor: 1, mobile: false }, sessionId);
+    await this.send('Emulation.setDeviceMetricsOverride', { width, height: 900, deviceScaleFactor: 1, mobile }, sessionId);
     await this.send('Page.navigate', { url }, sessionId);
     const page = {
       /** The value of a JavaScript expression in the page (awaited when it is a promise). */

@@ -71,7 +71,7 @@ test('the dashboard draws the seeded days and updates live after an upload', asy
 
 /** Texts of every chart with their boxes in viewBox units, the y ticks, and each chart's size. */
 const layout = `Object.fromEntries([...document.querySelectorAll('svg')].map((svg) => [svg.id, {
-  width: svg.viewBox.baseVal.width, height: svg.viewBox.baseVal.height,
+  width: svg.viewBox.baseVal.width, height: svg.viewBox.baseVal.height, empty: svg.dataset.empty === 'true',
   texts: [...svg.querySelectorAll('text')].map((t) => { const b = t.getBBox(); return { cls: t.getAttribute('class'), text: t.textContent, x: b.x, y: b.y, w: b.width, h: b.height }; }),
   ticks: [...svg.querySelectorAll('text.axis.y')].map((t) => Number(t.dataset.value)),
   max: Math.max(0, ...[...svg.querySelectorAll('rect.bar')].map((r) => Number(r.dataset.value))),
@@ -140,6 +140,7 @@ test('dashboard states, each in a screenshot: no token, a bad token, an expired 
       assert.ok(box.x >= -0.5 && box.x + box.w <= chart.width + 0.5 && box.y >= -0.5 && box.y + box.h <= chart.height + 0.5,
         `${id}: "${box.text}" (${box.cls}) reaches outside the chart: ${JSON.stringify(box)}`);
     }
+    if (chart.empty) { assert.equal(id, 'meditation', 'only the chart this user has no data for is empty'); continue; }
     const xLabels = chart.texts.filter((b) => b.cls === 'axis x').map((b) => b.text);
     assert.equal(xLabels.at(-1), day(0).slice(5), `${id}: the last date is whole`);
     const step = chart.ticks[1] - chart.ticks[0];
@@ -166,11 +167,27 @@ test('dashboard states, each in a screenshot: no token, a bad token, an expired 
   assert.ok(browser.requests.some((url) => url.includes('/api/events?ticket=')), 'the stream opened with a ticket');
 
   // A token that expires while the page is open: the stream ends, the page asks for another token.
-  const brief = await browser.open(`${server.url}/dashboard#token=${shortToken(userB, 3)}`);
+  const brief = await browser.open(`${server.url}/dashboard#token=${shortToken(userB, -57)}`);
   await brief.waitFor(`document.body.dataset.state === 'shown'`);
   await brief.waitFor(`document.body.dataset.state === 'refused'`, 20_000);
   assert.equal((await formState(brief)).charts, false);
   await shoot(brief, '5-expired-while-open');
+
+  // #51 item 20: a new user at a phone's width: every chart says "No data yet", the page is no wider
+  // than the screen, and counts agree with their nouns.
+  const fresh = token({ user: 'cccccccc-0000-4000-8000-000000000003' });
+  const phone = await browser.open(`${server.url}/dashboard#token=${fresh}`, { width: 390, mobile: true });
+  await phone.waitFor(`document.body.dataset.state === 'shown'`);
+  const shown = await phone.evaluate(`({ width: document.documentElement.scrollWidth,
+    empty: [...document.querySelectorAll('svg')].map((s) => [s.id, s.dataset.empty, s.textContent]),
+    streak: document.getElementById('streak').textContent })`);
+  assert.ok(shown.width <= 390, `the page is ${shown.width} px wide at 390 px`);
+  for (const [id, empty, text] of shown.empty) assert.ok(empty === 'true' && text === 'No data yet', `${id}: ${empty} ${text}`);
+  assert.equal(shown.streak, 'streak 0 days (longest 0) · 0 sessions');
+  await shoot(phone, '6-new-user-on-a-phone');
+  await fetch(`${server.url}/api/sessions`, { method: 'POST', headers: { authorization: `Bearer ${fresh}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ session_start_time: new Date().toISOString(), duration_seconds: 600 }) });
+  await phone.waitFor(`document.getElementById('streak').textContent === 'streak 1 day (longest 1) · 1 session'`);
   assert.deepEqual(browser.messages.filter((m) => !/Failed to load resource/.test(m)), [], 'no console errors');
   process.stderr.write(`dashboard screenshots: ${shots}\n`);
 });

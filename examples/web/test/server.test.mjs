@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { start, httpStatus } from '../server.mjs';
 import { requester } from './support.mjs';
-import { binary, env, root, temporaryDirectory, token, userA, userB, day, eventually } from '../../../clients/node/test/support.mjs';
+import { binary, env, root, shortToken, temporaryDirectory, token, userA, userB, day, eventually } from '../../../clients/node/test/support.mjs';
 
 const b64url = (value) => Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)).toString('base64url');
 
@@ -255,6 +255,33 @@ test('scripts/test-ios-upload.mjs uploads through the server and prints the verd
   const failed = await run({ ACCESS_TOKEN: 'bad', DATE: '2025-01-02', MINUTES: '42' });
   assert.ok(failed.error, 'a refused upload exits non-zero');
   assert.match(failed.stderr, /401/);
+  // #51 item 18: a fresh user's first upload was refused with no word of how to fix it, and the script
+  // failed that way. The refusal names the route; the script turns verification on, as onboarding would.
+  const fresh = token({ user: userB });
+  const refused = await request('POST', '/api/verification/ios/upload', { auth: fresh, body: { date: '2025-01-02', verifiedMinutes: 42 } });
+  assert.equal(refused.status, 403);
+  assert.match(refused.body.error, /PATCH \/api\/verification\/ios\/connection/);
+  const first = await run({ ACCESS_TOKEN: fresh, DATE: '2025-01-02', MINUTES: '42' });
+  assert.equal(first.error, null, first.stderr);
+  assert.match(first.stderr, /turning it on/);
+  assert.equal(JSON.parse(first.stdout.slice(first.stdout.indexOf('{'))).status, 'unclaimed');
+});
+
+// #51 items 17 and 18: one word and one allowance for an expired token, the kernel's; and DEMO=1 twice
+// leaves the same demo data (its sessions and samples carry keys of their day).
+test('an expired token is expired_token a minute past exp, as the kernel says; demo data seeded twice is the same', async (t) => {
+  const { request, server } = await app(t);
+  const late = shortToken(userA, -30), gone = shortToken(userA, -90);
+  assert.equal((await request('GET', '/api/verification/ios/connection', { auth: late })).status, 200, 'within the allowance');
+  const r = await request('GET', '/api/verification/ios/connection', { auth: gone });
+  assert.deepEqual([r.status, r.body.reason], [401, 'expired_token']);
+  const auth = token({ user: userB });
+  const { seedDemo } = await import('../demo.mjs');
+  await seedDemo(server.url, auth, 3);
+  const stats = async () => (await request('GET', '/api/dashboard?days=7', { auth })).body;
+  const once = await stats();
+  await seedDemo(server.url, auth, 3);
+  assert.deepEqual(await stats(), once, 'seeding again changed nothing');
 });
 
 test('SIGTERM drains in-flight requests, then closes the kernel cleanly', async (t) => {
