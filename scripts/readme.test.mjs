@@ -1,9 +1,11 @@
 // The READMEs (the project's and the Node client's), run as a newcomer would run them: every ```sh and
 // ```js block, in a fresh shell or Node process, with the test run's healthkernel first on PATH, from the
 // repository's root. A block passes
-// when it exits 0, prints every line the README shows for it (an ```output block after it, where "…"
-// stands for any text, and `# {...}` comment lines after its commands), and leaves nothing new in the
-// repository (temporary files belong in a temporary folder). Node blocks run in a temporary app that
+// when it exits 0, prints exactly what the README shows for it, line by line and in order, and leaves
+// nothing new in the repository (temporary files belong in a temporary folder). What a block shows is
+// the ```output block after it, or else the comment lines right under its commands (`cmd` then
+// `# {"id":1}` with no blank line between); in a shown line "…" stands for any text, and a line that is
+// only "…" for any number of lines. A block that shows nothing must print nothing. Node blocks run in a temporary app that
 // installed the client from its `npm pack` tarball, so `import ... from 'healthkernel'` is what another
 // app would write. A ```json block marked `<!-- readme-test: config -->` must start a kernel as its
 // config file. A block marked `<!-- readme-test: skip REASON -->` is not run; the reasons are printed.
@@ -45,9 +47,43 @@ function matches(expected, line) {
   return new RegExp(`^${pattern}$`).test(line);
 }
 
-/** Lines the block says its commands print: `# {...}` or `# [...]` comment lines right after a command. */
-function commentedOutput(code) {
-  return code.split('\n').map((l) => l.trim()).filter((l) => /^# [[{]/.test(l)).map((l) => l.slice(2));
+/**
+ * Lines the block says its commands print: the comment lines right under a command, up to the next blank
+ * line or command (a comment after a blank line explains what follows instead).
+ */
+export function commentedOutput(code) {
+  const out = [];
+  let underCommand = false;
+  for (const raw of code.split('\n')) {
+    const line = raw.trim();
+    if (line === '') { underCommand = false; continue; }
+    if (line.startsWith('#')) {
+      if (underCommand) out.push(line.replace(/^# ?/, ''));
+      continue;
+    }
+    underCommand = true;
+  }
+  return out;
+}
+
+/** Where `printed` differs from `shown` (null when it is what the README shows). */
+export function difference(shown, printed) {
+  const memo = new Map();
+  // Whether shown[i...] can stand for printed[j...]; "…" alone takes any number of lines.
+  const fits = (i, j) => {
+    const key = i * (printed.length + 1) + j;
+    if (memo.has(key)) return memo.get(key);
+    let ok;
+    if (i === shown.length) ok = j === printed.length;
+    else if (shown[i] === '…') ok = fits(i + 1, j) || (j < printed.length && fits(i, j + 1));
+    else ok = j < printed.length && matches(shown[i], printed[j]) && fits(i + 1, j + 1);
+    memo.set(key, ok);
+    return ok;
+  };
+  if (fits(0, 0)) return null;
+  let k = 0;
+  while (k < shown.length && k < printed.length && shown[k] !== '…' && matches(shown[k], printed[k])) k++;
+  return `line ${k + 1}: shown ${JSON.stringify(shown[k] ?? '(nothing more)')}, printed ${JSON.stringify(printed[k] ?? '(nothing more)')}`;
 }
 
 /** The repository's untracked and ignored entries outside build folders. */
@@ -79,6 +115,28 @@ before(() => {
     { cwd, env: { ...process.env, npm_config_cache: join(scratch, 'npm-cache') } }).toString();
   const packed = JSON.parse(npm(['pack', join(root, 'clients/node'), '--pack-destination', scratch, '--json'], scratch))[0];
   npm(['install', join(scratch, packed.filename)], app);
+});
+
+test('the comparison itself: comments under commands are output, "…" stands for text or for lines', () => {
+  assert.deepEqual(commentedOutput('# explains\ncmd\n# {"a":1}\n# 2\n\n# explains again\ncmd2 # trailing\n'), ['{"a":1}', '2']);
+  assert.equal(difference(['a', '… b'], ['a', 'x b']), null);
+  assert.equal(difference(['a', '…', 'z'], ['a', 'b', 'c', 'z']), null);
+  assert.equal(difference(['a', '…', 'z'], ['a', 'z']), null);
+  assert.match(difference(['a', 'b'], ['a', 'b', 'c']), /line 3/);
+  assert.match(difference(['a', 'c'], ['a', 'b']), /line 2/);
+  assert.match(difference(['b', 'a'], ['a', 'b']), /line 1/);
+  assert.match(difference([], ['stray']), /line 1/);
+});
+
+test('every fixed socket path the READMEs name is the one the package serves', () => {
+  const unit = readFileSync(join(root, 'packaging/healthkernel.service'), 'utf8');
+  const served = /--listen unix:(\S+)/.exec(unit)[1];
+  for (const file of ['README.md', 'clients/node/README.md']) {
+    for (const [path] of readFileSync(join(root, file), 'utf8').matchAll(/\/(?:run|var)\/[\w/.-]*\.sock\b/g)) {
+      if (path.startsWith('/run/app/')) continue;  // the README's example of an app's own socket
+      assert.equal(path, served, `${file} names ${path}, but the package serves ${served}`);
+    }
+  }
 });
 
 test('the READMEs have runnable blocks, and say why they skip the others', () => {
@@ -120,9 +178,10 @@ for (const block of blocks) {
     const context = `\n--- stdout\n${stdout}--- stderr\n${r.stderr.toString().slice(-4000)}`;
     assert.equal(r.status, 0, `exit ${r.status ?? r.signal}${context}`);
     const printed = stdout.split('\n');
-    for (const expected of [...(block.output ?? []), ...commentedOutput(block.code)]) {
-      assert.ok(printed.some((line) => matches(expected, line)), `it did not print ${expected}${context}`);
-    }
+    if (printed.at(-1) === '') printed.pop();
+    const shown = block.output ?? commentedOutput(block.code);
+    const differs = difference(shown, printed);
+    assert.equal(differs, null, `it printed other than the README shows (${differs})${context}`);
     const left = [...repositoryLeftovers()].filter((p) => !before.has(p));
     assert.deepEqual(left, [], 'the block left files in the repository');
   });
