@@ -38,8 +38,14 @@ extension Kernel {
     /// time as the source had them (`restore`); the data dir makes them durable with one snapshot at the
     /// end. Returns how many changes it applied. The lines must have passed `importCheck()` (the caller
     /// keeps them for this second pass).
-    public func importRows(batch: Int = 1000, from next: () throws -> JSON?) throws -> Int {
+    /// Refuses a target store that holds anything: checked before the input is read, and again before
+    /// the rows go in.
+    public func checkImportTarget() throws {
         guard try storage.isEmpty() else { throw MoveError("the target store is not empty: import only into a new one") }
+    }
+
+    public func importRows(batch: Int = 1000, from next: () throws -> JSON?) throws -> Int {
+        try checkImportTarget()
         let access = storage.storedAccess
         let now = SystemClock().now().milliseconds  // the time of changes an old export gives none
         var staged: [RestoredChange] = []

@@ -444,6 +444,7 @@ struct StoreCommand: ParsableCommand {
             let kernel = options.start(config, logger: bootstrapLogging(level: config.logLevel))
             defer { kernel.shutdown() }
             do {
+                try kernel.checkImportTarget()
                 // First pass: every line checked, and kept in an unlinked temporary file; nothing is
                 // applied unless all of them pass, so a refused file leaves the store empty.
                 var template = Array("\(getenv("TMPDIR").map { String(cString: $0) } ?? "/tmp")/healthkernel-import-XXXXXX".utf8CString)
@@ -650,25 +651,23 @@ struct FileLines {
                 defer { start = buffer.count; number += 1 }
                 return Array(buffer[start...])
             }
-            buffer.removeFirst(start)
-            scanned -= start
-            start = 0
-            let n = readBlock()
+            // Only what was taken goes (removing nothing would still move the whole buffer).
+            if start > 0 {
+                buffer.removeFirst(start)
+                scanned -= start
+                start = 0
+            }
+            let n = block.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
-            if n <= 0 { ended = true }
+            if n <= 0 { ended = true } else { buffer.append(contentsOf: block[0..<n]) }
         }
     }
 
+    /// What one read fills, kept from read to read.
+    private var block = [UInt8](repeating: 0, count: 1 << 20)
+
     private func tooLong() -> MoveError { MoveError("line \(number + 1) is longer than \(maxLineBytes >> 20) MiB; nothing was imported") }
 
-    /// Appends up to 1 MiB read from the descriptor; read's result.
-    private mutating func readBlock() -> Int {
-        let old = buffer.count
-        buffer.append(contentsOf: repeatElement(0, count: 1 << 20))
-        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + old, 1 << 20) }
-        buffer.removeLast((1 << 20) - max(n, 0))
-        return n
-    }
 }
 
 /// Writes all of `bytes` to `fd` (retrying short writes and EINTR); false on an error.

@@ -307,12 +307,5 @@ private func share(_ from: Int64, _ to: Int64, _ value: Double, rank: Int) -> Co
 
 /// The public HealthKit material in `../shared/testdata/healthkit` (never copied into the repository).
 enum HealthKitVectors {
-    static let folder: URL? = {
-        var candidates: [URL] = []
-        if let explicit = ProcessInfo.processInfo.environment["HEALTHKERNEL_TESTDATA"] { candidates.append(URL(fileURLWithPath: explicit)) }
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        candidates.append(root.deletingLastPathComponent().appendingPathComponent("shared/testdata"))
-        candidates.append(URL(fileURLWithPath: "/work/shared/testdata"))
-        return candidates.map { $0.appendingPathComponent("healthkit") }.first { FileManager.default.fileExists(atPath: $0.path) }
-    }()
+    static let folder = testdataFolder("healthkit")
 }

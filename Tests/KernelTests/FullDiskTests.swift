@@ -5,7 +5,11 @@ import TestSupport
 
 /// A small tmpfs mounted for one test (root only): a disk that really fills up.
 struct Tmpfs {
-    let dir: String
+    /// Where it is mounted; the filler lives here, beside the data dir (a data dir holds only the
+    /// kernel's files: a folder with another file in it is refused as no data dir).
+    let mount: String
+    /// The data dir on it.
+    var dir: String { mount + "/data" }
 
     /// Whether this process may mount one; checked once by mounting and unmounting a tiny one.
     /// `HEALTHKERNEL_TEST_NO_TMPFS=1` runs the tests as a user who cannot would.
@@ -19,23 +23,24 @@ struct Tmpfs {
     }()
 
     init(kib: Int) throws {
-        dir = temporaryDirectory("tmpfs")
-        guard try runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=\(kib)k", "tmpfs", dir]) == 0 else {
+        mount = temporaryDirectory("tmpfs")
+        guard try runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=\(kib)k", "tmpfs", mount]) == 0 else {
             throw CocoaError(.fileWriteUnknown)
         }
+        try FileManager.default.createDirectory(atPath: mount + "/data", withIntermediateDirectories: false)
     }
 
     /// Writes a filler file of `kib` KiB (space that `free()` gives back).
     func fill(kib: Int) {
-        #expect(FileManager.default.createFile(atPath: dir + "/filler", contents: Data(count: kib * 1024)),
+        #expect(FileManager.default.createFile(atPath: mount + "/filler", contents: Data(count: kib * 1024)),
                 "the filler did not fit: the disk would not fill as the test needs")
     }
 
-    func free() { try? FileManager.default.removeItem(atPath: dir + "/filler") }
+    func free() { try? FileManager.default.removeItem(atPath: mount + "/filler") }
 
     func remove() {
-        _ = try? runProcess("/bin/umount", [dir])
-        try? FileManager.default.removeItem(atPath: dir)
+        _ = try? runProcess("/bin/umount", [mount])
+        try? FileManager.default.removeItem(atPath: mount)
     }
 
     /// Log segment names in the data dir.

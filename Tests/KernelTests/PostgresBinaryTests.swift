@@ -10,15 +10,15 @@ import TestSupport
         let args = ["store", "migrate", "--store", TestPostgres.url, "--config", try configFile(schema)]
         let first = try runBinary(args)
         #expect(first.status == 0, "\(first.stderrText)")
-        #expect(try JSON.parse(first.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)) == ["schema": .string(schema), "from": 0, "to": 3])
+        #expect(try JSON.parse(first.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)) == ["schema": .string(schema), "from": 0, "to": 4])
         let again = try runBinary(args)
-        #expect(try JSON.parse(again.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines))["from"] == 3)
+        #expect(try JSON.parse(again.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines))["from"] == 4)
 
         // A database migrated by a newer binary: this one must not touch it.
         #expect(psql("UPDATE \(schema).schema_version SET version = 99") == 0)
         let refused = try runBinary(args)
         #expect(refused.status == 2)
-        #expect(refused.stderrText.contains("version 99") && refused.stderrText.contains("binary's 3"), "\(refused.stderrText)")
+        #expect(refused.stderrText.contains("version 99") && refused.stderrText.contains("binary's 4"), "\(refused.stderrText)")
     }
 
     @Test func aHostSubscribedToOneKernelHearsEveryKernelsChangesInOrder() throws {

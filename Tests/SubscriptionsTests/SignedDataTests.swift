@@ -6,6 +6,7 @@ import JSON
 import JSONParsing
 import SwiftASN1
 import Testing
+import TestSupport
 import X509
 @testable import Subscriptions
 
@@ -13,14 +14,7 @@ import X509
 /// Apple's real root and chain, Apple's test CA and mock signed data, and real Apple-signed JWS, each with
 /// the verdict a correct verifier gives (its README).
 enum AppStoreVectors {
-    static let folder: URL? = {
-        var candidates: [URL] = []
-        if let explicit = ProcessInfo.processInfo.environment["HEALTHKERNEL_TESTDATA"] { candidates.append(URL(fileURLWithPath: explicit)) }
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        candidates.append(root.deletingLastPathComponent().appendingPathComponent("shared/testdata"))
-        candidates.append(URL(fileURLWithPath: "/work/shared/testdata"))
-        return candidates.map { $0.appendingPathComponent("appstore") }.first { FileManager.default.fileExists(atPath: $0.path) }
-    }()
+    static let folder = testdataFolder("appstore")
 
     static func json(_ name: String) throws -> JSON {
         let folder = try #require(folder, "the App Store test vectors (shared/testdata/appstore) are not on this machine")

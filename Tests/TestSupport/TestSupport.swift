@@ -75,3 +75,14 @@ public func commitCount(_ store: any Storage) -> UInt64 {
     if let store = store as? PostgresStore { return store.lastCommitID }
     preconditionFailure("no commit counter for \(type(of: store))")
 }
+
+/// A folder of the public test material in `../shared/testdata` (`appstore`, `healthkit`; never copied
+/// into the repository): `$HEALTHKERNEL_TESTDATA`, else beside the repository, else `/work/shared/testdata`.
+public func testdataFolder(_ name: String, file: String = #filePath) -> URL? {
+    var candidates: [URL] = []
+    if let explicit = ProcessInfo.processInfo.environment["HEALTHKERNEL_TESTDATA"] { candidates.append(URL(fileURLWithPath: explicit)) }
+    let root = URL(fileURLWithPath: file).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    candidates.append(root.deletingLastPathComponent().appendingPathComponent("shared/testdata"))
+    candidates.append(URL(fileURLWithPath: "/work/shared/testdata"))
+    return candidates.map { $0.appendingPathComponent(name) }.first { FileManager.default.fileExists(atPath: $0.path) }
+}
