@@ -69,6 +69,9 @@ public final class SocketServer: @unchecked Sendable {
     /// Applies a slice of big commits still being applied (`Dispatcher.applyBacklog`), holding the
     /// serving lock; returns whether any is left.
     public var applyBacklog: () -> Bool = { false }
+    /// Called after each round of answering, holding the serving lock (the store's snapshot trigger):
+    /// with `--no-stdin` the socket is the only thing that writes, so the trigger must run here too.
+    public var afterRound: () -> Void = {}
 
     /// A server for `path` whose connections come from `makeConnection`, answered holding `lock`.
     public init(path: String, lock: ServingLock, maxUnreadBytes: Int, maxInputBytes: Int = 256 << 20,
@@ -368,7 +371,11 @@ public final class SocketServer: @unchecked Sendable {
                 wakeCursor = peers.isEmpty ? 0 : (wakeCursor + turns) % peers.count
             }
             // One slice of a big commit per round, after every peer's input was read and answered.
-            backlogLeft = lock.run { applyBacklog() }
+            backlogLeft = lock.run {
+                let left = applyBacklog()
+                afterRound()
+                return left
+            }
             closing += overBudget(peers.filter { peer in !closing.contains { $0 === peer } })
             for peer in closing { disconnect(peer) }
             peers.removeAll { peer in closing.contains { $0 === peer } }

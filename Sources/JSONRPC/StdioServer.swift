@@ -25,7 +25,9 @@ public final class StdioServer {
     private var connection: Connection
     private let inputFD: Int32
     private let outputFD: Int32
-    /// Called after each batch's responses are written (the store's snapshot trigger).
+    /// Called after each batch's responses are written (the store's snapshot trigger), holding the
+    /// serving lock when streams share the dispatcher: a snapshot freezes the store between commits,
+    /// never while a socket's batch commits.
     public var afterWrite: () -> Void = {}
     /// Whether the threads may wait for input by spinning rather than sleeping. False while other work
     /// (a background snapshot) needs the CPU: then a request wakes a thread, which costs little when
@@ -237,7 +239,10 @@ public final class StdioServer {
         connection.output.removeAll(keepingCapacity: true)
         if fatal { return .storageFailure }
         if !ok { return .outputClosed }
-        afterWrite()
+        _ = serve {
+            afterWrite()
+            return false
+        }
         return nil
     }
 

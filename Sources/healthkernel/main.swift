@@ -200,6 +200,9 @@ struct Serve: ParsableCommand {
                                             makeConnection: { kernel.connection() })
             socketServer.log = { logger.warning("\($0)") }
             socketServer.applyBacklog = { kernel.dispatcher.applyBacklog() }
+            // The same trigger as stdio's, under the same lock: one owner for snapshots, whichever
+            // stream wrote, and one with --no-stdin too (#52 items 2-3).
+            if let store = kernel.store { socketServer.afterRound = { store.snapshotIfDue() } }
             socketServer.onStorageFailure = {
                 fail("healthkernel: syncing the log failed; stopped so that no further write is acknowledged",
                      status: ExitStatus.storageFailed)

@@ -140,6 +140,30 @@ func dump(_ k: LiveKernel) -> [String: (String?, String?)]? {
     /// Issue "Security and robustness defects", item 15: SIGTERM while a background snapshot of about
     /// 40 MB is being written, with a socket open: the kernel finishes (or drops) the snapshot, leaves no
     /// `.tmp` file and no socket file, exits 0, and every acknowledged write is there after a restart.
+    /// #52 item 3: `serve --no-stdin --listen` (the systemd unit's shape) never took an automatic
+    /// snapshot: the only trigger ran after stdio batches. The socket server's rounds trigger it too,
+    /// under the serving lock (item 2: one owner for snapshots, whichever stream wrote).
+    @Test func aKernelServingOnlyASocketTakesItsAutomaticSnapshots() throws {
+        let dir = temporaryDirectory("socket-snapshots")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let socket = dir + "/k.sock"
+        let k = try LiveKernel(serve(dir + "/data", ["--snapshot-every-records", "5", "--no-stdin", "--listen", "unix:" + socket]))
+        defer {
+            kill(k.process.processIdentifier, SIGTERM)
+            _ = k.finish()
+        }
+        let token = try #require(runBinary(["token", "--user", testUser, "--jwt-secret", testSecret]).stdoutText.split(separator: "\n").first)
+        for i in 0..<8 {
+            let r = try runBinary(["call", "rewards.earn", #"{"xp": 10, "reason": "r", "key": "k\#(i)"}"#, "--token", String(token), "--connect", socket])
+            #expect(r.status == 0, "\(r.stderrText)")
+        }
+        // The snapshot is written in the background once due: wait for its file (a timeout, not a guess).
+        let deadline = Date().addingTimeInterval(20)
+        func snapshots() -> [String] { ((try? FileManager.default.contentsOfDirectory(atPath: dir + "/data")) ?? []).filter { $0.hasSuffix(".snap") } }
+        while snapshots().isEmpty && Date() < deadline { usleep(10_000) }
+        #expect(!snapshots().isEmpty, "no automatic snapshot with --no-stdin")
+    }
+
     @Test func sigtermDuringASnapshotLeavesNoTempFileOrSocket() throws {
         let dir = temporaryDirectory("snapterm")
         defer { try? FileManager.default.removeItem(atPath: dir) }
