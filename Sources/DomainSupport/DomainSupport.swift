@@ -9,6 +9,7 @@ extension RPCError {
         switch error {
         case .unavailable(let m): return .storageUnavailable("Storage unavailable: \(m); nothing was applied")
         case .conflict(let m): return .storageConflict(m)
+        case .outcomeUnknown(let m): return .outcomeUnknown(m)
         case .corrupt(let m):
             // -32603 for this request only; the kernel serves on, and the log names the row.
             var e = RPCError.internalError

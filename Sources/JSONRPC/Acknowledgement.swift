@@ -20,11 +20,17 @@ extension Dispatcher {
     /// Flushes the journal; answers that depend on writes that failed are marked for -32050.
     func settle() {
         guard let journal else { return }
-        let (failed, fatal) = journal.flushCommits()
+        let (failed, unknown, fatal) = journal.flushCommits()
         settledCommitID = journal.lastCommitID
         if fatal { syncFailed = true }
-        if fatal || !failed.isEmpty {
-            refusedWrites += pendingWrites.filter { w in fatal || failed.contains { $0.overlaps(w.commits) } }
+        if fatal || !failed.isEmpty || !unknown.isEmpty {
+            for w in pendingWrites {
+                if fatal || failed.contains(where: { $0.overlaps(w.commits) }) {
+                    refusedWrites.append((w, fatal ? Self.syncFailedError : Self.notAppliedError))
+                } else if unknown.contains(where: { $0.overlaps(w.commits) }) {
+                    refusedWrites.append((w, Self.outcomeUnknownError))
+                }
+            }
         }
         pendingWrites.removeAll(keepingCapacity: true)
     }
@@ -56,14 +62,11 @@ extension Dispatcher {
         defer { current.flushReady(into: &out, limit: maxAnswerBytes) }
         defer { refusedWrites.removeAll(keepingCapacity: true) }
         guard !refusedWrites.isEmpty else { return fatal }
-        let error = RPCError.storageUnavailable(fatal
-            ? "Storage failed: syncing the log failed, the kernel is stopping; the write may not be durable"
-            : "Storage failed: the write was not applied")
         // Ranges in `out` were recorded in output order and nothing before them has moved since.
         var rebuilt: [UInt8] = []
         rebuilt.reserveCapacity(out.count)
         var cursor = 0
-        for w in refusedWrites {
+        for (w, error) in refusedWrites {
             guard let slot = w.slot else {
                 rebuilt.append(contentsOf: out[cursor..<w.range.lowerBound])
                 writeResponse(id: w.id, outcome: .failure(error), into: &rebuilt)
@@ -77,6 +80,12 @@ extension Dispatcher {
         out = rebuilt
         return fatal
     }
+
+    static let syncFailedError = RPCError.storageUnavailable(
+        "Storage failed: syncing the log failed, the kernel is stopping; the write may not be durable")
+    static let notAppliedError = RPCError.storageUnavailable("Storage failed: the write was not applied")
+    static let outcomeUnknownError = RPCError.outcomeUnknown(
+        "the connection to the database broke while the write was committed, and whether it landed cannot be learnt")
 
     /// Appends an `events.changed` line for each change made durable in this batch that the host
     /// subscribed to: after the batch's responses (never inside a batch's array), in commit order.

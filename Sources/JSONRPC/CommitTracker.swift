@@ -4,8 +4,9 @@ import Chrono
 public protocol CommitTracker: AnyObject {
     /// Id of the last commit made; unchanged by a call that wrote nothing.
     var lastCommitID: UInt64 { get }
-    /// Makes queued commits durable; reports commits that failed (and were undone) and whether syncing failed.
-    func flushCommits() -> (failed: [ClosedRange<UInt64>], fatal: Bool)
+    /// Makes queued commits durable; reports commits that failed (and were undone), commits whose outcome
+    /// cannot be learnt (they may have been applied), and whether syncing failed.
+    func flushCommits() -> (failed: [ClosedRange<UInt64>], unknown: [ClosedRange<UInt64>], fatal: Bool)
     /// Changes made durable since the last call, in commit order (for `events.changed`).
     func takeChanges() -> [ChangeNotice]
     /// Called after every request (and after each part of a slow one): a store that opened a

@@ -47,7 +47,8 @@ public final class Dispatcher {
     /// Answers given since the journal was last flushed that depend on writes not yet durable.
     var pendingWrites: [PendingWrite] = []
     /// Answers to replace with -32050 at the end of the batch: their writes failed to be logged.
-    var refusedWrites: [PendingWrite] = []
+    /// Writes of the batch answered with an error instead: not applied, or applied or not, unknown.
+    var refusedWrites: [(PendingWrite, RPCError)] = []
     /// The last commit id the journal has flushed (made durable, or refused and undone).
     var settledCommitID: UInt64 = 0
     /// A flush in the middle of this batch failed to sync: the kernel stops after answering it.

@@ -101,6 +101,14 @@ extension RPCError {
         RPCError(code: .storageUnavailable, message: message, reason: "storage_unavailable")
     }
 
+    /// The kernel cannot learn whether a write landed (the database connection broke during its COMMIT,
+    /// and the answer could not be had in time): it may have been applied. Never said as "not applied";
+    /// a client retries only methods idempotent by key, and checks the others (protocol/storage.md).
+    public static func outcomeUnknown(_ message: String) -> RPCError {
+        RPCError(code: .storageUnavailable, message: "Storage unavailable: \(message); the write may have been applied",
+                 reason: "outcome_unknown")
+    }
+
     /// The request lost a race with a concurrent one (another kernel on the same database) and changed
     /// nothing: the dispatcher runs it again, reads included, a bounded number of times; a host sees
     /// it only when every attempt lost, as -32050.

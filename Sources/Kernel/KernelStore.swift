@@ -32,9 +32,10 @@ protocol KernelStore: Storage, CommitTracker, Sendable {
 }
 
 extension Store: KernelStore {
-    public func flushCommits() -> (failed: [ClosedRange<UInt64>], fatal: Bool) {
+    /// A log write either fails (and is undone) or is durable: the data dir always knows.
+    public func flushCommits() -> (failed: [ClosedRange<UInt64>], unknown: [ClosedRange<UInt64>], fatal: Bool) {
         let outcome = flush()
-        return (outcome.failedCommits, outcome.fatal)
+        return (outcome.failedCommits, [], outcome.fatal)
     }
 
     public func takeChanges() -> [ChangeNotice] { Self.notices(takeCommittedChanges()) }
@@ -67,7 +68,10 @@ extension Store: KernelStore {
 
 extension PostgresStore: KernelStore {
     /// Commits the batch's transaction: a failed one fails its requests' answers, and the kernel goes on.
-    public func flushCommits() -> (failed: [ClosedRange<UInt64>], fatal: Bool) { (flushBatch(), false) }
+    public func flushCommits() -> (failed: [ClosedRange<UInt64>], unknown: [ClosedRange<UInt64>], fatal: Bool) {
+        let (failed, unknown) = flushBatch()
+        return (failed, unknown, false)
+    }
 
     public func takeChanges() -> [ChangeNotice] { Self.notices(takeCommittedChanges()) }
 

@@ -140,6 +140,7 @@ final class DatabaseConnection: @unchecked Sendable {
     /// The server process serving this connection (what a notification names as its sender).
     var backendPID: Int32 { PQbackendPID(conn) }
 
+
     /// Waits up to `timeoutMilliseconds` for notifications (after `LISTEN`) and returns each sender's
     /// process id and payload. Throws `unavailable` when the connection breaks.
     func notifications(timeoutMilliseconds: Int32) throws(StorageError) -> [(pid: Int32, payload: String)] {

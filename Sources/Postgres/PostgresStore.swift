@@ -55,6 +55,8 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     private var batchChanges: [CommittedChange] = []
     private var batchAwaited: (pid: Int32, user: String, last: UInt64)?
     private var failedCommits: [ClosedRange<UInt64>] = []
+    /// Commits whose COMMIT's outcome could not be learnt (`outcome(of:backend:)`): they may have landed.
+    private var unknownCommits: [ClosedRange<UInt64>] = []
     /// Statements sent ahead of the next pipeline instead of on their own (no round trip): the end of a
     /// request's savepoint, and writes that cannot be refused. How many led the last pipeline.
     private var deferred: [Statement] = []
@@ -327,12 +329,15 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         requestLocks.removeAll(keepingCapacity: true)
     }
 
-    /// Commits the batch (`groupCommit`) and returns the commits that failed since the last call: the
-    /// dispatcher's flush at the end of every batch of requests.
-    public func flushBatch() -> [ClosedRange<UInt64>] {
+    /// Commits the batch (`groupCommit`) and returns the commits that failed since the last call, and
+    /// those whose outcome is unknown: the dispatcher's flush at the end of every batch of requests.
+    public func flushBatch() -> (failed: [ClosedRange<UInt64>], unknown: [ClosedRange<UInt64>]) {
         commitBatch()
-        defer { failedCommits.removeAll() }
-        return failedCommits
+        defer {
+            failedCommits.removeAll()
+            unknownCommits.removeAll()
+        }
+        return (failedCommits, unknownCommits)
     }
 
     /// The connection broke: the server rolled the batch back, so its commits failed.
@@ -357,26 +362,30 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         guard batchOpen else { return }
         let statements = deferred + [Statement("SELECT pg_current_xact_id()::text", flushAfter: true), Statement("COMMIT")]
         deferred.removeAll()
-        var made: Bool
+        var made: CommitOutcome
+        let backend = main.backendPID
         do {
             let results = try main.run(statements)
-            made = !results.contains { $0.error != nil }
-            if !made {
+            made = results.contains { $0.error != nil } ? .notCommitted : .committed
+            if made == .notCommitted {
                 log("committing a batch failed: \(results.first { $0.error != nil }!.error!.message)")
                 _ = try? main.run([Statement("ROLLBACK")])
             }
         } catch {
             let xidIndex = statements.count - 2
-            made = main.received.count > xidIndex && main.received[xidIndex].scalar.map { xid in (try? committed(xid)) ?? false } == true
-            log("the connection broke while committing a batch; \(made ? "the server made the commit" : "it is lost"): \(error)")
+            made = main.received.count > xidIndex ? main.received[xidIndex].scalar.map { outcome(of: $0, backend: backend) } ?? .notCommitted : .notCommitted
+            log("the connection broke while committing a batch; \(made.said): \(error)")
         }
-        if made {
+        switch made {
+        case .committed:
             if collectsChanges {
                 committedChanges += batchChanges
                 if let a = batchAwaited { awaited = a }
             }
-        } else if let commits = batchCommits {
-            failedCommits.append(commits)
+        case .notCommitted:
+            if let commits = batchCommits { failedCommits.append(commits) }
+        case .unknown:
+            if let commits = batchCommits { unknownCommits.append(commits) }
         }
         resetBatch()
         forget()
@@ -609,16 +618,21 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         let statements = plan.finish() + [Statement("SELECT pg_current_xact_id()::text", flushAfter: true), Statement("COMMIT")]
         let opening = scope(plan.users)
         let results: [StatementResult]
+        let backend = main.backendPID
         do {
             results = try main.run(opening + statements)
         } catch {
             forget()
             let xidIndex = opening.count + statements.count - 2
             guard main.received.count > xidIndex, let xid = main.received[xidIndex].scalar else { throw error }
-            guard try committed(xid) else { throw error }
-            log("the connection broke during a commit that the server made (transaction \(xid))")
-            lastCommitID += 1
-            return
+            switch outcome(of: xid, backend: backend) {
+            case .notCommitted: throw error
+            case .unknown(let why): throw StorageError.outcomeUnknown(why)
+            case .committed:
+                log("the connection broke during a commit that the server made (transaction \(xid))")
+                lastCommitID += 1
+                return
+            }
         }
         forget()
         let first = opening.count
@@ -632,16 +646,72 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         awaited = announcement(plan, results[first...]) ?? awaited
     }
 
-    /// Whether transaction `xid` committed, asked on a new connection after the old one broke. Throws
-    /// `unavailable` when the server cannot say (it is still down): the outcome is then unknown.
-    private func committed(_ xid: String) throws(StorageError) -> Bool {
-        do {
-            let status = try main.run([Statement("SELECT pg_xact_status($1::xid8)", [xid])])
-            if let failed = status[0].error { throw StorageError.unavailable(failed.message) }
-            return status[0].scalar == "committed"
-        } catch {
-            throw .unavailable("the connection to PostgreSQL broke during a commit, and whether transaction \(xid) committed "
-                + "cannot be learnt yet (\(error))")
+    /// What became of a commit whose connection broke.
+    enum CommitOutcome: Equatable {
+        case committed, notCommitted
+        /// The server could not say in time (it is down, or the transaction is still in progress).
+        case unknown(String)
+
+        var said: String {
+            switch self {
+            case .committed: return "the server made the commit"
+            case .notCommitted: return "it is lost"
+            case .unknown(let why): return "its outcome is unknown (\(why))"
+            }
+        }
+    }
+
+    /// How long a commit's fate is asked after its connection broke, before it is answered as unknown.
+    static let outcomeWaitMicros: UInt64 = 5_000_000
+
+    /// What became of transaction `xid`, asked on a new connection after the old one (server process
+    /// `backend`) broke. A transaction still `in progress` is a COMMIT still running on the old backend
+    /// (waiting for a synchronous standby, say) that may land after we ask: that backend is ended (a
+    /// commit already made locally stays made; one not yet made is rolled back), and the status asked
+    /// again until it is final, for at most `outcomeWaitMicros`. Never "not committed" unless the server
+    /// says so.
+    func outcome(of xid: String, backend: Int32) -> CommitOutcome {
+        Self.outcome(of: xid, waitingMicros: Self.outcomeWaitMicros, ask: { () throws(StorageError) -> String? in
+            let answer = try main.run([Statement("SELECT pg_xact_status($1::xid8)", [xid])])
+            if let failed = answer[0].error { throw StorageError.unavailable("pg_xact_status failed: SQLSTATE \(failed.state)") }
+            return answer[0].scalar
+        }, endBackend: { [main] in
+            guard backend > 0 else { return }
+            _ = try? main.run([Statement("SELECT pg_terminate_backend($1::int)", [String(backend)])])
+        })
+    }
+
+    /// The rule of `outcome(of:backend:)`, apart from the database: `ask` answers `pg_xact_status`
+    /// (`committed`, `aborted`, `in progress`, or nil when the server no longer knows), or throws when it
+    /// cannot be reached; `endBackend` ends the old server process once.
+    static func outcome(of xid: String, waitingMicros: UInt64, ask: () throws(StorageError) -> String?, endBackend: () -> Void,
+                        pause: (UInt32) -> Void = { usleep($0) }) -> CommitOutcome {
+        let deadline = monotonicMicros() + waitingMicros
+        var ended = false
+        while true {
+            let status: String?
+            do {
+                status = try ask()
+            } catch {
+                guard monotonicMicros() < deadline else { return .unknown("the server cannot be reached to ask (\(error))") }
+                pause(100_000)
+                continue
+            }
+            switch status {
+            case "committed": return .committed
+            case "aborted": return .notCommitted
+            case "in progress":
+                if !ended {
+                    ended = true
+                    endBackend()
+                    continue
+                }
+                guard monotonicMicros() < deadline else { return .unknown("transaction \(xid) is still in progress") }
+                pause(50_000)
+            default:
+                // NULL: too old for the server to remember, which a commit of a moment ago never is.
+                return .unknown("the server no longer knows transaction \(xid)")
+            }
         }
     }
 

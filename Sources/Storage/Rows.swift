@@ -46,6 +46,9 @@ public enum StorageError: Error, Equatable, CustomStringConvertible {
     /// The request raced another one (on another kernel) and lost: nothing was applied, and running the
     /// whole request again, reads included, may succeed.
     case conflict(String)
+    /// A commit whose outcome cannot be learnt (the connection broke during COMMIT and the server could
+    /// not say in time): it may have been applied.
+    case outcomeUnknown(String)
 
     public var description: String {
         switch self {
@@ -53,6 +56,7 @@ public enum StorageError: Error, Equatable, CustomStringConvertible {
         case .corrupt(let m): return "corrupt data: \(m)"
         case .taken(let key): return "\(key.namespace) is held by another user"
         case .conflict(let m): return "conflict with a concurrent request: \(m)"
+        case .outcomeUnknown(let m): return "outcome unknown: \(m)"
         }
     }
 }

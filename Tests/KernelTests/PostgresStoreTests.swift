@@ -1,5 +1,8 @@
 import Chrono
+import Foundation
+import DomainSupport
 import JSON
+import JSONRPC
 @testable import Postgres
 import Storage
 import Testing
@@ -52,6 +55,35 @@ import TestSupport
         try store.commit(t)
         #expect(try table.get(user: "u", key: "a") == Due(at: "2"))
         store.endRequest()
+    }
+
+    /// #52 item 4: the rule for a commit whose connection broke. "in progress" (a COMMIT still running on
+    /// the old server process) was taken as failed; now the old process is ended once and the status
+    /// asked again, and what the server cannot say in time is `unknown`, never "not committed".
+    @Test func aCommitWhoseConnectionBrokeIsNeverSaidLostUnlessTheServerSaysSo() {
+        func run(_ answers: [String?], failing: Bool = false) -> (PostgresStore.CommitOutcome, ended: Int) {
+            var left = answers[...], ended = 0
+            let outcome = PostgresStore.outcome(of: "77", waitingMicros: 50_000, ask: { () throws(StorageError) -> String? in
+                if failing { throw StorageError.unavailable("down") }
+                return left.count > 1 ? left.popFirst()! : left.first!
+            }, endBackend: { ended += 1 }, pause: { _ in })
+            return (outcome, ended)
+        }
+        #expect(run(["committed"]).0 == .committed)
+        #expect(run(["aborted"]).0 == .notCommitted)
+        let settled = run(["in progress", "committed"])
+        #expect(settled.0 == .committed && settled.ended == 1, "the old process is ended, and its local commit stays made")
+        #expect(run(["in progress", "aborted"]).0 == .notCommitted)
+        let stuck = run(["in progress"])
+        guard case .unknown = stuck.0 else { Issue.record("still in progress must be unknown: \(stuck.0)"); return }
+        #expect(stuck.ended == 1, "ended once, not again and again")
+        guard case .unknown = run([nil]).0, case .unknown = run(["committed"], failing: true).0 else {
+            Issue.record("a status the server cannot give must be unknown")
+            return
+        }
+        // And said as such on the wire: -32050 with its own reason, never "nothing was applied".
+        let wire = RPCError.from(StorageError.outcomeUnknown("cut"))
+        #expect(wire.code == .storageUnavailable && wire.reason == "outcome_unknown" && wire.message.contains("may have been applied"))
     }
 
     @Test func twoKernelsScanningDueRowsNeverGetTheSameRow() throws {
