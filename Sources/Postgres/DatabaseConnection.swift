@@ -140,6 +140,13 @@ final class DatabaseConnection: @unchecked Sendable {
     /// The server process serving this connection (what a notification names as its sender).
     var backendPID: Int32 { PQbackendPID(conn) }
 
+    /// Cuts the connection's socket under whatever is running on it, as a network failure would: a
+    /// fault point for tests (the server process goes on until it notices).
+    func cutForTest() {
+        let fd = PQsocket(conn)
+        if fd >= 0 { _ = Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
+    }
+
 
     /// Waits up to `timeoutMilliseconds` for notifications (after `LISTEN`) and returns each sender's
     /// process id and payload. Throws `unavailable` when the connection breaks.
@@ -259,8 +266,12 @@ final class DatabaseConnection: @unchecked Sendable {
             }
             results.append(result)
         }
-        // The sync point closes the pipeline.
-        guard let sync = PQgetResult(conn) else { return try fail() }
+        // The sync point closes the pipeline. A connection lost here still reports what was received
+        // (the transaction id read before a COMMIT), so that the commit's fate can be asked.
+        guard let sync = PQgetResult(conn) else {
+            received = results
+            return try fail()
+        }
         let status = PQresultStatus(sync)
         PQclear(sync)
         guard status == PGRES_PIPELINE_SYNC else {

@@ -7,6 +7,7 @@ import JSONRPC
 import Storage
 import Testing
 import TestSupport
+import Threads
 
 /// The PostgreSQL store's promises to several kernels, checked on two stores over one schema.
 @Suite(.oneStoreOnly) struct PostgresStoreTests {
@@ -84,6 +85,44 @@ import TestSupport
         // And said as such on the wire: -32050 with its own reason, never "nothing was applied".
         let wire = RPCError.from(StorageError.outcomeUnknown("cut"))
         #expect(wire.code == .storageUnavailable && wire.reason == "outcome_unknown" && wire.message.contains("may have been applied"))
+    }
+
+    /// #52 item 4 on a real server: a COMMIT held in progress (a deferred trigger waits on a lock the test
+    /// holds) when the connection is cut. The kernel ends the old server process and learns the commit
+    /// did not land, so "not applied" is then the truth: the row is not there.
+    @Test func aCommitCutInProgressIsSettledWithTheServer() throws {
+        let schema = TestPostgres.freshSchema()
+        let (store, table) = try open(schema)
+        defer { store.shutdown() }
+        let holder = try DatabaseConnection(url: TestPostgres.url)
+        let q = "\"\(schema)\""
+        _ = try holder.run([
+            Statement("CREATE FUNCTION \(q).hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_xact_lock(424242); RETURN NULL; END $$"),
+            Statement("CREATE CONSTRAINT TRIGGER hold AFTER INSERT ON \(q).rows DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION \(q).hold()"),
+            Statement("SELECT pg_advisory_lock(424242)"),
+        ])
+        let outcome = Locked<Result<Void, StorageError>?>(nil)
+        nonisolated(unsafe) let unsafeStore = store
+        spawnThread {
+            var t = Transaction()
+            t.put(table, user: "u", key: "held", Due(at: "1"))
+            let r = Result { () throws(StorageError) in try unsafeStore.commit(t) }
+            outcome.withLock { $0 = r }
+            outcome.wake()
+        }
+        // Until the COMMIT waits on the lock (a condition polled, not a sleep that hopes).
+        for _ in 0..<2000 {
+            let waiting = try holder.run([Statement("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")])[0].scalar
+            if waiting == "1" { break }
+            usleep(5_000)
+        }
+        store.main.cutForTest()
+        let result = outcome.withLock(waitingUntil: { $0 != nil }, timeoutMicroseconds: 30_000_000) { $0 }
+        _ = try? holder.run([Statement("SELECT pg_advisory_unlock(424242)")])
+        guard case .failure(let error)? = result else { Issue.record("the cut commit was answered as made: \(String(describing: result))"); return }
+        if case .outcomeUnknown = error { Issue.record("the server could say: \(error)") }
+        store.endRequest()
+        #expect(try table.get(user: "u", key: "held") == nil, "not applied, as answered")
     }
 
     @Test func twoKernelsScanningDueRowsNeverGetTheSameRow() throws {
