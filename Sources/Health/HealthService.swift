@@ -267,7 +267,8 @@ public final class HealthService: @unchecked Sendable {
                     continue
                 case .keep:
                     report.unsummarized[s.type.identifier, default: 0] += 1
-                    work.unknownTypes.append((ProfileRow.unknownTypeKey(s.type), s.item.path + ".type"))
+                    let key = ProfileRow.unknownTypeKey(s.type)
+                    if work.unknownKeys.insert(key).inserted { work.unknownTypes.append((key, s.item.path + ".type")) }
                 }
             }
             let existing = try work.current(s.item.uuid)
@@ -411,6 +412,8 @@ public final class HealthService: @unchecked Sendable {
         /// The unknown type and unit pairs this request keeps (`ProfileRow.unknownTypeKey`), with the path
         /// of the sample that brought each: at most `UnknownTypes.perRequest` distinct.
         var unknownTypes: [(key: String, path: String)] = []
+        /// The keys of `unknownTypes`, so a month of one unknown type adds one entry, not one a sample.
+        var unknownKeys = Set<String>()
         /// `recordTablesInUse()`, once asked.
         var recordTablesWithRows: [any StorageTable<RecordRow>]?
 

@@ -57,7 +57,8 @@ extension JSON {
                 while i < n, original[i] != 0x22 {
                     if original[i] == 0x5C {
                         // \uF8FF, in any case, is the marker's character too.
-                        if i + 5 < n, original[i + 1] == 0x75, String(decoding: original[(i + 2)..<(i + 6)], as: UTF8.self).lowercased() == "f8ff" { throw first }
+                        if i + 5 < n, original[i + 1] == 0x75, original[i + 2] | 0x20 == 0x66, original[i + 3] == 0x38,
+                           original[i + 4] | 0x20 == 0x66, original[i + 5] | 0x20 == 0x66 { throw first }
                         i += 2
                     } else {
                         if original[i] == 0xEF, i + 2 < n, original[i + 1] == 0xA3, original[i + 2] == 0xBF { throw first }
