@@ -210,7 +210,7 @@ public final class HealthService: @unchecked Sendable {
     /// requests of other users. O(1) here.
     public func beginIngest(_ user: String, now: Timestamp) throws(HealthError) -> PreparedIngest {
         PreparedIngest(service: self, user: user, now: now, views: Views(tables.views(of: user, in: store)),
-                       versions: try storage(try store.versions(of: user, in: tables.all)))
+                       versions: try storage(try store.viewedVersions(of: user, in: tables.all)))
     }
 
     /// Commits a planned ingest, on the serving thread. When the user's HealthKit rows changed after the

@@ -54,6 +54,8 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     private var batchCommits: ClosedRange<UInt64>?
     private var batchChanges: [CommittedChange] = []
     private var batchAwaited: (pid: Int32, user: String, last: UInt64)?
+    /// Users the batch's transaction wrote (`viewedVersions(of:in:)` commits it before views of them).
+    private var batchUsers: Set<String> = []
     private var failedCommits: [ClosedRange<UInt64>] = []
     /// Commits whose COMMIT's outcome could not be learnt (`outcome(of:backend:)`): they may have landed.
     private var unknownCommits: [ClosedRange<UInt64>] = []
@@ -350,6 +352,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     private func resetBatch() {
         batchOpen = false
+        batchUsers.removeAll(keepingCapacity: true)
         batchCommits = nil
         batchChanges.removeAll(keepingCapacity: true)
         batchAwaited = nil
@@ -410,6 +413,11 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         let version = UInt64(try read(users: [user], [Statement("SELECT version FROM users WHERE usr = $1", [user])])[0].scalar ?? "0") ?? 0
         versionsRead[user] = version
         return version
+    }
+
+    public func viewedVersions(of user: String, in tables: [TableHandle]) throws(StorageError) -> [UInt64] {
+        if batchUsers.contains(user) { commitBatch() }
+        return try versions(of: user, in: tables)
     }
 
     public func lastFeedPosition(of user: String?) throws(StorageError) -> UInt64 {
@@ -534,7 +542,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             // Nothing in it can be refused (no unique key) and no result is needed (no host events):
             // the writes go ahead of the next pipeline, and the batch's commit confirms them.
             deferred = opening + statements
-            joinBatch()
+            joinBatch(plan.users)
             return
         }
         let results: [StatementResult]
@@ -551,7 +559,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             if results[index].error!.state == Self.busy { commitBatch() }
             throw commitError(results, at: index, first: first, plan)
         }
-        joinBatch()
+        joinBatch(plan.users)
         guard collectsChanges else { return }
         batchChanges += plan.changes(results[first...], commit: lastCommitID)
         batchAwaited = announcement(plan, results[first...]) ?? batchAwaited
@@ -585,7 +593,8 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     }
 
     /// Closes the request's scope after its commit joined the batch.
-    private func joinBatch() {
+    private func joinBatch(_ users: [String]) {
+        batchUsers.formUnion(users)
         open = false
         prefetched.removeAll()
         versionsRead.removeAll()

@@ -42,6 +42,12 @@ public protocol Storage: AnyObject {
     /// tables only): a plan that read only those tables is still current when they have not changed,
     /// whatever else of the user's changed. A store that cannot tell tables apart answers `version(of:)`.
     func versions(of user: String, in tables: [TableHandle]) throws(StorageError) -> [UInt64]
+    /// The versions (as `versions(of:in:)`) that views of `user` made now read: what a plan read through
+    /// them is checked against when it commits. Views see every commit made so far; on PostgreSQL they
+    /// read committed rows on other connections, so the batch's writes of `user` not yet committed are
+    /// committed first (one commit, only when the batch wrote that user). Otherwise the version would
+    /// count writes the views cannot see, and a plan made without them would pass the check.
+    func viewedVersions(of user: String, in tables: [TableHandle]) throws(StorageError) -> [UInt64]
     /// Ends the current request's scope. The scope opened with the request's first read: on a shared
     /// database a transaction holding the lock of every user read. A commit closes it too; this ends one
     /// that did not commit (reads only, or a refusal), and is harmless after a commit.
@@ -59,6 +65,10 @@ public protocol Storage: AnyObject {
 
 extension Storage {
     public func versions(of user: String, in tables: [TableHandle]) throws(StorageError) -> [UInt64] { [try version(of: user)] }
+
+    public func viewedVersions(of user: String, in tables: [TableHandle]) throws(StorageError) -> [UInt64] {
+        try versions(of: user, in: tables)
+    }
 
     public func prefetch(_ rows: @autoclosure () -> [(table: TableHandle, user: String, key: String)]) throws(StorageError) {}
 
