@@ -85,6 +85,18 @@ public final class AuthService: Authenticator, @unchecked Sendable {
 
     // MARK: Verifying access tokens
 
+    public func userOrdering(token: String, requirement: AuthRequirement, now: Timestamp) -> String? {
+        guard requirement != .none, let verified = cache[token] ?? (try? verify(token, now: now)),
+              now.seconds <= verified.expiresAt + Self.clockSkewSeconds else { return nil }
+        if cache[token] == nil { remember(token, verified) }
+        return verified.userId
+    }
+
+    private func remember(_ token: String, _ verified: VerifiedToken) {
+        if cache.count >= Self.cacheLimit { cache.removeAll(keepingCapacity: true) }
+        cache[token] = verified
+    }
+
     public func authenticate(token: String?, requirement: AuthRequirement, now: Timestamp) throws(RPCError) -> Identity? {
         guard requirement != .none else { return nil }
         guard let token, !token.isEmpty else {
@@ -100,8 +112,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
             } catch {
                 throw RPCError.unauthorized(error.reason, error.message)
             }
-            if cache.count >= Self.cacheLimit { cache.removeAll(keepingCapacity: true) }
-            cache[token] = verified
+            remember(token, verified)
         }
         // Checked on every call, cached or not: expiry and revocation take effect at once.
         guard now.seconds <= verified.expiresAt + Self.clockSkewSeconds else {

@@ -6,13 +6,16 @@ import Threads
 /// a failed flush refuses, and the change events it announces.
 extension Dispatcher {
     /// Runs a request's call (`body`); returns its outcome and the commits its answer depends on (see
-    /// `execute`), nil for an answer that depends on none.
+    /// `execute`), nil for an answer that depends on none. A request that committed depends on its own
+    /// commits only: a store reports every commit a failure undid (the batch's transaction on
+    /// PostgreSQL, every queued record on the data dir), and a commit of its own (PostgreSQL's detached
+    /// commit) has its own fate, whatever became of the batch around it.
     func tracked(_ method: RegisteredMethod, _ body: () -> Outcome) -> (Outcome, ClosedRange<UInt64>?) {
         if !method.mutates, let journal, journal.lastCommitID > settledCommitID { settle() }
         let before = journal?.lastCommitID ?? 0
         let outcome = body()
         let after = journal?.lastCommitID ?? 0
-        if after > before { return (outcome, (settledCommitID + 1)...after) }
+        if after > before { return (outcome, (before + 1)...after) }
         if method.mutates, before > settledCommitID { return (outcome, (settledCommitID + 1)...before) }
         return (outcome, nil)
     }
@@ -44,11 +47,13 @@ extension Dispatcher {
         applyFinished(wait: false, into: &out)
         if let waitAbove {
             while current.entries.count > waitAbove {
-                if let journal, current.applying > 0 {
-                    // Waiting for this stream's commits being applied: apply them now, after ending the
-                    // batch (a detached commit on PostgreSQL waits for the locks the batch holds).
+                if let journal, current.applying > 0 || heldAcross.contains(where: { $0 === current }) {
+                    // Waiting for commits being applied (this stream's, or another's of the same user): apply
+                    // them now, after ending the batch (a detached commit on PostgreSQL waits for the locks
+                    // the batch holds).
                     settle()
                     while journal.applyBacklog(budgetMicros: .max) {}
+                    pruneApplying(journal)
                     applyFinished(wait: false, into: &out)
                 } else {
                     applyFinished(wait: true, into: &out)
@@ -60,13 +65,17 @@ extension Dispatcher {
         syncFailed = false
         defer { announceChanges(&out) }
         defer { current.flushReady(into: &out, limit: maxAnswerBytes) }
-        defer { refusedWrites.removeAll(keepingCapacity: true) }
         guard !refusedWrites.isEmpty else { return fatal }
+        // Refusals of answers in another stream's output wait for that stream's end of batch (a read here
+        // may have flushed its writes): ranges count in their own stream's output only.
+        let mine = ObjectIdentifier(current)
+        let here = refusedWrites.filter { $0.0.slot != nil || $0.0.stream == mine }
+        refusedWrites.removeAll { $0.0.slot != nil || $0.0.stream == mine }
         // Ranges in `out` were recorded in output order and nothing before them has moved since.
         var rebuilt: [UInt8] = []
         rebuilt.reserveCapacity(out.count)
         var cursor = 0
-        for (w, error) in refusedWrites {
+        for (w, error) in here {
             guard let slot = w.slot else {
                 rebuilt.append(contentsOf: out[cursor..<w.range.lowerBound])
                 writeResponse(id: w.id, outcome: .failure(error), into: &rebuilt)

@@ -21,9 +21,18 @@ public protocol CommitTracker: AnyObject {
     func applyBacklog(budgetMicros: UInt64) -> Bool
     /// Whether commit `id` is wholly applied (or was undone, or failed).
     func isApplied(_ commit: UInt64) -> Bool
-    /// Whether commit `id`, applied after its batch's flush (PostgreSQL's detached commits), failed: its
-    /// held answer becomes -32050. Told once.
-    func takeFailure(of commit: UInt64) -> Bool
+    /// Whether commit `id`, applied after its batch's flush (PostgreSQL's detached commits), was not
+    /// made or may not have been: its held answer becomes -32050 with that reason. Told once; nil when
+    /// it was made.
+    func takeFailure(of commit: UInt64) -> CommitFailure?
+}
+
+/// What became of a commit that was not made for sure.
+public enum CommitFailure: Sendable {
+    /// Nothing of it was applied.
+    case notApplied
+    /// It may have landed: the kernel could not learn (`data.reason: "outcome_unknown"`).
+    case outcomeUnknown
 }
 
 /// A committed change, as an `events.changed` notification announces it.
@@ -229,6 +238,8 @@ struct PendingWrite {
     let id: JSON
     let commits: ClosedRange<UInt64>
     let slot: Slot?
+    /// The stream whose output holds it (`range` counts in that stream's output only).
+    let stream: ObjectIdentifier
 }
 
 import JSON

@@ -53,8 +53,12 @@ public final class Dispatcher {
     var settledCommitID: UInt64 = 0
     /// A flush in the middle of this batch failed to sync: the kernel stops after answering it.
     var syncFailed = false
-    /// Commits being applied in slices, with the stream whose answer waits for each.
-    var applying: [(commit: UInt64, stream: RequestStream)] = []
+    /// Commits being applied (in slices, or detached), with the stream whose answer waits for each and
+    /// that request's ordering keys: a request of the same user on another stream is held until the
+    /// commit is applied, instead of waiting for the user's lock on the serving thread, where every other
+    /// user would wait with it (#52 defect 8). Streams holding such a request, woken when one is applied.
+    var applying: [(commit: UInt64, stream: RequestStream, keys: Set<String>?)] = []
+    var heldAcross: [RequestStream] = []
     /// How long the serving thread applies the backlog between rounds of other requests.
     public static let backlogSliceMicros: UInt64 = 4000
 
@@ -192,7 +196,7 @@ public final class Dispatcher {
         guard let id else { return false }
         let start = out.count
         writeResponse(id: id, outcome: outcome, read: commits == nil, room: room, into: &out)
-        if let commits { pendingWrites.append(PendingWrite(range: start..<out.count, id: id, commits: commits, slot: nil)) }
+        if let commits { pendingWrites.append(PendingWrite(range: start..<out.count, id: id, commits: commits, slot: nil, stream: ObjectIdentifier(current))) }
         return true
     }
 
@@ -219,7 +223,7 @@ public final class Dispatcher {
     func orderingKeys(_ method: RegisteredMethod, _ params: JSONObject) -> Set<String>? {
         var keys = Set(method.orderingKeys(params))
         if method.auth != .none, case .string(let token)? = params["auth"],
-           let user = (try? authenticator.authenticate(token: token, requirement: method.auth, now: clock.now()))??.userId {
+           let user = authenticator.userOrdering(token: token, requirement: method.auth, now: clock.now()) {
             keys.insert("user:" + user)
         }
         return keys.isEmpty && current.ordering == .read ? nil : keys
@@ -274,12 +278,12 @@ public final class Dispatcher {
             writeResponse(id: id, outcome: outcome, read: commits == nil, into: &slot.bytes)
             (slot.id, slot.answersWrite) = (id, commits != nil)
             slot.done = true
-            if let commits { pendingWrites.append(PendingWrite(range: 0..<slot.bytes.count, id: id, commits: commits, slot: slot)) }
+            if let commits { pendingWrites.append(PendingWrite(range: 0..<slot.bytes.count, id: id, commits: commits, slot: slot, stream: ObjectIdentifier(current))) }
             return
         }
         let start = out.count
         writeResponse(id: id, outcome: outcome, read: commits == nil, into: &out)
-        if let commits { pendingWrites.append(PendingWrite(range: start..<out.count, id: id, commits: commits, slot: nil)) }
+        if let commits { pendingWrites.append(PendingWrite(range: start..<out.count, id: id, commits: commits, slot: nil, stream: ObjectIdentifier(current))) }
         out.append(UInt8(ascii: "\n"))
     }
 

@@ -17,9 +17,9 @@ extension Dispatcher {
             return
         }
         var keys: Set<String>? = []
-        if method.readsState && (!stream.entries.isEmpty || method.slow) {
+        if method.readsState && (!stream.entries.isEmpty || method.slow || !applying.isEmpty) {
             keys = orderingKeys(method, params)
-            if stream.mustWait(keys) {
+            if stream.mustWait(keys) || waitsAcross(keys, stream) {
                 let slot = element ?? newSlot()
                 stream.entries.append(Entry(ticket: nextTicket(), id: id, slot: slot, keys: keys, started: started,
                                             state: .held(method, params)))

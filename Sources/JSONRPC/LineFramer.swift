@@ -235,6 +235,8 @@ public struct Connection {
     /// The stream is gone: it gets no more notifications.
     public func close() {
         dispatcher.hub.remove(events)
+        let gone = ObjectIdentifier(stream)
+        dispatcher.refusedWrites.removeAll { $0.0.stream == gone }
     }
 
     /// Whether an unterminated line is buffered.

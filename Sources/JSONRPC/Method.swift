@@ -43,6 +43,16 @@ public struct Identity: Sendable, Equatable {
 public protocol Authenticator: Sendable {
     /// The identity for `token` under `requirement`; nil only for `.none`.
     func authenticate(token: String?, requirement: AuthRequirement, now: Timestamp) throws(RPCError) -> Identity?
+    /// The user a token speaks for, from the token alone (signature and expiry), reading no stored state:
+    /// what orders a request against others before it runs. A store read here could wait for the user's
+    /// lock on the serving thread. nil when the token names nobody or is not valid.
+    func userOrdering(token: String, requirement: AuthRequirement, now: Timestamp) -> String?
+}
+
+extension Authenticator {
+    public func userOrdering(token: String, requirement: AuthRequirement, now: Timestamp) -> String? {
+        (try? authenticate(token: token, requirement: requirement, now: now))??.userId
+    }
 }
 
 /// What a handler knows about the call besides its params.

@@ -58,7 +58,7 @@ extension Dispatcher {
                 release(Garbage((entry.state, done)))
                 entry.state = .applying(commit: commits.upperBound)
                 stream.applying += 1
-                applying.append((commits.upperBound, stream))
+                applying.append((commits.upperBound, stream, entry.keys))
                 continue
             }
             stream.entries.remove(at: index)
@@ -86,10 +86,10 @@ extension Dispatcher {
         guard let journal, stream.applying > 0 else { return }
         stream.entries.removeAll { entry in
             guard case .applying(let commit) = entry.state, journal.isApplied(commit) else { return false }
-            if journal.takeFailure(of: commit), entry.id != nil {
+            if let failure = journal.takeFailure(of: commit), entry.id != nil {
                 entry.slot.bytes.removeAll()
-                writeResponse(id: entry.slot.id, outcome: .failure(.storageUnavailable("Storage failed: the write was not applied")),
-                              into: &entry.slot.bytes)
+                let error = failure == .outcomeUnknown ? Self.outcomeUnknownError : Self.notAppliedError
+                writeResponse(id: entry.slot.id, outcome: .failure(error), into: &entry.slot.bytes)
             }
             entry.slot.gate = nil
             stream.applying -= 1
@@ -102,12 +102,32 @@ extension Dispatcher {
     public func applyBacklog() -> Bool {
         guard let journal, !applying.isEmpty else { return false }
         let more = journal.applyBacklog(budgetMicros: Self.backlogSliceMicros)
-        applying.removeAll { commit, stream in
+        pruneApplying(journal)
+        return more
+    }
+
+    /// Forgets the commits now applied, and wakes the streams that waited for them.
+    func pruneApplying(_ journal: CommitTracker) {
+        let before = applying.count
+        applying.removeAll { commit, stream, _ in
             guard journal.isApplied(commit) else { return false }
             stream.wake()
             return true
         }
-        return more
+        guard applying.count < before, !heldAcross.isEmpty else { return }
+        for stream in heldAcross { stream.wake() }
+        heldAcross.removeAll()
+    }
+
+    /// Whether a request of `stream` with `keys` waits for a commit another stream's request is applying
+    /// (one of the same user). O(commits being applied), a handful at most.
+    func waitsAcross(_ keys: Set<String>?, _ stream: RequestStream) -> Bool {
+        guard let keys, !keys.isEmpty, !applying.isEmpty, let journal else { return false }
+        let waits = applying.contains { commit, other, theirs in
+            other !== stream && !(theirs?.isDisjoint(with: keys) ?? true) && !journal.isApplied(commit)
+        }
+        if waits && !heldAcross.contains(where: { $0 === stream }) { heldAcross.append(stream) }
+        return waits
     }
 
     /// Executes the held requests nothing before them holds up any more, in read order.
@@ -116,7 +136,8 @@ extension Dispatcher {
         var i = 0
         while i < stream.entries.count {
             let entry = stream.entries[i]
-            guard case .held(let method, let params) = entry.state, !stream.mustWait(entry.keys, before: i) else {
+            guard case .held(let method, let params) = entry.state, !stream.mustWait(entry.keys, before: i),
+                  !waitsAcross(entry.keys, stream) else {
                 i += 1
                 continue
             }

@@ -427,10 +427,7 @@ public final class SocketServer: @unchecked Sendable {
     private func receive(_ peer: Peer, _ buffer: UnsafeMutableRawBufferPointer, wake: @escaping @Sendable () -> Void) -> Bool {
         let n = read(peer.fd, buffer.baseAddress, buffer.count)
         if n < 0 { return errno == EAGAIN || errno == EINTR }
-        // A line the peer never ended is parsed here at once (it is cut short anyway), so that its bytes
-        // leave the input budget as soon as the peer is gone.
-        let lines = n == 0 ? peer.connection.reader.finishLines(parseUpTo: .max)
-            : peer.connection.reader.readLines(UnsafeRawBufferPointer(rebasing: buffer[0..<n]), parseUpTo: Self.parseInlineBytes)
+        let lines = Self.lines(n == 0 ? nil : UnsafeRawBufferPointer(rebasing: buffer[0..<n]), &peer.connection.reader)
         if n == 0 { peer.ended = true }
         // Lines before the first long one are answered as they are (the peer is read only while nothing
         // waits for a parser); only those behind a long one are queued, so a short line costs no box.
@@ -461,6 +458,14 @@ public final class SocketServer: @unchecked Sendable {
             onStorageFailure()
         }
         return true
+    }
+
+    /// The lines a read gives (`chunk`, or nil at the peer's end of input): those up to
+    /// `parseInlineBytes` parsed, longer ones left for a parser thread. A line the peer never ended is no
+    /// exception: parsing 16 MiB of it here would hold every connection (#52 defect 9).
+    static func lines(_ chunk: UnsafeRawBufferPointer?, _ reader: inout RequestReader) -> [RequestReader.ReadLine] {
+        guard let chunk else { return reader.finishLines(parseUpTo: parseInlineBytes) }
+        return reader.readLines(chunk, parseUpTo: parseInlineBytes)
     }
 
     /// Writes as much unread output as the socket takes; false when the peer is gone.

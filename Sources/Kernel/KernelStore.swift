@@ -41,7 +41,7 @@ extension Store: KernelStore {
     public func takeChanges() -> [ChangeNotice] { Self.notices(takeCommittedChanges()) }
 
     /// A failed log write is reported by the flush of its own batch: nothing fails later here.
-    public func takeFailure(of commit: UInt64) -> Bool { false }
+    public func takeFailure(of commit: UInt64) -> CommitFailure? { nil }
 
     func recordCount() -> Int { rowCount }
 
@@ -74,6 +74,12 @@ extension PostgresStore: KernelStore {
     }
 
     public func takeChanges() -> [ChangeNotice] { Self.notices(takeCommittedChanges()) }
+
+    public func takeFailure(of commit: UInt64) -> CommitFailure? {
+        guard let failure = detachedFailure(of: commit) else { return nil }
+        if case .outcomeUnknown = failure { return .outcomeUnknown }
+        return .notApplied
+    }
 
     func recordCount() throws(StorageError) -> Int { try estimatedRowCount() }
 

@@ -5,18 +5,29 @@ import Storage
 import Threads
 
 /// A commit's announcement on the database's change channel: the user, the user's feed position after the
-/// commit, how many positions it took, and the server process that made it.
-struct ChangeAnnouncement: Sendable {
-    let pid: Int32
+/// commit, how many positions it took, and the kernel that made it.
+struct ChangeAnnouncement: Sendable, Equatable {
+    /// The committing kernel's id (`PostgresStore.kernelID`); nil from a kernel older than ids.
+    let origin: String?
     let user: String
     let last: UInt64
     let count: UInt64
 
-    /// Parses a payload `"<last> <count> <user>"` (the user last: ids may hold spaces).
-    init?(pid: Int32, payload: String) {
+    /// Parses a payload `"<last> <count> <origin> <user>"`, or an older kernel's `"<last> <count> <user>"`
+    /// (the user last: ids may hold spaces). An origin is `k` and 16 hex digits.
+    init?(payload: String) {
         let parts = payload.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
         guard parts.count == 3, let last = UInt64(parts[0]), let count = UInt64(parts[1]) else { return nil }
-        (self.pid, self.user, self.last, self.count) = (pid, String(parts[2]), last, count)
+        let rest = parts[2].utf8
+        if rest.count > 18, rest.first == UInt8(ascii: "k"), rest[rest.index(rest.startIndex, offsetBy: 17)] == UInt8(ascii: " "),
+           rest.dropFirst().prefix(16).allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }) {
+            origin = String(parts[2].prefix(17))
+            user = String(parts[2].dropFirst(18))
+        } else {
+            origin = nil
+            user = String(parts[2])
+        }
+        (self.last, self.count) = (last, count)
     }
 }
 
@@ -28,6 +39,8 @@ struct ChangeAnnouncement: Sendable {
 /// listener adds its server process there and removes it when it stops; rows of processes that are gone
 /// (a killed kernel) are removed by the next listener to start. A listener whose connection breaks
 /// reconnects every second; what was committed meanwhile is not announced (hosts catch up from the feed).
+/// Each connection of the listener is an *epoch*: a commit made while epoch E was connected is heard in
+/// E, unless E ends first.
 final class ChangeListener: @unchecked Sendable {
     let inbox = Inbox<ChangeAnnouncement>()
     /// Called (on the listener's thread) after announcements arrive: wakes the serving thread.
@@ -45,9 +58,12 @@ final class ChangeListener: @unchecked Sendable {
         self.log = log
     }
 
-    /// Whether the listener is connected and registered now (announcements are being heard).
-    var isConnected: Bool { connected.isSet }
-    private let connected = SharedFlag()
+    /// The epoch connected and registered now (its announcements are being heard), or nil.
+    var epoch: Int? { state.withLock { $0.connected ? $0.epoch : nil } }
+    private let state = Locked((epoch: 0, connected: false))
+    private func setConnected(_ on: Bool) { state.withLock { if on && !$0.connected { $0.epoch += 1 }; $0.connected = on } }
+    /// A test's hold on deliveries: while set, what is heard is kept back (a listener running behind).
+    let holdForTest = SharedFlag()
 
     /// Starts listening; returns once the listener is registered, so that every commit after it is heard
     /// (or after one failed attempt: the thread keeps trying).
@@ -59,25 +75,28 @@ final class ChangeListener: @unchecked Sendable {
         spawnThread { [self] in
             var connection: DatabaseConnection?
             var signalled = false
+            var kept: [ChangeAnnouncement] = []
             // A thread of an earlier start that has not exited yet ends here too.
             while running.isSet && generations.withLock({ $0 }) == generation {
                 do {
                     if connection == nil || connection!.broken {
+                        setConnected(false)
                         connection = try register()
-                        connected.set(true)
+                        setConnected(true)
                     }
                     if !signalled {
                         signalled = true
                         ready.put(true)
                     }
-                    let heard = try connection!.notifications(timeoutMilliseconds: 200)
-                    guard !heard.isEmpty else { continue }
-                    for (pid, payload) in heard {
-                        if let a = ChangeAnnouncement(pid: pid, payload: payload) { inbox.put(a) }
+                    for (_, payload) in try connection!.notifications(timeoutMilliseconds: holdForTest.isSet ? 20 : 200) {
+                        if let a = ChangeAnnouncement(payload: payload) { kept.append(a) }
                     }
+                    guard !kept.isEmpty, !holdForTest.isSet else { continue }
+                    for a in kept { inbox.put(a) }
+                    kept.removeAll()
                     onArrival()
                 } catch {
-                    connected.set(false)
+                    setConnected(false)
                     log("listening for other kernels' changes: \(error); retrying in 1 s")
                     if !signalled {
                         signalled = true
@@ -90,7 +109,7 @@ final class ChangeListener: @unchecked Sendable {
             if let connection, !connection.broken {
                 _ = try? connection.run([Statement("DELETE FROM listeners WHERE pid = pg_backend_pid()"), Statement("UNLISTEN *")])
             }
-            connected.set(false)
+            setConnected(false)
             exited.put(true)
         }
         _ = ready.takeAll(wait: true)

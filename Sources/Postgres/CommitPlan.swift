@@ -60,11 +60,14 @@ struct CommitPlan {
 
     /// The channel commits are announced on (while some kernel listens).
     let channel: String
+    /// The kernel the commit's announcements name as theirs (`PostgresStore.kernelID`).
+    let origin: String
 
-    init(at: Int64, collects: Bool, channel: String) {
+    init(at: Int64, collects: Bool, channel: String, origin: String) {
         self.at = at
         self.collects = collects
         self.channel = channel
+        self.origin = origin
     }
 
     mutating func add(_ entry: Transaction.Entry, _ slots: [PostgresTableBase]) {
@@ -223,13 +226,14 @@ struct CommitPlan {
             if !copying, let bulk = bulks[index + shift] { s = Self.inserting(bulk, s) }
             out.append(s)
         }
-        // Announce each user's new positions to listening kernels ("<last> <count> <user>"); PostgreSQL
-        // sends them at commit, in commit order. NOTIFY serialises commits, so only while a kernel listens.
+        // Announce each user's new positions to listening kernels ("<last> <count> <origin> <user>");
+        // PostgreSQL sends them at commit, in commit order. NOTIFY serialises commits, so only while a
+        // kernel listens.
         for user in users where announces(user) {
             out.append(Statement("""
-                SELECT pg_notify($1, u.feed_seq || ' ' || $2 || ' ' || u.usr) FROM users u
+                SELECT pg_notify($1, u.feed_seq || ' ' || $2 || ' ' || $4 || ' ' || u.usr) FROM users u
                 WHERE u.usr = $3 AND EXISTS (SELECT 1 FROM listeners)
-                """, [channel, String(counts[user]!), user]))
+                """, [channel, String(counts[user]!), user, origin]))
         }
         return out
     }
@@ -271,15 +275,10 @@ struct CommitPlan {
 
     /// Whether the commit announces `user`'s changes: it made synced ones, and the payload stays under
     /// NOTIFY's 8,000 bytes.
-    private func announces(_ user: String) -> Bool { counts[user]! > 0 && user.utf8.count < 7000 }
+    func announces(_ user: String) -> Bool { counts[user]! > 0 && Self.announcesChanges(of: user) }
 
-    /// The last user the commit announces and that user's feed position after it, from the commit's
-    /// results: the announcement to hear back last.
-    func lastAnnouncement(_ results: ArraySlice<StatementResult>) -> (user: String, last: UInt64)? {
-        guard let user = users.last(where: announces), let index = userStatements[user],
-              let last = results[results.startIndex + index].scalar.flatMap({ UInt64($0) }) else { return nil }
-        return (user, last)
-    }
+    /// Whether a commit's changes of `user` are announced: the payload stays under NOTIFY's 8,000 bytes.
+    static func announcesChanges(of user: String) -> Bool { user.utf8.count < 7000 }
 
     /// The committed changes, for host events: positions from each user's counter after the commit.
     /// A delete of a row that did not exist made no change, but still took a position (a gap is harmless).

@@ -15,22 +15,25 @@ import Threads
 /// meanwhile is overwritten by a stale plan (the commit then fails and is answered -32050). Another
 /// request of the same user, on this kernel or another, waits for the lock as it would for any commit.
 final class DetachedCommits: @unchecked Sendable {
-    /// Commits handed over and not yet finished, and those that failed (until the dispatcher asks).
-    private let state = Locked<(running: Set<UInt64>, failed: Set<UInt64>)>(([], []))
+    /// Commits handed over and not yet finished, and those that failed or whose outcome is unknown, with
+    /// why (until the dispatcher asks).
+    private let state = Locked<(running: Set<UInt64>, failed: [UInt64: StorageError])>(([], [:]))
     /// One thread: big commits go one after another. Two (two backends writing months side by side) gave
     /// the same ingest rate on a 2-core machine and held other users' commits longer behind the WAL:
     /// many.py's light host p99 was 188-246 ms with two, 124-149 ms with one (INSERTs over arrays); with
-    /// COPY, 36,339 samples/s and p99 249 ms with two against 37,292 and 119 ms with one.
-    let threads = WorkerPool(threads: 1)
+    /// COPY, 36,339 samples/s and p99 249 ms with two against 37,292 and 119 ms with one. At the serving
+    /// thread's priority, not the workers' nice 19: it holds a user's lock while it runs, and a thread
+    /// starved on purpose while others wait for its lock is a priority inversion (#52 defect 8).
+    let threads = WorkerPool(threads: 1, priority: .serving)
     /// Wakes the serving thread when a commit finished (set by the kernel).
     let onFinished = Locked<@Sendable () -> Void>({})
 
     func start(_ commit: UInt64) { state.withLock { _ = $0.running.insert(commit) } }
 
-    func finish(_ commit: UInt64, failed: Bool) {
+    func finish(_ commit: UInt64, failure: StorageError?) {
         state.withLock {
             $0.running.remove(commit)
-            if failed { $0.failed.insert(commit) }
+            if let failure { $0.failed[commit] = failure }
         }
         onFinished.withLock { $0 }()
     }
@@ -39,7 +42,7 @@ final class DetachedCommits: @unchecked Sendable {
 
     var anyRunning: Bool { state.withLock { !$0.running.isEmpty } }
 
-    func takeFailure(_ commit: UInt64) -> Bool { state.withLock { $0.failed.remove(commit) != nil } }
+    func takeFailure(_ commit: UInt64) -> StorageError? { state.withLock { $0.failed.removeValue(forKey: commit) } }
 }
 
 extension PostgresStore {
@@ -58,24 +61,22 @@ extension PostgresStore {
         detached.start(commit)
         let (detached, log, count) = (self.detached, self.log, statements.count)
         detached.threads.submit { [self] in
-            var failed = true
-            do {
+            var failure: StorageError?
+            do throws(StorageError) {
                 let c = try pooledConnection()
                 if let bad = try runDetached(c, plan, statements, user: user, version: version) {
                     _ = try? c.run([Statement("ROLLBACK")])
                     log(bad.state == "22012"
                         ? "a detached commit of \(count) statements not made: the user's rows changed since they were read"
                         : "a detached commit failed: SQLSTATE \(bad.state): \(bad.message)")
-                } else {
-                    failed = false
+                    failure = .unavailable("the detached commit was not made")
                 }
                 returnPooled(c)
             } catch {
-                // A connection lost during COMMIT may have committed: the answer then says it failed, and a
-                // client that sends it again changes nothing (HealthKit items are keyed by UUID).
                 log("a detached commit failed: \(error)")
+                failure = error
             }
-            detached.finish(commit, failed: failed)
+            detached.finish(commit, failure: failure)
         }
     }
 
@@ -114,7 +115,26 @@ extension PostgresStore {
             case _: return copied.error
             }
         }
-        return try c.run(pending + [Statement("COMMIT")]).first(where: { $0.error != nil })?.error
+        // The transaction's id comes back before COMMIT runs, so that a connection lost during it can ask
+        // the server what became of the commit (`outcome(of:on:backend:)`), as the batch's commit does.
+        let ending = pending + [Statement("SELECT pg_current_xact_id()::text", flushAfter: true), Statement("COMMIT")]
+        let backend = c.backendPID
+        do {
+            return try c.run(ending).first(where: { $0.error != nil })?.error
+        } catch {
+            let xidIndex = ending.count - 2
+            guard c.received.count > xidIndex, let xid = c.received[xidIndex].scalar else { throw error }
+            let asking: DatabaseConnection
+            do { asking = try pooledConnection() } catch { throw StorageError.outcomeUnknown("the server cannot be reached to ask (\(error))") }
+            defer { returnPooled(asking) }
+            switch outcome(of: xid, on: asking, backend: backend) {
+            case .committed:
+                log("the connection broke during a detached commit that the server made (transaction \(xid))")
+                return nil
+            case .notCommitted: throw error
+            case .unknown(let why): throw StorageError.outcomeUnknown(why)
+            }
+        }
     }
 
     /// Makes a big unit's statements on the worker that planned it (their array literals are 12 MB of text
@@ -123,7 +143,7 @@ extension PostgresStore {
         guard tx.entries.count >= Transaction.bigUnit else { return }
         // Without the changes for host events (`collectsChanges` belongs to the serving thread): a commit
         // made while a host listens makes its plan again.
-        var plan = CommitPlan(at: 0, collects: false, channel: channel)
+        var plan = CommitPlan(at: 0, collects: false, channel: channel, origin: kernelID)
         for entry in tx.entries { plan.add(entry, slots) }
         tx.prepared = PreparedPlan(plan: plan)
     }
@@ -131,8 +151,8 @@ extension PostgresStore {
     /// Whether commit `id` is done (made, or failed): false while a detached thread runs it.
     public func isApplied(_ commit: UInt64) -> Bool { !detached.isRunning(commit) }
 
-    /// Whether commit `id` was detached and failed (told once).
-    public func takeFailure(of commit: UInt64) -> Bool { detached.takeFailure(commit) }
+    /// Why commit `id`, detached, was not made or may not have been (told once); nil when it was made.
+    public func detachedFailure(of commit: UInt64) -> StorageError? { detached.takeFailure(commit) }
 
     /// Nothing to apply on the serving thread: detached commits wake it when done. With an unbounded
     /// budget (shutdown, the in-process harness), waits for them.

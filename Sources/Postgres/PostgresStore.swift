@@ -53,11 +53,10 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     private var batchOpen = false
     private var batchCommits: ClosedRange<UInt64>?
     private var batchChanges: [CommittedChange] = []
-    private var batchAwaited: (pid: Int32, user: String, last: UInt64)?
     /// Users the batch's transaction wrote (`viewedVersions(of:in:)` commits it before views of them).
     private var batchUsers: Set<String> = []
     private var failedCommits: [ClosedRange<UInt64>] = []
-    /// Commits whose COMMIT's outcome could not be learnt (`outcome(of:backend:)`): they may have landed.
+    /// Commits whose COMMIT's outcome could not be learnt (`outcome(of:on:backend:)`): they may have landed.
     private var unknownCommits: [ClosedRange<UInt64>] = []
     /// Statements sent ahead of the next pipeline instead of on their own (no round trip): the end of a
     /// request's savepoint, and writes that cannot be refused. How many led the last pipeline.
@@ -79,16 +78,36 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     public var collectsChanges = false {
         didSet {
             guard collectsChanges != oldValue else { return }
-            if collectsChanges { listener.start() } else { listener.stop() }
+            if collectsChanges {
+                listener.start()
+            } else {
+                listener.stop()
+                (ownUnheard, ownUnheardCount) = ([:], 0)
+            }
         }
     }
+    /// This kernel's committed changes to hand over at the next `takeCommittedChanges`: those no
+    /// announcement will bring back (see `keep`).
     private var committedChanges: [CommittedChange] = []
+    /// This kernel's committed changes waiting for their announcement to be heard back, per user in
+    /// commit order, with the listener's epoch when they were committed and when (monotonic µs).
+    private var ownUnheard: [String: [(change: CommittedChange, epoch: Int, at: UInt64)]] = [:]
+    private var ownUnheardCount = 0
     /// Hears every kernel's commits while some host subscribed.
-    private let listener: ChangeListener
-    /// The announcement of this kernel's latest commit with synced changes, not yet heard back; and the
-    /// server processes the serving connection has had (its announcements are not fetched again).
-    private var awaited: (pid: Int32, user: String, last: UInt64)?
-    private var ownPIDs: Set<Int32> = []
+    let listener: ChangeListener
+    /// What this kernel's announcements carry as their origin: `k` and 16 random hex digits, drawn at
+    /// start. Server process ids cannot serve: a process of another kernel may get the number of one
+    /// of ours that ended, and its announcements would be taken for ours and never read. A random id
+    /// of 64 bits is shared by two kernels of one database with odds of about n²/2⁶⁵.
+    let kernelID: String = {
+        var rng = SystemRandomNumberGenerator()
+        let hex = String(rng.next() as UInt64, radix: 16)
+        return "k" + String(repeating: "0", count: 16 - hex.count) + hex
+    }()
+    /// How long an own change waits to be heard back before it is handed over anyway (a listener that
+    /// far behind is not keeping order for anyone), and how many may wait.
+    static let unheardWaitMicros: UInt64 = 10_000_000
+    static let unheardLimit = 100_000
     /// Called on another thread when other kernels' changes arrive, to wake the serving thread.
     public var onRemoteChanges: @Sendable () -> Void {
         get { listener.onArrival }
@@ -355,7 +374,6 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         batchUsers.removeAll(keepingCapacity: true)
         batchCommits = nil
         batchChanges.removeAll(keepingCapacity: true)
-        batchAwaited = nil
     }
 
     /// Commits the batch's transaction (`groupCommit`): every commit made in it becomes durable at once,
@@ -367,6 +385,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         deferred.removeAll()
         var made: CommitOutcome
         let backend = main.backendPID
+        let epoch = listener.epoch  // before COMMIT sends the announcements
         do {
             let results = try main.run(statements)
             made = results.contains { $0.error != nil } ? .notCommitted : .committed
@@ -376,15 +395,12 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             }
         } catch {
             let xidIndex = statements.count - 2
-            made = main.received.count > xidIndex ? main.received[xidIndex].scalar.map { outcome(of: $0, backend: backend) } ?? .notCommitted : .notCommitted
+            made = main.received.count > xidIndex ? main.received[xidIndex].scalar.map { outcome(of: $0, on: main, backend: backend) } ?? .notCommitted : .notCommitted
             log("the connection broke while committing a batch; \(made.said): \(error)")
         }
         switch made {
         case .committed:
-            if collectsChanges {
-                committedChanges += batchChanges
-                if let a = batchAwaited { awaited = a }
-            }
+            if collectsChanges { keep(batchChanges, epoch: epoch) }
         case .notCommitted:
             if let commits = batchCommits { failedCommits.append(commits) }
         case .unknown:
@@ -466,38 +482,28 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     /// Changes committed since the last call, in commit order, with their users (while `collectsChanges`).
     ///
-    /// Every kernel's commits are heard in commit order on the change channel. This kernel's own changes
-    /// are announced once their announcement is heard back (waiting up to a second for it), so that
-    /// changes other kernels committed before them come first: each user's changes go out in `seq` order.
-    /// Other kernels' changes are read from the feed (one query per heard commit, on a pooled
-    /// connection); a row changed again since shows up at its later position only.
+    /// Every kernel's commits are heard in commit order on the change channel, each announcement naming
+    /// the kernel that made it (`kernelID`). This kernel's own changes are handed over when their
+    /// announcement is heard back, at its place in that order; other kernels' are read from the feed (one
+    /// query per heard commit, on a pooled connection; a row changed again since shows up at its later
+    /// position only). So each user's changes go out in `seq` order whichever kernel committed them, and
+    /// nothing waits on the serving thread: an own change not heard yet is handed over by a later call
+    /// (the listener wakes the serving thread when it hears). Own changes no announcement will bring
+    /// (the listener was down at their commit, or has reconnected since, or they waited
+    /// `unheardWaitMicros`) go at once, after the heard ones.
     public func takeCommittedChanges() -> [CommittedChange] {
-        var heard = listener.inbox.takeAll(wait: false)
-        if let awaited, listener.isConnected {
-            let deadline = monotonicMicros() + 1_000_000
-            while !heard.contains(where: { $0.pid == awaited.pid && $0.user == awaited.user && $0.last == awaited.last }) {
-                let now = monotonicMicros()
-                guard now < deadline else { break }
-                heard += listener.inbox.takeAll(waitingUpTo: Int(deadline - now))
-            }
-        }
-        awaited = nil
-        guard !heard.isEmpty else {
-            defer { committedChanges.removeAll(keepingCapacity: true) }
-            return committedChanges
-        }
-        var own: [String: [CommittedChange]] = [:]
-        for change in committedChanges { own[change.user, default: []].append(change) }
+        let heard = listener.inbox.takeAll(wait: false)
+        var out = committedChanges
         committedChanges.removeAll(keepingCapacity: true)
-        var out: [CommittedChange] = []
         for a in heard {
             let after = a.last >= a.count ? a.last - a.count : 0
-            if ownPIDs.contains(a.pid) {
-                guard let changes = own[a.user] else { continue }
-                let announced = { (c: CommittedChange) in c.entry.position > after && c.entry.position <= a.last }
-                out += changes.filter(announced)
-                let rest = changes.filter { !announced($0) }
-                own[a.user] = rest.isEmpty ? nil : rest
+            if a.origin == kernelID {
+                guard var waiting = ownUnheard[a.user] else { continue }
+                let announced = waiting.prefix { $0.change.entry.position <= a.last }
+                out += announced.lazy.filter { $0.change.entry.position > after }.map(\.change)
+                waiting.removeFirst(announced.count)
+                ownUnheardCount -= announced.count
+                ownUnheard[a.user] = waiting.isEmpty ? nil : waiting
             } else {
                 do {
                     let page = try feedPage(user: a.user, after: after, limit: Int(a.count), entities: nil, pooled: true)
@@ -507,11 +513,17 @@ public final class PostgresStore: Storage, @unchecked Sendable {
                 }
             }
         }
-        // Own changes whose announcement was not heard (the listener was down): last, in commit order.
-        for (_, changes) in own.sorted(by: { ($0.value.first?.commit ?? 0) < ($1.value.first?.commit ?? 0) }) {
-            out += changes
+        guard ownUnheardCount > 0 else { return out }
+        let epoch = listener.epoch, now = monotonicMicros(), crowded = ownUnheardCount > Self.unheardLimit
+        var lost: [CommittedChange] = []
+        for (user, waiting) in ownUnheard {
+            let gone = waiting.prefix { crowded || $0.epoch != epoch || now - $0.at > Self.unheardWaitMicros }
+            guard !gone.isEmpty else { continue }
+            lost += gone.map(\.change)
+            ownUnheardCount -= gone.count
+            ownUnheard[user] = gone.count == waiting.count ? nil : Array(waiting.dropFirst(gone.count))
         }
-        return out
+        return out + lost.sorted { ($0.commit ?? 0, $0.entry.position) < ($1.commit ?? 0, $1.entry.position) }
     }
 
     // MARK: Writing
@@ -524,7 +536,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             plan = prepared.plan
             plan.restamp(at)
         } else {
-            plan = CommitPlan(at: at, collects: collectsChanges, channel: channel)
+            plan = CommitPlan(at: at, collects: collectsChanges, channel: channel, origin: kernelID)
             for entry in tx.entries { plan.add(entry, slots) }
         }
         dropOldTombstones(tx, &plan)
@@ -562,7 +574,6 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         joinBatch(plan.users)
         guard collectsChanges else { return }
         batchChanges += plan.changes(results[first...], commit: lastCommitID)
-        batchAwaited = announcement(plan, results[first...]) ?? batchAwaited
     }
 
     /// Counts the unit of work's synced deletes per table and user, and has the plan drop old
@@ -611,12 +622,20 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         return error(failed)
     }
 
-    /// The announcement of a commit's last user to await (`takeCommittedChanges`), if it announced any.
-    private func announcement(_ plan: CommitPlan, _ results: ArraySlice<StatementResult>) -> (pid: Int32, user: String, last: UInt64)? {
-        guard let (user, last) = plan.lastAnnouncement(results) else { return nil }
-        let pid = main.backendPID
-        ownPIDs.insert(pid)
-        return (pid, user, last)
+    /// Keeps committed changes of this kernel for `takeCommittedChanges`: those whose announcement the
+    /// listener will hear (it was connected in `epoch` when they were committed, and they were announced)
+    /// wait for it, so that they take their place among other kernels' changes; the rest go at the next
+    /// call. O(changes).
+    private func keep(_ changes: [CommittedChange], epoch: Int?) {
+        let now = monotonicMicros()
+        for change in changes {
+            guard let epoch, CommitPlan.announcesChanges(of: change.user) else {
+                committedChanges.append(change)
+                continue
+            }
+            ownUnheard[change.user, default: []].append((change, epoch, now))
+            ownUnheardCount += 1
+        }
     }
 
     /// A commit in a transaction of its own (without `groupCommit`). The transaction's id comes back
@@ -628,13 +647,14 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         let opening = scope(plan.users)
         let results: [StatementResult]
         let backend = main.backendPID
+        let epoch = listener.epoch  // before COMMIT sends the announcements
         do {
             results = try main.run(opening + statements)
         } catch {
             forget()
             let xidIndex = opening.count + statements.count - 2
             guard main.received.count > xidIndex, let xid = main.received[xidIndex].scalar else { throw error }
-            switch outcome(of: xid, backend: backend) {
+            switch outcome(of: xid, on: main, backend: backend) {
             case .notCommitted: throw error
             case .unknown(let why): throw StorageError.outcomeUnknown(why)
             case .committed:
@@ -651,8 +671,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         }
         lastCommitID += 1
         guard collectsChanges else { return }
-        committedChanges += plan.changes(results[first...], commit: lastCommitID)
-        awaited = announcement(plan, results[first...]) ?? awaited
+        keep(plan.changes(results[first...], commit: lastCommitID), epoch: epoch)
     }
 
     /// What became of a commit whose connection broke.
@@ -673,24 +692,24 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// How long a commit's fate is asked after its connection broke, before it is answered as unknown.
     static let outcomeWaitMicros: UInt64 = 5_000_000
 
-    /// What became of transaction `xid`, asked on a new connection after the old one (server process
-    /// `backend`) broke. A transaction still `in progress` is a COMMIT still running on the old backend
+    /// What became of transaction `xid`, asked on `connection` (the serving connection, which reconnects,
+    /// or a pooled one) after the connection of server process `backend` broke. A transaction still `in progress` is a COMMIT still running on the old backend
     /// (waiting for a synchronous standby, say) that may land after we ask: that backend is ended (a
     /// commit already made locally stays made; one not yet made is rolled back), and the status asked
     /// again until it is final, for at most `outcomeWaitMicros`. Never "not committed" unless the server
     /// says so.
-    func outcome(of xid: String, backend: Int32) -> CommitOutcome {
+    func outcome(of xid: String, on connection: DatabaseConnection, backend: Int32) -> CommitOutcome {
         Self.outcome(of: xid, waitingMicros: Self.outcomeWaitMicros, ask: { () throws(StorageError) -> String? in
-            let answer = try main.run([Statement("SELECT pg_xact_status($1::xid8)", [xid])])
+            let answer = try connection.run([Statement("SELECT pg_xact_status($1::xid8)", [xid])])
             if let failed = answer[0].error { throw StorageError.unavailable("pg_xact_status failed: SQLSTATE \(failed.state)") }
             return answer[0].scalar
-        }, endBackend: { [main] in
+        }, endBackend: {
             guard backend > 0 else { return }
-            _ = try? main.run([Statement("SELECT pg_terminate_backend($1::int)", [String(backend)])])
+            _ = try? connection.run([Statement("SELECT pg_terminate_backend($1::int)", [String(backend)])])
         })
     }
 
-    /// The rule of `outcome(of:backend:)`, apart from the database: `ask` answers `pg_xact_status`
+    /// The rule of `outcome(of:on:backend:)`, apart from the database: `ask` answers `pg_xact_status`
     /// (`committed`, `aborted`, `in progress`, or nil when the server no longer knows), or throws when it
     /// cannot be reached; `endBackend` ends the old server process once.
     static func outcome(of xid: String, waitingMicros: UInt64, ask: () throws(StorageError) -> String?, endBackend: () -> Void,

@@ -200,17 +200,27 @@ public final class WorkerPool: Sendable {
         let run: @Sendable () -> Void
     }
 
+    /// How a pool's threads are scheduled against the serving thread.
+    public enum Priority: Sendable {
+        /// Far below the serving thread: slow work gets every idle cycle, but the thread every request
+        /// waits for gets a core whenever it can run (at nice 10, four busy workers and parsers on two
+        /// cores held it to about 70% of one; at 19, about 95%). Only for work that holds nothing others
+        /// wait for: a starved thread holding a lock starves its waiters too.
+        case background
+        /// As the serving thread (a thread that holds a user's lock while it runs).
+        case serving
+    }
+
     /// A pool of `threads` threads (at least one), started now; they live as long as the process.
-    public init(threads: Int) {
+    public init(threads: Int, priority: Priority = .background) {
         self.threads = max(1, threads)
         let jobs = self.jobs
         for _ in 0..<self.threads {
             spawnThread {
-                // Far below the serving thread's priority: slow work gets every idle cycle, but the thread
-                // every request waits for gets a core whenever it can run (at nice 10, four busy workers
-                // and parsers on two cores held it to about 70% of one; at 19, about 95%).
                 #if canImport(Glibc)
-                _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 19)  // 0: this thread (Linux nice is per thread)
+                if priority == .background {
+                    _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 19)  // 0: this thread (Linux nice is per thread)
+                }
                 #endif
                 while true { jobs.takeOne().run() }
             }

@@ -211,6 +211,28 @@ func exchange(_ input: String, maxLineBytes: Int = 1 << 20) throws -> [JSON] {
         #expect(lines([String(repeating: "q", count: 101) + "\n"]) == ["<too long>"])
         #expect(lines([long]) == ["<too long>"])  // an oversized unterminated tail is not answered twice
     }
+
+    /// #52 defect 9: a long line a socket peer never ended, then its end of input, is left for a parser
+    /// thread like any long line; before, it was parsed on the polling thread whatever its size, holding
+    /// every connection for the parse. A short one is still parsed at once.
+    @Test func aLongLineEndedByThePeersEndOfInputIsLeftForAParser() {
+        var reader = RequestReader(maxLineBytes: 32 << 20)
+        let long = Array(#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"pad":""#.utf8)
+            + [UInt8](repeating: 0x61, count: SocketServer.parseInlineBytes * 4) + Array(#""}}"#.utf8)
+        let read = long.withUnsafeBytes { SocketServer.lines($0, &reader) }
+        #expect(read.isEmpty, "no newline yet: buffered")
+        let atEnd = SocketServer.lines(nil, &reader)
+        guard atEnd.count == 1, case .unparsed(let bytes) = atEnd[0] else {
+            Issue.record("parsed where it was read: \(atEnd.count) lines")
+            return
+        }
+        #expect(bytes == long)
+        _ = Array(#"{"jsonrpc":"2.0","id":2,"method":"x"}"#.utf8).withUnsafeBytes { SocketServer.lines($0, &reader) }
+        guard case .parsed? = SocketServer.lines(nil, &reader).first else {
+            Issue.record("a short unterminated line is parsed at once")
+            return
+        }
+    }
 }
 
 @Suite(.oneStoreOnly) struct StatsTests {
@@ -288,5 +310,61 @@ func exchange(_ input: String, maxLineBytes: Int = 1 << 20) throws -> [JSON] {
         #expect(Answer.schema["additionalProperties"] == false)
         #expect(Answer.schema["properties"]?["note"]?["type"] == ["string", "null"])
         #expect(Schema.nullable(Answer.schema)["anyOf"] != nil, "an object is made nullable with anyOf")
+    }
+}
+
+/// A journal whose next flush fails every commit made since the last one.
+final class FailingJournal: CommitTracker, @unchecked Sendable {
+    var lastCommitID: UInt64 = 0
+    var flushed: UInt64 = 0
+    var failNext = false
+    var mayFinishLater = false
+    func flushCommits() -> (failed: [ClosedRange<UInt64>], unknown: [ClosedRange<UInt64>], fatal: Bool) {
+        defer { flushed = lastCommitID }
+        guard failNext, lastCommitID > flushed else { return ([], [], false) }
+        failNext = false
+        return ([(flushed + 1)...lastCommitID], [], false)
+    }
+    func takeChanges() -> [ChangeNotice] { [] }
+    func endRequest() {}
+    func applyBacklog(budgetMicros: UInt64) -> Bool { false }
+    func isApplied(_ commit: UInt64) -> Bool { true }
+    func takeFailure(of commit: UInt64) -> CommitFailure? { nil }
+}
+
+/// `test.bump`: a write that commits once in `FailingJournal`.
+struct Bump: RPCMethod {
+    static let name = "test.bump"
+    static let summary = "commits once"
+    static let mutates = true
+    static let auth = AuthRequirement.none
+    let journal: FailingJournal
+    func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> Number {
+        journal.lastCommitID += 1
+        return Number(json: .int(Int64(journal.lastCommitID)))
+    }
+}
+
+@Suite(.oneStoreOnly) struct AcknowledgementTests {
+    /// #52 defect 7: a write answered on one stream, whose commit a flush started by another stream then
+    /// refuses, is answered -32050 on its own stream; the other stream's output is left as it was. Before,
+    /// the refusal was written over the other stream's output at the byte range the answer had in its own
+    /// (at socket-server shutdown, where every peer's lines are answered before any batch ends).
+    @Test func aRefusedWriteIsRewrittenInItsOwnStreamOnly() throws {
+        let journal = FailingJournal()
+        let registry = try MethodRegistry([RegisteredMethod(Subtract()), RegisteredMethod(Bump(journal: journal))], info: ["title": "t"])
+        let dispatcher = Dispatcher(registry: registry, authenticator: FakeAuth(), clock: FixedClock(), stats: RequestStats())
+        dispatcher.journal = journal
+        var writer = Connection(dispatcher: dispatcher, maxLineBytes: 1 << 20)
+        var reader = Connection(dispatcher: dispatcher, maxLineBytes: 1 << 20)
+        writer.receive(Array(#"{"jsonrpc":"2.0","id":"w","method":"test.bump"}"#.utf8) + [10])
+        journal.failNext = true
+        // A read on the other stream flushes first (it must see durable state only): the write fails there.
+        reader.receive(Array(#"{"jsonrpc":"2.0","id":"r","method":"math.subtract","params":{"minuend":10000,"subtrahend":1}}"#.utf8) + [10])
+        _ = reader.endBatch(waitAbove: nil)
+        #expect(String(decoding: reader.output, as: UTF8.self) == #"{"jsonrpc":"2.0","id":"r","result":9999}"# + "\n")
+        _ = writer.endBatch(waitAbove: nil)
+        let answer = try JSON.parse(Array(writer.output.dropLast()))
+        #expect(answer["error"]?["code"] == -32050, "the write's own answer says it was not applied: \(answer)")
     }
 }

@@ -125,6 +125,43 @@ import Threads
         #expect(try table.get(user: "u", key: "held") == nil, "not applied, as answered")
     }
 
+    /// #52 defect 5: one user's changes, committed by two kernels in turn, go out of a kernel in feed
+    /// order although its listener runs behind (held here): its own changes wait for their place instead
+    /// of going last after a wait on the serving thread. Before, the take waited a second and then gave
+    /// the kernel's own changes first: 1, 3, then 2, 4.
+    @Test func eachUsersChangesGoOutInFeedOrderWhileTheListenerRunsBehind() throws {
+        let schema = TestPostgres.freshSchema()
+        let (a, _) = try open(schema)
+        let (b, _) = try open(schema)
+        defer { a.shutdown(); b.shutdown() }
+        let syncedA = a.table("test.synced", of: Due.self, entity: Entity("due")), syncedB = b.table("test.synced", of: Due.self, entity: Entity("due"))
+        a.collectsChanges = true  // listening once this returns
+        a.listener.holdForTest.set(true)
+        for (store, table, key) in [(a, syncedA, "a1"), (b, syncedB, "b1"), (a, syncedA, "a2"), (b, syncedB, "b2")] {
+            var t = Transaction()
+            t.put(table, user: "u", key: key, Due(at: key))
+            try store.commit(t)
+        }
+        #expect(a.takeCommittedChanges().isEmpty, "nothing heard yet: the kernel's own changes wait for their place")
+        a.listener.holdForTest.set(false)
+        var got: [String] = []
+        for _ in 0..<1000 where got.count < 4 {
+            got += a.takeCommittedChanges().map { "\($0.entry.position) \($0.entry.id)" }
+            if got.count < 4 { usleep(10_000) }
+        }
+        #expect(got == ["1 a1", "2 b1", "3 a2", "4 b2"])
+    }
+
+    /// What identifies a kernel's own announcements: the origin in the payload, never a server process id.
+    @Test func announcementsNameTheirKernel() {
+        let a = ChangeAnnouncement(payload: "7 2 k0123456789abcdef a user id")
+        #expect(a?.origin == "k0123456789abcdef" && a?.user == "a user id" && a?.last == 7 && a?.count == 2)
+        let old = ChangeAnnouncement(payload: "7 2 a user id")
+        #expect(old?.origin == nil && old?.user == "a user id", "an older kernel's payload")
+        #expect(ChangeAnnouncement(payload: "7 2 k0123456789abcdeX u")?.origin == nil)
+        #expect(ChangeAnnouncement(payload: "x 2 u") == nil)
+    }
+
     @Test func twoKernelsScanningDueRowsNeverGetTheSameRow() throws {
         let schema = TestPostgres.freshSchema()
         let (a, dueA) = try open(schema)
