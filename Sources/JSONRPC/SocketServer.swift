@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import Chrono
+import Synchronization
 import Threads
 
 #if canImport(Glibc)
@@ -17,12 +18,22 @@ func glibcMallocTrim(_ pad: Int) -> Int32
 /// stream (stdio or a socket connection) it came from.
 public final class ServingLock: Sendable {
     private let mutex = Locked(())
+    /// The thread holding it (`pthread_self`), 0 when none.
+    private let holder = Atomic<UInt>(0)
 
     public init() {}
 
     public func run<T>(_ body: () -> T) -> T {
-        mutex.withLock { _ in body() }
+        mutex.withLock { _ in
+            holder.store(UInt(pthread_self()), ordering: .relaxed)
+            defer { holder.store(0, ordering: .relaxed) }
+            return body()
+        }
     }
+
+    /// Whether the calling thread holds it, for checks that work runs under it (only the holder's own
+    /// read can match its id).
+    public var isHeldByCurrentThread: Bool { holder.load(ordering: .relaxed) == UInt(pthread_self()) }
 }
 
 /// Why a socket could not be opened.

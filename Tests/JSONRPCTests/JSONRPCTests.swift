@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Chrono
 import JSON
 import JSONParsing
@@ -366,5 +369,28 @@ struct Bump: RPCMethod {
         _ = writer.endBatch(waitAbove: nil)
         let answer = try JSON.parse(Array(writer.output.dropLast()))
         #expect(answer["error"]?["code"] == -32050, "the write's own answer says it was not applied: \(answer)")
+    }
+}
+
+@Suite(.oneStoreOnly) struct SnapshotOwnerTests {
+    /// #52 defect 2: the store's snapshot trigger (`afterWrite`) runs holding the serving lock when
+    /// streams share the dispatcher, so a snapshot freezes the store between commits, never while a
+    /// socket's batch commits. Before, it ran on the stdio thread without the lock.
+    @Test func theStdioServersSnapshotTriggerRunsHoldingTheServingLock() throws {
+        var input: [Int32] = [0, 0], output: [Int32] = [0, 0]
+        #expect(pipe(&input) == 0 && pipe(&output) == 0)
+        let lock = ServingLock()
+        let server = StdioServer(connection: Connection(dispatcher: try makeDispatcher(), maxLineBytes: 1 << 20),
+                                 inputFD: input[0], outputFD: output[1])
+        server.lock = lock
+        var held: [Bool] = []
+        server.afterWrite = { held.append(lock.isHeldByCurrentThread) }
+        let request = Array(#"{"jsonrpc":"2.0","id":1,"method":"math.subtract","params":{"minuend":3,"subtrahend":1}}"#.utf8) + [10]
+        #expect(request.withUnsafeBytes { write(input[1], $0.baseAddress, $0.count) } == request.count)
+        close(input[1])
+        #expect(server.run() == .endOfInput)
+        #expect(!held.isEmpty && held.allSatisfy { $0 }, "\(held)")
+        #expect(!lock.isHeldByCurrentThread)
+        close(input[0]); close(output[0]); close(output[1])
     }
 }
