@@ -226,6 +226,17 @@ public struct Connection {
         return dispatcher.endBatch(&output, waitAbove: waitAbove)
     }
 
+    /// One request line in, its answer out, as a host that waits for each answer sees it (`call`, the
+    /// MCP server's kernel of its own): the line (a newline is added when missing) is read, its slow
+    /// work waited for and its writes made durable. Returns the output, and whether the kernel must stop
+    /// (the log could not be synced).
+    public mutating func exchange(_ line: [UInt8]) -> (output: [UInt8], fatal: Bool) {
+        receive(line.last == UInt8(ascii: "\n") ? line : line + [UInt8(ascii: "\n")])
+        let fatal = endBatch(waitAbove: 0)
+        defer { output.removeAll() }
+        return (output, fatal)
+    }
+
     /// Applies one slice of the store's big commits still being applied (see `Dispatcher.applyBacklog`);
     /// returns whether any is left. Servers call it between rounds of requests.
     public func applyBacklog() -> Bool {

@@ -118,25 +118,30 @@ protocol KernelLink: AnyObject {
     func close()
 }
 
-/// A kernel in this process, its slow work waited for on every call.
+/// A kernel in this process, entered through a connection like every other host's, its slow work
+/// waited for on every call.
 final class InProcessLink: KernelLink {
     let kernel: Kernel
+    private var connection: Connection
     private var id: Int64 = 0
-    init(kernel: Kernel) { self.kernel = kernel }
+    init(kernel: Kernel) {
+        self.kernel = kernel
+        connection = kernel.connection()
+    }
 
     func call(_ method: String, _ params: JSONObject) -> JSON {
         id += 1
         let request: JSON = ["jsonrpc": "2.0", "id": .int(id), "method": .string(method), "params": .object(params)]
-        var out: [UInt8] = []
-        kernel.dispatcher.handleLine(request.bytes, into: &out)
-        if kernel.dispatcher.endBatch(&out, waitAbove: 0) {
-            fail("healthkernel mcp: syncing the log failed", status: ExitStatus.storageFailed)
-        }
+        let (out, fatal) = connection.exchange(request.bytes)
+        if fatal { fail("healthkernel mcp: syncing the log failed", status: ExitStatus.storageFailed) }
         let line = out.split(separator: UInt8(ascii: "\n")).first.map(Array.init) ?? []
         return (try? JSON.parse(line)) ?? .null
     }
 
-    func close() { kernel.shutdown() }
+    func close() {
+        connection.close()
+        kernel.shutdown()
+    }
 }
 
 /// A kernel serving `--listen unix:PATH`: one connection, one request at a time (`mcp`, `call --connect`).

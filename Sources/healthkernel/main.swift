@@ -258,11 +258,10 @@ struct Call: ParsableCommand {
         let logger = bootstrapLogging(level: config.logLevel)
         let request = requestLine()
         let kernel = options.start(config, logger: logger)
-        var out: [UInt8] = []
-        kernel.dispatcher.handleLine(Array(request.dropLast()), into: &out)
-        if kernel.dispatcher.endBatch(&out, waitAbove: 0) {
-            fail("healthkernel call: syncing the log failed", status: ExitStatus.storageFailed)
-        }
+        var connection = kernel.connection()
+        let (out, fatal) = connection.exchange(request)
+        if fatal { fail("healthkernel call: syncing the log failed", status: ExitStatus.storageFailed) }
+        connection.close()
         kernel.shutdown()
         printResponse(out)
     }
