@@ -5,19 +5,24 @@ import Threads
 /// Answers to writes wait until the writes are durable: the flush at the end of each batch, the answers
 /// a failed flush refuses, and the change events it announces.
 extension Dispatcher {
-    /// Runs a request's call (`body`); returns its outcome and the commits its answer depends on (see
-    /// `execute`), nil for an answer that depends on none. A request that committed depends on its own
-    /// commits only: a store reports every commit a failure undid (the batch's transaction on
-    /// PostgreSQL, every queued record on the data dir), and a commit of its own (PostgreSQL's detached
-    /// commit) has its own fate, whatever became of the batch around it.
-    func tracked(_ method: RegisteredMethod, _ body: () -> Outcome) -> (Outcome, ClosedRange<UInt64>?) {
-        if !method.mutates, let journal, journal.lastCommitID > settledCommitID { settle() }
-        let before = journal?.lastCommitID ?? 0
+    /// Runs a request's call (`body`) as one unit of work of the store, and returns its outcome and what
+    /// its answer depends on, nil for nothing.
+    ///
+    /// No answer may show state that a failed flush then undoes, and none may be refused for a write
+    /// that is not its own. So a request that committed depends on its own commits only: a store reports
+    /// every commit a failure undid (the batch's transaction on PostgreSQL, every queued record on the
+    /// data dir), and a commit of its own (PostgreSQL's detached commit) has its own fate, whatever
+    /// became of the batch around it. One that committed nothing (a read, an idempotent repeat, a
+    /// refusal) may show writes of the batch not yet durable: it shares their fate, refused -32050 if
+    /// they fail, instead of forcing them durable first (which cost a flush, on PostgreSQL a COMMIT,
+    /// per read that followed a write in one batch).
+    func tracked(_ method: RegisteredMethod, mayFinishLater: Bool = false, _ body: () -> Outcome) -> (Outcome, Dependency?) {
+        guard let journal else { return (body(), nil) }
+        journal.beginUnit(mayFinishLater: mayFinishLater)
         let outcome = body()
-        let after = journal?.lastCommitID ?? 0
-        if after > before { return (outcome, (before + 1)...after) }
-        if method.mutates, before > settledCommitID { return (outcome, (settledCommitID + 1)...before) }
-        return (outcome, nil)
+        if let own = journal.endUnit() { return (outcome, Dependency(commits: own, wrote: true)) }
+        let last = journal.lastCommitID
+        return (outcome, last > settledCommitID ? Dependency(commits: (settledCommitID + 1)...last, wrote: method.mutates) : nil)
     }
 
     /// Flushes the journal; answers that depend on writes that failed are marked for -32050.
@@ -28,10 +33,13 @@ extension Dispatcher {
         if fatal { syncFailed = true }
         if fatal || !failed.isEmpty || !unknown.isEmpty {
             for w in pendingWrites {
-                if fatal || failed.contains(where: { $0.overlaps(w.commits) }) {
-                    refusedWrites.append((w, fatal ? Self.syncFailedError : Self.notAppliedError))
-                } else if unknown.contains(where: { $0.overlaps(w.commits) }) {
-                    refusedWrites.append((w, Self.outcomeUnknownError))
+                let commits = w.depends.commits
+                if fatal {
+                    refusedWrites.append((w, w.depends.wrote ? Self.syncFailedError : Self.undoneError))
+                } else if failed.contains(where: { $0.overlaps(commits) }) {
+                    refusedWrites.append((w, w.depends.wrote ? Self.notAppliedError : Self.undoneError))
+                } else if unknown.contains(where: { $0.overlaps(commits) }) {
+                    refusedWrites.append((w, w.depends.wrote ? Self.outcomeUnknownError : Self.undoneError))
                 }
             }
         }
@@ -75,24 +83,39 @@ extension Dispatcher {
         var rebuilt: [UInt8] = []
         rebuilt.reserveCapacity(out.count)
         var cursor = 0
+        var ranAgain = false
         for (w, error) in here {
+            // After a failed sync nothing is undone but nothing is known durable: no read runs again.
+            let again = fatal ? nil : w.depends.rerun.flatMap(answerAgain)
+            ranAgain = ranAgain || again != nil
+            let outcome = again ?? .failure(error)
             guard let slot = w.slot else {
                 rebuilt.append(contentsOf: out[cursor..<w.range.lowerBound])
-                writeResponse(id: w.id, outcome: .failure(error), into: &rebuilt)
+                writeResponse(id: w.id, outcome: outcome, read: !w.depends.wrote, into: &rebuilt)
                 cursor = w.range.upperBound
                 continue
             }
             slot.bytes.removeAll()
-            writeResponse(id: w.id, outcome: .failure(error), into: &slot.bytes)
+            writeResponse(id: w.id, outcome: outcome, read: !w.depends.wrote, into: &slot.bytes)
         }
         rebuilt.append(contentsOf: out[cursor...])
         out = rebuilt
+        if ranAgain { settle() }  // ends what the reads opened (on PostgreSQL, their transaction)
         return fatal
+    }
+
+    /// A read whose answer showed writes the flush refused, run again now that they are undone (nothing
+    /// is unsettled, so its answer depends on nothing); nil for a read with a slow part.
+    private func answerAgain(_ read: (method: RegisteredMethod, params: JSONObject)) -> Outcome? {
+        guard case .answered(let outcome, _) = execute(read.method, read.params) else { return nil }
+        return outcome
     }
 
     static let syncFailedError = RPCError.storageUnavailable(
         "Storage failed: syncing the log failed, the kernel is stopping; the write may not be durable")
     static let notAppliedError = RPCError.storageUnavailable("Storage failed: the write was not applied")
+    static let undoneError = RPCError.storageUnavailable(
+        "Storage failed: writes this answer showed were not applied (or may not have been); ask again")
     static let outcomeUnknownError = RPCError.outcomeUnknown(
         "the connection to the database broke while the write was committed, and whether it landed cannot be learnt")
 

@@ -9,13 +9,14 @@ public protocol CommitTracker: AnyObject {
     func flushCommits() -> (failed: [ClosedRange<UInt64>], unknown: [ClosedRange<UInt64>], fatal: Bool)
     /// Changes made durable since the last call, in commit order (for `events.changed`).
     func takeChanges() -> [ChangeNotice]
-    /// Called after every request (and after each part of a slow one): a store that opened a
-    /// transaction for the request's reads ends it when the request did not commit.
-    func endRequest()
-    /// Whether a big commit made now (`Transaction.bigUnit`) may finish after `commit` returns: applied
-    /// in slices (`applyBacklog`) on the data dir, detached on PostgreSQL. The dispatcher turns it on only
-    /// around a slow request's commit, whose answer it then holds until `isApplied`.
-    var mayFinishLater: Bool { get set }
+    /// Begins a request's unit of work (each part of a slow one: its start, applying its result). With
+    /// `mayFinishLater` (only a slow request's result, whose answer is then held until `isApplied`), a
+    /// big commit may finish after `commit` returns: in slices (`applyBacklog`) on the data dir,
+    /// detached on PostgreSQL.
+    func beginUnit(mayFinishLater: Bool)
+    /// Ends the unit begun last (a store that opened a transaction for its reads ends it), and returns
+    /// the commits it made, nil when none.
+    func endUnit() -> ClosedRange<UInt64>?
     /// Applies units committed but not yet wholly applied, for about `budgetMicros`; returns whether any
     /// remain. A store that applies every commit at once has none.
     func applyBacklog(budgetMicros: UInt64) -> Bool
@@ -232,11 +233,21 @@ public final class EventHub: @unchecked Sendable {
 }
 
 /// A write answered in the current batch, kept until its commit is durable.
+/// What an answer depends on: commits that must be durable before it is written, and whether they are
+/// the request's own (it answers a write) or writes it showed (a read, or a write that committed
+/// nothing, after writes of the same batch). A read's method and params, to run it again when those
+/// writes are refused: its answer is then what it would have been without them.
+struct Dependency {
+    let commits: ClosedRange<UInt64>
+    let wrote: Bool
+    var rerun: (method: RegisteredMethod, params: JSONObject)?
+}
+
 struct PendingWrite {
     /// Where its response sits: in the output buffer, or in `slot`.
     let range: Range<Int>
     let id: JSON
-    let commits: ClosedRange<UInt64>
+    let depends: Dependency
     let slot: Slot?
     /// The stream whose output holds it (`range` counts in that stream's output only).
     let stream: ObjectIdentifier

@@ -96,7 +96,7 @@ public final class Dispatcher {
         case .value(let value, let s):
             (parsed, started) = (value, s)
         case .parseError(let error, let id, let s):
-            deliver(id: id, .failure(.parse(error)), commits: nil, started: s, slot: nil, into: &out)
+            deliver(id: id, .failure(.parse(error)), depends: nil, started: s, slot: nil, into: &out)
             return
         case .tooLong(let limit):
             rejectOversizedLine(limit: limit, into: &out)
@@ -107,7 +107,7 @@ public final class Dispatcher {
             return
         }
         guard !items.isEmpty else {
-            deliver(id: .null, .failure(.invalidRequest("empty batch", reason: "empty_batch")), commits: nil, started: started,
+            deliver(id: .null, .failure(.invalidRequest("empty batch", reason: "empty_batch")), depends: nil, started: started,
                     slot: nil, into: &out)
             return
         }
@@ -115,7 +115,7 @@ public final class Dispatcher {
         guard items.count <= Self.maxBatchLength, let budget = BatchBudget(limit: maxAnswerBytes, ids: items.map { envelope($0).0 }) else {
             let why = items.count > Self.maxBatchLength ? "a batch holds at most \(Self.maxBatchLength) requests"
                 : "the batch's answers could not fit in one line of \(maxAnswerBytes) bytes"
-            deliver(id: .null, .failure(.invalidRequest(why, reason: "batch_too_large")), commits: nil, started: started, slot: nil, into: &out)
+            deliver(id: .null, .failure(.invalidRequest(why, reason: "batch_too_large")), depends: nil, started: started, slot: nil, into: &out)
             return
         }
         let stream = current
@@ -159,7 +159,7 @@ public final class Dispatcher {
     /// Answers a line that exceeded the size limit.
     func rejectOversizedLine(limit: Int, into out: inout [UInt8]) {
         let error = RPCError.invalidRequest("line longer than \(limit) bytes", reason: "line_too_long")
-        deliver(id: .null, .failure(error), commits: nil, started: monotonicMicros(), slot: nil, into: &out)
+        deliver(id: .null, .failure(error), depends: nil, started: monotonicMicros(), slot: nil, into: &out)
     }
 
     enum Outcome {
@@ -171,7 +171,7 @@ public final class Dispatcher {
 
     /// What executing a request gave: its answer, or slow work to run first.
     enum Step {
-        case answered(Outcome, commits: ClosedRange<UInt64>?)
+        case answered(Outcome, depends: Dependency?)
         case slow(SlowCall<JSON>)
     }
 
@@ -179,24 +179,24 @@ public final class Dispatcher {
     /// returns whether it wrote a response (notifications write none).
     func answerInline(_ request: JSON, started: UInt64, room: Int, into out: inout [UInt8]) -> Bool {
         let (id, target) = envelope(request)
-        let outcome: Outcome, commits: ClosedRange<UInt64>?
+        let outcome: Outcome, depends: Dependency?
         switch target {
         case .failure(let error):
-            (outcome, commits) = (.failure(error), nil)
+            (outcome, depends) = (.failure(error), nil)
         case .success where room < Self.smallestAnswer:
             // No answer but the refusal fits: the element is not run at all.
-            (outcome, commits) = (.failure(BatchBudget.error(maxAnswerBytes)), nil)
+            (outcome, depends) = (.failure(BatchBudget.error(maxAnswerBytes)), nil)
         case .success(let (method, params)):
             switch execute(method, params) {
-            case .answered(let o, let c): (outcome, commits) = (o, c)
-            case .slow: (outcome, commits) = (.failure(.internalError), nil)  // `handle` routes slow methods to `place`
+            case .answered(let o, let d): (outcome, depends) = (o, d)
+            case .slow: (outcome, depends) = (.failure(.internalError), nil)  // `handle` routes slow methods to `place`
             }
         }
         stats.record(micros: monotonicMicros() - started, failed: outcome.failed)
         guard let id else { return false }
         let start = out.count
-        writeResponse(id: id, outcome: outcome, read: commits == nil, room: room, into: &out)
-        if let commits { pendingWrites.append(PendingWrite(range: start..<out.count, id: id, commits: commits, slot: nil, stream: ObjectIdentifier(current))) }
+        writeResponse(id: id, outcome: outcome, read: depends?.wrote != true, room: room, into: &out)
+        if let depends { pendingWrites.append(PendingWrite(range: start..<out.count, id: id, depends: depends, slot: nil, stream: ObjectIdentifier(current))) }
         return true
     }
 
@@ -229,18 +229,14 @@ public final class Dispatcher {
         return keys.isEmpty && current.ordering == .read ? nil : keys
     }
 
-    /// Calls a method, tracking the commits its answer depends on.
-    ///
-    /// No answer may show state that a failed flush then undoes. Writes of one read batch share one
-    /// flush (group commit), so: a read first flushes the writes before it (it then sees only durable
-    /// state), and the answer of a write method that commits nothing itself (an idempotent repeat, a
-    /// refusal) shares the fate of the unflushed writes it saw: -32050 if they fail.
+    /// Calls a method in a unit of work of its own, tracking what its answer depends on (`tracked`).
+    /// A request that lost a race with another kernel changed nothing and runs again from its first read,
+    /// so that no decision rests on what the other request changed.
     func execute(_ method: RegisteredMethod, _ params: JSONObject, attempts: Int = 0) -> Step {
         var slow: SlowCall<JSON>?
         var attempt = attempts
         while true {
-            let (outcome, commits) = tracked(method) {
-                defer { journal?.endRequest() }
+            var (outcome, depends) = tracked(method) {
                 switch call(method, params) {
                 case .success(.done(let result)): return .success(result)
                 case .success(.slow(let call)):
@@ -250,14 +246,13 @@ public final class Dispatcher {
                 }
             }
             if let slow { return .slow(slow) }
-            // Lost a race with another kernel: nothing was applied, and the request runs again from its
-            // first read, so that no decision rests on what the other request changed.
             if case .failure(let error) = outcome, error.isConflict, attempt < Self.attempts {
                 attempt += 1
                 stats.recordRetry()
                 continue
             }
-            return .answered(outcome, commits: commits)
+            if !method.mutates { depends?.rerun = (method, params) }
+            return .answered(outcome, depends: depends)
         }
     }
 
@@ -266,7 +261,7 @@ public final class Dispatcher {
 
     /// Records an answer and writes it: into its slot, into a new slot behind earlier unwritten answers
     /// (read order), or straight to `out`.
-    func deliver(id: JSON?, _ outcome: Outcome, commits: ClosedRange<UInt64>?, started: UInt64, slot: Slot?,
+    func deliver(id: JSON?, _ outcome: Outcome, depends: Dependency?, started: UInt64, slot: Slot?,
                          into out: inout [UInt8]) {
         stats.record(micros: monotonicMicros() - started, failed: outcome.failed)
         guard let id else {
@@ -275,15 +270,15 @@ public final class Dispatcher {
         }
         if let slot = slot ?? (current.ordering == .read && !current.slots.isEmpty ? newSlot() : nil) {
             slot.bytes.removeAll()
-            writeResponse(id: id, outcome: outcome, read: commits == nil, into: &slot.bytes)
-            (slot.id, slot.answersWrite) = (id, commits != nil)
+            writeResponse(id: id, outcome: outcome, read: depends?.wrote != true, into: &slot.bytes)
+            (slot.id, slot.answersWrite) = (id, depends?.wrote == true)
             slot.done = true
-            if let commits { pendingWrites.append(PendingWrite(range: 0..<slot.bytes.count, id: id, commits: commits, slot: slot, stream: ObjectIdentifier(current))) }
+            if let depends { pendingWrites.append(PendingWrite(range: 0..<slot.bytes.count, id: id, depends: depends, slot: slot, stream: ObjectIdentifier(current))) }
             return
         }
         let start = out.count
-        writeResponse(id: id, outcome: outcome, read: commits == nil, into: &out)
-        if let commits { pendingWrites.append(PendingWrite(range: start..<out.count, id: id, commits: commits, slot: nil, stream: ObjectIdentifier(current))) }
+        writeResponse(id: id, outcome: outcome, read: depends?.wrote != true, into: &out)
+        if let depends { pendingWrites.append(PendingWrite(range: start..<out.count, id: id, depends: depends, slot: nil, stream: ObjectIdentifier(current))) }
         out.append(UInt8(ascii: "\n"))
     }
 

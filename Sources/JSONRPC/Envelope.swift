@@ -13,7 +13,7 @@ extension Dispatcher {
         let stream = current
         let (id, target) = envelope(request)
         guard case .success(let (method, params)) = target else {
-            if case .failure(let error) = target { deliver(id: id, .failure(error), commits: nil, started: started, slot: element, into: &out) }
+            if case .failure(let error) = target { deliver(id: id, .failure(error), depends: nil, started: started, slot: element, into: &out) }
             return
         }
         var keys: Set<String>? = []
@@ -27,8 +27,8 @@ extension Dispatcher {
             }
         }
         switch execute(method, params) {
-        case .answered(let outcome, let commits):
-            deliver(id: id, outcome, commits: commits, started: started, slot: element, into: &out)
+        case .answered(let outcome, let depends):
+            deliver(id: id, outcome, depends: depends, started: started, slot: element, into: &out)
         case .slow(let call):
             let entry = Entry(ticket: nextTicket(), id: id, slot: element ?? newSlot(), keys: keys, started: started,
                               state: .running(method, params, call))

@@ -12,6 +12,9 @@ public struct RPCError: Error, Sendable, Equatable {
     public var extra: [(String, JSON)]
     /// What the log says about an internal error (never sent: it may name stored keys).
     public var logDetail: String?
+    /// The request lost a race with a concurrent one and changed nothing: running it again may succeed
+    /// (`storageConflict`). The dispatcher's to know, not the wire's (the final answer says `retried`).
+    public var isConflict = false
 
     /// An error object.
     public init(code: ErrorCode, message: String, reason: String, field: String? = nil, extra: [(String, JSON)] = []) {
@@ -113,12 +116,11 @@ extension RPCError {
     /// nothing: the dispatcher runs it again, reads included, a bounded number of times; a host sees
     /// it only when every attempt lost, as -32050.
     public static func storageConflict(_ message: String) -> RPCError {
-        RPCError(code: .storageUnavailable, message: "Storage unavailable: \(message); nothing was applied", reason: "storage_unavailable",
-                 extra: [("retried", .bool(true))])
+        var error = RPCError(code: .storageUnavailable, message: "Storage unavailable: \(message); nothing was applied", reason: "storage_unavailable",
+                             extra: [("retried", .bool(true))])
+        error.isConflict = true
+        return error
     }
-
-    /// Whether running the request again may succeed (`storageConflict`).
-    public var isConflict: Bool { code == .storageUnavailable && extra.contains { $0.0 == "retried" } }
 }
 
 /// Documentation of one error a method can return, for the OpenRPC document.

@@ -29,12 +29,9 @@ extension Dispatcher {
                   case .running(let method, let params, let call) = stream.entries[index].state else { continue }
             let entry = stream.entries[index]
             // A big unit of work committed here may be applied in slices between other users' requests.
-            journal?.mayFinishLater = true
-            let (outcome, commits) = tracked(method) {
-                defer { journal?.endRequest() }
+            let (outcome, depends) = tracked(method, mayFinishLater: true) {
                 do throws(RPCError) { return .success(try call.apply(done.value)) } catch { return .failure(error) }
             }
-            journal?.mayFinishLater = false
             // Lost a race with another kernel: the whole request runs again, its slow part included.
             if case .failure(let error) = outcome, error.isConflict, entry.attempts < Self.attempts {
                 entry.attempts += 1
@@ -43,15 +40,15 @@ extension Dispatcher {
                 case .slow(let again):
                     entry.state = .running(method, params, again)
                     run(entry, again)
-                case .answered(let outcome, let commits):
+                case .answered(let outcome, let depends):
                     stream.entries.remove(at: index)
-                    deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
+                    deliver(id: entry.id, outcome, depends: depends, started: entry.started, slot: entry.slot, into: &out)
                 }
                 continue
             }
-            if let commits, let journal, !journal.isApplied(commits.upperBound) {
+            if let commits = depends?.commits, depends?.wrote == true, let journal, !journal.isApplied(commits.upperBound) {
                 // Answered (so it shares the batch's flush and its fate) but written once applied.
-                deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
+                deliver(id: entry.id, outcome, depends: depends, started: entry.started, slot: entry.slot, into: &out)
                 entry.slot.gate = commits.upperBound
                 // The request's params and its plan are a month of samples (hundreds of thousands of
                 // allocations): they are freed on a worker, not on the thread every other request waits for.
@@ -62,7 +59,7 @@ extension Dispatcher {
                 continue
             }
             stream.entries.remove(at: index)
-            deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
+            deliver(id: entry.id, outcome, depends: depends, started: entry.started, slot: entry.slot, into: &out)
         }
         releaseApplied()
         release(into: &out)
@@ -142,9 +139,9 @@ extension Dispatcher {
                 continue
             }
             switch execute(method, params) {
-            case .answered(let outcome, let commits):
+            case .answered(let outcome, let depends):
                 stream.entries.remove(at: i)
-                deliver(id: entry.id, outcome, commits: commits, started: entry.started, slot: entry.slot, into: &out)
+                deliver(id: entry.id, outcome, depends: depends, started: entry.started, slot: entry.slot, into: &out)
             case .slow(let call):
                 entry.state = .running(method, params, call)
                 run(entry, call)

@@ -66,9 +66,21 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     private var ledBy = 0
     /// Commits made so far (the dispatcher's acknowledgement counter).
     public private(set) var lastCommitID: UInt64 = 0
-    /// Whether a big commit made now may run detached (`DetachedCommits`): set by the dispatcher around
-    /// the commit of a slow request's result, whose answer it holds until `isApplied`.
-    public var mayFinishLater = false
+    /// Whether a big commit of the unit of work now running may run detached (`DetachedCommits`), as
+    /// `beginUnit` said; and the last commit before the unit began.
+    public private(set) var mayFinishLater = false
+    private var unitStart: UInt64 = 0
+
+    public func beginUnit(mayFinishLater: Bool) {
+        self.mayFinishLater = mayFinishLater
+        unitStart = lastCommitID
+    }
+
+    public func endUnit() -> ClosedRange<UInt64>? {
+        endRequest()
+        mayFinishLater = false
+        return lastCommitID > unitStart ? (unitStart + 1)...lastCommitID : nil
+    }
     /// Versions of users this request read (`version(of:)`): what a detached commit checks again.
     var versionsRead: [String: UInt64] = [:]
     /// Big commits running on connections of their own.
@@ -82,7 +94,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
                 listener.start()
             } else {
                 listener.stop()
-                (ownUnheard, ownUnheardCount) = ([:], 0)
+                (ownUnheard, ownUnheardCount, handedThrough) = ([:], 0, [:])
             }
         }
     }
@@ -93,6 +105,8 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// commit order, with the listener's epoch when they were committed and when (monotonic µs).
     private var ownUnheard: [String: [(change: CommittedChange, epoch: Int, at: UInt64)]] = [:]
     private var ownUnheardCount = 0
+    /// Per user, the greatest feed position handed over while collecting (`handOver`).
+    private var handedThrough: [String: UInt64] = [:]
     /// Hears every kernel's commits while some host subscribed.
     let listener: ChangeListener
     /// What this kernel's announcements carry as their origin: `k` and 16 random hex digits, drawn at
@@ -483,14 +497,15 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// Changes committed since the last call, in commit order, with their users (while `collectsChanges`).
     ///
     /// Every kernel's commits are heard in commit order on the change channel, each announcement naming
-    /// the kernel that made it (`kernelID`). This kernel's own changes are handed over when their
-    /// announcement is heard back, at its place in that order; other kernels' are read from the feed (one
-    /// query per heard commit, on a pooled connection; a row changed again since shows up at its later
-    /// position only). So each user's changes go out in `seq` order whichever kernel committed them, and
-    /// nothing waits on the serving thread: an own change not heard yet is handed over by a later call
-    /// (the listener wakes the serving thread when it hears). Own changes no announcement will bring
-    /// (the listener was down at their commit, or has reconnected since, or they waited
-    /// `unheardWaitMicros`) go at once, after the heard ones.
+    /// the kernel that made it (`kernelID`). Other kernels' changes are read from the feed (one query per
+    /// heard commit, on a pooled connection; a row changed again since shows up at its later position
+    /// only). This kernel's own changes go at once when nothing of their user can come before them
+    /// unheard (their positions follow on from the last handed over, or start the user's feed), else
+    /// when their announcement is heard back, at its place in that order. So each user's changes go out
+    /// in `seq` order whichever kernel committed them, and nothing waits on the serving thread: a change
+    /// still waiting goes with a later call (the listener wakes the serving thread when it hears). Own
+    /// changes no announcement will bring (the listener was down at their commit, or has reconnected
+    /// since, or they waited `unheardWaitMicros`) go at once, after the heard ones.
     public func takeCommittedChanges() -> [CommittedChange] {
         let heard = listener.inbox.takeAll(wait: false)
         var out = committedChanges
@@ -498,9 +513,11 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         for a in heard {
             let after = a.last >= a.count ? a.last - a.count : 0
             if a.origin == kernelID {
+                // Handed over already when nothing could come before them; else waiting here.
                 guard var waiting = ownUnheard[a.user] else { continue }
                 let announced = waiting.prefix { $0.change.entry.position <= a.last }
                 out += announced.lazy.filter { $0.change.entry.position > after }.map(\.change)
+                if let last = announced.last { handOver(a.user, through: last.change.entry.position) }
                 waiting.removeFirst(announced.count)
                 ownUnheardCount -= announced.count
                 ownUnheard[a.user] = waiting.isEmpty ? nil : waiting
@@ -508,6 +525,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
                 do {
                     let page = try feedPage(user: a.user, after: after, limit: Int(a.count), entities: nil, pooled: true)
                     out += page.entries.filter { $0.position <= a.last }.map { CommittedChange(user: a.user, entry: $0, commit: nil) }
+                    handOver(a.user, through: a.last)
                 } catch {
                     log("reading another kernel's changes of a user: \(error)")
                 }
@@ -518,8 +536,9 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         var lost: [CommittedChange] = []
         for (user, waiting) in ownUnheard {
             let gone = waiting.prefix { crowded || $0.epoch != epoch || now - $0.at > Self.unheardWaitMicros }
-            guard !gone.isEmpty else { continue }
+            guard let last = gone.last else { continue }
             lost += gone.map(\.change)
+            handOver(user, through: last.change.entry.position)
             ownUnheardCount -= gone.count
             ownUnheard[user] = gone.count == waiting.count ? nil : Array(waiting.dropFirst(gone.count))
         }
@@ -628,14 +647,33 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// call. O(changes).
     private func keep(_ changes: [CommittedChange], epoch: Int?) {
         let now = monotonicMicros()
-        for change in changes {
-            guard let epoch, CommitPlan.announcesChanges(of: change.user) else {
-                committedChanges.append(change)
+        var i = 0
+        while i < changes.count {
+            // One commit's changes of one user come together, their positions in order.
+            let user = changes[i].user
+            var end = i + 1
+            while end < changes.count && changes[end].user == user { end += 1 }
+            let group = changes[i..<end]
+            i = end
+            // Handed over at once when nothing of the user can come before them unheard: no change of
+            // theirs waits, and the positions follow on from the last one handed over (or start the
+            // feed). Else they wait for their announcement.
+            let follows = group.first!.entry.position == (handedThrough[user] ?? 0) + 1
+            guard let epoch, CommitPlan.announcesChanges(of: user), ownUnheard[user] != nil || !follows else {
+                committedChanges += group
+                handOver(user, through: group.last!.entry.position)
                 continue
             }
-            ownUnheard[change.user, default: []].append((change, epoch, now))
-            ownUnheardCount += 1
+            ownUnheard[user, default: []] += group.map { ($0, epoch, now) }
+            ownUnheardCount += group.count
         }
+    }
+
+    /// Notes that `user`'s changes through `position` were handed over. Forgets every user past 100,000
+    /// (their next changes then wait for their announcement once), so the map stays bounded.
+    private func handOver(_ user: String, through position: UInt64) {
+        if handedThrough.count >= 100_000 && handedThrough[user] == nil { handedThrough.removeAll() }
+        handedThrough[user] = max(handedThrough[user] ?? 0, position)
     }
 
     /// A commit in a transaction of its own (without `groupCommit`). The transaction's id comes back

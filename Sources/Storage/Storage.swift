@@ -52,6 +52,16 @@ public protocol Storage: AnyObject {
     /// database a transaction holding the lock of every user read. A commit closes it too; this ends one
     /// that did not commit (reads only, or a refusal), and is harmless after a commit.
     func endRequest()
+    /// Begins a request's unit of work (or one part of a slow request: its start, or applying its
+    /// result): the reads, prefetches, writes and unique-key claims until `endUnit` are its own. With
+    /// `mayFinishLater`, a big commit of it (`Transaction.bigUnit`) may finish after `commit` returns:
+    /// applied in slices between other requests on the data dir, detached on PostgreSQL; whoever allows
+    /// it holds the request's answer until the commit `isApplied`.
+    func beginUnit(mayFinishLater: Bool)
+    /// Ends the unit begun last (its scope too, as `endRequest`), and returns the numbers of the commits
+    /// it made, nil when it made none: what the request's answer depends on. Commit numbers count this
+    /// storage's commits (`CommittedChange.commit`).
+    func endUnit() -> ClosedRange<UInt64>?
     /// Says which rows the request is about to `get`, so that a store whose reads cross the network
     /// (PostgreSQL) fetches them together: one round trip, not one each. The in-memory store ignores
     /// it, and the list is then never built.

@@ -107,10 +107,21 @@ public final class Store: Storage, @unchecked Sendable {
 
     /// Big units of work committed but still being applied to memory in slices (see `Backlog`).
     let backlog = Backlog()
-    /// Whether a commit made now may leave its changes to the backlog (`Backlog.user(ofSliceable:)`):
-    /// set by the dispatcher around the commit of a slow request's result, whose answer it holds until
-    /// the unit is applied. Off, every commit is applied at once.
-    public var mayFinishLater = false
+    /// Whether a commit of the unit of work now running may leave its changes to the backlog
+    /// (`Backlog.user(ofSliceable:)`), as `beginUnit` said; off, every commit is applied at once. And the
+    /// last commit before the unit began.
+    public private(set) var mayFinishLater = false
+    private var unitStart: UInt64 = 0
+
+    public func beginUnit(mayFinishLater: Bool) {
+        self.mayFinishLater = mayFinishLater
+        unitStart = lastCommitID
+    }
+
+    public func endUnit() -> ClosedRange<UInt64>? {
+        mayFinishLater = false
+        return lastCommitID > unitStart ? (unitStart + 1)...lastCommitID : nil
+    }
 
     /// A store with `options`; register tables, then `open()`.
     public init(options: StoreOptions, clock: Clock, log: @escaping @Sendable (String) -> Void) {

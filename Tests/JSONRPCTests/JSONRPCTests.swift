@@ -316,20 +316,26 @@ func exchange(_ input: String, maxLineBytes: Int = 1 << 20) throws -> [JSON] {
     }
 }
 
-/// A journal whose next flush fails every commit made since the last one.
+/// A journal whose next flush fails every commit made since the last one, undoing them: `value` counts
+/// the commits that stand, `flushes` the flushes.
 final class FailingJournal: CommitTracker, @unchecked Sendable {
     var lastCommitID: UInt64 = 0
     var flushed: UInt64 = 0
     var failNext = false
-    var mayFinishLater = false
+    var value: Int64 = 0
+    var flushes = 0
+    var unitStart: UInt64 = 0
+    func beginUnit(mayFinishLater: Bool) { unitStart = lastCommitID }
+    func endUnit() -> ClosedRange<UInt64>? { lastCommitID > unitStart ? (unitStart + 1)...lastCommitID : nil }
     func flushCommits() -> (failed: [ClosedRange<UInt64>], unknown: [ClosedRange<UInt64>], fatal: Bool) {
+        flushes += 1
         defer { flushed = lastCommitID }
         guard failNext, lastCommitID > flushed else { return ([], [], false) }
         failNext = false
+        value -= Int64(lastCommitID - flushed)
         return ([(flushed + 1)...lastCommitID], [], false)
     }
     func takeChanges() -> [ChangeNotice] { [] }
-    func endRequest() {}
     func applyBacklog(budgetMicros: UInt64) -> Bool { false }
     func isApplied(_ commit: UInt64) -> Bool { true }
     func takeFailure(of commit: UInt64) -> CommitFailure? { nil }
@@ -344,15 +350,56 @@ struct Bump: RPCMethod {
     let journal: FailingJournal
     func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> Number {
         journal.lastCommitID += 1
+        journal.value += 1
         return Number(json: .int(Int64(journal.lastCommitID)))
     }
 }
 
+/// `test.value`: reads what `FailingJournal` holds.
+struct ReadValue: RPCMethod {
+    static let name = "test.value"
+    static let summary = "reads the value"
+    static let mutates = false
+    static let auth = AuthRequirement.none
+    let journal: FailingJournal
+    func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> Number { Number(json: .int(journal.value)) }
+}
+
 @Suite(.oneStoreOnly) struct AcknowledgementTests {
+    func dispatcher(_ journal: FailingJournal) throws -> Dispatcher {
+        let registry = try MethodRegistry([RegisteredMethod(Subtract()), RegisteredMethod(Bump(journal: journal)), RegisteredMethod(ReadValue(journal: journal))],
+                                          info: ["title": "t"])
+        let dispatcher = Dispatcher(registry: registry, authenticator: FakeAuth(), clock: FixedClock(), stats: RequestStats())
+        dispatcher.journal = journal
+        return dispatcher
+    }
+
+    /// #52 item 1: a read that follows a write in one batch sees it and shares its one flush (it used to
+    /// flush the batch first: a second fsync on the data dir, a COMMIT on PostgreSQL); when that flush
+    /// refuses the write, the read runs again and answers from the data without it.
+    @Test func aReadAfterAWriteSharesItsFlushAndRunsAgainWhenTheWriteIsRefused() throws {
+        let journal = FailingJournal()
+        var c = Connection(dispatcher: try dispatcher(journal), maxLineBytes: 1 << 20)
+        let lines = Array(#"{"jsonrpc":"2.0","id":1,"method":"test.bump"}"#.utf8) + [10] + Array(#"{"jsonrpc":"2.0","id":2,"method":"test.value"}"#.utf8) + [10]
+        c.receive(lines)
+        _ = c.endBatch(waitAbove: 0)
+        var answers = try c.output.split(separator: 10).map { try JSON.parse(Array($0)) }
+        #expect(answers.map { $0["result"] } == [1, 1], "the read saw the write")
+        #expect(journal.flushes == 1, "one flush for both")
+        c.output.removeAll()
+        journal.failNext = true
+        c.receive(lines)
+        _ = c.endBatch(waitAbove: 0)
+        answers = try c.output.split(separator: 10).map { try JSON.parse(Array($0)) }
+        #expect(answers[0]["error"]?["code"] == -32050, "the write was refused: \(answers[0])")
+        #expect(answers[1]["result"] == 1, "the read ran again without it: \(answers[1])")
+    }
+
     /// #52 defect 7: a write answered on one stream, whose commit a flush started by another stream then
-    /// refuses, is answered -32050 on its own stream; the other stream's output is left as it was. Before,
-    /// the refusal was written over the other stream's output at the byte range the answer had in its own
-    /// (at socket-server shutdown, where every peer's lines are answered before any batch ends).
+    /// refuses, is answered -32050 on its own stream; the other stream's output is left as it was (its
+    /// read, run again without the refused write, answers the same). Before, the refusal was written
+    /// over the other stream's output at the byte range the answer had in its own (at socket-server
+    /// shutdown, where every peer's lines are answered before any batch ends).
     @Test func aRefusedWriteIsRewrittenInItsOwnStreamOnly() throws {
         let journal = FailingJournal()
         let registry = try MethodRegistry([RegisteredMethod(Subtract()), RegisteredMethod(Bump(journal: journal))], info: ["title": "t"])
@@ -362,7 +409,7 @@ struct Bump: RPCMethod {
         var reader = Connection(dispatcher: dispatcher, maxLineBytes: 1 << 20)
         writer.receive(Array(#"{"jsonrpc":"2.0","id":"w","method":"test.bump"}"#.utf8) + [10])
         journal.failNext = true
-        // A read on the other stream flushes first (it must see durable state only): the write fails there.
+        // The other stream's batch ends first: its flush fails the write there.
         reader.receive(Array(#"{"jsonrpc":"2.0","id":"r","method":"math.subtract","params":{"minuend":10000,"subtrahend":1}}"#.utf8) + [10])
         _ = reader.endBatch(waitAbove: nil)
         #expect(String(decoding: reader.output, as: UTF8.self) == #"{"jsonrpc":"2.0","id":"r","result":9999}"# + "\n")

@@ -28,17 +28,16 @@ import TestSupport
     /// milliseconds at least; the check comes microseconds later).
     func commitBig(_ store: PostgresStore, _ table: any StorageTable<Due>, count: Int, key: (Int) -> String = { String(format: "k%05d", $0) },
                    value: String = "", between: () -> Void = {}) throws -> UInt64 {
-        _ = try store.version(of: "u")
-        between()
         var tx = Transaction()
         for i in 0..<count { tx.put(table, user: "u", key: key(i), Due(at: value + String(i))) }
         store.prepare(&tx)  // on the worker, in the kernel
-        store.mayFinishLater = true
+        // Applying the result, as the kernel does: the version read and the commit in one unit of work.
+        store.beginUnit(mayFinishLater: true)
+        _ = try store.version(of: "u")
+        between()
         try store.commit(tx)
-        store.mayFinishLater = false
-        let id = store.lastCommitID
+        let id = try #require(store.endUnit()).upperBound
         #expect(!store.isApplied(id), "detached: the serving thread went on")
-        store.endRequest()
         #expect(store.flushBatch().failed.isEmpty)
         _ = store.applyBacklog(budgetMicros: .max)
         #expect(store.isApplied(id))
@@ -115,9 +114,9 @@ import TestSupport
         defer { store.shutdown() }
         var tx = Transaction()
         for i in 0..<Transaction.bigUnit { tx.put(table, user: "u", key: "k\(i)", Due(at: "1")) }
-        store.mayFinishLater = true
+        store.beginUnit(mayFinishLater: true)
         try store.commit(tx)  // no version was read: nothing to check it against
-        store.mayFinishLater = false
+        #expect(store.endUnit() == store.lastCommitID...store.lastCommitID)
         #expect(store.isApplied(store.lastCommitID), "in the batch, not detached")
         #expect(store.flushBatch().failed.isEmpty)
         #expect(try rows(store, table) == Transaction.bigUnit)

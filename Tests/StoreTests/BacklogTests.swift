@@ -27,8 +27,8 @@ import TestSupport
 
         /// Commits `tx`, leaving it to the backlog when it is big enough.
         func commit(_ tx: Transaction, sliced: Bool) throws {
-            store.mayFinishLater = sliced
-            defer { store.mayFinishLater = false }
+            store.beginUnit(mayFinishLater: sliced)
+            defer { _ = store.endUnit() }
             try store.commit(tx)
         }
 
