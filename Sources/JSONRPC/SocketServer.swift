@@ -417,14 +417,15 @@ public final class SocketServer: @unchecked Sendable {
         #endif
     }
 
-    /// The peers to cut so that their unfinished lines fit `maxInputBytes`, longest first: O(peers) per
-    /// poll round, sorting only when over the budget.
+    /// The peers to cut so that their unfinished lines fit `maxInputBytes`: first those whose input has
+    /// ended (a last line left for a parser, from a peer that may be gone), then the longest: O(peers)
+    /// per poll round, sorting only when over the budget.
     private func overBudget(_ peers: [Peer]) -> [Peer] {
         let held = { (peer: Peer) in peer.connection.reader.bufferedBytes + peer.queuedBytes }
         var total = peers.reduce(0) { $0 + held($1) }
         guard total > maxInputBytes else { return [] }
         var cut: [Peer] = []
-        for peer in peers.sorted(by: { held($0) > held($1) }) {
+        for peer in peers.sorted(by: { $0.ended != $1.ended ? $0.ended : held($0) > held($1) }) {
             guard total > maxInputBytes else { break }
             total -= held(peer)
             log("socket connection cut: \(held(peer)) bytes of an unfinished request line and lines waiting to be parsed, while all connections together held more than \(maxInputBytes)")
