@@ -25,6 +25,11 @@ VIA = ["--connect", "unix:" + SOCKET, "--jwt-secret", SECRET, "--log-level", "er
 TODAY = datetime.datetime.now(datetime.timezone.utc).date()
 
 
+def hours_ago(hours):
+    """An instant `hours` before now: sessions never start in the future (06:00 today did, before 06:00 UTC)."""
+    return (datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def call(method, params=None, token=None):
     args = [BIN, "call", method, json.dumps(params or {})] + VIA + (["--token", token] if token else [])
     out = subprocess.run(args, capture_output=True, text=True)
@@ -177,8 +182,8 @@ async def with_kernel():
             await session.discover()
             tools = {t.name: t for t in (await session.list_tools()).tools}
             assert tools["record_meditation_session"].annotations.read_only_hint is False
-            wrote = await session.call_tool("record_meditation_session", {"startTime": f"{TODAY.isoformat()}T06:00:00Z", "durationSeconds": 300})
-            assert not wrote.is_error and wrote.structured_content["durationSeconds"] == 300
+            wrote = await session.call_tool("record_meditation_session", {"startTime": hours_ago(1), "durationSeconds": 300})
+            assert not wrote.is_error and wrote.structured_content["durationSeconds"] == 300, (wrote.is_error, wrote.content)
             claimed = await session.call_tool("claim_screen_time", {"date": TODAY.isoformat(), "minutes": 45})
             assert not claimed.is_error and claimed.structured_content["status"] == "unverified", claimed.structured_content
             assert call("screentime.day", {"date": TODAY.isoformat()}, token)["claimedMinutes"] == 45
@@ -214,7 +219,7 @@ async def subscriptions(token):
             await session.discover()
             async with listen(session, resource_subscriptions=["healthkernel://meditation/stats"]) as subscription:
                 assert list(subscription.honored.resource_subscriptions) == ["healthkernel://meditation/stats"]
-                call("sessions.record", {"startTime": f"{TODAY.isoformat()}T05:00:00Z", "durationSeconds": 120}, token)
+                call("sessions.record", {"startTime": hours_ago(2), "durationSeconds": 120}, token)
                 with anyio_timeout(20):
                     event = await subscription.__anext__()
                 assert event.uri == "healthkernel://meditation/stats", event
