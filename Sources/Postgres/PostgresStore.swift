@@ -66,20 +66,15 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     private var ledBy = 0
     /// Commits made so far (the dispatcher's acknowledgement counter).
     public private(set) var lastCommitID: UInt64 = 0
-    /// Whether a big commit of the unit of work now running may run detached (`DetachedCommits`), as
-    /// `beginUnit` said; and the last commit before the unit began.
-    public private(set) var mayFinishLater = false
-    private var unitStart: UInt64 = 0
+    /// The unit of work now running: whether a big commit of it may run detached (`DetachedCommits`).
+    private var unit = UnitOfWork()
+    public var mayFinishLater: Bool { unit.mayFinishLater }
 
-    public func beginUnit(mayFinishLater: Bool) {
-        self.mayFinishLater = mayFinishLater
-        unitStart = lastCommitID
-    }
+    public func beginUnit(mayFinishLater: Bool) { unit.begin(mayFinishLater: mayFinishLater, lastCommit: lastCommitID) }
 
     public func endUnit() -> ClosedRange<UInt64>? {
         endRequest()
-        mayFinishLater = false
-        return lastCommitID > unitStart ? (unitStart + 1)...lastCommitID : nil
+        return unit.end(lastCommit: lastCommitID)
     }
     /// Versions of users this request read (`version(of:)`): what a detached commit checks again.
     var versionsRead: [String: UInt64] = [:]

@@ -98,6 +98,26 @@ extension Storage {
     }
 }
 
+/// What a store keeps of the unit of work now running (`Storage.beginUnit`): whether its big commit may
+/// finish later, and the last commit number before it began, so that `end` names the unit's own commits.
+public struct UnitOfWork: Sendable {
+    public private(set) var mayFinishLater = false
+    private var before: UInt64 = 0
+
+    public init() {}
+
+    public mutating func begin(mayFinishLater: Bool, lastCommit: UInt64) {
+        self.mayFinishLater = mayFinishLater
+        before = lastCommit
+    }
+
+    /// The unit's commits, nil when it made none; the next unit must begin again.
+    public mutating func end(lastCommit: UInt64) -> ClosedRange<UInt64>? {
+        mayFinishLater = false
+        return lastCommit > before ? (before + 1)...lastCommit : nil
+    }
+}
+
 /// A table whose rows are synced entities: their public name (`screentime.day`) and how a row key
 /// becomes the entity's id on the wire.
 public struct Entity: Sendable {

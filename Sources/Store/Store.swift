@@ -107,21 +107,14 @@ public final class Store: Storage, @unchecked Sendable {
 
     /// Big units of work committed but still being applied to memory in slices (see `Backlog`).
     let backlog = Backlog()
-    /// Whether a commit of the unit of work now running may leave its changes to the backlog
-    /// (`Backlog.user(ofSliceable:)`), as `beginUnit` said; off, every commit is applied at once. And the
-    /// last commit before the unit began.
-    public private(set) var mayFinishLater = false
-    private var unitStart: UInt64 = 0
+    /// The unit of work now running: whether a commit of it may leave its changes to the backlog
+    /// (`Backlog.user(ofSliceable:)`); off, every commit is applied at once.
+    private var unit = UnitOfWork()
+    public var mayFinishLater: Bool { unit.mayFinishLater }
 
-    public func beginUnit(mayFinishLater: Bool) {
-        self.mayFinishLater = mayFinishLater
-        unitStart = lastCommitID
-    }
+    public func beginUnit(mayFinishLater: Bool) { unit.begin(mayFinishLater: mayFinishLater, lastCommit: lastCommitID) }
 
-    public func endUnit() -> ClosedRange<UInt64>? {
-        mayFinishLater = false
-        return lastCommitID > unitStart ? (unitStart + 1)...lastCommitID : nil
-    }
+    public func endUnit() -> ClosedRange<UInt64>? { unit.end(lastCommit: lastCommitID) }
 
     /// A store with `options`; register tables, then `open()`.
     public init(options: StoreOptions, clock: Clock, log: @escaping @Sendable (String) -> Void) {
