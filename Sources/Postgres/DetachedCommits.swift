@@ -27,6 +27,8 @@ final class DetachedCommits: @unchecked Sendable {
     let threads = WorkerPool(threads: 1, priority: .serving)
     /// Wakes the serving thread when a commit finished (set by the kernel).
     let onFinished = Locked<@Sendable () -> Void>({})
+    /// A fault point for tests: the connection a detached commit runs on, once it has one.
+    let connectionForTest = Locked<DatabaseConnection?>(nil)
 
     func start(_ commit: UInt64) { state.withLock { _ = $0.running.insert(commit) } }
 
@@ -64,6 +66,7 @@ extension PostgresStore {
             var failure: StorageError?
             do throws(StorageError) {
                 let c = try pooledConnection()
+                detached.connectionForTest.withLock { $0 = c }
                 if let bad = try runDetached(c, plan, statements, user: user, version: version) {
                     _ = try? c.run([Statement("ROLLBACK")])
                     log(bad.state == "22012"

@@ -178,19 +178,20 @@ import TestSupport
         let (kernel, admin, q) = try kernel()
         defer { kernel.shutdown() }
         _ = try admin.run([
-            Statement("CREATE FUNCTION \(q).hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.tbl = 'health.samples' THEN PERFORM pg_advisory_xact_lock(424242); END IF; RETURN NULL; END $$"),
+            Statement("CREATE FUNCTION \(q).hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.tbl = 'health.samples' THEN PERFORM pg_advisory_xact_lock(424243); END IF; RETURN NULL; END $$"),
             Statement("CREATE CONSTRAINT TRIGGER hold AFTER INSERT ON \(q).rows DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION \(q).hold()"),
-            Statement("SELECT pg_advisory_lock(424242)"),
+            Statement("SELECT pg_advisory_lock(424243)"),
         ])
         var released = false
-        defer { if !released { _ = try? admin.run([Statement("SELECT pg_advisory_unlock(424242)")]) } }
+        defer { if !released { _ = try? admin.run([Statement("SELECT pg_advisory_unlock(424243)")]) } }
         var big = kernel.connection()
         big.receive(EveryUserTests.ingest(1, count: Transaction.bigUnit + 10))
         // Until the detached COMMIT waits on the test's lock (a condition polled, not a sleep that hopes).
+        // Advisory locks are per database: each test that holds one has a key of its own.
         var held = false
         for _ in 0..<4000 where !held {
             _ = big.endBatch(waitAbove: nil)
-            let waiting = try admin.run([Statement("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 424242 AND NOT granted")])
+            let waiting = try admin.run([Statement("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 424243 AND NOT granted")])
             held = waiting[0].scalar == "1"
             if !held { usleep(5_000) }
         }
@@ -212,7 +213,7 @@ import TestSupport
             let other = InProcessClient(kernel).call("kernel.info", ["auth": .string(testServiceToken)])
             #expect(other["result"] != nil, "another request is answered meanwhile: \(other)")
         }
-        _ = try admin.run([Statement("SELECT pg_advisory_unlock(424242)")])
+        _ = try admin.run([Statement("SELECT pg_advisory_unlock(424243)")])
         released = true
         _ = returned.withLock(waitingUntil: { $0 }) { $0 }
         _ = big.endBatch(waitAbove: 0)
@@ -220,6 +221,53 @@ import TestSupport
         _ = same.endBatch(waitAbove: 0)
         let days = try answers(same.output)["same"]?["result"]?["days"]?.arrayValue
         #expect(days?.count == 3, "the held request ran after the commit and sees it: \(days?.count ?? -1) days")
+    }
+
+    /// #52 item 3 for detached commits: the connection of a month's detached commit is cut while its
+    /// COMMIT is held (a deferred trigger waiting on a lock the test holds). The kernel settles it with
+    /// the server as it does the batch's commit: the transaction is still in progress, its old server
+    /// process is ended, the server says it was rolled back, so "not applied" is the truth: nothing of
+    /// the month is stored. Before, any error there was answered -32050 "not applied" unasked, which a
+    /// COMMIT that landed afterwards made false.
+    @Test func aDetachedCommitCutAtItsCommitIsSettledWithTheServer() throws {
+        let (kernel, admin, q) = try kernel()
+        defer { kernel.shutdown() }
+        _ = try admin.run([
+            Statement("CREATE FUNCTION \(q).hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.tbl = 'health.samples' THEN PERFORM pg_advisory_xact_lock(424244); END IF; RETURN NULL; END $$"),
+            Statement("CREATE CONSTRAINT TRIGGER hold AFTER INSERT ON \(q).rows DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION \(q).hold()"),
+            Statement("SELECT pg_advisory_lock(424244)"),
+        ])
+        var released = false
+        defer { if !released { _ = try? admin.run([Statement("SELECT pg_advisory_unlock(424244)")]) } }
+        var big = kernel.connection()
+        big.receive(EveryUserTests.ingest(1, count: Transaction.bigUnit + 10))
+        var held = false
+        for _ in 0..<4000 where !held {
+            _ = big.endBatch(waitAbove: nil)
+            let waiting = try admin.run([Statement("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 424244 AND NOT granted")])
+            held = waiting[0].scalar == "1"
+            if !held { usleep(5_000) }
+        }
+        try #require(held, "the detached commit reached its COMMIT")
+        let store = try #require(kernel.storage as? PostgresStore)
+        let connection = try #require(store.detached.connectionForTest.withLock { $0 })
+        let backend = connection.backendPID
+        connection.cutForTest()
+        _ = big.endBatch(waitAbove: 0)
+        _ = try admin.run([Statement("SELECT pg_advisory_unlock(424244)")])
+        released = true
+        // Whatever the old server process still does (a COMMIT left running would land now), it is done
+        // once it has exited: a condition polled, not a sleep.
+        for _ in 0..<2000 {
+            let alive = try admin.run([Statement("SELECT count(*) FROM pg_stat_activity WHERE pid = $1::int", [String(backend)])])[0].scalar
+            if alive == "0" { break }
+            usleep(5_000)
+        }
+        let answer = try answers(big.output)["1"]
+        #expect(answer?["error"]?["code"] == -32050 && answer?["error"]?["data"]?["reason"] == "storage_unavailable",
+                "not applied, as the server said: \(answer ?? .null)")
+        let stored = try admin.run([Statement("SELECT count(*) FROM \(q).rows WHERE tbl = 'health.samples'")])[0].scalar
+        #expect(stored == "0", "and nothing of it is stored")
     }
 
     /// #52 defect 8: the detached-commit thread holds a user's lock while it runs, so it runs at the serving
