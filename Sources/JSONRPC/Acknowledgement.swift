@@ -123,6 +123,6 @@ extension Dispatcher {
     /// subscribed to: after the batch's responses (never inside a batch's array), in commit order.
     func announceChanges(_ out: inout [UInt8]) {
         guard let changes = journal?.takeChanges(), !changes.isEmpty else { return }
-        hub.announce(changes, at: clock.now().seconds, into: &out)
+        hub.announce(changes, at: clock.now().seconds, answering: current.events, into: &out)
     }
 }

@@ -188,12 +188,10 @@ public final class EventSubscription: @unchecked Sendable {
     }
 }
 
-/// The subscriptions of every stream a kernel serves (stdio and each socket connection), and the
-/// one whose requests are being answered. A change is announced to every subscribed stream: to the
-/// current one right after its batch's responses, to the others through their queue.
+/// The subscriptions of every stream a kernel serves (stdio and each socket connection). A change is
+/// announced to every subscribed stream: to the one being answered right after its batch's responses,
+/// to the others through their queue.
 public final class EventHub: @unchecked Sendable {
-    /// The stream being answered.
-    public var current = EventSubscription()
     private var streams: [EventSubscription] = []
 
     public init() {}
@@ -221,13 +219,14 @@ public final class EventHub: @unchecked Sendable {
         if stream.topics != nil { onSubscribersChanged(anySubscribed) }
     }
 
-    func announce(_ changes: [ChangeNotice], at nowSeconds: Int64, into out: inout [UInt8]) {
+    /// Announces `changes`: into `out` for `answering`, the stream whose batch just ended.
+    func announce(_ changes: [ChangeNotice], at nowSeconds: Int64, answering: EventSubscription, into out: inout [UInt8]) {
         for stream in streams {
             guard stream.lasts(at: nowSeconds) else {
-                if stream !== current { stream.wake() }  // its events.ended waits in its queue
+                if stream !== answering { stream.wake() }  // its events.ended waits in its queue
                 continue
             }
-            if stream === current { _ = stream.write(changes, to: &out) } else { stream.queue(changes) }
+            if stream === answering { _ = stream.write(changes, to: &out) } else { stream.queue(changes) }
         }
     }
 }

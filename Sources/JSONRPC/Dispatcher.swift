@@ -35,9 +35,7 @@ public final class Dispatcher {
     /// Every stream's subscription to change notifications, and the stream being answered.
     public var hub = EventHub()
     /// The stream being answered.
-    public var current = RequestStream() {
-        didSet { hub.current = current.events }
-    }
+    public var current = RequestStream()
     /// The longest answer written (the line limit); a longer answer to a read is refused.
     public var maxAnswerBytes = 16 << 20
     /// Requests per user (`limits.requestsPerSecond`); nil: no limit.

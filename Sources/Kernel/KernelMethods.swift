@@ -91,9 +91,9 @@ struct EventsSubscribe: RPCMethod {
     func call(_ p: Params, _ context: CallContext) throws(RPCError) -> Subscribed {
         let horizon: UInt64
         do { horizon = try store.lastFeedPosition(of: nil) } catch { throw RPCError.from(error) }
-        events.current.subscribe(p.topics ?? [], afterCommit: store.lastCommitID, endsAt: context.identity?.expiresAt, now: context.now.seconds)
+        context.stream.events.subscribe(p.topics ?? [], afterCommit: store.lastCommitID, endsAt: context.identity?.expiresAt, now: context.now.seconds)
         store.collectsChanges = true
-        return Subscribed(horizon: horizon, endsAt: events.current.endsAtSeconds)
+        return Subscribed(horizon: horizon, endsAt: context.stream.events.endsAtSeconds)
     }
 }
 
@@ -110,11 +110,11 @@ struct EventsRenew: RPCMethod {
     let events: EventHub
 
     func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> Subscribed {
-        guard events.current.renew(endsAt: context.identity?.expiresAt, now: context.now.seconds) else {
+        guard context.stream.events.renew(endsAt: context.identity?.expiresAt, now: context.now.seconds) else {
             throw RPCError.invalidParams("params", reason: "not_subscribed",
                                          "this stream has no events subscription: call events.subscribe (a subscription that ended must be made again)")
         }
-        return Subscribed(horizon: nil, endsAt: events.current.endsAtSeconds)
+        return Subscribed(horizon: nil, endsAt: context.stream.events.endsAtSeconds)
     }
 }
 
@@ -131,7 +131,7 @@ struct EventsUnsubscribe: RPCMethod {
     let store: any KernelStore
 
     func call(_ p: NoParams, _ context: CallContext) throws(RPCError) -> Unsubscribed {
-        events.current.unsubscribe()
+        context.stream.events.unsubscribe()
         store.collectsChanges = events.anySubscribed
         return Unsubscribed()
     }
