@@ -34,13 +34,10 @@ extension Dispatcher {
         if fatal || !failed.isEmpty || !unknown.isEmpty {
             for w in pendingWrites {
                 let commits = w.depends.commits
-                if fatal {
-                    refusedWrites.append((w, w.depends.wrote ? Self.syncFailedError : Self.undoneError))
-                } else if failed.contains(where: { $0.overlaps(commits) }) {
-                    refusedWrites.append((w, w.depends.wrote ? Self.notAppliedError : Self.undoneError))
-                } else if unknown.contains(where: { $0.overlaps(commits) }) {
-                    refusedWrites.append((w, w.depends.wrote ? Self.outcomeUnknownError : Self.undoneError))
-                }
+                let error = fatal ? Self.syncFailedError : failed.contains { $0.overlaps(commits) } ? Self.notAppliedError
+                    : unknown.contains { $0.overlaps(commits) } ? Self.outcomeUnknownError : nil
+                // A read (or a write that committed nothing) only showed those writes: its own words.
+                if let error { refusedWrites.append((w, w.depends.wrote ? error : Self.undoneError)) }
             }
         }
         pendingWrites.removeAll(keepingCapacity: true)
@@ -102,6 +99,12 @@ extension Dispatcher {
         out = rebuilt
         if ranAgain { settle() }  // ends what the reads opened (on PostgreSQL, their transaction)
         return fatal
+    }
+
+    /// Forgets the refusals still waiting for `stream`'s end of batch: the stream is gone.
+    func forget(_ stream: RequestStream) {
+        let gone = ObjectIdentifier(stream)
+        refusedWrites.removeAll { $0.0.stream == gone }
     }
 
     /// A read whose answer showed writes the flush refused, run again now that they are undone (nothing

@@ -246,8 +246,7 @@ public struct Connection {
     /// The stream is gone: it gets no more notifications.
     public func close() {
         dispatcher.hub.remove(events)
-        let gone = ObjectIdentifier(stream)
-        dispatcher.refusedWrites.removeAll { $0.0.stream == gone }
+        dispatcher.forget(stream)
     }
 
     /// Whether an unterminated line is buffered.

@@ -118,25 +118,19 @@ extension PostgresStore {
             case _: return copied.error
             }
         }
-        // The transaction's id comes back before COMMIT runs, so that a connection lost during it can ask
-        // the server what became of the commit (`outcome(of:on:backend:)`), as the batch's commit does.
-        let ending = pending + [Statement("SELECT pg_current_xact_id()::text", flushAfter: true), Statement("COMMIT")]
+        // A connection lost during COMMIT is settled with the server, as the batch's commit is.
+        let ending = pending + Self.commitEnding
         let backend = c.backendPID
         do {
             return try c.run(ending).first(where: { $0.error != nil })?.error
         } catch {
-            let xidIndex = ending.count - 2
-            guard c.received.count > xidIndex, let xid = c.received[xidIndex].scalar else { throw error }
+            guard let xid = Self.transactionID(on: c, sent: ending.count) else { throw error }
             let asking: DatabaseConnection
             do { asking = try pooledConnection() } catch { throw StorageError.outcomeUnknown("the server cannot be reached to ask (\(error))") }
             defer { returnPooled(asking) }
-            switch outcome(of: xid, on: asking, backend: backend) {
-            case .committed:
-                log("the connection broke during a detached commit that the server made (transaction \(xid))")
-                return nil
-            case .notCommitted: throw error
-            case .unknown(let why): throw StorageError.outcomeUnknown(why)
-            }
+            try outcome(of: xid, on: asking, backend: backend).orThrow(error)
+            log("the connection broke during a detached commit that the server made (transaction \(xid))")
+            return nil
         }
     }
 

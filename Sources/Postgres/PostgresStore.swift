@@ -390,7 +390,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// again whether it happened (`pg_xact_status`).
     func commitBatch() {
         guard batchOpen else { return }
-        let statements = deferred + [Statement("SELECT pg_current_xact_id()::text", flushAfter: true), Statement("COMMIT")]
+        let statements = deferred + Self.commitEnding
         deferred.removeAll()
         var made: CommitOutcome
         let backend = main.backendPID
@@ -403,8 +403,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
                 _ = try? main.run([Statement("ROLLBACK")])
             }
         } catch {
-            let xidIndex = statements.count - 2
-            made = main.received.count > xidIndex ? main.received[xidIndex].scalar.map { outcome(of: $0, on: main, backend: backend) } ?? .notCommitted : .notCommitted
+            made = Self.transactionID(on: main, sent: statements.count).map { outcome(of: $0, on: main, backend: backend) } ?? .notCommitted
             log("the connection broke while committing a batch; \(made.said): \(error)")
         }
         switch made {
@@ -676,7 +675,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// server whether it happened.
     private func commitAlone(_ plan: CommitPlan) throws(StorageError) {
         var plan = plan
-        let statements = plan.finish() + [Statement("SELECT pg_current_xact_id()::text", flushAfter: true), Statement("COMMIT")]
+        let statements = plan.finish() + Self.commitEnding
         let opening = scope(plan.users)
         let results: [StatementResult]
         let backend = main.backendPID
@@ -685,16 +684,11 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             results = try main.run(opening + statements)
         } catch {
             forget()
-            let xidIndex = opening.count + statements.count - 2
-            guard main.received.count > xidIndex, let xid = main.received[xidIndex].scalar else { throw error }
-            switch outcome(of: xid, on: main, backend: backend) {
-            case .notCommitted: throw error
-            case .unknown(let why): throw StorageError.outcomeUnknown(why)
-            case .committed:
-                log("the connection broke during a commit that the server made (transaction \(xid))")
-                lastCommitID += 1
-                return
-            }
+            guard let xid = Self.transactionID(on: main, sent: opening.count + statements.count) else { throw error }
+            try outcome(of: xid, on: main, backend: backend).orThrow(error)
+            log("the connection broke during a commit that the server made (transaction \(xid))")
+            lastCommitID += 1
+            return
         }
         forget()
         let first = opening.count
@@ -707,11 +701,32 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         keep(plan.changes(results[first...], commit: lastCommitID), epoch: epoch)
     }
 
+    /// The statements that end every commit: the transaction's id comes back before `COMMIT` runs (the
+    /// flush request), so that a connection lost during the commit can ask the server what became of it.
+    static let commitEnding = [Statement("SELECT pg_current_xact_id()::text", flushAfter: true), Statement("COMMIT")]
+
+    /// The transaction id a commit's pipeline of `sent` statements (ending with `commitEnding`) got back
+    /// on `c` before it broke; nil when it broke before that, so its `COMMIT` never ran.
+    static func transactionID(on c: DatabaseConnection, sent: Int) -> String? {
+        let index = sent - commitEnding.count
+        return c.received.count > index ? c.received[index].scalar : nil
+    }
+
     /// What became of a commit whose connection broke.
     enum CommitOutcome: Equatable {
         case committed, notCommitted
         /// The server could not say in time (it is down, or the transaction is still in progress).
         case unknown(String)
+
+        /// Returns when the server made the commit; else throws what its answer must say: `error`, the
+        /// connection's own, when it was not made, `outcomeUnknown` when nobody can tell.
+        func orThrow(_ error: StorageError) throws(StorageError) {
+            switch self {
+            case .committed: return
+            case .notCommitted: throw error
+            case .unknown(let why): throw StorageError.outcomeUnknown(why)
+            }
+        }
 
         var said: String {
             switch self {

@@ -169,6 +169,32 @@ import TestSupport
         #expect(stored == String(count), "and it is stored")
     }
 
+    /// Sends a month's `health.ingest` on `big` and returns once its detached commit waits at COMMIT: a
+    /// deferred trigger on the samples' rows takes an advisory lock the test holds (`key`: advisory
+    /// locks are per database, so each test has a key of its own). Polled, not slept on. Returns what
+    /// lets the COMMIT go on.
+    func holdAtCommit(_ big: inout Connection, _ admin: DatabaseConnection, _ q: String, key: Int) throws -> () -> Void {
+        _ = try admin.run([
+            Statement("CREATE FUNCTION \(q).hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.tbl = 'health.samples' THEN PERFORM pg_advisory_xact_lock(\(key)); END IF; RETURN NULL; END $$"),
+            Statement("CREATE CONSTRAINT TRIGGER hold AFTER INSERT ON \(q).rows DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION \(q).hold()"),
+            Statement("SELECT pg_advisory_lock(\(key))"),
+        ])
+        let release = { _ = try? admin.run([Statement("SELECT pg_advisory_unlock(\(key))")]) }
+        big.receive(EveryUserTests.ingest(1, count: Transaction.bigUnit + 10))
+        for _ in 0..<4000 {
+            _ = big.endBatch(waitAbove: nil)
+            let waiting = try admin.run([Statement("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = \(key) AND NOT granted")])
+            if waiting[0].scalar == "1" { return release }
+            usleep(5_000)
+        }
+        release()
+        throw HoldError()
+    }
+
+    struct HoldError: Error, CustomStringConvertible {
+        var description: String { "the detached commit never reached its COMMIT" }
+    }
+
     /// #52 defect 8: while a user's big commit runs detached (its COMMIT held here by a deferred trigger
     /// waiting on a lock the test holds), a request of that user on another stream is held off the
     /// serving thread, and other requests are answered meanwhile; once the commit is made, the held
@@ -177,25 +203,10 @@ import TestSupport
     @Test func aRequestOfAUserWhoseCommitRunsDetachedWaitsOffTheServingThread() throws {
         let (kernel, admin, q) = try kernel()
         defer { kernel.shutdown() }
-        _ = try admin.run([
-            Statement("CREATE FUNCTION \(q).hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.tbl = 'health.samples' THEN PERFORM pg_advisory_xact_lock(424243); END IF; RETURN NULL; END $$"),
-            Statement("CREATE CONSTRAINT TRIGGER hold AFTER INSERT ON \(q).rows DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION \(q).hold()"),
-            Statement("SELECT pg_advisory_lock(424243)"),
-        ])
-        var released = false
-        defer { if !released { _ = try? admin.run([Statement("SELECT pg_advisory_unlock(424243)")]) } }
         var big = kernel.connection()
-        big.receive(EveryUserTests.ingest(1, count: Transaction.bigUnit + 10))
-        // Until the detached COMMIT waits on the test's lock (a condition polled, not a sleep that hopes).
-        // Advisory locks are per database: each test that holds one has a key of its own.
-        var held = false
-        for _ in 0..<4000 where !held {
-            _ = big.endBatch(waitAbove: nil)
-            let waiting = try admin.run([Statement("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 424243 AND NOT granted")])
-            held = waiting[0].scalar == "1"
-            if !held { usleep(5_000) }
-        }
-        try #require(held, "the detached commit reached its COMMIT")
+        let release = try holdAtCommit(&big, admin, q, key: 424243)
+        var released = false
+        defer { if !released { release() } }
         // The same user on another stream: handed to the kernel on a thread, so that a serving thread stuck
         // on the user's lock shows as a timeout instead of hanging the test.
         nonisolated(unsafe) var same = kernel.connection()
@@ -213,7 +224,7 @@ import TestSupport
             let other = InProcessClient(kernel).call("kernel.info", ["auth": .string(testServiceToken)])
             #expect(other["result"] != nil, "another request is answered meanwhile: \(other)")
         }
-        _ = try admin.run([Statement("SELECT pg_advisory_unlock(424243)")])
+        release()
         released = true
         _ = returned.withLock(waitingUntil: { $0 }) { $0 }
         _ = big.endBatch(waitAbove: 0)
@@ -232,29 +243,16 @@ import TestSupport
     @Test func aDetachedCommitCutAtItsCommitIsSettledWithTheServer() throws {
         let (kernel, admin, q) = try kernel()
         defer { kernel.shutdown() }
-        _ = try admin.run([
-            Statement("CREATE FUNCTION \(q).hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.tbl = 'health.samples' THEN PERFORM pg_advisory_xact_lock(424244); END IF; RETURN NULL; END $$"),
-            Statement("CREATE CONSTRAINT TRIGGER hold AFTER INSERT ON \(q).rows DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION \(q).hold()"),
-            Statement("SELECT pg_advisory_lock(424244)"),
-        ])
-        var released = false
-        defer { if !released { _ = try? admin.run([Statement("SELECT pg_advisory_unlock(424244)")]) } }
         var big = kernel.connection()
-        big.receive(EveryUserTests.ingest(1, count: Transaction.bigUnit + 10))
-        var held = false
-        for _ in 0..<4000 where !held {
-            _ = big.endBatch(waitAbove: nil)
-            let waiting = try admin.run([Statement("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 424244 AND NOT granted")])
-            held = waiting[0].scalar == "1"
-            if !held { usleep(5_000) }
-        }
-        try #require(held, "the detached commit reached its COMMIT")
+        let release = try holdAtCommit(&big, admin, q, key: 424244)
+        var released = false
+        defer { if !released { release() } }
         let store = try #require(kernel.storage as? PostgresStore)
         let connection = try #require(store.detached.connectionForTest.withLock { $0 })
         let backend = connection.backendPID
         connection.cutForTest()
         _ = big.endBatch(waitAbove: 0)
-        _ = try admin.run([Statement("SELECT pg_advisory_unlock(424244)")])
+        release()
         released = true
         // Whatever the old server process still does (a COMMIT left running would land now), it is done
         // once it has exited: a condition polled, not a sleep.
