@@ -1,46 +1,59 @@
 import Chrono
 import JSON
-import Threads
+import JSONParsing
 
-/// The JSON-RPC envelope of one request: its id, version, method and params, checked before anything
-/// runs.
-extension Dispatcher {
+/// One request as its envelope reads: the id to answer with (nil for a notification), and the method to
+/// call with its params, or why none can be called.
+public struct Request: Sendable {
+    public let id: JSON?
+    let target: Result<(RegisteredMethod, JSONObject), RPCError>
+
+    /// The method called, when the envelope is valid.
+    var method: RegisteredMethod? {
+        if case .success(let (method, _)) = target { method } else { nil }
+    }
+}
+
+/// A line of input after parsing: what the reading thread hands to the dispatcher.
+public enum ParsedLine: Sendable {
+    /// One request, and when its parsing started (request latency counts from there).
+    case request(Request, started: UInt64)
+    /// A batch: the array's elements in order (empty for `[]`).
+    case batch([Request], started: UInt64)
+    /// Not JSON; `id` is the request's id when it could still be read (else null).
+    case parseError(JSONParseError, id: JSON, started: UInt64)
+    /// A line longer than `limit` bytes, skipped.
+    case tooLong(limit: Int)
+}
+
+/// Reads a line's JSON and each request's JSON-RPC envelope (id, version, method, params), checked
+/// before anything runs. It reads only the registry, which never changes, so the reading thread does
+/// it while the serving thread answers earlier lines.
+public struct EnvelopeReader: Sendable {
+    let registry: MethodRegistry
+
+    public init(registry: MethodRegistry) {
+        self.registry = registry
+    }
+
     static let envelopeKeys: Set<String> = ["jsonrpc", "id", "method", "params"]
 
-    /// Answers a request now, or keeps it in the stream: held while an earlier request it is ordered
-    /// after is not applied, running while its slow part runs. `element` is its place in a batch.
-    func place(_ request: JSON, started: UInt64, element: Slot?, into out: inout [UInt8]) {
-        let stream = current
-        let (id, target) = envelope(request)
-        guard case .success(let (method, params)) = target else {
-            if case .failure(let error) = target { deliver(id: id, .failure(error), depends: nil, started: started, slot: element, into: &out) }
-            return
-        }
-        var keys: Set<String>? = []
-        if method.readsState && (!stream.entries.isEmpty || method.slow || !applying.isEmpty) {
-            keys = orderingKeys(method, params)
-            if stream.mustWait(keys) || waitsAcross(keys, stream) {
-                let slot = element ?? newSlot()
-                stream.entries.append(Entry(ticket: nextTicket(), id: id, slot: slot, keys: keys, started: started,
-                                            state: .held(method, params)))
-                return
-            }
-        }
-        switch execute(method, params) {
-        case .answered(let outcome, let depends):
-            deliver(id: id, outcome, depends: depends, started: started, slot: element, into: &out)
-        case .slow(let call):
-            let entry = Entry(ticket: nextTicket(), id: id, slot: element ?? newSlot(), keys: keys, started: started,
-                              state: .running(method, params, call))
-            stream.entries.append(entry)
-            run(entry, call)
+    /// Parses one line (without its newline) and reads its requests' envelopes.
+    public func parse(_ line: UnsafeRawBufferPointer) -> ParsedLine {
+        let started = monotonicMicros()
+        do {
+            let value = try JSON.parse(line)
+            guard case .array(let items) = value else { return .request(request(value), started: started) }
+            return .batch(items.map(request), started: started)
+        } catch {
+            return .parseError(error, id: RequestIDScan.id(in: line) ?? .null, started: started)
         }
     }
 
-    /// The response id (nil for a notification), and the method and params to call or why not.
-    func envelope(_ request: JSON) -> (JSON?, Result<(RegisteredMethod, JSONObject), RPCError>) {
-        guard case .object(let envelope) = request else {
-            return (.null, .failure(.invalidRequest("a request must be an object")))
+    /// The envelope of one request (a line, or a batch's element).
+    func request(_ value: JSON) -> Request {
+        guard case .object(let envelope) = value else {
+            return Request(id: .null, target: .failure(.invalidRequest("a request must be an object")))
         }
         let rawID = envelope["id"]
         var responseID: JSON? = nil
@@ -48,20 +61,20 @@ extension Dispatcher {
             switch rawID {
             // An id the kernel could not echo exactly: NaN, an infinity, an integer beyond 64 bits.
             case .double(let d) where !d.isFinite || (d.rounded() == d && d.magnitude >= 0x1p63):
-                return (.null, .failure(.invalidRequest("id must be a string, null, a 64-bit integer or a finite number")))
+                return Request(id: .null, target: .failure(.invalidRequest("id must be a string, null, a 64-bit integer or a finite number")))
             case .string, .int, .double, .null: responseID = rawID
-            default: return (.null, .failure(.invalidRequest("id must be a string, a number or null")))
+            default: return Request(id: .null, target: .failure(.invalidRequest("id must be a string, a number or null")))
             }
         }
         let replyID = responseID ?? .null
         guard envelope["jsonrpc"] == .string("2.0") else {
-            return (replyID, .failure(.invalidRequest("jsonrpc must be \"2.0\"")))
+            return Request(id: replyID, target: .failure(.invalidRequest("jsonrpc must be \"2.0\"")))
         }
         guard case .string(let name)? = envelope["method"] else {
-            return (replyID, .failure(.invalidRequest("method must be a string")))
+            return Request(id: replyID, target: .failure(.invalidRequest("method must be a string")))
         }
         if let extra = envelope.members.first(where: { !Self.envelopeKeys.contains($0.key) })?.key {
-            return (replyID, .failure(.invalidRequest("unknown member \"\(extra)\" in the request")))
+            return Request(id: replyID, target: .failure(.invalidRequest("unknown member \"\(extra)\" in the request")))
         }
         var params = JSONObject()
         switch envelope["params"] {
@@ -69,14 +82,14 @@ extension Dispatcher {
         case .object(let o)?: params = o
         case .array(let a)? where a.isEmpty: break
         case .array?:
-            return (responseID, .failure(.invalidParams("params", reason: "wrong_type",
-                                                       "params must be an object: methods take named params")))
+            return Request(id: responseID, target: .failure(.invalidParams("params", reason: "wrong_type",
+                                                                          "params must be an object: methods take named params")))
         default:
-            return (replyID, .failure(.invalidRequest("params must be an object or an array")))
+            return Request(id: replyID, target: .failure(.invalidRequest("params must be an object or an array")))
         }
         guard let method = registry.method(named: name) else {
-            return (responseID, .failure(.methodNotFound(name)))
+            return Request(id: responseID, target: .failure(.methodNotFound(name)))
         }
-        return (responseID, .success((method, params)))
+        return Request(id: responseID, target: .success((method, params)))
     }
 }

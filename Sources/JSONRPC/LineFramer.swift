@@ -106,25 +106,28 @@ public struct LineFramer: Sendable {
 /// state, so the stdio server runs it on its own thread while the dispatcher answers earlier lines.
 public struct RequestReader: Sendable {
     private var framer: LineFramer
+    /// Reads each line's requests; parser threads use it for the long lines left to them.
+    public let envelopes: EnvelopeReader
 
-    /// A reader accepting lines up to `maxLineBytes`.
-    public init(maxLineBytes: Int) {
+    /// A reader accepting lines up to `maxLineBytes`, of the methods `envelopes` knows.
+    public init(maxLineBytes: Int, envelopes: EnvelopeReader) {
         framer = LineFramer(maxLineBytes: maxLineBytes)
+        self.envelopes = envelopes
     }
 
     /// The parsed lines completed by `chunk`, in order.
     public mutating func read(_ chunk: UnsafeRawBufferPointer) -> [ParsedLine] {
         var lines: [ParsedLine] = []
-        let limit = framer.maxLineBytes
-        framer.feed(chunk) { lines.append(Self.parse($0, limit)) }
+        let (limit, envelopes) = (framer.maxLineBytes, envelopes)
+        framer.feed(chunk) { lines.append(Self.parse($0, limit, envelopes)) }
         return lines
     }
 
     /// End of input: a final line without a newline, if any.
     public mutating func finish() -> [ParsedLine] {
         var lines: [ParsedLine] = []
-        let limit = framer.maxLineBytes
-        framer.finish { lines.append(Self.parse($0, limit)) }
+        let (limit, envelopes) = (framer.maxLineBytes, envelopes)
+        framer.finish { lines.append(Self.parse($0, limit, envelopes)) }
         return lines
     }
 
@@ -139,22 +142,22 @@ public struct RequestReader: Sendable {
     /// it would hold all of them).
     public mutating func readLines(_ chunk: UnsafeRawBufferPointer, parseUpTo: Int) -> [ReadLine] {
         var lines: [ReadLine] = []
-        let limit = framer.maxLineBytes
-        framer.feed(chunk) { lines.append(Self.read($0, limit, parseUpTo)) }
+        let (limit, envelopes) = (framer.maxLineBytes, envelopes)
+        framer.feed(chunk) { lines.append(Self.read($0, limit, parseUpTo, envelopes)) }
         return lines
     }
 
     /// End of input, as `readLines` gives lines.
     public mutating func finishLines(parseUpTo: Int) -> [ReadLine] {
         var lines: [ReadLine] = []
-        let limit = framer.maxLineBytes
-        framer.finish { lines.append(Self.read($0, limit, parseUpTo)) }
+        let (limit, envelopes) = (framer.maxLineBytes, envelopes)
+        framer.finish { lines.append(Self.read($0, limit, parseUpTo, envelopes)) }
         return lines
     }
 
-    private static func read(_ event: LineFramer.Event, _ limit: Int, _ parseUpTo: Int) -> ReadLine {
+    private static func read(_ event: LineFramer.Event, _ limit: Int, _ parseUpTo: Int, _ envelopes: EnvelopeReader) -> ReadLine {
         if case .line(let line) = event, line.count > parseUpTo { return .unparsed(Array(line)) }
-        return .parsed(parse(event, limit))
+        return .parsed(parse(event, limit, envelopes))
     }
 
     /// Whether an unterminated line is buffered.
@@ -163,9 +166,9 @@ public struct RequestReader: Sendable {
     /// Bytes of the unterminated line buffered.
     public var bufferedBytes: Int { framer.bufferedBytes }
 
-    private static func parse(_ event: LineFramer.Event, _ limit: Int) -> ParsedLine {
+    private static func parse(_ event: LineFramer.Event, _ limit: Int, _ envelopes: EnvelopeReader) -> ParsedLine {
         switch event {
-        case .line(let line): return Dispatcher.parse(line)
+        case .line(let line): return envelopes.parse(line)
         case .tooLong: return .tooLong(limit: limit)
         }
     }
@@ -188,7 +191,7 @@ public struct Connection {
     /// A connection over `dispatcher` with the given line limit and response ordering.
     public init(dispatcher: Dispatcher, maxLineBytes: Int, ordering: ResponseOrdering = .read) {
         self.dispatcher = dispatcher
-        self.reader = RequestReader(maxLineBytes: maxLineBytes)
+        self.reader = RequestReader(maxLineBytes: maxLineBytes, envelopes: EnvelopeReader(registry: dispatcher.registry))
         stream = RequestStream(ordering: ordering)
         dispatcher.hub.add(stream.events)
     }
@@ -211,8 +214,7 @@ public struct Connection {
     /// Answers parsed lines in order, appending their responses to `output` (or keeping those that
     /// wait for slow work until `endBatch`).
     public mutating func answer(_ lines: [ParsedLine]) {
-        dispatcher.current = stream
-        for line in lines { dispatcher.handle(line, into: &output) }
+        for line in lines { dispatcher.handle(line, on: stream, into: &output) }
     }
 
     /// Ends a read batch: applies finished slow work, makes the batch's writes durable and fixes up the
@@ -221,9 +223,8 @@ public struct Connection {
     /// many requests are outstanding (0: all answered, as the in-process harness and shutdown want).
     /// Returns true when the kernel must stop after writing the output (the log could not be synced).
     public mutating func endBatch(waitAbove: Int? = 0) -> Bool {
-        dispatcher.current = stream
         events.drain(into: &output, nowSeconds: dispatcher.clock.now().seconds)
-        return dispatcher.endBatch(&output, waitAbove: waitAbove)
+        return dispatcher.endBatch(&output, on: stream, waitAbove: waitAbove)
     }
 
     /// One request line in, its answer out, as a host that waits for each answer sees it (`call`, the
@@ -245,7 +246,6 @@ public struct Connection {
 
     /// The stream is gone: it gets no more notifications.
     public func close() {
-        dispatcher.hub.remove(events)
         dispatcher.forget(stream)
     }
 

@@ -28,10 +28,23 @@ public final class RequestStream: @unchecked Sendable {
     var entries: [Entry] = []
     /// Entries answered whose commits are still being applied in slices.
     var applying = 0
-    var nextTicket: UInt64 = 0
+    private var lastTicket: UInt64 = 0
 
     public init(ordering: ResponseOrdering = .read) {
         self.ordering = ordering
+    }
+
+    /// The next request's ticket (how finished slow work finds its request).
+    func nextTicket() -> UInt64 {
+        lastTicket += 1
+        return lastTicket
+    }
+
+    /// A new top-level place for an answer that cannot be written yet, after every other one.
+    func newSlot() -> Slot {
+        let slot = Slot(ordered: ordering == .read)
+        slots.append(slot)
+        return slot
     }
 
     /// Requests read but not yet applied (slow work running, or waiting behind it).

@@ -5,64 +5,57 @@ import Threads
 /// Slow work: the parts of requests that run on workers, their results applied on the serving thread,
 /// and big commits whose answers wait until they are applied (in slices, or detached on PostgreSQL).
 extension Dispatcher {
-    /// Whether `request` calls a method with a slow part.
-    func isSlow(_ request: JSON) -> Bool {
-        guard case .object(let o) = request, case .string(let name)? = o["method"] else { return false }
-        return registry.method(named: name)?.slow ?? false
-    }
-
     /// Runs an entry's slow part on a worker; its value comes back through the stream's `finished`.
-    func run(_ entry: Entry, _ call: SlowCall<JSON>) {
+    func run(_ entry: Entry, _ call: SlowCall<JSON>, on stream: RequestStream) {
         if let keys = entry.keys { entry.keys = keys.union(call.users.map { "user:" + $0 }) }
-        let (finished, wake, ticket, work) = (current.finished, current.wake, entry.ticket, call.work)
+        let (finished, wake, ticket, work) = (stream.finished, stream.wake, entry.ticket, call.work)
         workers.submit {
             finished.put(Finished(ticket: ticket, value: work()))
             wake()
         }
     }
 
-    /// Applies the slow work the workers finished, then whatever was held behind it.
-    func applyFinished(wait: Bool, into out: inout [UInt8]) {
-        let stream = current
+    /// Applies the slow work the workers finished for `stream`, then whatever was held behind it.
+    func applyFinished(_ stream: RequestStream, wait: Bool, into out: inout [UInt8]) {
         for done in stream.finished.takeAll(wait: wait) {
             guard let index = stream.entries.firstIndex(where: { $0.ticket == done.ticket }),
                   case .running(let method, let params, let call) = stream.entries[index].state else { continue }
             let entry = stream.entries[index]
             // A big unit of work committed here may be applied in slices between other users' requests.
-            let (outcome, depends) = tracked(method, mayFinishLater: true) {
+            let (outcome, depends) = acknowledgement.tracked(mutates: method.mutates, mayFinishLater: true) {
                 do throws(RPCError) { return .success(try call.apply(done.value)) } catch { return .failure(error) }
             }
             // Lost a race with another kernel: the whole request runs again, its slow part included.
             if case .failure(let error) = outcome, error.isConflict, entry.attempts < Self.attempts {
                 entry.attempts += 1
                 stats.recordRetry()
-                switch execute(method, params, attempts: entry.attempts) {
+                switch execute(method, params, on: stream, attempts: entry.attempts) {
                 case .slow(let again):
                     entry.state = .running(method, params, again)
-                    run(entry, again)
+                    run(entry, again, on: stream)
                 case .answered(let outcome, let depends):
                     stream.entries.remove(at: index)
-                    deliver(id: entry.id, outcome, depends: depends, started: entry.started, slot: entry.slot, into: &out)
+                    deliver(id: entry.id, outcome, depends: depends, started: entry.started, slot: entry.slot, on: stream, into: &out)
                 }
                 continue
             }
             if let commits = depends?.commits, depends?.wrote == true, let journal, !journal.isApplied(commits.upperBound) {
                 // Answered (so it shares the batch's flush and its fate) but written once applied.
-                deliver(id: entry.id, outcome, depends: depends, started: entry.started, slot: entry.slot, into: &out)
+                deliver(id: entry.id, outcome, depends: depends, started: entry.started, slot: entry.slot, on: stream, into: &out)
                 entry.slot.gate = commits.upperBound
                 // The request's params and its plan are a month of samples (hundreds of thousands of
                 // allocations): they are freed on a worker, not on the thread every other request waits for.
                 release(Garbage((entry.state, done)))
                 entry.state = .applying(commit: commits.upperBound)
                 stream.applying += 1
-                applying.append((commits.upperBound, stream, entry.keys))
+                inFlight.add(commits.upperBound, of: stream, keys: entry.keys)
                 continue
             }
             stream.entries.remove(at: index)
-            deliver(id: entry.id, outcome, depends: depends, started: entry.started, slot: entry.slot, into: &out)
+            deliver(id: entry.id, outcome, depends: depends, started: entry.started, slot: entry.slot, on: stream, into: &out)
         }
-        releaseApplied()
-        release(into: &out)
+        releaseApplied(stream)
+        release(stream, into: &out)
     }
 
     /// Drops the last references to `garbage` on a worker thread, and gives the memory back to the
@@ -76,16 +69,15 @@ extension Dispatcher {
         }
     }
 
-    /// Ends the entries of the current stream whose commits are now wholly applied (or were undone):
-    /// their answers may be written, and requests held behind them run.
-    func releaseApplied() {
-        let stream = current
+    /// Ends the entries of `stream` whose commits are now wholly applied (or were undone): their
+    /// answers may be written, and requests held behind them run.
+    func releaseApplied(_ stream: RequestStream) {
         guard let journal, stream.applying > 0 else { return }
         stream.entries.removeAll { entry in
             guard case .applying(let commit) = entry.state, journal.isApplied(commit) else { return false }
             if let failure = journal.takeFailure(of: commit), entry.id != nil {
                 entry.slot.bytes.removeAll()
-                let error = failure == .outcomeUnknown ? Self.outcomeUnknownError : Self.notAppliedError
+                let error = failure == .outcomeUnknown ? Acknowledgement.outcomeUnknownError : Acknowledgement.notAppliedError
                 writeResponse(id: entry.slot.id, outcome: .failure(error), into: &entry.slot.bytes)
             }
             entry.slot.gate = nil
@@ -97,57 +89,10 @@ extension Dispatcher {
     /// Applies the store's backlog for one slice (`backlogSliceMicros`), and wakes the streams whose
     /// answers it finished. The servers call it between rounds of requests; returns whether any is left.
     public func applyBacklog() -> Bool {
-        guard let journal, !applying.isEmpty else { return false }
+        guard let journal, !inFlight.isEmpty else { return false }
         let more = journal.applyBacklog(budgetMicros: Self.backlogSliceMicros)
-        pruneApplying(journal)
+        inFlight.prune(journal)
         return more
-    }
-
-    /// Forgets the commits now applied, and wakes the streams that waited for them.
-    func pruneApplying(_ journal: CommitTracker) {
-        let before = applying.count
-        applying.removeAll { commit, stream, _ in
-            guard journal.isApplied(commit) else { return false }
-            stream.wake()
-            return true
-        }
-        guard applying.count < before, !heldAcross.isEmpty else { return }
-        for stream in heldAcross { stream.wake() }
-        heldAcross.removeAll()
-    }
-
-    /// Whether a request of `stream` with `keys` waits for a commit another stream's request is applying
-    /// (one of the same user). O(commits being applied), a handful at most.
-    func waitsAcross(_ keys: Set<String>?, _ stream: RequestStream) -> Bool {
-        guard let keys, !keys.isEmpty, !applying.isEmpty, let journal else { return false }
-        let waits = applying.contains { commit, other, theirs in
-            other !== stream && !(theirs?.isDisjoint(with: keys) ?? true) && !journal.isApplied(commit)
-        }
-        if waits && !heldAcross.contains(where: { $0 === stream }) { heldAcross.append(stream) }
-        return waits
-    }
-
-    /// Executes the held requests nothing before them holds up any more, in read order.
-    func release(into out: inout [UInt8]) {
-        let stream = current
-        var i = 0
-        while i < stream.entries.count {
-            let entry = stream.entries[i]
-            guard case .held(let method, let params) = entry.state, !stream.mustWait(entry.keys, before: i),
-                  !waitsAcross(entry.keys, stream) else {
-                i += 1
-                continue
-            }
-            switch execute(method, params) {
-            case .answered(let outcome, let depends):
-                stream.entries.remove(at: i)
-                deliver(id: entry.id, outcome, depends: depends, started: entry.started, slot: entry.slot, into: &out)
-            case .slow(let call):
-                entry.state = .running(method, params, call)
-                run(entry, call)
-                i += 1
-            }
-        }
     }
 }
 

@@ -4,6 +4,8 @@ import Glibc
 import Darwin
 #endif
 import Chrono
+import JSON
+import JSONParsing
 import Synchronization
 import Threads
 
@@ -137,7 +139,7 @@ public final class SocketServer: @unchecked Sendable {
         let threads = parsers.threads
         for _ in 0..<threads {
             parsers.submit {
-                _ = Array("{\"jsonrpc\":\"2.0\",\"method\":\"kernel.info\"}".utf8).withUnsafeBytes { Dispatcher.parse($0) }
+                _ = try? JSON.parse(Array("{\"jsonrpc\":\"2.0\",\"method\":\"kernel.info\"}".utf8))
                 started.withLock { $0 += 1 }
                 let deadline = monotonicMicros() + 1_000_000
                 while started.withLock({ $0 }) < threads && monotonicMicros() < deadline { usleep(1000) }
@@ -456,9 +458,9 @@ public final class SocketServer: @unchecked Sendable {
             case .unparsed(let bytes):
                 let queued = QueuedLine(nil, bytes: bytes.count)
                 peer.queued.append(queued)
-                let done = parsedLines
+                let (done, envelopes) = (parsedLines, peer.connection.reader.envelopes)
                 parsers.submit {
-                    done.put(ParsedLongLine(queued: queued, line: bytes.withUnsafeBytes { Dispatcher.parse($0) }))
+                    done.put(ParsedLongLine(queued: queued, line: bytes.withUnsafeBytes { envelopes.parse($0) }))
                     wake()
                 }
             }

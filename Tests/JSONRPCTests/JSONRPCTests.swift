@@ -163,9 +163,10 @@ func exchange(_ input: String, maxLineBytes: Int = 1 << 20) throws -> [JSON] {
     @Test func statsCountRequestsAndErrors() throws {
         let d = try makeDispatcher()
         var out: [UInt8] = []
-        d.handleLine(Array(#"{"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":1,"subtrahend":1},"id":1}"#.utf8), into: &out)
-        d.handleLine(Array("{".utf8), into: &out)
-        d.handleLine(Array(#"[{"jsonrpc":"2.0","method":"x.y","id":1},{"jsonrpc":"2.0","method":"x.y"}]"#.utf8), into: &out)
+        let stream = RequestStream()
+        d.handleLine(Array(#"{"jsonrpc":"2.0","method":"math.subtract","params":{"minuend":1,"subtrahend":1},"id":1}"#.utf8), on: stream, into: &out)
+        d.handleLine(Array("{".utf8), on: stream, into: &out)
+        d.handleLine(Array(#"[{"jsonrpc":"2.0","method":"x.y","id":1},{"jsonrpc":"2.0","method":"x.y"}]"#.utf8), on: stream, into: &out)
         #expect(d.stats.total == 4)
         #expect(d.stats.errors == 3)
     }
@@ -218,8 +219,8 @@ func exchange(_ input: String, maxLineBytes: Int = 1 << 20) throws -> [JSON] {
     /// #52 defect 9: a long line a socket peer never ended, then its end of input, is left for a parser
     /// thread like any long line; before, it was parsed on the polling thread whatever its size, holding
     /// every connection for the parse. A short one is still parsed at once.
-    @Test func aLongLineEndedByThePeersEndOfInputIsLeftForAParser() {
-        var reader = RequestReader(maxLineBytes: 32 << 20)
+    @Test func aLongLineEndedByThePeersEndOfInputIsLeftForAParser() throws {
+        var reader = RequestReader(maxLineBytes: 32 << 20, envelopes: EnvelopeReader(registry: try makeDispatcher().registry))
         let long = Array(#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"pad":""#.utf8)
             + [UInt8](repeating: 0x61, count: SocketServer.parseInlineBytes * 4) + Array(#""}}"#.utf8)
         let read = long.withUnsafeBytes { SocketServer.lines($0, &reader) }
