@@ -36,11 +36,11 @@ final class CommitsInFlight {
         let before = commits.count
         commits.removeAll { commit, stream, _ in
             guard journal.isApplied(commit) else { return false }
-            stream.wake()
+            stream.wake(.commitDone)
             return true
         }
         guard commits.count < before, !held.isEmpty else { return }
-        for stream in held { stream.wake() }
+        for stream in held { stream.wake(.commitDone) }
         held.removeAll()
     }
 }

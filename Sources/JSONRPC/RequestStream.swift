@@ -20,8 +20,9 @@ public final class RequestStream: @unchecked Sendable {
     public let events = EventSubscription()
     /// Slow work done by the workers, waiting for the serving thread to apply it.
     let finished = Inbox<Finished>()
-    /// Tells the stream's server that finished work waits (called on a worker thread).
-    public var wake: @Sendable () -> Void = {}
+    /// Tells the stream's server why to answer it again: slow work finished (called on a worker thread),
+    /// or a commit its answers or held requests waited for is applied.
+    public var wake: @Sendable (ServingWake) -> Void = { _ in }
     /// Answers not yet written, in read order: the ones in flight, and in read order the ones behind them.
     var slots: [Slot] = []
     /// Requests not yet applied, in read order: running slow work, or held behind earlier ones.

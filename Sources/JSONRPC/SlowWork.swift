@@ -11,7 +11,7 @@ extension Dispatcher {
         let (finished, wake, ticket, work) = (stream.finished, stream.wake, entry.ticket, call.work)
         workers.submit {
             finished.put(Finished(ticket: ticket, value: work()))
-            wake()
+            wake(.slowWorkDone)
         }
     }
 

@@ -70,8 +70,11 @@ public final class SocketServer: @unchecked Sendable {
     private let stopping = SharedFlag()
     /// A peer's turn longer than this ends the round of applying finished work (see `serve`).
     static let longTurnMicros: UInt64 = 5_000
-    /// The peer the next round of applying finished work starts with.
-    private var wakeCursor = 0
+    /// The peers woken since the last round: a round takes turns for these only, not for every
+    /// connection (O(peers woken), not O(peers)).
+    private let woken = Locked(WokenPeers())
+    /// Numbers the next peer accepted.
+    private var nextPeerNumber = 0
     /// Lines longer than this are parsed on `parsers`, shorter ones on the polling thread.
     public static let parseInlineBytes = 64 << 10
     private let parsers = WorkerPool(threads: 2)
@@ -260,9 +263,33 @@ public final class SocketServer: @unchecked Sendable {
         let line: ParsedLine
     }
 
+    /// Peers woken, by number, with why, in the order first woken. O(1) per wake.
+    private struct WokenPeers {
+        var order: [Int] = []
+        var why: [Int: ServingWake] = [:]
+
+        /// Adds a reason; true when the list was empty (the polling thread must be poked).
+        mutating func add(_ peer: Int, _ reason: ServingWake) -> Bool {
+            if let known = why[peer] {
+                why[peer] = known.union(reason)
+                return false
+            }
+            why[peer] = reason
+            order.append(peer)
+            return order.count == 1
+        }
+
+        mutating func take() -> [(peer: Int, why: ServingWake)] {
+            defer { self = WokenPeers() }
+            return order.map { ($0, why[$0] ?? []) }
+        }
+    }
+
     /// One accepted connection.
     private final class Peer {
         let fd: Int32
+        /// Names the peer in `woken` (never reused, unlike a descriptor or an address).
+        let number: Int
         var connection: Connection
         /// Bytes of `connection.output` already written.
         var sent = 0
@@ -275,8 +302,9 @@ public final class SocketServer: @unchecked Sendable {
         /// Bytes of lines waiting for a parser.
         var queuedBytes: Int { queued.reduce(0) { $0 + ($1.line == nil ? $1.bytes : 0) } }
 
-        init(fd: Int32, connection: Connection) {
+        init(fd: Int32, number: Int, connection: Connection) {
             self.fd = fd
+            self.number = number
             self.connection = connection
         }
 
@@ -288,8 +316,11 @@ public final class SocketServer: @unchecked Sendable {
         let bufferBytes = 256 * 1024
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: bufferBytes, alignment: 16)
         defer { buffer.deallocate() }
-        let wakeFD = wakeWrite
-        let wake: @Sendable () -> Void = {
+        let (wakeFD, woken) = (wakeWrite, self.woken)
+        // Wakes the polling thread for one peer, for `why` (from any thread, never waiting).
+        let wake: @Sendable (Int, ServingWake) -> Void = { number, why in
+            // Only the first wake since the last round pokes: later ones are taken in the same round.
+            guard woken.withLock({ $0.add(number, why) }) else { return }
             var byte: UInt8 = 1
             _ = write(wakeFD, &byte, 1)
         }
@@ -318,8 +349,8 @@ public final class SocketServer: @unchecked Sendable {
                 log("socket poll failed: errno \(errno)")
                 break
             }
-            let woken = fds[1].revents != 0
-            if woken {
+            let poked = fds[1].revents != 0
+            if poked {
                 var drain = [UInt8](repeating: 0, count: 64)
                 while read(wakeRead, &drain, drain.count) > 0 {}
                 for done in parsedLines.takeAll(wait: false) { done.queued.line = done.line }
@@ -344,9 +375,11 @@ public final class SocketServer: @unchecked Sendable {
                     acceptFailing = false
                     _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
                     _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-                    let peer = lock.run { Peer(fd: fd, connection: makeConnection()) }
-                    peer.connection.events.wake = wake
-                    peer.connection.stream.wake = wake
+                    nextPeerNumber += 1
+                    let number = nextPeerNumber
+                    let peer = lock.run { Peer(fd: fd, number: number, connection: makeConnection()) }
+                    peer.connection.events.wake = { wake(number, .events) }
+                    peer.connection.stream.wake = { wake(number, $0) }
                     peers.append(peer)
                 }
             }
@@ -364,27 +397,27 @@ public final class SocketServer: @unchecked Sendable {
                     closing.append(peer)
                 }
             }
-            // Other streams' changes, slow work or long lines' parsing finished: answer what can be, apply
-            // it and write what became ready. After every peer's input was read and answered, and in fair
-            // turns: once one peer's turn took long (a month's commit), the rest wait for the next round, so
-            // a short request waits for at most one such commit.
-            if woken {
-                var turns = 0
-                for k in peers.indices {
-                    let peer = peers[(wakeCursor + k) % peers.count]
+            // Peers woken (other streams' changes, slow work, a commit applied, a long line parsed): answer
+            // what can be, apply it and write what became ready. After every peer's input was read and
+            // answered, and in the order they were woken: once one peer's turn took long (a month's commit),
+            // the rest wait for the next round, so a short request waits for at most one such commit.
+            if poked {
+                let turns = woken.withLock { $0.take() }
+                let byNumber = turns.count > 1 ? Dictionary(uniqueKeysWithValues: peers.map { ($0.number, $0) }) : [:]
+                for (k, turn) in turns.enumerated() {
+                    // A peer gone since it was woken has no turn.
+                    guard let peer = turns.count > 1 ? byNumber[turn.peer] : peers.first(where: { $0.number == turn.peer }) else { continue }
                     let began = monotonicMicros()
                     let fatal = lock.run {
                         answerParsed(peer)
                         return peer.connection.endBatch(waitAbove: nil)
                     }
                     if fatal { onStorageFailure() }
-                    turns = k + 1
-                    if monotonicMicros() - began > Self.longTurnMicros && turns < peers.count {
-                        wake()
+                    if monotonicMicros() - began > Self.longTurnMicros && k + 1 < turns.count {
+                        for later in turns[(k + 1)...] { wake(later.peer, later.why) }
                         break
                     }
                 }
-                wakeCursor = peers.isEmpty ? 0 : (wakeCursor + turns) % peers.count
             }
             // One slice of a big commit per round, after every peer's input was read and answered.
             backlogLeft = lock.run {
@@ -441,7 +474,7 @@ public final class SocketServer: @unchecked Sendable {
 
     /// Reads what the peer sent and answers it, long lines once a parser has read them; false when the
     /// connection failed.
-    private func receive(_ peer: Peer, _ buffer: UnsafeMutableRawBufferPointer, wake: @escaping @Sendable () -> Void) -> Bool {
+    private func receive(_ peer: Peer, _ buffer: UnsafeMutableRawBufferPointer, wake: @escaping @Sendable (Int, ServingWake) -> Void) -> Bool {
         let n = read(peer.fd, buffer.baseAddress, buffer.count)
         if n < 0 { return errno == EAGAIN || errno == EINTR }
         let lines = Self.lines(n == 0 ? nil : UnsafeRawBufferPointer(rebasing: buffer[0..<n]), &peer.connection.reader)
@@ -458,10 +491,10 @@ public final class SocketServer: @unchecked Sendable {
             case .unparsed(let bytes):
                 let queued = QueuedLine(nil, bytes: bytes.count)
                 peer.queued.append(queued)
-                let (done, envelopes) = (parsedLines, peer.connection.reader.envelopes)
+                let (done, envelopes, number) = (parsedLines, peer.connection.reader.envelopes, peer.number)
                 parsers.submit {
                     done.put(ParsedLongLine(queued: queued, line: bytes.withUnsafeBytes { envelopes.parse($0) }))
-                    wake()
+                    wake(number, .lineParsed)
                 }
             }
         }

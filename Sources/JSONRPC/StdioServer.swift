@@ -44,16 +44,19 @@ public final class StdioServer {
         self.connection = connection
         self.inputFD = inputFD
         self.outputFD = outputFD
-        (wakeFD, wake) = Self.makeWakePipe()
-        connection.events.wake = wake
+        let queue = HandoffQueue<Input>(capacity: 8)
+        self.queue = queue
+        wake = { queue.signal($0.rawValue) }
+        connection.events.wake = { queue.signal(ServingWake.events.rawValue) }
         connection.stream.wake = wake
     }
 
-    /// Read end of the pipe that wakes the reader thread.
-    private let wakeFD: Int32
-    /// Makes the server run an empty batch soon (from any thread): other streams' changes, finished slow
-    /// work or other kernels' changes wait for this stream.
-    public let wake: @Sendable () -> Void
+    /// What the serving thread answers: the reader thread's batches and the input's end, in order, and
+    /// the reasons it is woken without input (`ServingWake`), straight from the threads that have them.
+    private let queue: HandoffQueue<Input>
+    /// Wakes the serving thread for `reason` (from any thread, never waiting): finished slow work, a
+    /// commit applied, changes of other streams or kernels, a slice of a big commit due.
+    public let wake: @Sendable (ServingWake) -> Void
 
     /// Moves the protocol stream off fd 1: returns a private duplicate of stdout for responses and points
     /// fd 1 at stderr, so a stray print from any library can never corrupt the protocol.
@@ -118,20 +121,27 @@ public final class StdioServer {
     /// batch's writes durable with one flush, then writes its responses. Every request read in one
     /// `read(2)` still shares one flush, and responses keep the order of requests.
     public func run(readBufferBytes: Int = 256 * 1024) -> Ending {
-        let queue = HandoffQueue<Input>(capacity: 8)
+        let queue = self.queue
         let answered = Locked<[[ParsedLine]]>([])
         let reader = connection.reader
         let (inputFD, log, mayBusyWait) = (self.inputFD, self.log, self.mayBusyWait)
         nonisolated(unsafe) let unsafeLog = log
-        let wakeFD = self.wakeFD
         spawnThread {
-            Self.readLoop(reader: reader, inputFD: inputFD, wakeFD: wakeFD, bufferBytes: readBufferBytes, queue: queue,
+            Self.readLoop(reader: reader, inputFD: inputFD, bufferBytes: readBufferBytes, queue: queue,
                           answered: answered, mayBusyWait: mayBusyWait, log: unsafeLog)
         }
         defer { queue.close() }
         while true {
-            switch queue.take(spin: mayBusyWait()) {
-            case .batch(let lines):
+            switch queue.takeOrSignals(spin: mayBusyWait()) {
+            case .signals(let bits):
+                // Woken without input: a slice due alone applies the slice; anything else ends a round of
+                // this stream (applies finished work, writes the answers and notifications that waited).
+                if ServingWake(rawValue: bits) != .sliceDue {
+                    let fatal = serve { connection.endBatch(waitAbove: Self.maxOutstanding) }
+                    if let ending = flush(fatal: fatal) { return ending }
+                }
+                if serve({ connection.applyBacklog() }) { wake(.sliceDue) }
+            case .item(.batch(let lines)):
                 let fatal = serve {
                     connection.answer(lines)
                     return connection.endBatch(waitAbove: Self.maxOutstanding)
@@ -140,9 +150,9 @@ public final class StdioServer {
                 // for its malloc arena (a few percent of both threads' time under load).
                 answered.withLock { $0.append(lines) }
                 if let ending = flush(fatal: fatal) { return ending }
-                // A slice of a big commit between batches; the reader hands over an empty batch to come back.
-                if serve({ connection.applyBacklog() }) { wake() }
-            case .end(let ending):
+                // A slice of a big commit between batches, and another after the next batch or on its own.
+                if serve({ connection.applyBacklog() }) { wake(.sliceDue) }
+            case .item(.end(let ending)):
                 // Every request read is answered before the kernel stops, slow ones included.
                 let fatal = connection.stream.isSettled ? false : serve { connection.endBatch(waitAbove: 0) }
                 return flush(fatal: fatal) ?? ending
@@ -159,25 +169,9 @@ public final class StdioServer {
         return lock.run(body)
     }
 
-    /// A pipe whose write end is poked when other streams' changes or finished slow work wait for this
-    /// stream: the read end, which the reader thread polls, and the poke.
-    private static func makeWakePipe() -> (Int32, @Sendable () -> Void) {
-        var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { return (-1, {}) }
-        for fd in fds {
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-        }
-        let writeEnd = fds[1]
-        return (fds[0], {
-            var byte: UInt8 = 1
-            _ = write(writeEnd, &byte, 1)
-        })
-    }
-
-    /// The reader thread: reads until EOF or a stop signal, handing each read's parsed lines over (and
-    /// an empty batch when notifications from other streams or finished slow work wait).
-    private static func readLoop(reader: RequestReader, inputFD: Int32, wakeFD: Int32, bufferBytes: Int, queue: HandoffQueue<Input>,
+    /// The reader thread: reads until EOF or a stop signal, handing each read's parsed lines over. It
+    /// reads input only: whatever else wakes the serving thread signals it directly (`wake`).
+    private static func readLoop(reader: RequestReader, inputFD: Int32, bufferBytes: Int, queue: HandoffQueue<Input>,
                                  answered: Locked<[[ParsedLine]]>, mayBusyWait: () -> Bool,
                                  log: (String) -> Void) {
         var reader = reader
@@ -185,8 +179,6 @@ public final class StdioServer {
         defer { buffer.deallocate() }
         var fds = [pollfd(fd: inputFD, events: Int16(POLLIN), revents: 0)]
         if signalPipeRead >= 0 { fds.append(pollfd(fd: signalPipeRead, events: Int16(POLLIN), revents: 0)) }
-        let wakeIndex = fds.count
-        if wakeFD >= 0 { fds.append(pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)) }
         var lastInput = monotonicMicros()
         while true {
             for i in fds.indices { fds[i].revents = 0 }
@@ -204,12 +196,6 @@ public final class StdioServer {
             if signalPipeRead >= 0, fds[1].revents != 0 {
                 queue.put(.end(.signal))
                 return
-            }
-            if wakeFD >= 0, fds[wakeIndex].revents != 0 {
-                var drain = [UInt8](repeating: 0, count: 64)
-                while read(wakeFD, &drain, drain.count) > 0 {}
-                if !queue.put(.batch([])) { return }
-                if fds[0].revents == 0 { continue }
             }
             let n = read(inputFD, buffer.baseAddress, bufferBytes)
             if n < 0 {

@@ -181,11 +181,11 @@ public final class Kernel {
     }
 
     /// Called from another thread when changes other kernels committed wait to be announced to this
-    /// kernel's subscribed hosts, or when a detached commit finished (PostgreSQL): the server runs an
-    /// empty batch, which announces them and writes the answers that waited.
-    public func onOtherKernelsChanges(_ wake: @escaping @Sendable () -> Void) {
-        (storage as? PostgresStore)?.onRemoteChanges = wake
-        (storage as? PostgresStore)?.onCommitFinished = wake
+    /// kernel's subscribed hosts (`.events`), or when a detached commit finished (`.commitDone`,
+    /// PostgreSQL): the server ends a round, which announces them and writes the answers that waited.
+    public func onOtherKernelsChanges(_ wake: @escaping @Sendable (ServingWake) -> Void) {
+        (storage as? PostgresStore)?.onRemoteChanges = { wake(.events) }
+        (storage as? PostgresStore)?.onCommitFinished = { wake(.commitDone) }
     }
 
     /// Clean shutdown: makes everything durable (final snapshot) and releases the data dir.

@@ -29,12 +29,18 @@ public func spawnThread(_ body: @escaping @Sendable () -> Void) {
 /// `take` spins briefly before it sleeps: under load the next item is usually moments away, and a
 /// sleeping consumer costs a wake-up (tens of microseconds on a busy VM) on every hand-off. With one
 /// producer and one consumer, at most one of them sleeps at a time, so one condition serves both.
+///
+/// Any thread may also `signal` the consumer without queueing an item and without ever waiting: bits
+/// of a mask that `takeOrSignals` hands over, merged, once no item is queued. (A signal wakes whichever
+/// side sleeps; if that is the producer, the queue is full and the consumer takes the signals after
+/// the items.)
 public final class HandoffQueue<Item: Sendable>: @unchecked Sendable {
     private struct Ring {
         var items: [Item?]
         var head = 0
         var count = 0
         var closed = false
+        var signals: UInt32 = 0
     }
 
     private let ring: Locked<Ring>
@@ -60,7 +66,7 @@ public final class HandoffQueue<Item: Sendable>: @unchecked Sendable {
             guard !ring.closed else { return false }
             ring.items[(ring.head + ring.count) % capacity] = item
             ring.count += 1
-            self.queued.store(ring.count, ordering: .releasing)
+            self.queued.store(ring.count + (ring.signals != 0 ? 1 : 0), ordering: .releasing)
             return true
         }
         if added { ring.wake() }
@@ -69,6 +75,33 @@ public final class HandoffQueue<Item: Sendable>: @unchecked Sendable {
 
     /// Removes the oldest item, waiting for one; `spin` false sleeps at once.
     public func take(spin: Bool = true) -> Item {
+        while true {
+            if case .item(let item) = takeOrSignals(spin: spin, signalsToo: false) { return item }
+        }
+    }
+
+    /// What `takeOrSignals` gives: the oldest item, or (none being queued) the signals since the last.
+    public enum Taken {
+        case item(Item)
+        case signals(UInt32)
+    }
+
+    /// Sets `bits` for the consumer (from any thread; never waits).
+    public func signal(_ bits: UInt32) {
+        ring.withLock { ring in
+            ring.signals |= bits
+            self.queued.store(ring.count + 1, ordering: .releasing)
+        }
+        ring.wake()
+    }
+
+    /// Removes the oldest item, or takes the signals when no item is queued, waiting for either; `spin`
+    /// false sleeps at once.
+    public func takeOrSignals(spin: Bool = true) -> Taken {
+        takeOrSignals(spin: spin, signalsToo: true)
+    }
+
+    private func takeOrSignals(spin: Bool, signalsToo: Bool) -> Taken {
         if spin, queued.load(ordering: .acquiring) == 0 {
             let deadline = Self.nanoseconds() + spinNanoseconds
             spin: while true {
@@ -77,18 +110,25 @@ public final class HandoffQueue<Item: Sendable>: @unchecked Sendable {
             }
         }
         let capacity = capacity
-        let item = ring.withLock(waitingUntil: { $0.count > 0 }) { ring -> Item? in
+        let taken = ring.withLock(waitingUntil: { $0.count > 0 || (signalsToo && $0.signals != 0) }) { ring -> Taken? in
+            guard ring.count > 0 else {
+                let bits = ring.signals
+                ring.signals = 0
+                self.queued.store(0, ordering: .releasing)
+                return .signals(bits)
+            }
             let item = ring.items[ring.head]
             ring.items[ring.head] = nil
             ring.head = (ring.head + 1) % capacity
             ring.count -= 1
-            self.queued.store(ring.count, ordering: .releasing)
-            return item
+            // A signal left counts as one more, so the consumer's spin sees it.
+            self.queued.store(ring.count + (ring.signals != 0 ? 1 : 0), ordering: .releasing)
+            return item.map { .item($0) }
         }
         ring.wake()
         // The ring holds an item at every counted slot.
-        guard let item else { preconditionFailure("HandoffQueue: a counted slot was empty") }
-        return item
+        guard let taken else { preconditionFailure("HandoffQueue: a counted slot was empty") }
+        return taken
     }
 
     private static func nanoseconds() -> Int {

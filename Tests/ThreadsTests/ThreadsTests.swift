@@ -50,6 +50,32 @@ import TestSupport
         #expect(queue.put(3) == false)
         #expect(queue.take() == 1)
     }
+
+    /// The serving loop's typed wakes: signals never wait (not even on a full queue), merge until taken,
+    /// come after the items queued, and wake a consumer that sleeps with nothing queued. (`take` alone
+    /// never returns them.)
+    @Test func signalsMergeComeAfterItemsAndWakeASleepingConsumer() {
+        let queue = HandoffQueue<Int>(capacity: 1)
+        queue.put(7)
+        queue.signal(0b01)  // the queue is full: still returns at once
+        queue.signal(0b10)
+        guard case .item(7) = queue.takeOrSignals(spin: false) else { Issue.record("the item first"); return }
+        guard case .signals(0b11) = queue.takeOrSignals(spin: false) else { Issue.record("then both signals, merged"); return }
+        let taken = Atomic<UInt32>(0)
+        let started = Atomic<Bool>(false)
+        spawnThread {
+            started.store(true, ordering: .releasing)
+            if case .signals(let bits) = queue.takeOrSignals(spin: false) { taken.store(bits, ordering: .releasing) }
+        }
+        while !started.load(ordering: .acquiring) {}
+        queue.signal(0b100)  // whether the consumer sleeps yet or not, it gets the signal
+        // Bounded, so that a lost signal fails the test instead of hanging it.
+        for _ in 0..<10_000 where taken.load(ordering: .acquiring) == 0 { usleep(1000) }
+        #expect(taken.load(ordering: .acquiring) == 0b100)
+        queue.signal(0b1)
+        queue.put(8)
+        #expect(queue.take() == 8, "take gives items only")
+    }
 }
 
 @Suite(.oneStoreOnly) struct ConcurrentMapTests {
