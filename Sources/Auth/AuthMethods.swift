@@ -220,8 +220,10 @@ public struct AuthExchange: SlowRPCMethod {
 /// `auth.user`.
 public struct AuthUser: RPCMethod {
     public static let name = "auth.user"
-    public static let summary = "The account the token belongs to."
-    public static let mutates = false
+    public static let summary = "The account the token belongs to (for a user of another issuer's token, made at this first call if no write made it before)."
+    /// It writes once for a user known only from another issuer's token: their account, made as the
+    /// request's own write (authentication itself never writes).
+    public static let mutates = true
     public static let auth = AuthRequirement.user
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }

@@ -135,14 +135,21 @@ public final class AuthService: Authenticator, @unchecked Sendable {
             guard verified.role == "authenticated", let user = verified.userId else {
                 throw RPCError.forbidden("user_token_required", "This method needs a user's token")
             }
+            // A user of another issuer's token may have no account yet; made by their first write, not here.
             if verified.sessionId == nil, try answerRPC(try account(user)) == nil {
-                try answerRPC(try provision(user, now: now))
+                return Identity(userId: user, role: verified.role, sessionId: nil,
+                                expiresAt: verified.expiresAt + Self.clockSkewSeconds, needsAccount: true)
             }
         case .none:
             break
         }
         return Identity(userId: verified.userId, role: verified.role, sessionId: verified.sessionId,
                         expiresAt: verified.expiresAt + Self.clockSkewSeconds)
+    }
+
+    public func createAccount(for identity: Identity, now: Timestamp) throws(RPCError) {
+        guard identity.needsAccount, let user = identity.userId else { return }
+        try answerRPC(try provision(user, now: now))
     }
 
     /// Checks signature and claims of an access token (protocol/auth.md).

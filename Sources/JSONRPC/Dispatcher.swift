@@ -227,6 +227,11 @@ public final class Dispatcher {
                let wait = rateLimiter.admit(user, now: now) {
                 throw RPCError.rateLimited(retryAfterMs: wait)
             }
+            // Authentication only reads. The account of a user known only from a trusted token is made by
+            // their first request that writes, first thing in its unit of work: one of its own commits.
+            if let identity, identity.needsAccount, method.mutates {
+                try authenticator.createAccount(for: identity, now: now)
+            }
             let context = CallContext(identity: identity, now: now, registry: registry, stream: stream)
             return .success(try method.invoke(&reader, context))
         } catch {

@@ -29,13 +29,17 @@ public struct Identity: Sendable, Equatable {
     /// The last second the token is taken (its `exp` plus the clock-skew allowance), seconds since 1970:
     /// what it grants ends then (an events subscription too).
     public let expiresAt: Int64?
+    /// A user known only from a trusted token (one the kernel did not issue) who has no account yet: a
+    /// request of theirs that writes creates it first (`Authenticator.createAccount`); reads never do.
+    public let needsAccount: Bool
 
     /// An identity.
-    public init(userId: String?, role: String, sessionId: String? = nil, expiresAt: Int64? = nil) {
+    public init(userId: String?, role: String, sessionId: String? = nil, expiresAt: Int64? = nil, needsAccount: Bool = false) {
         self.userId = userId
         self.role = role
         self.sessionId = sessionId
         self.expiresAt = expiresAt
+        self.needsAccount = needsAccount
     }
 }
 
@@ -47,9 +51,14 @@ public protocol Authenticator: Sendable {
     /// what orders a request against others before it runs. A store read here could wait for the user's
     /// lock on the serving thread. nil when the token names nobody or is not valid.
     func userOrdering(token: String, requirement: AuthRequirement, now: Timestamp) -> String?
+    /// Creates the account of `identity` (`needsAccount`), as a write of the request being called: the
+    /// dispatcher calls it in the request's unit of work, before a method that writes.
+    func createAccount(for identity: Identity, now: Timestamp) throws(RPCError)
 }
 
 extension Authenticator {
+    public func createAccount(for identity: Identity, now: Timestamp) throws(RPCError) {}
+
     public func userOrdering(token: String, requirement: AuthRequirement, now: Timestamp) -> String? {
         (try? authenticate(token: token, requirement: requirement, now: now))??.userId
     }

@@ -59,6 +59,26 @@ import TestSupport
         return days.first?["metrics"]?["HKQuantityTypeIdentifierStepCount"]?["sum"]?.numberValue ?? 0
     }
 
+    /// Item 6: authentication only reads. A user known only from another issuer's token (this suite's)
+    /// gets no account from reads, which commit nothing (no flush; on PostgreSQL no COMMIT); their first
+    /// write makes it, as one of that request's own commits. Before, the first request of any kind
+    /// created it on the way, so a read wrote.
+    @Test func readsOfATokenOnlyUserMakeNoAccountTheirFirstWriteDoes() throws {
+        let kernel = try makeKernel { $0.limits.requestsPerSecond = 0 }
+        defer { kernel.shutdown() }
+        let client = InProcessClient(kernel)
+        func users() -> JSON? { client.call("kernel.info", [:])["result"]?["counts"]?["users"] }
+        let commits = kernel.dispatcher.journal?.lastCommitID
+        #expect(client.call("health.summary", ["auth": Self.auth, "from": "2025-03-01", "to": "2025-03-01"])["result"] != nil)
+        #expect(client.call("sync.changes", ["auth": Self.auth])["result"] != nil)
+        #expect(kernel.dispatcher.journal?.lastCommitID == commits, "the reads committed nothing")
+        #expect(users() == 0, "and made no account")
+        let earned = client.call("rewards.earn", ["auth": Self.auth, "xp": 10, "reason": "r", "key": "k"])
+        #expect(earned["result"] != nil, "\(earned)")
+        #expect(users() == 1, "the first write made it")
+        #expect(client.call("auth.user", ["auth": Self.auth])["result"]?["identities"] == ["external"])
+    }
+
     /// Defect 1: two ingests of one user in one write (a phone syncing in chunks). On PostgreSQL the
     /// second was planned on pooled connections that could not see the first (uncommitted in the batch)
     /// and validated against a version that counted it: its day summary overwrote the first's.
