@@ -212,7 +212,7 @@ public struct AuthExchange: SlowRPCMethod {
         let (service, token, now) = (self.service, p.idToken, c.now)
         return SlowCall(work: { AuthService.prove(token, provider: provider, keys: keys, now: now) }) {
             (proven: Swift.Result<AuthService.ProvenIdentity, AuthError>) throws(RPCError) -> SignedIn in
-            try answerRPC(try service.exchange(try proven.get(), signedIn: c.identity?.userId, now: c.now))
+            try answerRPC(try service.exchange(try proven.get(), signedIn: c.identity, now: c.now))
         }
     }
 }
@@ -220,16 +220,14 @@ public struct AuthExchange: SlowRPCMethod {
 /// `auth.user`.
 public struct AuthUser: RPCMethod {
     public static let name = "auth.user"
-    public static let summary = "The account the token belongs to (for a user of another issuer's token, made at this first call if no write made it before)."
-    /// It writes once for a user known only from another issuer's token: their account, made as the
-    /// request's own write (authentication itself never writes).
-    public static let mutates = true
+    public static let summary = "The account the token belongs to."
+    public static let mutates = false
     public static let auth = AuthRequirement.user
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     public func call(_ p: NoParams, _ c: CallContext) throws(RPCError) -> UserRow {
         let identity = try c.requireIdentity()
-        return try answerRPC(try service.user(identity))
+        return try answerRPC(try service.user(identity, now: c.now))
     }
 }
 

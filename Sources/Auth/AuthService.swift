@@ -147,9 +147,12 @@ public final class AuthService: Authenticator, @unchecked Sendable {
                         expiresAt: verified.expiresAt + Self.clockSkewSeconds)
     }
 
+    /// The account joins the request's first commit: made with its writes or not at all.
     public func createAccount(for identity: Identity, now: Timestamp) throws(RPCError) {
         guard identity.needsAccount, let user = identity.userId else { return }
-        try answerRPC(try provision(user, now: now))
+        var tx = Transaction()
+        tx.put(tables.users, user: user, key: Self.profileKey, Self.externalAccount(user, now: now))
+        store.attachToUnit(tx)
     }
 
     /// Checks signature and claims of an access token (protocol/auth.md).
@@ -196,12 +199,9 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         }
     }
 
-    /// Creates the account of a user known only from a trusted token (a Supabase project's user).
-    private func provision(_ user: String, now: Timestamp) throws(AuthError) {
-        var tx = Transaction()
-        tx.put(tables.users, user: user, key: Self.profileKey,
-               UserRow(id: user, email: nil, createdAt: now.milliseconds, identities: ["external"], passwordHash: nil))
-        try commit(tx)
+    /// The account of a user known only from a trusted token (a Supabase project's user), as first made.
+    static func externalAccount(_ user: String, now: Timestamp) -> UserRow {
+        UserRow(id: user, email: nil, createdAt: now.milliseconds, identities: ["external"], passwordHash: nil)
     }
 
     // MARK: Sessions
@@ -518,13 +518,22 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         return revoked
     }
 
-    func user(_ identity: Identity) throws(AuthError) -> UserRow {
-        guard let id = identity.userId, let user = try account(id) else { throw .noSuchUser }
+    /// The caller's account; a user known only from a trusted token gets theirs made now (the one commit
+    /// of this request), if no write made it before.
+    func user(_ identity: Identity, now: Timestamp) throws(AuthError) -> UserRow {
+        guard let id = identity.userId else { throw .noSuchUser }
+        if let user = try account(id) { return user }
+        guard identity.needsAccount else { throw .noSuchUser }
+        let user = Self.externalAccount(id, now: now)
+        var tx = Transaction()
+        tx.put(tables.users, user: id, key: Self.profileKey, user)
+        try commit(tx)
         return user
     }
 
     func deleteUser(_ identity: Identity) throws(AuthError) {
-        guard let id = identity.userId, try account(id) != nil else { throw .noSuchUser }
+        guard let id = identity.userId else { throw .noSuchUser }
+        if !identity.needsAccount, try account(id) == nil { throw .noSuchUser }
         var tx = Transaction()
         tx.deleteUser(id)  // every row in the user's partition, in every domain's tables, and its unique keys
         try commit(tx)
@@ -574,7 +583,9 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     ///   can make with anyone's address) is taken over: the identity gets a new account with the email,
     ///   and the old account loses the email, its unproven password and every session;
     /// - otherwise a new account.
-    func exchange(_ proven: ProvenIdentity, signedIn: String? = nil, now: Timestamp) throws(AuthError) -> SignedIn {
+    func exchange(_ proven: ProvenIdentity, signedIn: Identity? = nil, now: Timestamp) throws(AuthError) -> SignedIn {
+        let signedInNeedsAccount = signedIn?.needsAccount ?? false
+        let signedIn = signedIn?.userId
         let (name, claims) = (proven.provider, (sub: proven.subject, email: proven.email))
         let identity = UniqueKey.identity(name, claims.sub)
         var tx = Transaction()
@@ -583,7 +594,9 @@ public final class AuthService: Authenticator, @unchecked Sendable {
             if let signedIn, signedIn != linked { throw .identityTaken }
             user = existing
         } else if let signedIn {
-            guard var existing = try account(signedIn) else { throw .noSuchUser }
+            guard var existing = try account(signedIn) ?? (signedInNeedsAccount ? Self.externalAccount(signedIn, now: now) : nil) else {
+                throw .noSuchUser
+            }
             if !existing.identities.contains(name) { existing.identities.append(name) }
             if let email = claims.email, existing.email == email { existing.emailProven = true }
             tx.put(tables.users, user: existing.id, key: Self.profileKey, existing)

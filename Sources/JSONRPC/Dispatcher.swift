@@ -227,13 +227,18 @@ public final class Dispatcher {
                let wait = rateLimiter.admit(user, now: now) {
                 throw RPCError.rateLimited(retryAfterMs: wait)
             }
-            // Authentication only reads. The account of a user known only from a trusted token is made by
-            // their first request that writes, first thing in its unit of work: one of its own commits.
-            if let identity, identity.needsAccount, method.mutates {
-                try authenticator.createAccount(for: identity, now: now)
-            }
             let context = CallContext(identity: identity, now: now, registry: registry, stream: stream)
-            return .success(try method.invoke(&reader, context))
+            // Authentication only reads. The account of a user known only from a trusted token is made by
+            // their first request that writes, with its first commit (nothing when it commits nothing).
+            guard let identity, identity.needsAccount, method.mutates else { return .success(try method.invoke(&reader, context)) }
+            let authenticator = self.authenticator
+            let attach = { () throws(RPCError) in try authenticator.createAccount(for: identity, now: now) }
+            try attach()
+            switch try method.invoke(&reader, context) {
+            case .done(let result): return .success(.done(result))
+            // A slow request commits in the unit that applies its result: attached again there.
+            case .slow(let slow): return .success(.slow(slow.first(attach)))
+            }
         } catch {
             return .failure(error)
         }

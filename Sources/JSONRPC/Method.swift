@@ -51,8 +51,8 @@ public protocol Authenticator: Sendable {
     /// what orders a request against others before it runs. A store read here could wait for the user's
     /// lock on the serving thread. nil when the token names nobody or is not valid.
     func userOrdering(token: String, requirement: AuthRequirement, now: Timestamp) -> String?
-    /// Creates the account of `identity` (`needsAccount`), as a write of the request being called: the
-    /// dispatcher calls it in the request's unit of work, before a method that writes.
+    /// Makes the account of `identity` (`needsAccount`) part of the running unit of work's next commit:
+    /// the dispatcher calls it before a method that writes (`Storage.attachToUnit`).
     func createAccount(for identity: Identity, now: Timestamp) throws(RPCError)
 }
 
@@ -209,6 +209,15 @@ public struct SlowCall<Result> {
             guard let value = slot.withLock({ $0 }) else { throw RPCError.internalError }
             return try apply(value)
         }
+    }
+
+    /// The same call, running `before` first when its result is applied (in that unit of work).
+    func first(_ before: @escaping () throws(RPCError) -> Void) -> SlowCall {
+        let apply = self.apply
+        return SlowCall(users: users, work: work, apply: { (v: any Sendable) throws(RPCError) -> Result in
+            try before()
+            return try apply(v)
+        })
     }
 
     func erased() -> SlowCall<JSON> where Result: JSONEncodable {

@@ -72,6 +72,8 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     public func beginUnit(mayFinishLater: Bool) { unit.begin(mayFinishLater: mayFinishLater, lastCommit: lastCommitID) }
 
+    public func attachToUnit(_ tx: Transaction) { unit.attach(tx) }
+
     public func endUnit() -> ClosedRange<UInt64>? {
         endRequest()
         return unit.end(lastCommit: lastCommitID)
@@ -543,6 +545,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     public func commit(_ tx: Transaction) throws(StorageError) {
         guard !tx.isEmpty else { return }
+        let tx = unit.merge(tx)
         let at = clock.now().milliseconds
         var plan: CommitPlan
         if let prepared = tx.prepared as? PreparedPlan, prepared.plan.collects == collectsChanges {

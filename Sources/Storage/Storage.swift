@@ -58,6 +58,10 @@ public protocol Storage: AnyObject {
     /// applied in slices between other requests on the data dir, detached on PostgreSQL; whoever allows
     /// it holds the request's answer until the commit `isApplied`.
     func beginUnit(mayFinishLater: Bool)
+    /// Changes that the running unit's next commit makes in front of its own, atomically with them (an
+    /// account its user needs first, say); dropped when the unit commits nothing, so that a request
+    /// that fails or writes nothing changes nothing.
+    func attachToUnit(_ tx: Transaction)
     /// Ends the unit begun last (its scope too, as `endRequest`), and returns the numbers of the commits
     /// it made, nil when it made none: what the request's answer depends on. Commit numbers count this
     /// storage's commits (`CommittedChange.commit`).
@@ -103,18 +107,52 @@ extension Storage {
 public struct UnitOfWork: Sendable {
     public private(set) var mayFinishLater = false
     private var before: UInt64 = 0
+    /// Changes the unit's next commit makes in front of its own (`Storage.attachToUnit`).
+    private var attached: [Transaction.Entry] = []
 
     public init() {}
 
     public mutating func begin(mayFinishLater: Bool, lastCommit: UInt64) {
         self.mayFinishLater = mayFinishLater
         before = lastCommit
+        attached = []
     }
 
-    /// The unit's commits, nil when it made none; the next unit must begin again.
+    /// The unit's commits, nil when it made none; the next unit must begin again. Changes attached and
+    /// not committed are dropped.
     public mutating func end(lastCommit: UInt64) -> ClosedRange<UInt64>? {
         mayFinishLater = false
+        attached = []
         return lastCommit > before ? (before + 1)...lastCommit : nil
+    }
+
+    /// Changes for the unit's next commit (`Storage.attachToUnit`).
+    public mutating func attach(_ tx: Transaction) {
+        attached += tx.entries
+    }
+
+    /// `tx` with the attached changes in front (once): the commit a store makes. The commit's own
+    /// changes win: an attached change of a row `tx` puts or deletes, or of a user it deletes whole,
+    /// is left out. O(changes of `tx`) when something is attached, nothing otherwise.
+    public mutating func merge(_ tx: Transaction) -> Transaction {
+        guard !attached.isEmpty, !tx.isEmpty else { return tx }
+        defer { attached = [] }
+        var rows: Set<String> = [], users: Set<String> = []
+        for entry in tx.entries {
+            switch entry {
+            case .put(let table, let user, let key, _), .delete(let table, let user, let key): rows.insert(table.name + "\u{0}" + user + "\u{0}" + key)
+            case .deleteUser(let user): users.insert(user)
+            case .claim, .release: break
+            }
+        }
+        let kept = attached.filter { entry in
+            guard let user = entry.user, !users.contains(user) else { return false }
+            switch entry {
+            case .put(let table, let user, let key, _), .delete(let table, let user, let key): return !rows.contains(table.name + "\u{0}" + user + "\u{0}" + key)
+            default: return true
+            }
+        }
+        return Transaction(entries: kept + tx.entries)
     }
 }
 
@@ -261,7 +299,7 @@ public struct OrderRange: Sendable, Equatable {
 /// It keeps the typed rows, so committing needs no decoding.
 public struct Transaction {
     /// One change.
-    public enum Entry {
+    public enum Entry: Sendable {
         case put(TableHandle, user: String, key: String, row: any StoredRow)
         case delete(TableHandle, user: String, key: String)
         /// Every row of the user in every table, and every unique key the user holds.
@@ -286,6 +324,10 @@ public struct Transaction {
 
     /// An empty transaction.
     public init() {}
+
+    init(entries: [Entry]) {
+        self.entries = entries
+    }
 
     /// Sets a row.
     public mutating func put<Row: StoredRow>(_ table: any StorageTable<Row>, user: String, key: String, _ row: Row) {

@@ -116,6 +116,8 @@ public final class Store: Storage, @unchecked Sendable {
 
     public func endUnit() -> ClosedRange<UInt64>? { unit.end(lastCommit: lastCommitID) }
 
+    public func attachToUnit(_ tx: Transaction) { unit.attach(tx) }
+
     /// A store with `options`; register tables, then `open()`.
     public init(options: StoreOptions, clock: Clock, log: @escaping @Sendable (String) -> Void) {
         self.options = options
@@ -385,6 +387,7 @@ public final class Store: Storage, @unchecked Sendable {
     /// `flush()`. All of its changes apply, or none.
     public func commit(_ tx: Transaction) throws(StorageError) {
         guard !tx.isEmpty else { return }
+        let tx = unit.merge(tx)
         if let refuseWrites { throw StorageError.unavailable(refuseWrites) }
         // A user's units apply in commit order: one still in the backlog is finished first.
         if !backlog.isEmpty {

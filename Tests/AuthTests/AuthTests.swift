@@ -539,12 +539,12 @@ struct IDClaims: JWTPayload {
         let (googleConfig, googleKeys) = try h.service.provider("google")
         let bobGoogle = try await sign(googleClaims(sub: "g-bob", email: "bob@example.com"))
         let linked = try h.service.exchange(AuthService.prove(bobGoogle, provider: googleConfig, keys: googleKeys, now: t0).get(),
-                                            signedIn: bob.user.id, now: t0)
+                                            signedIn: Identity(userId: bob.user.id, role: "authenticated"), now: t0)
         #expect(linked.user.id == bob.user.id && linked.user.identities == ["password", "google"])
         #expect(try h.service.signIn(email: "bob@example.com", password: "bob's password", now: t0).user.id == bob.user.id)
         // An identity linked elsewhere cannot be linked to the signed-in account.
         #expect(throws: AuthError.identityTaken) {
-            try h.service.exchange(AuthService.prove(bobGoogle, provider: googleConfig, keys: googleKeys, now: t0).get(), signedIn: google.user.id, now: t0)
+            try h.service.exchange(AuthService.prove(bobGoogle, provider: googleConfig, keys: googleKeys, now: t0).get(), signedIn: Identity(userId: google.user.id, role: "authenticated"), now: t0)
         }
     }
 

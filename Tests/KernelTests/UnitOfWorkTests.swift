@@ -60,21 +60,25 @@ import TestSupport
     }
 
     /// Item 6: authentication only reads. A user known only from another issuer's token (this suite's)
-    /// gets no account from reads, which commit nothing (no flush; on PostgreSQL no COMMIT); their first
-    /// write makes it, as one of that request's own commits. Before, the first request of any kind
-    /// created it on the way, so a read wrote.
-    @Test func readsOfATokenOnlyUserMakeNoAccountTheirFirstWriteDoes() throws {
+    /// gets no account from reads, which commit nothing (no flush; on PostgreSQL no COMMIT), nor from a
+    /// write refused for its params; their first write that commits makes it in that same commit (one
+    /// commit: a crash keeps both or neither). Before, the first request of any kind created it on the
+    /// way, in a commit of its own, so a read wrote.
+    @Test func readsOfATokenOnlyUserMakeNoAccountTheirFirstWriteDoesInItsOwnCommit() throws {
         let kernel = try makeKernel { $0.limits.requestsPerSecond = 0 }
         defer { kernel.shutdown() }
         let client = InProcessClient(kernel)
         func users() -> JSON? { client.call("kernel.info", [:])["result"]?["counts"]?["users"] }
-        let commits = kernel.dispatcher.journal?.lastCommitID
+        func commits() -> UInt64 { kernel.dispatcher.journal?.lastCommitID ?? 0 }
+        let before = commits()
         #expect(client.call("health.summary", ["auth": Self.auth, "from": "2025-03-01", "to": "2025-03-01"])["result"] != nil)
         #expect(client.call("sync.changes", ["auth": Self.auth])["result"] != nil)
-        #expect(kernel.dispatcher.journal?.lastCommitID == commits, "the reads committed nothing")
+        #expect(client.call("rewards.earn", ["auth": Self.auth, "xp": -1, "reason": "r", "key": "k"])["error"]?["code"] == -32602)
+        #expect(commits() == before, "the reads and the refused write committed nothing")
         #expect(users() == 0, "and made no account")
         let earned = client.call("rewards.earn", ["auth": Self.auth, "xp": 10, "reason": "r", "key": "k"])
         #expect(earned["result"] != nil, "\(earned)")
+        #expect(commits() == before + 1, "the account and the write are one commit")
         #expect(users() == 1, "the first write made it")
         #expect(client.call("auth.user", ["auth": Self.auth])["result"]?["identities"] == ["external"])
     }
