@@ -251,9 +251,23 @@ public final class SocketServer: @unchecked Sendable {
         var line: ParsedLine?
         /// Bytes of an unparsed line (for the input budget).
         let bytes: Int
+        /// The unparsed line, for its parser alone (set before the job is submitted).
+        private var raw: [UInt8]?
         init(_ line: ParsedLine?, bytes: Int = 0) {
             self.line = line
             self.bytes = bytes
+        }
+        init(unparsed raw: [UInt8]) {
+            self.bytes = raw.count
+            self.raw = raw
+        }
+
+        /// On a parser thread: the line parsed, its bytes freed before this returns, so before the
+        /// polling thread can answer it and trim (a trim that runs first finds nothing to give back).
+        func parse(_ envelopes: EnvelopeReader) -> ParsedLine {
+            let raw = self.raw ?? []
+            self.raw = nil
+            return raw.withUnsafeBytes { envelopes.parse($0) }
         }
     }
 
@@ -428,6 +442,7 @@ public final class SocketServer: @unchecked Sendable {
             closing += overBudget(peers.filter { peer in !closing.contains { $0 === peer } })
             for peer in closing { disconnect(peer) }
             peers.removeAll { peer in closing.contains { $0 === peer } }
+            trimIfDue()
         }
         // Every line read is answered before the server stops, long ones still being parsed included.
         while peers.contains(where: { !$0.queued.isEmpty }) {
@@ -442,16 +457,27 @@ public final class SocketServer: @unchecked Sendable {
     }
 
     /// Answers the peer's queued lines up to the first still being parsed (holding the serving lock).
-    /// After a long line, its memory goes back to the system: it was allocated on a parser thread, whose
-    /// malloc arena would otherwise keep it resident once freed here.
+    /// After a long line, its memory goes back to the system at the end of the round (`trimDue`).
     private func answerParsed(_ peer: Peer) {
         let ready = peer.queued.prefix { $0.line != nil }
         guard !ready.isEmpty else { return }
         peer.queued.removeFirst(ready.count)
-        let long = ready.contains { $0.bytes > 0 }
+        if ready.contains(where: { $0.bytes > 0 }) { trimDue = true }
         peer.connection.answer(ready.compactMap(\.line))
+    }
+
+    /// A long line was answered (or dropped with its peer) this round. Its memory was allocated on a
+    /// parser thread, whose malloc arena keeps it resident once freed; the polling thread gives it back
+    /// after the round, when every part of it is freed (a trim on another thread could run before the
+    /// last free, and find nothing to give back). A few milliseconds, once per long line, outside the
+    /// serving lock.
+    private var trimDue = false
+
+    private func trimIfDue() {
+        guard trimDue else { return }
+        trimDue = false
         #if canImport(Glibc)
-        if long { parsers.submit { _ = glibcMallocTrim(0) } }
+        _ = glibcMallocTrim(0)
         #endif
     }
 
@@ -489,11 +515,11 @@ public final class SocketServer: @unchecked Sendable {
             case .parsed(let parsed):
                 peer.queued.append(QueuedLine(parsed))
             case .unparsed(let bytes):
-                let queued = QueuedLine(nil, bytes: bytes.count)
+                let queued = QueuedLine(unparsed: bytes)
                 peer.queued.append(queued)
                 let (done, envelopes, number) = (parsedLines, peer.connection.reader.envelopes, peer.number)
                 parsers.submit {
-                    done.put(ParsedLongLine(queued: queued, line: bytes.withUnsafeBytes { envelopes.parse($0) }))
+                    done.put(ParsedLongLine(queued: queued, line: queued.parse(envelopes)))
                     wake(number, .lineParsed)
                 }
             }
@@ -536,6 +562,8 @@ public final class SocketServer: @unchecked Sendable {
     }
 
     private func disconnect(_ peer: Peer) {
+        if peer.queued.contains(where: { $0.bytes > 0 }) { trimDue = true }
+        peer.queued.removeAll()
         lock.run { peer.connection.close() }
         close(peer.fd)
     }
