@@ -1,8 +1,10 @@
 import JSON
 import JSONParsing
 
-/// A method with its types erased, as the dispatcher calls it.
-public struct RegisteredMethod: Sendable {
+/// A method with its types erased, as the dispatcher calls it. A class: every request carries its
+/// method from the line reader through the dispatcher, and passing one reference costs one retain where
+/// a copy of these members cost one each.
+public final class RegisteredMethod: Sendable {
     public let name: String
     public let summary: String
     public let mutates: Bool
@@ -25,7 +27,7 @@ public struct RegisteredMethod: Sendable {
         case slow(SlowCall<JSON>)
     }
 
-    private init<M: RPCMethodDeclaration>(_ type: M.Type, slow: Bool, orderingKeys: @escaping @Sendable (JSONObject) -> [String],
+    private convenience init<M: RPCMethodDeclaration>(_ type: M.Type, slow: Bool, orderingKeys: @escaping @Sendable (JSONObject) -> [String],
                                           invoke: @escaping @Sendable (M.Params, CallContext) throws(RPCError) -> Invocation) {
         self.init(M.self, slow: slow, orderingKeys: orderingKeys) { (reader: inout ObjectReader, context: CallContext) throws(RPCError) -> Invocation in
             try invoke(try Self.decode(M.self, &reader), context)
@@ -59,14 +61,14 @@ public struct RegisteredMethod: Sendable {
     }
 
     /// Wraps `method`.
-    public init<M: RPCMethod>(_ method: M) {
+    public convenience init<M: RPCMethod>(_ method: M) {
         self.init(M.self, slow: false, orderingKeys: { _ in [] }) { (params, context) throws(RPCError) in
             .done(try method.call(params, context).json)
         }
     }
 
     /// Wraps a method whose params are read on a worker thread.
-    public init<M: BulkRPCMethod>(_ method: M) {
+    public convenience init<M: BulkRPCMethod>(_ method: M) {
         self.init(M.self, slow: true, orderingKeys: { _ in [] }) { (reader: inout ObjectReader, context: CallContext) throws(RPCError) -> Invocation in
             let prepared = try method.prepare(context)
             let raw = reader
@@ -81,7 +83,7 @@ public struct RegisteredMethod: Sendable {
     }
 
     /// Wraps a method with a slow part.
-    public init<M: SlowRPCMethod>(_ method: M) {
+    public convenience init<M: SlowRPCMethod>(_ method: M) {
         self.init(M.self, slow: true, orderingKeys: { method.orderingKeys($0) }) { (params, context) throws(RPCError) in
             .slow(try method.start(params, context).erased())
         }
