@@ -119,7 +119,7 @@ public struct AuthSignUp: SlowRPCMethod {
     public func start(_ p: Credentials, _ c: CallContext) throws(RPCError) -> SlowCall<SignedIn> {
         try answerRPC(try service.beginSignUp(email: p.email, from: p.address, now: c.now))
         let (service, password) = (self.service, p.password)
-        return SlowCall(work: { Passwords.hash(password) }) { (hash: String) throws(RPCError) -> SignedIn in
+        return SlowCall(work: { Passwords.hash(password, random: service.random) }) { (hash: String) throws(RPCError) -> SignedIn in
             try answerRPC(try service.finishSignUp(email: p.email, passwordHash: hash, now: c.now))
         }
     }

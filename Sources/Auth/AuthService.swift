@@ -44,6 +44,8 @@ public final class AuthService: Authenticator, @unchecked Sendable {
 
     let config: AuthConfig
     let tables: AuthTables
+    /// Where user and session ids, refresh tokens and password salts are drawn from.
+    let random: RandomSource
     let store: any Storage
     let signingKey: VerificationKey
     /// Earlier secrets (`auth.previousJwtSecrets`): tokens they signed verify until they expire.
@@ -63,7 +65,8 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     /// A service over `tables`, signing with `secret`, accepting tokens signed with `config`'s previous
     /// secrets, and trusting the given key sources.
     public init(config: AuthConfig, secret: [UInt8], issuerKeys: KeySource = .fixed(KeySet()), providerKeys: [String: KeySource] = [:],
-                store: any Storage, tables: AuthTables) throws {
+                store: any Storage, tables: AuthTables, random: RandomSource = SystemRandom()) throws {
+        self.random = random
         self.config = config
         self.store = store
         self.tables = tables
@@ -209,7 +212,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     /// Starts a session for `user`: a session row, a refresh token and an access token.
     func startSession(_ user: UserRow, _ tx: inout Transaction, now: Timestamp) throws(AuthError) -> SignedIn {
         try makeRoomForSession(user.id, &tx)
-        let sid = Identifiers.uuid()
+        let sid = random.uuid()
         var session = SignInRow(createdAt: now.milliseconds, revoked: false)
         let signedIn = tokens(for: user, sessionId: sid, session: &session, &tx, now: now)
         tx.put(tables.sessions, user: user.id, key: sid, session)
@@ -239,7 +242,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     /// (which the caller stores) and the oldest past `refreshTokensKept` dropped.
     private func tokens(for user: UserRow, sessionId sid: String, session: inout SignInRow, _ tx: inout Transaction,
                         now: Timestamp) -> SignedIn {
-        let refreshToken = user.id + "." + Base64URL.encode(Identifiers.randomBytes(32))
+        let refreshToken = user.id + "." + Base64URL.encode(random.bytes(32))
         let key = Self.digest(refreshToken)
         tx.put(tables.refresh, user: user.id, key: key,
                RefreshRow(sessionId: sid, expiresAt: now.seconds + Int64(config.refreshTokenTtlSeconds), spent: false))
@@ -318,7 +321,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     /// Signs up at once (hashing on this thread); the methods split it around the hash.
     func signUp(email: String, password: String, from address: String? = nil, now: Timestamp) throws(AuthError) -> SignedIn {
         try beginSignUp(email: email, from: address, now: now)
-        return try finishSignUp(email: email, passwordHash: Passwords.hash(password), now: now)
+        return try finishSignUp(email: email, passwordHash: Passwords.hash(password, random: random), now: now)
     }
 
     /// Counts the sign-up against its address's hourly limit (stored, so it holds across kernels and
@@ -354,7 +357,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     /// Creates the account once its password is hashed.
     func finishSignUp(email: String, passwordHash: String, now: Timestamp) throws(AuthError) -> SignedIn {
         guard try owner(of: .email(email)) == nil else { throw .emailTaken }
-        let user = UserRow(id: Identifiers.uuid(), email: email, createdAt: now.milliseconds, identities: ["password"],
+        let user = UserRow(id: random.uuid(), email: email, createdAt: now.milliseconds, identities: ["password"],
                            passwordHash: passwordHash)
         var tx = Transaction()
         tx.put(tables.users, user: user.id, key: Self.profileKey, user)
@@ -618,14 +621,14 @@ public final class AuthService: Authenticator, @unchecked Sendable {
                     session.revoked = true
                     tx.put(tables.sessions, user: existing.id, key: sid, session)
                 }
-                user = UserRow(id: Identifiers.uuid(), email: email, createdAt: now.milliseconds, identities: [name], passwordHash: nil,
+                user = UserRow(id: random.uuid(), email: email, createdAt: now.milliseconds, identities: [name], passwordHash: nil,
                                emailProven: true)
                 tx.put(tables.users, user: user.id, key: Self.profileKey, user)
                 tx.claim(identity, for: user.id)
                 tx.claim(.email(email), for: user.id)
             }
         } else {
-            user = UserRow(id: Identifiers.uuid(), email: claims.email, createdAt: now.milliseconds, identities: [name], passwordHash: nil,
+            user = UserRow(id: random.uuid(), email: claims.email, createdAt: now.milliseconds, identities: [name], passwordHash: nil,
                            emailProven: claims.email != nil)
             tx.put(tables.users, user: user.id, key: Self.profileKey, user)
             tx.claim(identity, for: user.id)

@@ -33,6 +33,8 @@ public final class KeySource: Sendable {
     private let state: Locked<State>
     private let logger: Logger
     private let timeoutMilliseconds: Int
+    /// Its monotonic time says when a file is looked at again and when a fetched set goes stale.
+    private let clock: Clock
 
     struct State {
         var keys: KeySet
@@ -54,7 +56,8 @@ public final class KeySource: Sendable {
         }
     }
 
-    private init(origin: Origin, keys: KeySet, logger: Logger, timeoutMilliseconds: Int = 5000) {
+    private init(origin: Origin, keys: KeySet, logger: Logger, clock: Clock, timeoutMilliseconds: Int = 5000) {
+        self.clock = clock
         self.origin = origin
         self.state = Locked(State(keys: keys))
         self.logger = logger
@@ -63,32 +66,32 @@ public final class KeySource: Sendable {
 
     /// Keys that never change.
     public static func fixed(_ keys: KeySet) -> KeySource {
-        KeySource(origin: .fixed, keys: keys, logger: Logger(label: "healthkernel.auth"))
+        KeySource(origin: .fixed, keys: keys, logger: Logger(label: "healthkernel.auth"), clock: SystemClock())
     }
 
     /// The JWKS file at `path`; it must be readable and valid now (start-up stops otherwise). Later
     /// versions that do not parse are logged and the last good set stays.
-    public static func file(_ path: String, logger: Logger) throws(AuthSetupError) -> KeySource {
+    public static func file(_ path: String, logger: Logger, clock: Clock = SystemClock()) throws(AuthSetupError) -> KeySource {
         guard let (keys, stamp) = readFile(path) else { throw AuthSetupError("cannot read JWKS file \(path)") }
-        let source = KeySource(origin: .file(path), keys: try parse(keys, from: "JWKS file \(path)"), logger: logger)
+        let source = KeySource(origin: .file(path), keys: try parse(keys, from: "JWKS file \(path)"), logger: logger, clock: clock)
         source.state.withLock {
             $0.fileStamp = stamp
-            $0.checkedAt = monotonicMicros()
+            $0.checkedAt = clock.monotonicMicros()
         }
         return source
     }
 
     /// The JWKS at `url` (https, or http to this machine), fetched now and kept fresh by a thread of its
     /// own. A first fetch that fails is logged, not fatal: tokens are refused until one succeeds.
-    public static func url(_ url: String, logger: Logger, timeoutMilliseconds: Int = 5000) -> KeySource {
-        let source = KeySource(origin: .url(url), keys: KeySet(), logger: logger, timeoutMilliseconds: timeoutMilliseconds)
+    public static func url(_ url: String, logger: Logger, clock: Clock = SystemClock(), timeoutMilliseconds: Int = 5000) -> KeySource {
+        let source = KeySource(origin: .url(url), keys: KeySet(), logger: logger, clock: clock, timeoutMilliseconds: timeoutMilliseconds)
         source.refresh()
         spawnThread { [weak source] in
             // Wakes once a second; ends when the source is gone (a kernel that was shut down).
             while true {
                 sleep(1)
                 guard let current = source else { return }
-                if monotonicMicros() >= current.state.withLock({ $0.staleAt }) { current.refresh() }
+                if current.clock.monotonicMicros() >= current.state.withLock({ $0.staleAt }) { current.refresh() }
             }
         }
         return source
@@ -107,8 +110,8 @@ public final class KeySource: Sendable {
         if let key = cachedKey(kid) { return key }
         guard case .url = origin else { return nil }
         let mayFetch = state.withLock { state in
-            guard state.missFetchAt.map({ monotonicMicros() - $0 >= UInt64(Self.retrySeconds) * 1_000_000 }) ?? true else { return false }
-            state.missFetchAt = monotonicMicros()  // claimed now, so concurrent misses do not all fetch
+            guard state.missFetchAt.map({ clock.monotonicMicros() - $0 >= UInt64(Self.retrySeconds) * 1_000_000 }) ?? true else { return false }
+            state.missFetchAt = clock.monotonicMicros()  // claimed now, so concurrent misses do not all fetch
             return true
         }
         guard mayFetch else { return nil }
@@ -122,7 +125,7 @@ public final class KeySource: Sendable {
     /// Fetches a URL's set now; on failure keeps the last set and tries again in a minute.
     func refresh() {
         guard case .url(let url) = origin else { return }
-        let started = monotonicMicros()
+        let started = clock.monotonicMicros()
         let result = HTTPClient.send(HTTPRequest(url: url, headers: [(name: "Accept", value: "application/json")],
                                                  timeoutMilliseconds: timeoutMilliseconds))
         var problem: String?
@@ -166,7 +169,7 @@ public final class KeySource: Sendable {
 
     private func reloadIfChanged(_ path: String) {
         let due = state.withLock { state in
-            let now = monotonicMicros()
+            let now = clock.monotonicMicros()
             guard now - state.checkedAt >= Self.fileCheckSeconds * 1_000_000 else { return false }
             state.checkedAt = now
             return true

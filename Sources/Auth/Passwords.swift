@@ -1,6 +1,7 @@
 import Crypto
 import CryptoExtras
 import DomainSupport
+import Storage
 
 /// Password hashing with scrypt (N=16384, r=8, p=1; about 35 ms here): slow on purpose, salted per
 /// password, compared in constant time. Stored as `scrypt$16384$8$1$<salt>$<hash>` (base64url).
@@ -10,11 +11,9 @@ public enum Passwords {
     /// Whether `password` has an acceptable length: 8 to 256 characters.
     public static func acceptable(_ password: String) -> Bool { (8...256).contains(password.count) }
 
-    /// A new salted hash of `password`.
-    public static func hash(_ password: String) -> String {
-        var salt = [UInt8](repeating: 0, count: saltBytes)
-        var rng = SystemRandomNumberGenerator()
-        for i in salt.indices { salt[i] = UInt8.random(in: 0...255, using: &rng) }
+    /// A new salted hash of `password`, its salt drawn from `random`.
+    public static func hash(_ password: String, random: RandomSource = SystemRandom()) -> String {
+        let salt = random.bytes(saltBytes)
         return encode(salt: salt, derived: derive(password, salt: salt, n: n, r: r, p: p))
     }
 

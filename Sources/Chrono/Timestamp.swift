@@ -80,10 +80,14 @@ public struct Timestamp: Sendable, Hashable, Comparable, CustomStringConvertible
     }
 }
 
-/// Where the kernel gets "now": one injectable source, so tests can fix or shift time.
+/// Where the kernel gets "now": one injectable source, so tests can fix or shift time and a simulation
+/// can run it. Both kinds of time come from it: the wall clock (what is stored and shown) and the
+/// monotonic clock (durations, deadlines, time slices; never stored).
 public protocol Clock: Sendable {
     /// The current wall-clock instant.
     func now() -> Timestamp
+    /// Monotonic time in microseconds, for measuring durations and deadlines (never for stored times).
+    func monotonicMicros() -> UInt64
 }
 
 /// The system's real-time clock, optionally shifted by a fixed offset (for tests only).
@@ -101,9 +105,11 @@ public struct SystemClock: Clock {
     }
 }
 
-/// Monotonic time in microseconds, for measuring durations (never for stored times).
-public func monotonicMicros() -> UInt64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return UInt64(ts.tv_sec) * 1_000_000 + UInt64(ts.tv_nsec) / 1000
+extension SystemClock {
+    /// The system's monotonic clock (`CLOCK_MONOTONIC`), unshifted.
+    public func monotonicMicros() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000 + UInt64(ts.tv_nsec) / 1000
+    }
 }

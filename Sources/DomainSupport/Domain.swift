@@ -86,9 +86,16 @@ public struct DomainContext {
     public let maxAnswerBytes: Int
     /// Where domains add their members of `kernel.info`.
     public let info: InfoSections
+    /// The kernel's clock (wall and monotonic time).
+    public let clock: Clock
+    /// Where domains draw ids from.
+    public let random: RandomSource
 
     public init(store: any Storage, cursorSecrets: [[UInt8]], entities: EntityRenderers, limits: UserLimits = UserLimits(),
-                maxAnswerBytes: Int = 16 << 20, info: InfoSections = InfoSections()) {
+                maxAnswerBytes: Int = 16 << 20, info: InfoSections = InfoSections(), clock: Clock = SystemClock(),
+                random: RandomSource = SystemRandom()) {
+        self.clock = clock
+        self.random = random
         self.info = info
         self.store = store
         self.cursorSecrets = cursorSecrets

@@ -13,7 +13,7 @@ public struct HealthDomain: Domain {
     public init(config: HealthConfig, tables: HealthTables, context: DomainContext) {
         let service = HealthService(store: context.store, tables: tables, cursorSecrets: context.cursorSecrets,
                                     healthItemsPerUser: context.limits.healthItemsPerUser, unknownTypes: config.unknownTypes,
-                                    maxHistoryDays: config.maxHistoryDays)
+                                    maxHistoryDays: config.maxHistoryDays, clock: context.clock)
         context.entities.add([
             "health.sample": { (user, id, _) throws(RPCError) in
                 try answer { () throws(HealthError) in try service.sample(user, id).map { $0.json(id) } }

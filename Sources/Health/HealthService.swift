@@ -131,9 +131,12 @@ public final class HealthService: @unchecked Sendable {
     let unknownTypes: UnknownTypePolicy
     /// How many days back from the clock an item may start; 0: no bound (`health.maxHistoryDays`).
     let maxHistoryDays: Int64
+    /// Times a big ingest's planning for the log.
+    let clock: Clock
 
     public init(store: any Storage, tables: HealthTables, cursorSecrets: [[UInt8]], healthItemsPerUser: Int64 = UserLimits().healthItemsPerUser, unknownTypes: UnknownTypePolicy = .keep,
-                maxHistoryDays: Int64 = 0) {
+                maxHistoryDays: Int64 = 0, clock: Clock = SystemClock()) {
+        self.clock = clock
         self.healthItemsPerUser = healthItemsPerUser
         self.unknownTypes = unknownTypes
         self.maxHistoryDays = maxHistoryDays
@@ -233,7 +236,7 @@ public final class HealthService: @unchecked Sendable {
 
     /// What an ingest would do to the rows `tables` reads: its report and its unit of work.
     func plan(_ user: String, _ request: IngestRequest, now: Timestamp, tables: HealthTables) throws(HealthError) -> (report: IngestReport, tx: Transaction) {
-        let began = monotonicMicros()
+        let began = clock.monotonicMicros()
         let large = request.count > HealthRules.largeIngest
         if large { logger.info("health.ingest: \(request.count) items, placing them") }
         let latest = now.milliseconds + HealthRules.futureAllowanceMs
@@ -301,11 +304,11 @@ public final class HealthService: @unchecked Sendable {
             try work.put(r.item.uuid, .record(row, sameContent: false), replacing: existing)
             report.records[r.kind, default: 0] += 1
         }
-        if large { logger.info("health.ingest: placed \(request.count) items in \((monotonicMicros() - began) / 1000) ms, recomputing days") }
+        if large { logger.info("health.ingest: placed \(request.count) items in \((clock.monotonicMicros() - began) / 1000) ms, recomputing days") }
         report.daysRecomputed = try work.recompute()
         try saveProfile(&work, zone: request.zone, authorizedFrom: request.authorizedFrom)
         if large {
-            logger.info("health.ingest: \(request.count) items (\(report.unchanged) unchanged), \(report.daysRecomputed.count) days recomputed, planned in \((monotonicMicros() - began) / 1000) ms")
+            logger.info("health.ingest: \(request.count) items (\(report.unchanged) unchanged), \(report.daysRecomputed.count) days recomputed, planned in \((clock.monotonicMicros() - began) / 1000) ms")
         }
         return (report, work.tx)
     }

@@ -56,7 +56,7 @@ public final class Dispatcher {
     /// Handles one line (without its newline) of `stream` and appends the response line, if any, to
     /// `out` (for tests).
     public func handleLine(_ line: [UInt8], on stream: RequestStream, into out: inout [UInt8]) {
-        line.withUnsafeBytes { handle(EnvelopeReader(registry: registry).parse($0), on: stream, into: &out) }
+        line.withUnsafeBytes { handle(EnvelopeReader(registry: registry, clock: clock).parse($0), on: stream, into: &out) }
     }
 
     /// Answers one parsed line of `stream`, appending the response line, if any, to `out` (or keeping
@@ -74,7 +74,7 @@ public final class Dispatcher {
             return
         case .tooLong(let limit):
             let error = RPCError.invalidRequest("line longer than \(limit) bytes", reason: "line_too_long")
-            deliver(id: .null, .failure(error), depends: nil, started: monotonicMicros(), slot: nil, on: stream, into: &out)
+            deliver(id: .null, .failure(error), depends: nil, started: clock.monotonicMicros(), slot: nil, on: stream, into: &out)
             return
         }
         guard !items.isEmpty else {
@@ -96,7 +96,7 @@ public final class Dispatcher {
             for (i, item) in items.enumerated() {
                 let element = Slot(ordered: false)
                 batch.elements!.append(element)
-                place(item, started: i == 0 ? started : monotonicMicros(), element: element, on: stream, into: &out)
+                place(item, started: i == 0 ? started : clock.monotonicMicros(), element: element, on: stream, into: &out)
             }
             stream.slots.append(batch)
             return
@@ -109,7 +109,7 @@ public final class Dispatcher {
             if wroteAny { out.append(UInt8(ascii: ",")) }
             // What is left of the line for this element's answer, after the room the later ones need.
             let room = budget.room(for: i, used: out.count - mark)
-            if answerInline(item, started: i == 0 ? started : monotonicMicros(), room: room, on: stream, into: &out) {
+            if answerInline(item, started: i == 0 ? started : clock.monotonicMicros(), room: room, on: stream, into: &out) {
                 wroteAny = true
             } else {
                 out.removeSubrange(commaAt...)
@@ -145,7 +145,7 @@ public final class Dispatcher {
             case .slow: (outcome, depends) = (.failure(.internalError), nil)  // `handle` routes slow methods to `place`
             }
         }
-        stats.record(micros: monotonicMicros() - started, failed: outcome.failed)
+        stats.record(micros: clock.monotonicMicros() - started, failed: outcome.failed)
         guard let id else { return false }
         let start = out.count
         writeResponse(id: id, outcome: outcome, read: depends?.wrote != true, room: room, into: &out)
@@ -193,7 +193,7 @@ public final class Dispatcher {
     /// (read order), or straight to `out`.
     func deliver(id: JSON?, _ outcome: Outcome, depends: Dependency?, started: UInt64, slot: Slot?, on stream: RequestStream,
                  into out: inout [UInt8]) {
-        stats.record(micros: monotonicMicros() - started, failed: outcome.failed)
+        stats.record(micros: clock.monotonicMicros() - started, failed: outcome.failed)
         guard let id else {
             slot?.done = true
             return

@@ -31,16 +31,19 @@ public enum ParsedLine: Sendable {
 /// it while the serving thread answers earlier lines.
 public struct EnvelopeReader: Sendable {
     let registry: MethodRegistry
+    /// When a line's parsing starts (request latency counts from there).
+    let clock: Clock
 
-    public init(registry: MethodRegistry) {
+    public init(registry: MethodRegistry, clock: Clock) {
         self.registry = registry
+        self.clock = clock
     }
 
     static let envelopeKeys: Set<String> = ["jsonrpc", "id", "method", "params"]
 
     /// Parses one line (without its newline) and reads its requests' envelopes.
     public func parse(_ line: UnsafeRawBufferPointer) -> ParsedLine {
-        let started = monotonicMicros()
+        let started = clock.monotonicMicros()
         do {
             let value = try JSON.parse(line)
             guard case .array(let items) = value else { return .request(request(value), started: started) }

@@ -185,13 +185,15 @@ public struct Connection {
     public let stream: RequestStream
     /// This stream's subscription to change notifications.
     public var events: EventSubscription { stream.events }
+    /// The kernel's clock (the servers' polling and turns count on its monotonic time).
+    public var clock: Clock { dispatcher.clock }
     /// Response bytes not yet written.
     public var output: [UInt8] = []
 
     /// A connection over `dispatcher` with the given line limit and response ordering.
     public init(dispatcher: Dispatcher, maxLineBytes: Int, ordering: ResponseOrdering = .read) {
         self.dispatcher = dispatcher
-        self.reader = RequestReader(maxLineBytes: maxLineBytes, envelopes: EnvelopeReader(registry: dispatcher.registry))
+        self.reader = RequestReader(maxLineBytes: maxLineBytes, envelopes: EnvelopeReader(registry: dispatcher.registry, clock: dispatcher.clock))
         stream = RequestStream(ordering: ordering)
         dispatcher.hub.add(stream.events)
     }

@@ -56,6 +56,8 @@ public struct SocketError: Error, CustomStringConvertible {
 /// connection holding the longest one is cut, so many peers that never end a line cannot exhaust memory.
 public final class SocketServer: @unchecked Sendable {
     private let path: String
+    /// Its monotonic time counts turns, accept pauses and start-up waits (the kernel's clock).
+    private let clock: Clock
     private let makeConnection: () -> Connection
     private let lock: ServingLock
     private let maxUnreadBytes: Int
@@ -93,8 +95,9 @@ public final class SocketServer: @unchecked Sendable {
     public var afterRound: () -> Void = {}
 
     /// A server for `path` whose connections come from `makeConnection`, answered holding `lock`.
-    public init(path: String, lock: ServingLock, maxUnreadBytes: Int, maxInputBytes: Int = 256 << 20,
+    public init(path: String, lock: ServingLock, maxUnreadBytes: Int, maxInputBytes: Int = 256 << 20, clock: Clock = SystemClock(),
                 makeConnection: @escaping () -> Connection) {
+        self.clock = clock
         self.path = path
         self.lock = lock
         self.maxUnreadBytes = maxUnreadBytes
@@ -138,18 +141,17 @@ public final class SocketServer: @unchecked Sendable {
     /// that belongs to start-up, not to the first long line a host sends (whose memory a host watches).
     /// Waits at most a second.
     private func warmParsers() {
-        let started = Locked(0)
-        let threads = parsers.threads
+        let (started, threads, clock) = (Locked(0), parsers.threads, clock)
         for _ in 0..<threads {
             parsers.submit {
                 _ = try? JSON.parse(Array("{\"jsonrpc\":\"2.0\",\"method\":\"kernel.info\"}".utf8))
                 started.withLock { $0 += 1 }
-                let deadline = monotonicMicros() + 1_000_000
-                while started.withLock({ $0 }) < threads && monotonicMicros() < deadline { usleep(1000) }
+                let deadline = clock.monotonicMicros() + 1_000_000
+                while started.withLock({ $0 }) < threads && clock.monotonicMicros() < deadline { usleep(1000) }
             }
         }
-        let deadline = monotonicMicros() + 1_000_000
-        while started.withLock({ $0 }) < threads && monotonicMicros() < deadline { usleep(1000) }
+        let deadline = clock.monotonicMicros() + 1_000_000
+        while started.withLock({ $0 }) < threads && clock.monotonicMicros() < deadline { usleep(1000) }
     }
 
     /// The address of the Unix socket at `path`.
@@ -205,9 +207,9 @@ public final class SocketServer: @unchecked Sendable {
     /// excepted): a process squatting on the path would otherwise receive the caller's tokens. While the
     /// socket does not exist yet or nobody accepts on it, tries again every 50 ms for up to
     /// `waitSeconds`, so a script can start a kernel in the background and call it on the next line.
-    public static func connectToKernel(_ path: String, waitSeconds: Double = 0) throws(SocketError) -> Int32 {
+    public static func connectToKernel(_ path: String, waitSeconds: Double = 0, clock: Clock = SystemClock()) throws(SocketError) -> Int32 {
         var address = try address(path)
-        let deadline = monotonicMicros() + UInt64(max(0, waitSeconds) * 1_000_000)
+        let deadline = clock.monotonicMicros() + UInt64(max(0, waitSeconds) * 1_000_000)
         var fd: Int32
         while true {
             fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -215,7 +217,7 @@ public final class SocketServer: @unchecked Sendable {
             if Self.connect(fd, to: &address) { break }
             let e = errno
             close(fd)
-            if (e == ENOENT || e == ECONNREFUSED) && monotonicMicros() < deadline {
+            if (e == ENOENT || e == ECONNREFUSED) && clock.monotonicMicros() < deadline {
                 usleep(50_000)
                 continue
             }
@@ -342,7 +344,7 @@ public final class SocketServer: @unchecked Sendable {
         var backlogLeft = false
         while !stopping.isSet {
             fds.removeAll(keepingCapacity: true)
-            let now = monotonicMicros()
+            let now = clock.monotonicMicros()
             let accepting = now >= acceptPausedUntil
             fds.append(pollfd(fd: listenFD, events: accepting ? Int16(POLLIN) : 0, revents: 0))
             fds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
@@ -377,7 +379,7 @@ public final class SocketServer: @unchecked Sendable {
                         let e = errno
                         if e != EAGAIN && e != EWOULDBLOCK && e != EINTR && e != ECONNABORTED {
                             // EMFILE, ENFILE, ENOBUFS: the connection stays queued; try again later.
-                            acceptPausedUntil = monotonicMicros() + 100_000
+                            acceptPausedUntil = clock.monotonicMicros() + 100_000
                             if !acceptFailing {
                                 log("cannot accept socket connections: \(String(cString: strerror(e))); \(peers.count) open, retrying every 100 ms")
                             }
@@ -421,13 +423,13 @@ public final class SocketServer: @unchecked Sendable {
                 for (k, turn) in turns.enumerated() {
                     // A peer gone since it was woken has no turn.
                     guard let peer = turns.count > 1 ? byNumber[turn.peer] : peers.first(where: { $0.number == turn.peer }) else { continue }
-                    let began = monotonicMicros()
+                    let began = clock.monotonicMicros()
                     let fatal = lock.run {
                         answerParsed(peer)
                         return peer.connection.endBatch(waitAbove: nil)
                     }
                     if fatal { onStorageFailure() }
-                    if monotonicMicros() - began > Self.longTurnMicros && k + 1 < turns.count {
+                    if clock.monotonicMicros() - began > Self.longTurnMicros && k + 1 < turns.count {
                         for later in turns[(k + 1)...] { wake(later.peer, later.why) }
                         break
                     }

@@ -123,11 +123,11 @@ public final class StdioServer {
     public func run(readBufferBytes: Int = 256 * 1024) -> Ending {
         let queue = self.queue
         let answered = Locked<[[ParsedLine]]>([])
-        let reader = connection.reader
+        let (reader, clock) = (connection.reader, connection.clock)
         let (inputFD, log, mayBusyWait) = (self.inputFD, self.log, self.mayBusyWait)
         nonisolated(unsafe) let unsafeLog = log
         spawnThread {
-            Self.readLoop(reader: reader, inputFD: inputFD, bufferBytes: readBufferBytes, queue: queue,
+            Self.readLoop(reader: reader, clock: clock, inputFD: inputFD, bufferBytes: readBufferBytes, queue: queue,
                           answered: answered, mayBusyWait: mayBusyWait, log: unsafeLog)
         }
         defer { queue.close() }
@@ -171,7 +171,7 @@ public final class StdioServer {
 
     /// The reader thread: reads until EOF or a stop signal, handing each read's parsed lines over. It
     /// reads input only: whatever else wakes the serving thread signals it directly (`wake`).
-    private static func readLoop(reader: RequestReader, inputFD: Int32, bufferBytes: Int, queue: HandoffQueue<Input>,
+    private static func readLoop(reader: RequestReader, clock: Clock, inputFD: Int32, bufferBytes: Int, queue: HandoffQueue<Input>,
                                  answered: Locked<[[ParsedLine]]>, mayBusyWait: () -> Bool,
                                  log: (String) -> Void) {
         var reader = reader
@@ -179,12 +179,12 @@ public final class StdioServer {
         defer { buffer.deallocate() }
         var fds = [pollfd(fd: inputFD, events: Int16(POLLIN), revents: 0)]
         if signalPipeRead >= 0 { fds.append(pollfd(fd: signalPipeRead, events: Int16(POLLIN), revents: 0)) }
-        var lastInput = monotonicMicros()
+        var lastInput = clock.monotonicMicros()
         while true {
             for i in fds.indices { fds[i].revents = 0 }
             // Shortly after input, poll without sleeping: waking an idle CPU costs tens of microseconds
             // on virtual machines, more than a request takes, and the next request is usually close.
-            let busy = monotonicMicros() - lastInput < Self.busyPollMicros && mayBusyWait()
+            let busy = clock.monotonicMicros() - lastInput < Self.busyPollMicros && mayBusyWait()
             let ready = poll(&fds, nfds_t(fds.count), busy ? 0 : -1)
             if ready == 0 { continue }
             if ready < 0 {
@@ -207,7 +207,7 @@ public final class StdioServer {
                 queue.put(.end(.endOfInput))
                 return
             }
-            lastInput = monotonicMicros()
+            lastInput = clock.monotonicMicros()
             var done = answered.withLock { batches in
                 var taken: [[ParsedLine]] = []
                 swap(&taken, &batches)

@@ -15,12 +15,12 @@ public enum JWTSecret {
     public static let fileName = "jwt-secret"
 
     /// The secret's bytes, creating the data dir file when needed.
-    public static func resolve(configured: String?, dataDir: String?) throws -> [UInt8] {
+    public static func resolve(configured: String?, dataDir: String?, random: RandomSource = SystemRandom()) throws -> [UInt8] {
         if let configured {
             guard configured.utf8.count >= 32 else { throw AuthSetupError("the JWT secret must be at least 32 bytes") }
             return Array(configured.utf8)
         }
-        guard let dataDir else { return Array(Base64URL.encode(Identifiers.randomBytes(48)).utf8) }
+        guard let dataDir else { return Array(Base64URL.encode(random.bytes(48)).utf8) }
         let path = dataDir + "/" + fileName
         if let existing = read(path) { return existing }
         // A new secret would make every token and cursor the data dir's users hold fail "the signature
@@ -30,7 +30,7 @@ public enum JWTSecret {
                 + "put the file back from a backup, or configure the secret it held (auth.jwtSecret); to start over with a "
                 + "new secret on purpose, write one: openssl rand -base64 48 > \(path)")
         }
-        let secret = Array(Base64URL.encode(Identifiers.randomBytes(48)).utf8)
+        let secret = Array(Base64URL.encode(random.bytes(48)).utf8)
         // A file too short to be a secret never signed anything (the start that wrote it failed, as an
         // older version's did when the disk filled up): it is replaced rather than blocking every start.
         let tooShort = access(path, F_OK) == 0

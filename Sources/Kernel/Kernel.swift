@@ -29,9 +29,17 @@ public final class Kernel {
     public let auth: AuthService
     /// When the kernel started.
     public let startedAt: Timestamp
+    /// Wall and monotonic time for everything the kernel does (the servers' too).
+    public let clock: Clock
 
-    /// A kernel for `config`: opens (and recovers) the store, then registers the methods.
-    public init(config: KernelConfig, clock: Clock = SystemClock(), logger: Logger) throws {
+    /// Where ids, secrets and salts are drawn from.
+    public let random: RandomSource
+
+    /// A kernel for `config`: opens (and recovers) the store, then registers the methods. Its time comes
+    /// from `clock` and its randomness from `random` alone (a simulation passes seeded ones).
+    public init(config: KernelConfig, clock: Clock = SystemClock(), random: RandomSource = SystemRandom(), logger: Logger) throws {
+        self.clock = clock
+        self.random = random
         self.config = config
         let stats = RequestStats()
         startedAt = clock.now()
@@ -44,7 +52,7 @@ public final class Kernel {
             options.schema = config.storeSchema
             options.connectTimeoutSeconds = config.storeConnectTimeoutSeconds
             options.tombstonesPerUser = Int(config.limits.tombstonesPerUser)
-            let postgres = try PostgresStore(options: options, clock: clock, log: { [logger] in logger.warning("\($0)") })
+            let postgres = try PostgresStore(options: options, clock: clock, random: random, log: { [logger] in logger.warning("\($0)") })
             if postgres.migration.from != postgres.migration.to {
                 logger.info("schema \(options.schema) migrated from version \(postgres.migration.from) to \(postgres.migration.to)")
             }
@@ -72,7 +80,7 @@ public final class Kernel {
         self.storage = storage
         let auth: AuthService
         do {
-            auth = try Self.makeAuth(config: config, store: storage, secret: sharedSecret, tables: tables.auth, logger: logger)
+            auth = try Self.makeAuth(config: config, store: storage, secret: sharedSecret, tables: tables.auth, clock: clock, random: random, logger: logger)
         } catch {
             store?.abandon()
             throw error
@@ -85,7 +93,7 @@ public final class Kernel {
         self.auth = auth
         let info = InfoSections()
         let context = DomainContext(store: storage, cursorSecrets: auth.cursorSecrets, entities: EntityRenderers(), limits: config.limits,
-                                    maxAnswerBytes: config.maxAnswerBytes, info: info)
+                                    maxAnswerBytes: config.maxAnswerBytes, info: info, clock: clock, random: random)
         let events = EventHub()
         events.alarm = SubscriptionAlarm(clock: clock)
         events.onEnded = { [logger] in
@@ -128,19 +136,19 @@ public final class Kernel {
 
     /// Loads the signing secret and the key sources (JWKS files and URLs) the configuration names.
     static func makeAuth(config: KernelConfig, store: any KernelStore, secret shared: [UInt8]?, tables: AuthTables,
-                         logger: Logger) throws -> AuthService {
-        let secret = try shared ?? JWTSecret.resolve(configured: config.auth.jwtSecret, dataDir: (store as? Store)?.options.dataDir)
-        let issuerKeys = try config.auth.jwksPath.map { path throws(AuthSetupError) in try KeySource.file(path, logger: logger) } ?? .fixed(KeySet())
+                         clock: Clock, random: RandomSource, logger: Logger) throws -> AuthService {
+        let secret = try shared ?? JWTSecret.resolve(configured: config.auth.jwtSecret, dataDir: (store as? Store)?.options.dataDir, random: random)
+        let issuerKeys = try config.auth.jwksPath.map { path throws(AuthSetupError) in try KeySource.file(path, logger: logger, clock: clock) } ?? .fixed(KeySet())
         var providerKeys: [String: KeySource] = [:]
         for provider in config.auth.providers {
             if let url = provider.jwksUrl {
-                providerKeys[provider.name] = KeySource.url(url, logger: logger)
+                providerKeys[provider.name] = KeySource.url(url, logger: logger, clock: clock)
             } else if let path = provider.jwksPath {
-                providerKeys[provider.name] = try KeySource.file(path, logger: logger)
+                providerKeys[provider.name] = try KeySource.file(path, logger: logger, clock: clock)
             }
         }
         return try AuthService(config: config.auth, secret: secret, issuerKeys: issuerKeys, providerKeys: providerKeys,
-                               store: store, tables: tables)
+                               store: store, tables: tables, random: random)
     }
 
     /// The methods of the kernel's own layers, before the domains' (`domains`). A duplicate name stops

@@ -110,11 +110,9 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// start. Server process ids cannot serve: a process of another kernel may get the number of one
     /// of ours that ended, and its announcements would be taken for ours and never read. A random id
     /// of 64 bits is shared by two kernels of one database with odds of about n²/2⁶⁵.
-    let kernelID: String = {
-        var rng = SystemRandomNumberGenerator()
-        let hex = String(rng.next() as UInt64, radix: 16)
-        return "k" + String(repeating: "0", count: 16 - hex.count) + hex
-    }()
+    let kernelID: String
+    /// Where the kernel id and a first shared secret are drawn from.
+    let random: RandomSource
     /// How long an own change waits to be heard back before it is handed over anyway (a listener that
     /// far behind is not keeping order for anyone), and how many may wait.
     static let unheardWaitMicros: UInt64 = 10_000_000
@@ -136,12 +134,16 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     /// Connects (retrying for `connectTimeoutSeconds`, a line in the log per attempt) and brings the
     /// schema to this binary's version.
-    public init(options: PostgresOptions, clock: Clock, log: @escaping @Sendable (String) -> Void) throws(PostgresOpenError) {
+    public init(options: PostgresOptions, clock: Clock, random: RandomSource = SystemRandom(),
+                log: @escaping @Sendable (String) -> Void) throws(PostgresOpenError) {
         self.options = options
         self.clock = clock
+        self.random = random
+        let hex = String(random.next(), radix: 16)
+        kernelID = "k" + String(repeating: "0", count: 16 - hex.count) + hex
         self.log = log
         schema = Schema.quote(options.schema)
-        let deadline = monotonicMicros() + UInt64(options.connectTimeoutSeconds) * 1_000_000
+        let deadline = clock.monotonicMicros() + UInt64(options.connectTimeoutSeconds) * 1_000_000
         var attempt = 0
         var connection: DatabaseConnection?
         while connection == nil {
@@ -149,7 +151,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             do {
                 connection = try DatabaseConnection(url: options.url, setup: Self.session(Schema.quote(options.schema)), log: log)
             } catch {
-                guard monotonicMicros() < deadline else { throw .unreachable(error.description) }
+                guard clock.monotonicMicros() < deadline else { throw .unreachable(error.description) }
                 log("attempt \(attempt): \(error.description); retrying")
                 sleep(1)
             }
@@ -528,7 +530,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             }
         }
         guard ownUnheardCount > 0 else { return out }
-        let epoch = listener.epoch, now = monotonicMicros(), crowded = ownUnheardCount > Self.unheardLimit
+        let epoch = listener.epoch, now = clock.monotonicMicros(), crowded = ownUnheardCount > Self.unheardLimit
         var lost: [CommittedChange] = []
         for (user, waiting) in ownUnheard {
             let gone = waiting.prefix { crowded || $0.epoch != epoch || now - $0.at > Self.unheardWaitMicros }
@@ -643,7 +645,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// wait for it, so that they take their place among other kernels' changes; the rest go at the next
     /// call. O(changes).
     private func keep(_ changes: [CommittedChange], epoch: Int?) {
-        let now = monotonicMicros()
+        let now = clock.monotonicMicros()
         var i = 0
         while i < changes.count {
             // One commit's changes of one user come together, their positions in order.
@@ -750,7 +752,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// again until it is final, for at most `outcomeWaitMicros`. Never "not committed" unless the server
     /// says so.
     func outcome(of xid: String, on connection: DatabaseConnection, backend: Int32) -> CommitOutcome {
-        Self.outcome(of: xid, waitingMicros: Self.outcomeWaitMicros, ask: { () throws(StorageError) -> String? in
+        Self.outcome(of: xid, waitingMicros: Self.outcomeWaitMicros, clock: clock, ask: { () throws(StorageError) -> String? in
             let answer = try connection.run([Statement("SELECT pg_xact_status($1::xid8)", [xid])])
             if let failed = answer[0].error { throw StorageError.unavailable("pg_xact_status failed: SQLSTATE \(failed.state)") }
             return answer[0].scalar
@@ -763,16 +765,16 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// The rule of `outcome(of:on:backend:)`, apart from the database: `ask` answers `pg_xact_status`
     /// (`committed`, `aborted`, `in progress`, or nil when the server no longer knows), or throws when it
     /// cannot be reached; `endBackend` ends the old server process once.
-    static func outcome(of xid: String, waitingMicros: UInt64, ask: () throws(StorageError) -> String?, endBackend: () -> Void,
-                        pause: (UInt32) -> Void = { usleep($0) }) -> CommitOutcome {
-        let deadline = monotonicMicros() + waitingMicros
+    static func outcome(of xid: String, waitingMicros: UInt64, clock: Clock = SystemClock(), ask: () throws(StorageError) -> String?,
+                        endBackend: () -> Void, pause: (UInt32) -> Void = { usleep($0) }) -> CommitOutcome {
+        let deadline = clock.monotonicMicros() + waitingMicros
         var ended = false
         while true {
             let status: String?
             do {
                 status = try ask()
             } catch {
-                guard monotonicMicros() < deadline else { return .unknown("the server cannot be reached to ask (\(error))") }
+                guard clock.monotonicMicros() < deadline else { return .unknown("the server cannot be reached to ask (\(error))") }
                 pause(100_000)
                 continue
             }
@@ -785,7 +787,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
                     endBackend()
                     continue
                 }
-                guard monotonicMicros() < deadline else { return .unknown("transaction \(xid) is still in progress") }
+                guard clock.monotonicMicros() < deadline else { return .unknown("transaction \(xid) is still in progress") }
                 pause(50_000)
             default:
                 // NULL: too old for the server to remember, which a commit of a moment ago never is.
@@ -843,9 +845,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// A secret every kernel on the database shares (made by the first that needs it): the signing
     /// secret of tokens when none is configured, so kernels accept each other's tokens and cursors.
     public func sharedSecret(named name: String) throws(StorageError) -> [UInt8] {
-        var bytes = [UInt8](repeating: 0, count: 48)
-        var rng = SystemRandomNumberGenerator()
-        for i in bytes.indices { bytes[i] = rng.next() }
+        let bytes = random.bytes(48)
         let fresh = bytes.map { String($0, radix: 16) }.joined()
         let results = try main.run([
             Statement("INSERT INTO shared (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING", [name, fresh]),

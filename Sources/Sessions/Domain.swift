@@ -12,7 +12,7 @@ public struct SessionsDomain: Domain {
 
     public init(config: NoConfig, tables: SessionTables, context: DomainContext) {
         let se = SessionsService(store: context.store, tables: tables, cursorSecrets: context.cursorSecrets,
-                                  sessionsPerUser: context.limits.sessionsPerUser)
+                                  sessionsPerUser: context.limits.sessionsPerUser, random: context.random)
         context.entities.add([
             "sessions.session": { (user, id, _) throws(RPCError) in
                 try answer { () throws(SessionsError) in try se.session(user, id) }.map(\.json)

@@ -10,10 +10,14 @@ public final class SessionsService: @unchecked Sendable {
     private let cursors: CursorSeal
     /// Sessions kept per user (0: no limit).
     let sessionsPerUser: Int64
+    /// Where session and timer ids are drawn from.
+    let random: RandomSource
     static let countKey = "sessions"
 
     /// A service over `tables`; `cursorSecrets` (the first signs, all open) list cursors so a tampered one is refused.
-    public init(store: any Storage, tables: SessionTables, cursorSecrets: [[UInt8]], sessionsPerUser: Int64 = UserLimits().sessionsPerUser) {
+    public init(store: any Storage, tables: SessionTables, cursorSecrets: [[UInt8]], sessionsPerUser: Int64 = UserLimits().sessionsPerUser,
+                random: RandomSource = SystemRandom()) {
+        self.random = random
         self.store = store
         self.tables = tables
         self.sessionsPerUser = sessionsPerUser
@@ -49,7 +53,7 @@ public final class SessionsService: @unchecked Sendable {
         if let end, end.milliseconds < minimumEnd { throw .endBeforeDuration }
         let row = MeditationRow(startTime: start.milliseconds, durationSeconds: duration, endTime: end?.milliseconds ?? minimumEnd,
                              createdAt: now.milliseconds, clientSessionId: clientSessionId)
-        let id = Identifiers.uuid()
+        let id = random.uuid()
         var tx = Transaction()
         try count(user, adding: 1, &tx)
         tx.put(tables.records, user: user, key: id, row)
@@ -66,7 +70,7 @@ public final class SessionsService: @unchecked Sendable {
         if try existing(user, clientSessionId: clientSessionId) != nil { throw .clientSessionIdUsed }
         var unused = Transaction()
         try count(user, adding: 1, &unused)  // only checks: the count moves when the timer stops
-        let timer = TimerRow(sessionId: Identifiers.uuid(), clientSessionId: clientSessionId, startedAt: now.milliseconds,
+        let timer = TimerRow(sessionId: random.uuid(), clientSessionId: clientSessionId, startedAt: now.milliseconds,
                              accumulatedMs: 0, runningSince: now.milliseconds)
         try save(user, timer)
         return SessionTimer(timer, now: now)

@@ -83,10 +83,10 @@ final class Backlog {
 extension Store {
     /// Applies the backlog for up to `budgetMicros`, oldest unit first; returns whether any is left.
     public func applyBacklog(budgetMicros: UInt64) -> Bool {
-        let began = monotonicMicros()
+        let began = clock.monotonicMicros()
         while !backlog.isEmpty {
             applySlice(of: 0, entries: Backlog.entriesPerCheck)
-            if monotonicMicros() - began >= budgetMicros { break }
+            if clock.monotonicMicros() - began >= budgetMicros { break }
         }
         return !backlog.isEmpty
     }

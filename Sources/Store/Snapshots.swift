@@ -55,9 +55,9 @@ extension FileJournal {
         bytesSinceCheckpoint = 0
         firstChangeSinceCheckpoint = nil
         let createdAt = clock.now()
-        let (disk, segments, state, running, log) = (self.disk, self.segments, checkpoints, checkpointRunning, self.log)
+        let (disk, segments, state, running, log, clock) = (self.disk, self.segments, checkpoints, checkpointRunning, self.log, self.clock)
         return {
-            let started = monotonicMicros()
+            let started = clock.monotonicMicros()
             let name = StoreFiles.snapshotName(seq: snapSeq)
             var size = 0
             let failure = disk.writeDurably(name) { write in
@@ -66,7 +66,7 @@ extension FileJournal {
                     write(chunk)
                 }
             }
-            let info = SnapshotInfo(seq: snapSeq, bytes: size, durationMs: Int((monotonicMicros() - started) / 1000))
+            let info = SnapshotInfo(seq: snapSeq, bytes: size, durationMs: Int((clock.monotonicMicros() - started) / 1000))
             if let failure {
                 log("snapshot failed: \(failure); the log still holds everything")
             } else {

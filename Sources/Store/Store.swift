@@ -71,7 +71,7 @@ public final class Store: Storage, @unchecked Sendable {
     /// The slot the next registered table gets.
     @usableFromInline var nextSlot: Int { slots.count }
     private let log: @Sendable (String) -> Void
-    private let clock: Clock
+    let clock: Clock
     private let journal: Journal
     private let uniqueKeys = UniqueKeys()
     /// Whether the journal keeps records (else no undo is needed: nothing can fail to be written).

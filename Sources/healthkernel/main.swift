@@ -196,7 +196,7 @@ struct Serve: ParsableCommand {
             let lock = ServingLock()
             server.lock = lock
             let socketServer = SocketServer(path: String(listen.dropFirst(5)), lock: lock, maxUnreadBytes: maxUnreadBytes,
-                                            maxInputBytes: maxInputBytes,
+                                            maxInputBytes: maxInputBytes, clock: kernel.clock,
                                             makeConnection: { kernel.connection() })
             socketServer.log = { logger.warning("\($0)") }
             socketServer.applyBacklog = { kernel.dispatcher.applyBacklog() }

@@ -220,7 +220,7 @@ func exchange(_ input: String, maxLineBytes: Int = 1 << 20) throws -> [JSON] {
     /// thread like any long line; before, it was parsed on the polling thread whatever its size, holding
     /// every connection for the parse. A short one is still parsed at once.
     @Test func aLongLineEndedByThePeersEndOfInputIsLeftForAParser() throws {
-        var reader = RequestReader(maxLineBytes: 32 << 20, envelopes: EnvelopeReader(registry: try makeDispatcher().registry))
+        var reader = RequestReader(maxLineBytes: 32 << 20, envelopes: EnvelopeReader(registry: try makeDispatcher().registry, clock: FixedClock()))
         let long = Array(#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"pad":""#.utf8)
             + [UInt8](repeating: 0x61, count: SocketServer.parseInlineBytes * 4) + Array(#""}}"#.utf8)
         let read = long.withUnsafeBytes { SocketServer.lines($0, &reader) }

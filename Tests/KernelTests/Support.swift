@@ -4,6 +4,8 @@ import JSONParsing
 import JSONRPC
 import Kernel
 import Logging
+import Storage
+import Chrono
 import TestSupport
 
 /// Paths of the package, found from this file so tests run from any working directory.
@@ -34,7 +36,8 @@ let testServiceToken = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJpc3MiOiJoZWFsdGh
 
 /// A kernel in this process, memory-only (or, with `HEALTHKERNEL_TEST_STORE=postgres`, on a fresh
 /// schema of the test PostgreSQL, unless the test gave it a data dir or a store of its own).
-func makeKernel(_ configure: (inout KernelConfig) -> Void = { _ in }) throws -> Kernel {
+func makeKernel(clock: Clock = SystemClock(), random: RandomSource = SystemRandom(),
+                _ configure: (inout KernelConfig) -> Void = { _ in }) throws -> Kernel {
     var config = KernelConfig()
     config.memoryOnly = true
     config.auth.jwtSecret = testSecret
@@ -43,7 +46,7 @@ func makeKernel(_ configure: (inout KernelConfig) -> Void = { _ in }) throws -> 
     var logger = Logger(label: "test")
     // HK_TEST_LOG=1 shows the kernels' warnings (how the sign-up race's batch failures were found).
     logger.logLevel = ProcessInfo.processInfo.environment["HK_TEST_LOG"] != nil ? .warning : .critical
-    return try Kernel(config: config, logger: logger)
+    return try Kernel(config: config, clock: clock, random: random, logger: logger)
 }
 
 /// The stores a kernel can run on, for tests that run once per store.

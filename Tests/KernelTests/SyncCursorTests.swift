@@ -43,6 +43,7 @@ import Threads
     final class MovableClock: Clock, @unchecked Sendable {
         let offset = Locked<Int64>(0)
         func now() -> Timestamp { Timestamp(milliseconds: SystemClock().now().milliseconds + offset.withLock { $0 }) }
+        func monotonicMicros() -> UInt64 { SystemClock().monotonicMicros() }
     }
 
     @Test func aSubscriptionEndsAtItsTokensExpiryAndCanAlwaysBeEnded() throws {

@@ -10,6 +10,7 @@ final class TickingClock: Clock, @unchecked Sendable {
     private let lock = NSLock()
     private var ms: Int64 = 1_700_000_000_000
     func now() -> Timestamp { lock.withLock { ms += 1; return Timestamp(milliseconds: ms) } }
+    func monotonicMicros() -> UInt64 { SystemClock().monotonicMicros() }
 }
 
 /// The change feed as the store keeps it: stamps beside synced rows, tombstones for deleted ones.

@@ -15,6 +15,8 @@ public struct FixedClock: Clock {
     public let ms: Int64
     public init(ms: Int64 = 1_700_000_000_000) { self.ms = ms }
     public func now() -> Timestamp { Timestamp(milliseconds: ms) }
+    /// Durations still pass (time slices, deadlines), only the wall clock stands still.
+    public func monotonicMicros() -> UInt64 { SystemClock().monotonicMicros() }
 }
 
 /// The user id domain tests act as.
