@@ -19,8 +19,10 @@ import TestSupport
 
     /// Runs `disrupt` while a thread sends batches of `test.write` (each writes two rows in one
     /// transaction), then waits for 50 more answered writes and checks the store against the answers.
+    /// `disrupt` is given a wait for the first write refused (at most 10 s), so that it can hold the
+    /// server down until the writer has met it, however the threads were scheduled.
     func underLoad(_ server: TestPostgres.Private, configure: (inout KernelConfig) -> Void = { _ in },
-                   expectRefusals: Bool = true, _ disrupt: () -> Void) throws {
+                   expectRefusals: Bool = true, _ disrupt: (_ untilRefused: () -> Void) -> Void) throws {
         let kernel = try makeKernel { config in
             config.memoryOnly = false
             config.storeURL = server.url
@@ -74,7 +76,10 @@ import TestSupport
             done.signal()
         }
         usleep(300_000)
-        disrupt()
+        disrupt {
+            let deadline = Date().addingTimeInterval(10)
+            while outcomes.refused.value.isEmpty && Date() < deadline { usleep(10_000) }
+        }
         // The kernel serves again by itself: wait for writes answered after the disruption.
         let before = outcomes.answered.value.count
         let deadline = Date().addingTimeInterval(30)
@@ -102,7 +107,7 @@ import TestSupport
         // A batch whose connection broke asks the server its fate for up to 5 s (#52 item 4): a server
         // back within that says, so refusals are no longer needed here; nothing answered may be lost and
         // nothing refused may be applied, as before.
-        try underLoad(server, expectRefusals: false) {
+        try underLoad(server, expectRefusals: false) { _ in
             server.halt()
             usleep(500_000)
             server.resume()
@@ -114,9 +119,9 @@ import TestSupport
     @Test func aServerKilledMidCommitLosesNothingAnswered() throws {
         let server = TestPostgres.Private()
         defer { server.stop() }
-        try underLoad(server) {
+        try underLoad(server) { untilRefused in
             server.crash()
-            usleep(300_000)
+            untilRefused()  // down until a write met it (it used to be 300 ms, which a busy run could miss)
             server.resume()
         }
     }
@@ -127,7 +132,7 @@ import TestSupport
     @Test func connectionsTerminatedMidBatchLoseNothingAnswered() throws {
         let server = TestPostgres.Private()
         defer { server.stop() }
-        try underLoad(server) {
+        try underLoad(server) { _ in
             for _ in 0..<10 {
                 server.sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = 'hk'")
                 usleep(60_000)
@@ -141,7 +146,7 @@ import TestSupport
         let server = TestPostgres.Private()
         defer { server.stop() }
         server.sql("ALTER ROLE hk SET statement_timeout = '250ms'")
-        try underLoad(server) {
+        try underLoad(server) { _ in
             server.sql("BEGIN; LOCK TABLE healthkernel.rows IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(1.5); COMMIT")
         }
     }
