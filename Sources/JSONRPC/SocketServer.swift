@@ -369,7 +369,6 @@ public final class SocketServer: @unchecked Sendable {
             if poked {
                 var drain = [UInt8](repeating: 0, count: 64)
                 while read(wakeRead, &drain, drain.count) > 0 {}
-                for done in parsedLines.takeAll(wait: false) { done.queued.line = done.line }
             }
             let polled = peers.count
             if fds[0].revents != 0 {
@@ -419,6 +418,11 @@ public final class SocketServer: @unchecked Sendable {
             // the rest wait for the next round, so a short request waits for at most one such commit.
             if poked {
                 let turns = woken.withLock { $0.take() }
+                // Long lines parsed are taken after the woken peers, never before: a parser hands its line
+                // over before it wakes the peer, so every peer taken finds its line here. (Taken before,
+                // a line handed over in between was left for a peer whose wake this round used up: it
+                // waited forever, 2 of 100 peers in many.py.)
+                for done in parsedLines.takeAll(wait: false) { done.queued.line = done.line }
                 let byNumber = turns.count > 1 ? Dictionary(uniqueKeysWithValues: peers.map { ($0.number, $0) }) : [:]
                 for (k, turn) in turns.enumerated() {
                     // A peer gone since it was woken has no turn.
