@@ -547,7 +547,12 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     public func commit(_ tx: Transaction) throws(StorageError) {
         guard !tx.isEmpty else { return }
-        let tx = unit.merge(tx)
+        // A month planned on a worker stays planned: the attached changes join its plan.
+        let tx = unit.merge(tx) { [slots] prepared, attached in
+            guard var plan = (prepared as? PreparedPlan)?.plan else { return nil }
+            for entry in attached { plan.add(entry, slots) }
+            return PreparedPlan(plan: plan)
+        }
         let at = clock.now().milliseconds
         var plan: CommitPlan
         if let prepared = tx.prepared as? PreparedPlan, prepared.plan.collects == collectsChanges {

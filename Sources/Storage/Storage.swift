@@ -133,8 +133,12 @@ public struct UnitOfWork: Sendable {
 
     /// `tx` with the attached changes in front (once): the commit a store makes. The commit's own
     /// changes win: an attached change of a row `tx` puts or deletes, or of a user it deletes whole,
-    /// is left out. O(changes of `tx`) when something is attached, nothing otherwise.
-    public mutating func merge(_ tx: Transaction) -> Transaction {
+    /// is left out. A `tx` prepared on a worker keeps its prepared form, extended by `extend` with the
+    /// attached changes (nil: the store plans the whole commit again). O(changes of `tx`) when
+    /// something is attached, nothing otherwise.
+    public mutating func merge(_ tx: Transaction,
+                               extend: (_ prepared: any Sendable, _ attached: [Transaction.Entry]) -> (any Sendable)? = { _, _ in nil })
+        -> Transaction {
         guard !attached.isEmpty, !tx.isEmpty else { return tx }
         defer { attached = [] }
         var rows: Set<String> = [], users: Set<String> = []
@@ -152,7 +156,9 @@ public struct UnitOfWork: Sendable {
             default: return true
             }
         }
-        return Transaction(entries: kept + tx.entries)
+        var merged = Transaction(entries: kept + tx.entries)
+        if let prepared = tx.prepared { merged.prepared = kept.isEmpty ? prepared : extend(prepared, kept) }
+        return merged
     }
 }
 

@@ -387,7 +387,13 @@ public final class Store: Storage, @unchecked Sendable {
     /// `flush()`. All of its changes apply, or none.
     public func commit(_ tx: Transaction) throws(StorageError) {
         guard !tx.isEmpty else { return }
-        let tx = unit.merge(tx)
+        // A month prepared on a worker stays prepared: the attached changes' bytes go in front of its own.
+        let tx = unit.merge(tx) { prepared, attached in
+            guard let bytes = prepared as? [UInt8] else { return nil }
+            var front: [UInt8] = []
+            for entry in attached { entry.writeBinary(to: &front) }
+            return front + bytes
+        }
         if let refuseWrites { throw StorageError.unavailable(refuseWrites) }
         // A user's units apply in commit order: one still in the backlog is finished first.
         if !backlog.isEmpty {
