@@ -423,10 +423,9 @@ public final class SocketServer: @unchecked Sendable {
                 // a line handed over in between was left for a peer whose wake this round used up: it
                 // waited forever, 2 of 100 peers in many.py.)
                 for done in parsedLines.takeAll(wait: false) { done.queued.line = done.line }
-                let byNumber = turns.count > 1 ? Dictionary(uniqueKeysWithValues: peers.map { ($0.number, $0) }) : [:]
+                let byNumber = Dictionary(uniqueKeysWithValues: peers.map { ($0.number, $0) })
                 for (k, turn) in turns.enumerated() {
-                    // A peer gone since it was woken has no turn.
-                    guard let peer = turns.count > 1 ? byNumber[turn.peer] : peers.first(where: { $0.number == turn.peer }) else { continue }
+                    guard let peer = byNumber[turn.peer] else { continue }  // gone since it was woken
                     let began = clock.monotonicMicros()
                     let fatal = lock.run {
                         answerParsed(peer)
