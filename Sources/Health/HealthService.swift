@@ -213,7 +213,7 @@ public final class HealthService: @unchecked Sendable {
     /// requests of other users. O(1) here.
     public func beginIngest(_ user: String, now: Timestamp) throws(HealthError) -> PreparedIngest {
         PreparedIngest(service: self, user: user, now: now, views: Views(tables.views(of: user, in: store)),
-                       versions: try storage(try store.viewedVersions(of: user, in: tables.all)))
+                       versions: try storage(try store.viewedVersions(of: user, in: tables.all)), attached: store.attachedToUnit)
     }
 
     /// Commits a planned ingest, on the serving thread. When the user's HealthKit rows changed after the
@@ -706,12 +706,16 @@ public struct PreparedIngest: @unchecked Sendable {
     let views: Views
     /// The versions of the user's HealthKit tables (`Storage.versions(of:in:)`) when the views were made.
     let versions: [UInt64]
+    /// Changes attached to the request's unit (its user's account): joined on the worker, so that the
+    /// commit on the serving thread copies nothing to add them.
+    let attached: [Transaction.Entry]
 
     /// Places, compares and recomputes against the views: safe on any thread.
     public func plan(_ request: IngestRequest) -> PlannedIngest {
         PlannedIngest(request: request, result: Result { () throws(HealthError) in
             guard let tables = views.tables else { preconditionFailure("an ingest planned after it finished") }
             var planned = try service.plan(user, request, now: now, tables: tables)
+            planned.tx = UnitOfWork.joined(attached, planned.tx)
             service.store.prepare(&planned.tx)
             return planned
         })

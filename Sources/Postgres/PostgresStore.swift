@@ -73,6 +73,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     public func beginUnit(mayFinishLater: Bool) { unit.begin(mayFinishLater: mayFinishLater, lastCommit: lastCommitID) }
 
     public func attachToUnit(_ tx: Transaction) { unit.attach(tx) }
+    public var attachedToUnit: [Transaction.Entry] { unit.pending }
 
     public func endUnit() -> ClosedRange<UInt64>? {
         endRequest()

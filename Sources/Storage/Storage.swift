@@ -62,6 +62,10 @@ public protocol Storage: AnyObject {
     /// account its user needs first, say); dropped when the unit commits nothing, so that a request
     /// that fails or writes nothing changes nothing.
     func attachToUnit(_ tx: Transaction)
+    /// The changes attached to the running unit and not yet committed. A request planned on a worker
+    /// puts them in its own transaction there (`UnitOfWork.joined`), so that the commit finds them
+    /// already in place instead of copying a month of changes on the serving thread to add them.
+    var attachedToUnit: [Transaction.Entry] { get }
     /// Ends the unit begun last (its scope too, as `endRequest`), and returns the numbers of the commits
     /// it made, nil when it made none: what the request's answer depends on. Commit numbers count this
     /// storage's commits (`CommittedChange.commit`).
@@ -143,22 +147,38 @@ public struct UnitOfWork: Sendable {
         attached += tx.entries
     }
 
-    /// `tx` with the attached changes in front (once): the commit a store makes. The commit's own
-    /// changes win: an attached change of a row `tx` puts or deletes, or of a user it deletes whole,
-    /// is left out. A `tx` prepared on a worker keeps its prepared form, extended by `extend` with the
-    /// attached changes (nil: the store plans the whole commit again). O(changes of `tx`) when
-    /// something is attached, nothing otherwise.
+    /// The changes attached and not yet committed.
+    public var pending: [Transaction.Entry] { attached }
+
+    /// `tx` with the attached changes in front (once): the commit a store makes. A `tx` that already
+    /// holds them (joined on a worker) is taken as it is; otherwise see `joined`. A `tx` prepared on a
+    /// worker keeps its prepared form, extended by `extend` with the attached changes (nil: the store
+    /// plans the whole commit again). O(changes of `tx`) when something is attached, nothing otherwise.
     public mutating func merge(_ tx: Transaction,
                                extend: (_ prepared: any Sendable, _ attached: [Transaction.Entry]) -> (any Sendable)? = { _, _ in nil })
         -> Transaction {
         guard !attached.isEmpty, !tx.isEmpty else { return tx }
         defer { attached = [] }
-        // One pass over the commit's changes, comparing each with the few attached ones (one account):
-        // no key is built per change, which for a month of samples cost the serving thread milliseconds.
-        let kept = attached.filter { attached in !tx.entries.contains { Self.overrides($0, attached) } }
+        let kept = Self.notOverridden(attached, by: tx)
+        guard !kept.isEmpty else { return tx }
         var merged = Transaction(entries: kept + tx.entries)
-        if let prepared = tx.prepared { merged.prepared = kept.isEmpty ? prepared : extend(prepared, kept) }
+        if let prepared = tx.prepared { merged.prepared = extend(prepared, kept) }
         return merged
+    }
+
+    /// `tx` with `attached` in front, where `tx`'s own changes win: an attached change of a row `tx`
+    /// puts or deletes, or of a user it deletes whole, is left out. Pure, so a worker planning a month
+    /// joins them there (a copy of the month's changes, off the serving thread); the commit then finds
+    /// each attached change overridden by the same change of `tx` and copies nothing.
+    public static func joined(_ attached: [Transaction.Entry], _ tx: Transaction) -> Transaction {
+        let kept = notOverridden(attached, by: tx)
+        return kept.isEmpty ? tx : Transaction(entries: kept + tx.entries)
+    }
+
+    /// One pass over the commit's changes per attached change (one account): no key is built per
+    /// change, which for a month of samples cost the serving thread milliseconds.
+    private static func notOverridden(_ attached: [Transaction.Entry], by tx: Transaction) -> [Transaction.Entry] {
+        attached.filter { attached in !tx.entries.contains { overrides($0, attached) } }
     }
 }
 

@@ -117,6 +117,7 @@ public final class Store: Storage, @unchecked Sendable {
     public func endUnit() -> ClosedRange<UInt64>? { unit.end(lastCommit: lastCommitID) }
 
     public func attachToUnit(_ tx: Transaction) { unit.attach(tx) }
+    public var attachedToUnit: [Transaction.Entry] { unit.pending }
 
     /// A store with `options`; register tables, then `open()`.
     public init(options: StoreOptions, clock: Clock, log: @escaping @Sendable (String) -> Void) {
