@@ -14,7 +14,9 @@ let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().path
 // jwt-kit is a test dependency only: the tests use it as an independent JWT implementation.
 // Release builds of the kernel's own modules optimise across module boundaries, so generic store code
 // (Table<Row>) is specialised for the rows that call it instead of looking up type metadata at run time.
-let optimized: [SwiftSetting] = [.unsafeFlags(["-cross-module-optimization"], .when(configuration: .release)), .enableUpcomingFeature("MemberImportVisibility")]
+// Debug builds (the tests', the simulation's) also compile the simulation's mutant switches (Sources/Mutants).
+let optimized: [SwiftSetting] = [.unsafeFlags(["-cross-module-optimization"], .when(configuration: .release)), .enableUpcomingFeature("MemberImportVisibility"),
+                                 .define("SIMULATION", .when(configuration: .debug))]
 
 let package = Package(
     name: "healthkernel",
@@ -47,11 +49,12 @@ let package = Package(
         .target(name: "JanssonArena", dependencies: ["CJansson"]),
         .target(name: "JSONParsing", dependencies: ["CJansson", "JanssonArena", "JSON"], swiftSettings: optimized),
         .target(name: "Threads", swiftSettings: optimized),
+        .target(name: "Mutants", swiftSettings: optimized),
         .target(name: "Chrono", dependencies: ["Threads"], swiftSettings: optimized),
-        .target(name: "JSONRPC", dependencies: ["JSON", "JSONParsing", "Chrono", "Threads"], swiftSettings: optimized),
+        .target(name: "JSONRPC", dependencies: ["JSON", "JSONParsing", "Chrono", "Threads", "Mutants"], swiftSettings: optimized),
         .target(name: "CCRC32C"),
         .target(name: "Storage", dependencies: ["JSON"], swiftSettings: optimized),
-        .target(name: "Store", dependencies: ["JSON", "JSONParsing", "Chrono", "Threads", "CCRC32C", "Storage"], swiftSettings: optimized),
+        .target(name: "Store", dependencies: ["JSON", "JSONParsing", "Chrono", "Threads", "CCRC32C", "Storage", "Mutants"], swiftSettings: optimized),
         .target(
             name: "Postgres",
             dependencies: ["CLibPQ", "JSON", "JSONParsing", "Chrono", "Storage", "Threads"],
@@ -88,7 +91,7 @@ let package = Package(
         ),
         .target(
             name: "Health",
-            dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport", "Threads", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["JSON", "JSONRPC", "Chrono", "Storage", "DomainSupport", "Threads", "Mutants", .product(name: "Logging", package: "swift-log")],
             swiftSettings: optimized
         ),
         .target(
@@ -127,6 +130,16 @@ let package = Package(
             dependencies: ["Kernel", "Auth", "Chrono", "JSON", "JSONParsing", "JSONRPC", "Store", "Subscriptions",
                            .product(name: "Logging", package: "swift-log")],
             path: "Sources/Fuzz"
+        ),
+        // The deterministic simulation (scripts/sim): the kernel under seeded clients, threads, clock and disk.
+        .executableTarget(
+            name: "healthkernel-sim",
+            dependencies: ["Kernel", "Chrono", "JSON", "JSONParsing", "JSONRPC", "Mutants", "Storage", "Store", "Threads",
+                           .product(name: "Crypto", package: "swift-crypto"),
+                           .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                           .product(name: "Logging", package: "swift-log")],
+            path: "Sources/Simulation",
+            swiftSettings: [.define("SIMULATION", .when(configuration: .debug))]
         ),
         .target(
             name: "TestSupport",

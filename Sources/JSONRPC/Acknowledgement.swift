@@ -1,6 +1,9 @@
 import Chrono
 import JSON
 import Threads
+#if SIMULATION
+import Mutants
+#endif
 
 /// Answers to writes wait until the writes are durable: what each answer depends on, the flush at the
 /// end of each batch, and the answers a failed flush refuses. The one owner of that state; used by
@@ -52,7 +55,11 @@ final class Acknowledgement {
         if fatal || !failed.isEmpty || !unknown.isEmpty {
             for w in pending {
                 let commits = w.depends.commits
-                let error = fatal ? Self.syncFailedError : failed.contains { $0.overlaps(commits) } ? Self.notAppliedError
+                var isFailed = failed.contains { $0.overlaps(commits) }
+                #if SIMULATION
+                if Mutant.failureUnsaid.isOn { isFailed = false }
+                #endif
+                let error = fatal ? Self.syncFailedError : isFailed ? Self.notAppliedError
                     : unknown.contains { $0.overlaps(commits) } ? Self.outcomeUnknownError : nil
                 // A read (or a write that committed nothing) only showed those writes: its own words.
                 if let error { refused.append((w, w.depends.wrote ? error : Self.undoneError)) }

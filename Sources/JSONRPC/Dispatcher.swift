@@ -39,7 +39,7 @@ public final class Dispatcher {
     /// Requests per user (`limits.requestsPerSecond`); nil: no limit.
     public var rateLimiter: RateLimiter?
     /// Where slow parts run; started on first use.
-    public lazy var workers = WorkerPool.perCore()
+    public lazy var workers: any Executor = WorkerPool.perCore()
     /// How long the serving thread applies the backlog between rounds of other requests.
     public static let backlogSliceMicros: UInt64 = 4000
 

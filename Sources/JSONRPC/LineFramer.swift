@@ -187,7 +187,8 @@ public struct Connection {
     public var events: EventSubscription { stream.events }
     /// The kernel's clock (the servers' polling and turns count on its monotonic time).
     public var clock: Clock { dispatcher.clock }
-    /// Response bytes not yet written.
+    /// Response bytes not yet written: take them after `endBatch` only (until then an answer held for
+    /// the batch's flush may be rewritten in place as a refusal).
     public var output: [UInt8] = []
 
     /// A connection over `dispatcher` with the given line limit and response ordering.

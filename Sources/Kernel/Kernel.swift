@@ -36,8 +36,10 @@ public final class Kernel {
     public let random: RandomSource
 
     /// A kernel for `config`: opens (and recovers) the store, then registers the methods. Its time comes
-    /// from `clock` and its randomness from `random` alone (a simulation passes seeded ones).
-    public init(config: KernelConfig, clock: Clock = SystemClock(), random: RandomSource = SystemRandom(), logger: Logger) throws {
+    /// from `clock`, its randomness from `random`, and the work it runs off the serving thread goes to
+    /// `executor` (nil: its own threads) alone: a simulation passes seeded and simulated ones.
+    public init(config: KernelConfig, clock: Clock = SystemClock(), random: RandomSource = SystemRandom(), logger: Logger,
+                executor: (any Executor)? = nil) throws {
         self.clock = clock
         self.random = random
         self.config = config
@@ -72,6 +74,7 @@ public final class Kernel {
             options.faults = config.storeFaults
             if let bytes = config.segmentBytes { options.segmentBytes = bytes }
             let memory = Store(options: options, clock: clock, log: { [logger] in logger.warning("\($0)") })
+            if let executor { memory.background = executor }
             tables = Tables(memory)
             builders = Self.domains.map { $0.register(memory) }
             try memory.open()
@@ -115,6 +118,7 @@ public final class Kernel {
             }
         )
         dispatcher.journal = storage
+        if let executor { dispatcher.workers = executor }
         dispatcher.hub = events
         dispatcher.maxAnswerBytes = config.maxAnswerBytes
         if config.limits.requestsPerSecond > 0 && config.limits.burst > 0 {

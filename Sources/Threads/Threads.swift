@@ -229,9 +229,35 @@ public final class Inbox<Item: Sendable>: @unchecked Sendable {
     }
 }
 
+/// Where the kernel runs work off the serving thread. Every job the kernel hands to another thread goes
+/// through one (a worker's plan, a snapshot, memory given back), so that a simulation can run them all
+/// on its one thread, each at the moment its seed picks (`healthkernel-sim`).
+public protocol Executor: Sendable {
+    /// Runs `job` on another thread, some time later.
+    func submit(_ job: @escaping @Sendable () -> Void)
+}
+
+/// A new thread for each job, at `nice` (Linux: per thread): for rare, long jobs that must never wait
+/// behind other work (a background snapshot).
+public struct ThreadPerJob: Executor {
+    public let nice: Int32
+
+    public init(nice: Int32 = 0) { self.nice = nice }
+
+    public func submit(_ job: @escaping @Sendable () -> Void) {
+        let nice = nice
+        spawnThread {
+            #if canImport(Glibc)
+            if nice != 0 { _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, nice) }  // 0: this thread
+            #endif
+            job()
+        }
+    }
+}
+
 /// Threads for slow work (password hashing, waits on the network), so that it never runs on the
 /// thread that serves every request. Jobs run in the order submitted, each on whichever thread is free.
-public final class WorkerPool: Sendable {
+public final class WorkerPool: Executor {
     /// How many threads run jobs.
     public let threads: Int
     private let jobs = Inbox<Job>()

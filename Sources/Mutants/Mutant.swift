@@ -1,0 +1,27 @@
+#if SIMULATION
+import Synchronization
+
+/// Defects once fixed, re-introduced on demand so that the simulation can show it finds them
+/// (`scripts/sim --mutant NAME`). Compiled into debug builds only (the builds the tests and the
+/// simulation run): a release binary has neither the switches nor the code behind them.
+public enum Mutant: String, CaseIterable, Sendable {
+    /// `health.ingest` commits a plan made on rows that another write of the user changed since
+    /// (issue #52, defect 1, on the data dir: the version check skipped).
+    case stalePlan = "stale-plan"
+    /// An automatic snapshot takes its image while records are queued and not yet in the log, so a
+    /// write refused afterwards comes back from the image after a restart (#52, defect 2).
+    case snapshotAheadOfLog = "snapshot-ahead-of-log"
+    /// A write whose log record failed is answered as if it had landed.
+    case failureUnsaid = "failure-unsaid"
+
+    private static let active = Atomic<Int>(-1)
+
+    /// Switches `mutant` on (nil: every one off).
+    public static func activate(_ mutant: Mutant?) {
+        active.store(mutant.flatMap { m in allCases.firstIndex(of: m) } ?? -1, ordering: .relaxed)
+    }
+
+    /// Whether the defect is switched on.
+    public var isOn: Bool { Self.active.load(ordering: .relaxed) == Self.allCases.firstIndex(of: self) }
+}
+#endif

@@ -1,0 +1,119 @@
+import JSON
+
+/// The guarantees a history must keep. Answers are checked as they come; the final state after the
+/// last crash is checked against every answer given.
+struct Checker {
+    let simulation: Simulation
+
+    /// A feed page continues its client's cursor: every change after what the cursor saw, in order.
+    func checkAnswer(_ request: Sent, _ answer: JSON, client: inout Simulation.Client) throws {
+        guard case .feed(let since) = request.operation, let result = answer["result"] else { return }
+        let seqs = (result["changes"]?.arrayValue ?? []).compactMap { $0["seq"]?.intValue }
+        guard zip(seqs, seqs.dropFirst()).allSatisfy({ $0 < $1 }) else { throw Failure("feed page \(request.id) out of order: \(seqs)") }
+        // Only a page read with the client's latest cursor continues its chain (one sent before the
+        // previous page was answered repeats it, rightly).
+        guard since == client.cursors[request.user] else { return }
+        if let last = client.lastSeen[request.user], let first = seqs.first, first <= last {
+            throw Failure("feed page \(request.id) for user \(request.user) repeats position \(first) (the cursor had seen up to \(last))")
+        }
+        if let cursor = result["cursor"]?.stringValue { client.cursors[request.user] = cursor }
+        if let last = seqs.last { client.lastSeen[request.user] = last }
+    }
+
+    /// What the kernel holds after the last crash, read back through the user's whole feed, against
+    /// every answer: each write answered is there, each refused one is not, and every derived row (a
+    /// day's summary, a balance) equals what its base rows give.
+    func checkFinalState() throws {
+        let model = simulation.model
+        for user in 0..<simulation.settings.users {
+            let feed = try readFeed(user)
+            // Samples.
+            var live: [String: (value: Int64, date: String)] = [:]
+            for change in feed where change.entity == "health.sample" && change.upsert {
+                // HealthKit writes UUIDs in upper case; the kernel may keep them in either.
+                live[change.id.uppercased()] = (Int64(change.data?["value"]?.numberValue ?? -1), change.data?["date"]?.stringValue ?? "")
+            }
+            for (uuid, sample) in model.samples where sample.user == user {
+                let there = live[uuid]
+                let mustBe = sample.ingest == .landed && sample.delete != .landed && sample.delete != .unknown
+                let mustNot = sample.ingest == .absent || sample.delete == .landed
+                if mustBe, there == nil { throw Failure("user \(user): sample \(uuid), answered as ingested, is gone") }
+                if mustNot, there != nil { throw Failure("user \(user): sample \(uuid) is there, but its ingest was refused or its delete answered") }
+                if let there, there.value != Int64(sample.value) || there.date != sample.date {
+                    throw Failure("user \(user): sample \(uuid) holds \(there), sent as \(sample.value) on \(sample.date)")
+                }
+            }
+            for uuid in live.keys where model.samples[uuid]?.user != user { throw Failure("user \(user): sample \(uuid) was never sent by them") }
+            // Day summaries against the samples.
+            var sums: [String: Int64] = [:]
+            for (_, sample) in live { sums[sample.date, default: 0] += sample.value }
+            var summarized: [String: Int64] = [:]
+            for change in feed where change.entity == "health.day" && change.upsert {
+                summarized[change.id] = Int64(change.data?["metrics"]?[Workload.stepType]?["sum"]?.numberValue ?? 0)
+            }
+            for date in Set(sums.keys).union(summarized.keys) where (sums[date] ?? 0) != (summarized[date] ?? 0) {
+                throw Failure("user \(user): the summary of \(date) says \(summarized[date] ?? 0) steps, its samples \(sums[date] ?? 0)")
+            }
+            // The balance against the credits.
+            let xp = try simulation.ask("rewards.balance", user: user)["result"]?["xp"]?.intValue ?? -1
+            let earns = model.earns.values.filter { $0.user == user }
+            let least = earns.filter { $0.fate == .landed }.reduce(0) { $0 + $1.xp }
+            let most = least + earns.filter { $0.fate == .unknown }.reduce(0) { $0 + $1.xp }
+            guard (Int64(least)...Int64(most)).contains(xp) else { throw Failure("user \(user): balance \(xp) XP, answers say \(least) to \(most)") }
+            // Sessions.
+            let recorded = Set(feed.filter { $0.entity == "sessions.session" && $0.upsert }.compactMap { $0.data?["clientSessionId"]?.stringValue })
+            for (id, session) in model.sessions where session.user == user {
+                if session.fate == .landed, !recorded.contains(id) { throw Failure("user \(user): session \(id), answered as recorded, is gone") }
+                if session.fate == .absent, recorded.contains(id) { throw Failure("user \(user): session \(id) is there, but was refused") }
+            }
+            // Screen Time days.
+            for change in feed where change.entity == "screentime.day" && change.upsert {
+                let sent = model.uploads[Model.uploadKey(user: user, date: change.id)] ?? []
+                let minutes = change.data?["verifiedMinutes"]?.intValue
+                guard let minutes, sent.contains(where: { Int64($0.minutes) == minutes && $0.fate != .absent }) else {
+                    throw Failure("user \(user): Screen Time day \(change.id) holds \(minutes.map(String.init) ?? "none"), not an upload that may have landed")
+                }
+            }
+            let days = Set(feed.filter { $0.entity == "screentime.day" && $0.upsert }.map(\.id))
+            for date in (0..<Workload.days).map(Workload.date) where !days.contains(date) {
+                if model.uploads[Model.uploadKey(user: user, date: date)]?.contains(where: { $0.fate == .landed }) == true {
+                    throw Failure("user \(user): Screen Time day \(date), answered as uploaded, is gone")
+                }
+            }
+        }
+    }
+
+    struct Change {
+        let seq: Int64
+        let entity: String
+        let id: String
+        let upsert: Bool
+        let data: JSON?
+    }
+
+    /// The user's whole feed from the beginning, page by page: positions strictly increasing, and each
+    /// record once.
+    private func readFeed(_ user: Int) throws -> [Change] {
+        var changes: [Change] = []
+        var seen = Set<String>()
+        var cursor: String?
+        for _ in 0..<10_000 {
+            var params = JSONObject()
+            params["includeData"] = true
+            params["limit"] = 1000
+            if let cursor { params["since"] = .string(cursor) }
+            let answer = try simulation.ask("sync.changes", user: user, params)
+            guard let result = answer["result"] else { throw Failure("user \(user): the feed could not be read: \(answer.serialized)") }
+            for item in result["changes"]?.arrayValue ?? [] {
+                let change = Change(seq: item["seq"]?.intValue ?? 0, entity: item["entity"]?.stringValue ?? "", id: item["id"]?.stringValue ?? "",
+                                    upsert: item["op"]?.stringValue == "upsert", data: item["data"])
+                if let last = changes.last, change.seq <= last.seq { throw Failure("user \(user): feed position \(change.seq) after \(last.seq)") }
+                guard seen.insert(change.entity + " " + change.id).inserted else { throw Failure("user \(user): \(change.entity) \(change.id) twice in one read of the feed") }
+                changes.append(change)
+            }
+            cursor = result["cursor"]?.stringValue
+            if result["hasMore"] != .bool(true) { return changes }
+        }
+        throw Failure("user \(user): the feed never ended")
+    }
+}

@@ -1,0 +1,51 @@
+import JSON
+
+/// What became of a write, as far as its client can know.
+enum Fate: Equatable {
+    /// Sent, not answered yet.
+    case pending
+    /// Answered with its result: it must be there after any crash.
+    case landed
+    /// Refused (its params, a rule) or answered "not applied": it must not be there.
+    case absent
+    /// Never answered (the kernel crashed first), or answered "outcome unknown" or "may not be durable":
+    /// either, but the same in every later read.
+    case unknown
+
+    /// The fate an answer gives a write.
+    static func of(_ answer: JSON) -> Fate {
+        guard let error = answer["error"] else { return .landed }
+        guard error["code"]?.intValue == -32050 else { return .absent }
+        let message = error["message"]?.stringValue ?? ""
+        return message.hasSuffix("the write was not applied") ? .absent : .unknown
+    }
+}
+
+/// One HealthKit step sample the simulation sent.
+struct Sample {
+    let uuid: String
+    let user: Int
+    let day: Int
+    let minute: Int
+    let value: Int
+    var ingest: Fate = .pending
+    /// Whether a delete was sent, and what became of it.
+    var delete: Fate?
+
+    var date: String { Workload.date(day) }
+}
+
+/// Everything the simulation sent whose effect can be checked, and what each answer said. Each sample,
+/// idempotency key and session id is written by one request (a delete only after its ingest landed), so
+/// that every fate is decided by one answer.
+struct Model {
+    var samples: [String: Sample] = [:]
+    /// Sample UUIDs in the order sent (the order deletes are drawn from).
+    var sampleOrder: [String] = []
+    var earns: [String: (user: Int, xp: Int, fate: Fate)] = [:]
+    var sessions: [String: (user: Int, fate: Fate)] = [:]
+    /// Screen Time uploads per user and day: the minutes of each.
+    var uploads: [String: [(minutes: Int, fate: Fate)]] = [:]
+
+    static func uploadKey(user: Int, date: String) -> String { "\(user) \(date)" }
+}

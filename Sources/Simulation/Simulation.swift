@@ -1,0 +1,281 @@
+import Chrono
+import Crypto
+import Foundation
+import JSON
+import JSONParsing
+import JSONRPC
+import Kernel
+import Logging
+import Storage
+import Store
+import Threads
+
+/// One seed's run: a kernel on a data dir, several users on several streams, and every choice (what each
+/// client sends, how its bytes are cut into reads, when a batch ends, when a worker's job runs, when
+/// the backlog gets a slice, when time passes, when the disk fails and when the process dies) drawn
+/// from the seed. Everything runs on this one thread, so the same seed makes the same history.
+final class Simulation {
+    struct Settings {
+        var seed: UInt64
+        var steps = 400
+        var users = 3
+        var streams = 3
+    }
+
+    /// A client's stream: its connection, the bytes it sent that the kernel has not read yet, and the
+    /// requests it waits for, in the order it sent them.
+    struct Client {
+        var connection: Connection
+        var unread: [UInt8] = []
+        var waiting: [Int64] = []
+        var readSinceBatch = false
+        /// The feed cursor this client holds per user, and the last change position it saw.
+        var cursors: [Int: String] = [:]
+        var lastSeen: [Int: Int64] = [:]
+    }
+
+    let settings: Settings
+    private var dice: Dice
+    private let dir: String
+    private let clock = SimulatedClock(wallMs: 1_767_225_600_000)  // 2026-01-01
+    private let executor = SimulatedExecutor()
+    private let faults = DiskFaults()
+    private var kernel: Kernel!
+    private var clients: [Client] = []
+    private var users: [String] = []
+    private var tokens: [String] = []
+    private var minutes: [[Int]]
+    private(set) var model = Model()
+    private var sent: [Int64: Sent] = [:]
+    private var nextID: Int64 = 1
+    private var digest = SHA256()
+    /// What happened, one line an event: what a failing seed prints.
+    private(set) var trace: [String] = []
+    private(set) var requests = 0
+    private(set) var faultCount = 0
+    private(set) var failure: String?
+    /// Processes started so far.
+    private var incarnation = 0
+
+    init(_ settings: Settings, dir: String) {
+        self.settings = settings
+        self.dir = dir
+        dice = Dice(seed: settings.seed)
+        minutes = Array(repeating: Array(repeating: 0, count: Workload.days), count: settings.users)
+        users = (0..<settings.users).map { "00000000-0000-4000-8000-\(String($0 + 1).leftPadded(12))" }
+    }
+
+    /// Runs the seed; the failure found, if any, is in `failure`.
+    func run() {
+        defer { kernel?.store?.abandon() }
+        do {
+            try start()
+            for step in 0..<settings.steps where failure == nil {
+                try self.step(step)
+            }
+            if failure == nil { try settleEverything() }
+            if failure == nil {
+                // Every answered write must survive the process dying now.
+                try crash("the end")
+                try Checker(simulation: self).checkFinalState()
+            }
+        } catch let error as Failure {
+            failure = error.message
+        } catch {
+            failure = "\(error)"
+        }
+    }
+
+    /// The history's digest: every answer each stream got, in order, and every fault.
+    var hexDigest: String { digest.finalize().map { String($0, radix: 16).leftPadded(2) }.joined() }
+
+    // MARK: Steps
+
+    private func step(_ step: Int) throws {
+        let c = dice.below(clients.count)
+        let action = dice.weighted([("send", 40), ("read", 25), ("end", 18), ("job", executor.count > 0 ? 14 : 0), ("backlog", 4),
+                                    ("snapshot", 5), ("time", 3), ("crash", 1), ("disk", 3)])
+        switch action {
+        case "send":
+            send(on: c)
+        case "read":
+            guard !clients[c].unread.isEmpty else { return }
+            // Any cut: half a line, one line, several lines (what one read() returns decides the batch).
+            let n = 1 + dice.below(clients[c].unread.count)
+            let chunk = Array(clients[c].unread.prefix(n))
+            clients[c].unread.removeFirst(n)
+            note("read stream \(c) \(n) bytes")
+            clients[c].connection.receive(chunk)
+            clients[c].readSinceBatch = true
+        case "end":
+            try endBatch(c)
+        case "job":
+            let i = dice.below(executor.count)
+            note("job \(i) of \(executor.count)")
+            executor.run(at: i)
+        case "backlog":
+            note("backlog slice")
+            _ = clients[c].connection.applyBacklog()
+        case "snapshot":
+            note("snapshot if due")
+            kernel.store?.snapshotIfDue()
+        case "time":
+            let ms = Int64(dice.below(5_000))
+            note("time +\(ms) ms")
+            clock.advance(ms: ms)
+        case "crash":
+            try crash("step \(step)")
+        default:
+            let fault = dice.weighted([(DiskFaults.Armed.writes(1 + dice.below(3)), 3), (.fsync, 1)])
+            faultCount += 1
+            note("disk fault armed: \(fault)")
+            digest.update(data: Array("fault \(fault)\n".utf8))
+            faults.arm(fault)
+        }
+    }
+
+    private func send(on c: Int) {
+        let user = dice.below(users.count)
+        var operation = Workload.draw(user: user, dice: &dice, model: &model, minutes: &minutes[user])
+        if case .feed = operation { operation = .feed(since: clients[c].cursors[user]) }
+        let id = nextID
+        nextID += 1
+        var params = Workload.params(operation, model: model)
+        params["auth"] = .string(tokens[user])
+        let line: JSON = ["jsonrpc": "2.0", "id": .int(id), "method": .string(operation.name), "params": .object(params)]
+        sent[id] = Sent(id: id, stream: c, user: user, operation: operation)
+        clients[c].unread += Array(line.serialized.utf8) + [10]
+        clients[c].waiting.append(id)
+        requests += 1
+        note("send \(id) on stream \(c): \(operation.name) user \(user)")
+    }
+
+    private func endBatch(_ c: Int) throws {
+        note("end batch stream \(c)")
+        let fatal = clients[c].connection.endBatch(waitAbove: nil)
+        clients[c].readSinceBatch = false
+        try collect(c)
+        // The log could not be synced: the real server stops here.
+        if fatal { try crash("the log could not be synced") }
+    }
+
+    // MARK: Answers
+
+    /// Takes the answers written to stream `c` at the end of its batch (before it, answers held for the
+    /// flush may still be rewritten in place, so servers write only then) and checks each is the next
+    /// one its client waits for.
+    private func collect(_ c: Int) throws {
+        guard !clients[c].connection.output.isEmpty else { return }
+        let output = clients[c].connection.output
+        clients[c].connection.output.removeAll()
+        for line in output.split(separator: 10) {
+            let answer = try JSON.parse(Array(line))
+            guard let id = answer["id"]?.intValue else { continue }  // a notification
+            digest.update(data: Array("\(c) ".utf8) + Array(line) + [10])
+            guard let expected = clients[c].waiting.first else { throw Failure("stream \(c): answer \(id) that nothing waits for") }
+            guard id == expected else { throw Failure("stream \(c): answer \(id) before \(expected), which was sent first") }
+            clients[c].waiting.removeFirst()
+            let request = sent[id]!
+            note("answer \(id): \(answer["error"].map { "error \($0["code"]?.intValue ?? 0) \($0["message"]?.stringValue ?? "")" } ?? "ok")")
+            if let error = answer["error"], error["code"]?.intValue == -32603 { throw Failure("internal error answering \(id): \(error.serialized)") }
+            try Checker(simulation: self).checkAnswer(request, answer, client: &clients[c])
+            Workload.settle(request, fate: Fate.of(answer), in: &model)
+        }
+    }
+
+    // MARK: Process
+
+    private func start() throws {
+        try? FileManager.default.removeItem(atPath: dir)
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        try startKernel()
+        tokens = users.map { kernel.auth.mint(sub: $0, role: "authenticated", ttl: 10 * 365 * 86_400, now: clock.now()) }
+    }
+
+    private func startKernel() throws {
+        var config = KernelConfig()
+        config.dataDir = dir
+        config.fsync = .always
+        config.auth.jwtSecret = "healthkernel-simulation-secret-0123456789"
+        config.limits.requestsPerSecond = 0
+        config.snapshotEveryRecords = 5 + dice.below(40)
+        config.snapshotEverySeconds = 1_000_000
+        config.segmentBytes = 4096 << dice.below(5)
+        let faults = self.faults
+        config.storeFaults = FaultInjector { operation, _ in faults.failure(operation) }
+        var logger = Logger(label: "simulation")
+        logger.logLevel = ProcessInfo.processInfo.environment["HK_SIM_LOG"] != nil ? .info : .critical
+        do {
+            // Each process draws afresh (the same draws again would make the same session ids again).
+            incarnation += 1
+            note("process \(incarnation) starts")
+            kernel = try Kernel(config: config, clock: clock, random: SeededRandom(seed: dice.next()), logger: logger, executor: executor)
+        } catch {
+            throw Failure("the kernel did not start on the data dir: \(error)")
+        }
+        clients = (0..<settings.streams).map { c in
+            var client = Client(connection: kernel.connection())
+            if c < clients.count { (client.cursors, client.lastSeen) = (clients[c].cursors, clients[c].lastSeen) }
+            return client
+        }
+    }
+
+    /// The process dies: writes not yet in the log are lost, the workers' jobs with them, and every
+    /// request not answered has an unknown outcome. Then a new process recovers the data dir.
+    func crash(_ why: String) throws {
+        faultCount += 1
+        note("crash (\(why)), restart")
+        digest.update(data: Array("crash\n".utf8))
+        kernel.store?.abandon()
+        executor.dropAll()
+        for client in clients {
+            for id in client.waiting { Workload.settle(sent[id]!, fate: .unknown, in: &model) }
+        }
+        faults.disarm()
+        kernel = nil
+        try startKernel()
+    }
+
+    /// Sends what is unsent, ends every batch and runs every job until every request is answered.
+    private func settleEverything() throws {
+        note("settle")
+        faults.disarm()
+        for round in 0..<10_000 {
+            for c in clients.indices where !clients[c].unread.isEmpty {
+                clients[c].connection.receive(clients[c].unread)
+                clients[c].unread = []
+            }
+            for c in clients.indices { try endBatch(c) }
+            executor.drain()
+            _ = clients[0].connection.applyBacklog()
+            if clients.allSatisfy({ $0.waiting.isEmpty }) { return }
+            if round == 9_999 { break }
+        }
+        throw Failure("requests never answered: \(clients.flatMap(\.waiting))")
+    }
+
+    /// One request on a fresh stream, answered whatever it takes (reads for the checker).
+    func ask(_ method: String, user: Int, _ params: JSONObject = JSONObject()) throws -> JSON {
+        var params = params
+        params["auth"] = .string(tokens[user])
+        let line: JSON = ["jsonrpc": "2.0", "id": 1, "method": .string(method), "params": .object(params)]
+        var connection = kernel.connection()
+        defer { connection.close() }
+        connection.receive(Array(line.serialized.utf8) + [10])
+        for _ in 0..<1_000 {
+            _ = connection.endBatch(waitAbove: nil)
+            if let line = connection.output.split(separator: 10).first { return try JSON.parse(Array(line)) }
+            executor.drain()
+            _ = connection.applyBacklog()
+        }
+        throw Failure("\(method) was never answered")
+    }
+
+    func note(_ event: String) { trace.append(event) }
+}
+
+/// A broken guarantee.
+struct Failure: Error {
+    let message: String
+    init(_ message: String) { self.message = message }
+}

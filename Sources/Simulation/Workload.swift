@@ -1,0 +1,154 @@
+import JSON
+
+/// The requests the simulation sends, over every domain with state a crash could lose: HealthKit
+/// ingests and deletes (with the day summaries they recompute), reward credits, recorded sessions,
+/// Screen Time uploads, and reads of summaries, balances and the change feed between them.
+enum Operation {
+    case ingest([String])
+    case delete([String])
+    case earn(String)
+    case record(String)
+    case enable
+    case upload(date: String, minutes: Int, index: Int)
+    case summary(String)
+    case balance
+    /// A page of the user's feed after the cursor this client held for them when it sent it.
+    case feed(since: String?)
+
+    var name: String {
+        switch self {
+        case .ingest: "health.ingest"
+        case .delete: "health.delete"
+        case .earn: "rewards.earn"
+        case .record: "sessions.record"
+        case .enable: "screentime.updateConnection"
+        case .upload: "screentime.upload"
+        case .summary: "health.summary"
+        case .balance: "rewards.balance"
+        case .feed: "sync.changes"
+        }
+    }
+}
+
+/// One request sent: on which stream, for which user.
+struct Sent {
+    let id: Int64
+    let stream: Int
+    let user: Int
+    let operation: Operation
+}
+
+enum Workload {
+    static let days = 4
+    static func date(_ day: Int) -> String { "2025-03-0\(day + 1)" }
+    static let stepType = "HKQuantityTypeIdentifierStepCount"
+
+    /// Draws the next operation for `user` (and records in `model` what it writes).
+    static func draw(user: Int, dice: inout Dice, model: inout Model, minutes: inout [Int]) -> Operation {
+        let deletable = model.sampleOrder.filter { model.samples[$0]!.user == user && model.samples[$0]!.ingest == .landed && model.samples[$0]!.delete == nil }
+        let kind = dice.weighted([("ingest", 30), ("delete", deletable.isEmpty ? 0 : 8), ("earn", 12), ("record", 8), ("enable", 3),
+                                  ("upload", 10), ("summary", 8), ("balance", 5), ("feed", 12)])
+        switch kind {
+        case "ingest":
+            var uuids: [String] = []
+            for _ in 0..<(1 + dice.below(6)) {
+                let day = dice.below(days)
+                // Minutes never repeat within a user's day: the day's steps are a plain sum.
+                minutes[day] += 1
+                let sample = Sample(uuid: dice.uuid(), user: user, day: day, minute: minutes[day], value: 1 + dice.below(500))
+                model.samples[sample.uuid] = sample
+                model.sampleOrder.append(sample.uuid)
+                uuids.append(sample.uuid)
+            }
+            return .ingest(uuids)
+        case "delete":
+            var uuids: [String] = []
+            for _ in 0..<(1 + dice.below(3)) {
+                let uuid = deletable[dice.below(deletable.count)]
+                guard model.samples[uuid]!.delete == nil else { continue }
+                model.samples[uuid]!.delete = .pending
+                uuids.append(uuid)
+            }
+            return .delete(uuids)
+        case "earn":
+            let key = "k\(dice.next() % 1_000_000_000)"
+            model.earns[key] = (user, 1 + dice.below(50), .pending)
+            return .earn(key)
+        case "record":
+            let id = "s\(dice.next() % 1_000_000_000)"
+            model.sessions[id] = (user, .pending)
+            return .record(id)
+        case "enable":
+            return .enable
+        case "upload":
+            let date = date(dice.below(days))
+            let minutes = dice.below(600)
+            let key = Model.uploadKey(user: user, date: date)
+            model.uploads[key, default: []].append((minutes, .pending))
+            return .upload(date: date, minutes: minutes, index: model.uploads[key]!.count - 1)
+        case "summary":
+            return .summary(date(dice.below(days)))
+        case "balance":
+            return .balance
+        default:
+            return .feed(since: nil)
+        }
+    }
+
+    /// The request's params (its user's token added by the caller).
+    static func params(_ operation: Operation, model: Model) -> JSONObject {
+        var p = JSONObject()
+        switch operation {
+        case .ingest(let uuids):
+            p["timezone"] = "UTC"
+            p["samples"] = .array(uuids.map { uuid in
+                let s = model.samples[uuid]!
+                let at = "\(s.date)T\(String(s.minute / 60).leftPadded(2)):\(String(s.minute % 60).leftPadded(2)):00Z"
+                return ["uuid": .string(uuid), "type": .string(stepType), "value": .int(Int64(s.value)), "unit": "count",
+                        "start": .string(at), "end": .string(at)]
+            })
+        case .delete(let uuids):
+            p["uuids"] = .array(uuids.map { .string($0) })
+        case .earn(let key):
+            p["xp"] = .int(Int64(model.earns[key]!.xp))
+            p["reason"] = "simulated"
+            p["key"] = .string(key)
+        case .record(let id):
+            p["startTime"] = "2025-03-01T10:00:00Z"
+            p["durationSeconds"] = 600
+            p["clientSessionId"] = .string(id)
+        case .enable:
+            p["enabled"] = true
+        case .upload(let date, let minutes, _):
+            p["date"] = .string(date)
+            p["verifiedMinutes"] = .int(Int64(minutes))
+        case .summary(let date):
+            p["from"] = .string(date)
+            p["to"] = .string(date)
+        case .balance:
+            break
+        case .feed(let cursor):
+            if let cursor { p["since"] = .string(cursor) }
+            p["limit"] = 50
+        }
+        return p
+    }
+
+    /// Records in `model` what the answer to `sent` says of its writes.
+    static func settle(_ sent: Sent, fate: Fate, in model: inout Model) {
+        switch sent.operation {
+        case .ingest(let uuids):
+            for uuid in uuids { model.samples[uuid]!.ingest = fate }
+        case .delete(let uuids):
+            for uuid in uuids { model.samples[uuid]!.delete = fate }
+        case .earn(let key):
+            model.earns[key]!.fate = fate
+        case .record(let id):
+            model.sessions[id]!.fate = fate
+        case .upload(let date, _, let index):
+            model.uploads[Model.uploadKey(user: sent.user, date: date)]![index].fate = fate
+        case .enable, .summary, .balance, .feed:
+            break
+        }
+    }
+}
