@@ -13,6 +13,9 @@ public enum Mutant: String, CaseIterable, Sendable {
     case snapshotAheadOfLog = "snapshot-ahead-of-log"
     /// A write whose log record failed is answered as if it had landed.
     case failureUnsaid = "failure-unsaid"
+    /// A file's fsync is skipped and reported done: an answered write lives in the page cache only, and
+    /// a power loss takes it.
+    case fsyncSkipped = "fsync-skipped"
 
     private static let active = Atomic<Int>(-1)
 

@@ -39,7 +39,7 @@ final class Simulation {
     private let dir: String
     private let clock = SimulatedClock(wallMs: 1_767_225_600_000)  // 2026-01-01
     private let executor = SimulatedExecutor()
-    private let faults = DiskFaults()
+    private let disk: SimulatedDisk
     private var kernel: Kernel!
     private var clients: [Client] = []
     private var users: [String] = []
@@ -57,12 +57,21 @@ final class Simulation {
     /// Processes started so far.
     private var incarnation = 0
 
+    /// How likely each kind of step is in this seed. Each seed draws its own mix (swarm testing): a seed
+    /// that crashes often or fills the disk often reaches states an even mix almost never does.
+    private var mix: [(action: String, weight: Int)] = []
+
     init(_ settings: Settings, dir: String) {
         self.settings = settings
         self.dir = dir
+        disk = SimulatedDisk(dir: dir)
         dice = Dice(seed: settings.seed)
         minutes = Array(repeating: Array(repeating: 0, count: Workload.days), count: settings.users)
         users = (0..<settings.users).map { "00000000-0000-4000-8000-\(String($0 + 1).leftPadded(12))" }
+        let often = [0, 1, 3, 8]
+        mix = [("send", 40), ("read", 25), ("end", 18), ("job", 14), ("backlog", 4), ("time", 3),
+               ("snapshot", often[dice.below(4)]), ("crash", often[dice.below(3)]), ("power", often[dice.below(3)]),
+               ("disk", often[dice.below(4)])]
     }
 
     /// Runs the seed; the failure found, if any, is in `failure`.
@@ -72,11 +81,16 @@ final class Simulation {
             try start()
             for step in 0..<settings.steps where failure == nil {
                 try self.step(step)
+                if disk.isDead { try crash("armed at an earlier step", powerLoss: true) }
             }
             if failure == nil { try settleEverything() }
             if failure == nil {
-                // Every answered write must survive the process dying now.
+                // Every answered write must survive the process dying now, and with every request
+                // answered and flushed, recovery must rebuild exactly the state the process had.
+                let before = kernel.store?.fingerprint()
                 try crash("the end")
+                let after = kernel.store?.fingerprint()
+                guard before == after else { throw Failure("recovery after the last crash built another state than the process had (fingerprint \(before ?? 0) then \(after ?? 0))") }
                 try Checker(simulation: self).checkFinalState()
             }
         } catch let error as Failure {
@@ -93,8 +107,7 @@ final class Simulation {
 
     private func step(_ step: Int) throws {
         let c = dice.below(clients.count)
-        let action = dice.weighted([("send", 40), ("read", 25), ("end", 18), ("job", executor.count > 0 ? 14 : 0), ("backlog", 4),
-                                    ("snapshot", 5), ("time", 3), ("crash", 1), ("disk", 3)])
+        let action = dice.weighted(mix.map { ($0.action, $0.action == "job" && executor.count == 0 ? 0 : $0.weight) })
         switch action {
         case "send":
             send(on: c)
@@ -125,12 +138,15 @@ final class Simulation {
             clock.advance(ms: ms)
         case "crash":
             try crash("step \(step)")
+        case "power":
+            try crash("step \(step)", powerLoss: true)
         default:
-            let fault = dice.weighted([(DiskFaults.Armed.writes(1 + dice.below(3)), 3), (.fsync, 1)])
+            let fault = dice.weighted([(SimulatedDisk.Fault.writes(1 + dice.below(3), ["", "wal-", "snapshot-"][dice.below(3)]), 3), (.fsync, 1),
+                                       (.power(1 + dice.below(12)), 2)])
             faultCount += 1
             note("disk fault armed: \(fault)")
             digest.update(data: Array("fault \(fault)\n".utf8))
-            faults.arm(fault)
+            disk.arm(fault)
         }
     }
 
@@ -165,7 +181,7 @@ final class Simulation {
     /// flush may still be rewritten in place, so servers write only then) and checks each is the next
     /// one its client waits for.
     private func collect(_ c: Int) throws {
-        guard !clients[c].connection.output.isEmpty else { return }
+        guard !clients[c].connection.output.isEmpty, !disk.isDead else { return }
         let output = clients[c].connection.output
         clients[c].connection.output.removeAll()
         for line in output.split(separator: 10) {
@@ -201,8 +217,7 @@ final class Simulation {
         config.snapshotEveryRecords = 5 + dice.below(40)
         config.snapshotEverySeconds = 1_000_000
         config.segmentBytes = 4096 << dice.below(5)
-        let faults = self.faults
-        config.storeFaults = FaultInjector { operation, _ in faults.failure(operation) }
+        config.storeFaults = disk.injector
         var logger = Logger(label: "simulation")
         logger.logLevel = ProcessInfo.processInfo.environment["HK_SIM_LOG"] != nil ? .info : .critical
         do {
@@ -221,17 +236,23 @@ final class Simulation {
     }
 
     /// The process dies: writes not yet in the log are lost, the workers' jobs with them, and every
-    /// request not answered has an unknown outcome. Then a new process recovers the data dir.
-    func crash(_ why: String) throws {
+    /// request not answered has an unknown outcome. With `powerLoss`, the machine too: what was written
+    /// but not synced is lost, or a prefix of it kept (a torn write), and renames not made durable are
+    /// undone. Then a new process recovers the data dir.
+    func crash(_ why: String, powerLoss: Bool = false) throws {
         faultCount += 1
-        note("crash (\(why)), restart")
-        digest.update(data: Array("crash\n".utf8))
+        let keep = powerLoss ? dice.below(disk.unsyncedTail + 1) : 0
+        note(powerLoss ? "power loss (\(why)), keeping \(keep) unsynced bytes; restart" : "crash (\(why)), restart")
+        digest.update(data: Array((powerLoss ? "power loss \(keep)\n" : "crash\n").utf8))
         kernel.store?.abandon()
         executor.dropAll()
         for client in clients {
             for id in client.waiting { Workload.settle(sent[id]!, fate: .unknown, in: &model) }
         }
-        faults.disarm()
+        disk.disarm()
+        if powerLoss {
+            do { try disk.losePower(keep: keep) } catch { throw Failure("the power-loss image could not be made: \(error)") }
+        }
         kernel = nil
         try startKernel()
     }
@@ -239,7 +260,7 @@ final class Simulation {
     /// Sends what is unsent, ends every batch and runs every job until every request is answered.
     private func settleEverything() throws {
         note("settle")
-        faults.disarm()
+        disk.disarm()
         for round in 0..<10_000 {
             for c in clients.indices where !clients[c].unread.isEmpty {
                 clients[c].connection.receive(clients[c].unread)

@@ -21,6 +21,7 @@ struct Sim: ParsableCommand {
     @Option(help: "Kernels sharing the store (only 1 on the data dir).") var kernels = 1
     @Option(help: "data-dir (postgres-model is not built yet).") var store = "data-dir"
     @Option(help: "Run every Nth seed twice and fail when the two digests differ (0: never).") var replayEvery = 0
+    @Flag(help: "With --seed: print the run's trace, one event a line.") var trace = false
     @Flag(help: "List the defects that can be re-introduced, one name a line.") var mutants = false
     @Option(help: "Re-introduce this defect and run --seeds until one finds it.") var mutant: String?
 
@@ -53,6 +54,7 @@ struct Sim: ParsableCommand {
                 report(failure, seed: seed, runner: Runner(root: root, steps: steps))
                 throw ExitCode(1)
             }
+            if trace { for line in outcome.trace { print("  " + line) } }
             print("seed \(seed) digest \(outcome.digest) requests \(outcome.requests) faults \(outcome.faults)")
             return
         }

@@ -9,6 +9,7 @@ import Testing
 import TestSupport
 import Auth
 import Chrono
+import DiskModel
 @testable import Kernel
 
 /// A kernel on a data dir whose every file operation goes through `rule`, driven one step at a time.

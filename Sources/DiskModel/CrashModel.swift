@@ -5,27 +5,27 @@ import Store
 /// fsynced is lost (but for a prefix of the unsynced tail of the file written last, which the page
 /// cache may have written back), and directory changes (creations, renames, removals) not yet made
 /// durable by an fsync of the folder are undone. Fed every file operation before it runs, by the
-/// store's fault injector.
-final class CrashModel: @unchecked Sendable {
-    enum Change {
+/// store's fault injector. Used by the crash-point walk (every state, one by one) and the simulation
+/// (one state at a power loss the seed picks).
+public final class CrashModel: @unchecked Sendable {
+    public enum Change {
         case created(String)
         /// A rename; over `to` it replaced what it held and how much of that was synced.
         case renamed(from: String, to: String, replaced: (Data, Int?)?)
         case removed(String, Data)
     }
 
-    let dir: String
+    public let dir: String
     /// Bytes of each file known to be on the device (by its current name).
     private var synced: [String: Int] = [:]
     private var lastWritten: String?
     /// Directory changes since the folder was last synced, oldest first.
     private var pending: [Change] = []
 
-    init(dir: String) { self.dir = dir }
-
+    public init(dir: String) { self.dir = dir }
 
     /// Notes operation `op` on `name`, about to run.
-    func observe(_ op: FaultInjector.Operation, _ name: String) {
+    public func observe(_ op: FaultInjector.Operation, _ name: String) {
         switch op {
         case .create:
             pending.append(.created(name))
@@ -54,14 +54,14 @@ final class CrashModel: @unchecked Sendable {
     }
 
     /// How many unsynced bytes the last written file has now (what a crash may keep a prefix of).
-    var unsyncedTail: Int {
+    public var unsyncedTail: Int {
         guard let name = lastWritten, let durable = synced[name] else { return 0 }
         return max(0, size(name) - durable)
     }
 
     /// Writes into `image` (an empty folder) what a crash now leaves, keeping `keep` bytes of the last
     /// written file's unsynced tail.
-    func image(into image: String, keep: Int) throws {
+    public func image(into image: String, keep: Int) throws {
         let fm = FileManager.default
         for name in try fm.contentsOfDirectory(atPath: dir) where name != "LOCK" && !name.hasSuffix(".lock") {
             try fm.copyItem(atPath: dir + "/" + name, toPath: image + "/" + name)
