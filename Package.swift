@@ -157,7 +157,7 @@ let package = Package(
         .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient", "TestSupport"]),
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
         .testTarget(name: "ChronoTests", dependencies: ["Chrono", "TestSupport"]),
-        .testTarget(name: "StoreTests", dependencies: ["Store", "Storage", "Threads", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
+        .testTarget(name: "StoreTests", dependencies: ["Store", "Storage", "Threads", "JSON", "JSONParsing", "Chrono", "DiskModel", "TestSupport"]),
         .testTarget(name: "HealthTests", dependencies: ["Health", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "DomainSupport", "TestSupport"]),
         .testTarget(name: "SessionsTests", dependencies: ["Sessions", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
         .testTarget(name: "ScreenTimeTests", dependencies: ["ScreenTime", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),

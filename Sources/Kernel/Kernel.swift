@@ -34,10 +34,13 @@ public final class Kernel {
 
     /// Where ids, secrets and salts are drawn from.
     public let random: RandomSource
+    /// Subscriptions' end-of-life alarms (`fireDue()` when the kernel was given an executor).
+    public let alarm: SubscriptionAlarm
 
     /// A kernel for `config`: opens (and recovers) the store, then registers the methods. Its time comes
     /// from `clock`, its randomness from `random`, and the work it runs off the serving thread goes to
-    /// `executor` (nil: its own threads) alone: a simulation passes seeded and simulated ones.
+    /// `executor` (nil: its own threads) alone: a simulation passes seeded and simulated ones, and then
+    /// fires the subscriptions' alarms itself (`alarm.fireDue()`), as no thread of the kernel waits for them.
     public init(config: KernelConfig, clock: Clock = SystemClock(), random: RandomSource = SystemRandom(), logger: Logger,
                 executor: (any Executor)? = nil) throws {
         self.clock = clock
@@ -98,7 +101,9 @@ public final class Kernel {
         let context = DomainContext(store: storage, cursorSecrets: auth.cursorSecrets, entities: EntityRenderers(), limits: config.limits,
                                     maxAnswerBytes: config.maxAnswerBytes, info: info, clock: clock, random: random)
         let events = EventHub()
-        events.alarm = SubscriptionAlarm(clock: clock)
+        // Given an executor, the kernel starts no thread of its own: its runner fires due alarms.
+        alarm = SubscriptionAlarm(clock: clock, ownThread: executor == nil)
+        events.alarm = alarm
         events.onEnded = { [logger] in
             logger.warning("events: a subscription ended at its service token's expiry (events.ended sent); renew it with events.renew before then")
         }

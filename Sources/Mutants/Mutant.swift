@@ -16,6 +16,9 @@ public enum Mutant: String, CaseIterable, Sendable {
     /// A file's fsync is skipped and reported done: an answered write lives in the page cache only, and
     /// a power loss takes it.
     case fsyncSkipped = "fsync-skipped"
+    /// Changes are announced to `events.subscribe` streams before their log record is durable, so a
+    /// write then refused by a full disk has been announced.
+    case eventsBeforeDurable = "events-before-durable"
 
     private static let active = Atomic<Int>(-1)
 

@@ -20,6 +20,18 @@ struct Checker {
         if let last = seqs.last { client.lastSeen[request.user] = last }
     }
 
+    /// An `events.changed` line: each user's positions strictly increase (commit order), and what it
+    /// announces of a sample is noted, to be held against the answers at the end.
+    func checkEvent(_ line: JSON, in model: inout Model) throws {
+        guard line["method"]?.stringValue == "events.changed", let p = line["params"] else { return }
+        guard let user = p["userId"]?.stringValue, let seq = p["seq"]?.intValue else { throw Failure("an events.changed line without userId or seq: \(line.serialized)") }
+        if let last = model.lastAnnounced[user], seq <= last { throw Failure("events for \(user): position \(seq) announced after \(last)") }
+        model.lastAnnounced[user] = seq
+        if p["entity"]?.stringValue == "health.sample", let id = p["id"]?.stringValue, let op = p["op"]?.stringValue {
+            model.announced[id.uppercased(), default: []].insert(op)
+        }
+    }
+
     /// What the kernel holds after the last crash, read back through the user's whole feed, against
     /// every answer: each write answered is there, each refused one is not, and every derived row (a
     /// day's summary, a balance) equals what its base rows give.
@@ -44,6 +56,14 @@ struct Checker {
                 }
             }
             for uuid in live.keys where model.samples[uuid]?.user != user { throw Failure("user \(user): sample \(uuid) was never sent by them") }
+            // Events announce durable changes only.
+            for (uuid, sample) in model.samples where sample.user == user {
+                let ops = model.announced[uuid] ?? []
+                if ops.contains("upsert"), sample.ingest == .absent { throw Failure("user \(user): sample \(uuid) was announced, but its ingest was refused") }
+                if ops.contains("delete"), sample.delete == nil || sample.delete == .absent {
+                    throw Failure("user \(user): the deletion of sample \(uuid) was announced, but no delete of it landed")
+                }
+            }
             // Day summaries against the samples.
             var sums: [String: Int64] = [:]
             for (_, sample) in live { sums[sample.date, default: 0] += sample.value }

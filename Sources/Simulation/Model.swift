@@ -47,5 +47,10 @@ struct Model {
     /// Screen Time uploads per user and day: the minutes of each.
     var uploads: [String: [(minutes: Int, fate: Fate)]] = [:]
 
+    /// What `events.changed` announced of each sample: "upsert" or "delete".
+    var announced: [String: Set<String>] = [:]
+    /// The last feed position announced per user id.
+    var lastAnnounced: [String: Int64] = [:]
+
     static func uploadKey(user: Int, date: String) -> String { "\(user) \(date)" }
 }

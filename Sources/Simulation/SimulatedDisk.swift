@@ -98,7 +98,7 @@ final class SimulatedDisk: @unchecked Sendable {
         let dir = cache.dir
         let image = dir + ".image"
         try? FileManager.default.removeItem(atPath: image)
-        try FileManager.default.createDirectory(atPath: image, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: image, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         try cache.image(into: image, keep: keep)
         try FileManager.default.removeItem(atPath: dir)
         try FileManager.default.moveItem(atPath: image, toPath: dir)

@@ -44,6 +44,7 @@ final class Simulation {
     private var clients: [Client] = []
     private var users: [String] = []
     private var tokens: [String] = []
+    private var serviceToken = ""
     private var minutes: [[Int]]
     private(set) var model = Model()
     private var sent: [Int64: Sent] = [:]
@@ -52,6 +53,8 @@ final class Simulation {
     /// What happened, one line an event: what a failing seed prints.
     private(set) var trace: [String] = []
     private(set) var requests = 0
+    /// Notification lines received.
+    private(set) var events = 0
     private(set) var faultCount = 0
     private(set) var failure: String?
     /// Processes started so far.
@@ -76,7 +79,12 @@ final class Simulation {
 
     /// Runs the seed; the failure found, if any, is in `failure`.
     func run() {
-        defer { kernel?.store?.abandon() }
+        let this = SimulationRef(self)
+        TraceLog.sink.withLock { $0 = { line in this.simulation.note(line) } }
+        defer {
+            kernel?.store?.abandon()
+            TraceLog.sink.withLock { $0 = nil }
+        }
         do {
             try start()
             for step in 0..<settings.steps where failure == nil {
@@ -92,6 +100,7 @@ final class Simulation {
                 let after = kernel.store?.fingerprint()
                 guard before == after else { throw Failure("recovery after the last crash built another state than the process had (fingerprint \(before ?? 0) then \(after ?? 0))") }
                 try Checker(simulation: self).checkFinalState()
+                note("\(events) notifications received")
             }
         } catch let error as Failure {
             failure = error.message
@@ -154,10 +163,14 @@ final class Simulation {
         let user = dice.below(users.count)
         var operation = Workload.draw(user: user, dice: &dice, model: &model, minutes: &minutes[user])
         if case .feed = operation { operation = .feed(since: clients[c].cursors[user]) }
+        send(operation, user: user, on: c)
+    }
+
+    private func send(_ operation: Operation, user: Int, on c: Int) {
         let id = nextID
         nextID += 1
         var params = Workload.params(operation, model: model)
-        params["auth"] = .string(tokens[user])
+        params["auth"] = .string(operation.name == "events.subscribe" ? serviceToken : tokens[user])
         let line: JSON = ["jsonrpc": "2.0", "id": .int(id), "method": .string(operation.name), "params": .object(params)]
         sent[id] = Sent(id: id, stream: c, user: user, operation: operation)
         clients[c].unread += Array(line.serialized.utf8) + [10]
@@ -186,8 +199,13 @@ final class Simulation {
         clients[c].connection.output.removeAll()
         for line in output.split(separator: 10) {
             let answer = try JSON.parse(Array(line))
-            guard let id = answer["id"]?.intValue else { continue }  // a notification
             digest.update(data: Array("\(c) ".utf8) + Array(line) + [10])
+            guard let id = answer["id"]?.intValue else {
+                if let p = answer["params"] { note("event on stream \(c): \(p["entity"]?.stringValue ?? "") \(p["op"]?.stringValue ?? "") seq \(p["seq"]?.intValue ?? 0) user \(p["userId"]?.stringValue.map { users.firstIndex(of: $0) ?? -1 } ?? -1)") }
+                try Checker(simulation: self).checkEvent(answer, in: &model)
+                events += 1
+                continue
+            }
             guard let expected = clients[c].waiting.first else { throw Failure("stream \(c): answer \(id) that nothing waits for") }
             guard id == expected else { throw Failure("stream \(c): answer \(id) before \(expected), which was sent first") }
             clients[c].waiting.removeFirst()
@@ -203,9 +221,11 @@ final class Simulation {
 
     private func start() throws {
         try? FileManager.default.removeItem(atPath: dir)
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         try startKernel()
         tokens = users.map { kernel.auth.mint(sub: $0, role: "authenticated", ttl: 10 * 365 * 86_400, now: clock.now()) }
+        serviceToken = kernel.auth.mint(sub: nil, role: "service_role", ttl: 10 * 365 * 86_400, now: clock.now())
+        send(.subscribe, user: 0, on: 0)
     }
 
     private func startKernel() throws {
@@ -218,8 +238,7 @@ final class Simulation {
         config.snapshotEverySeconds = 1_000_000
         config.segmentBytes = 4096 << dice.below(5)
         config.storeFaults = disk.injector
-        var logger = Logger(label: "simulation")
-        logger.logLevel = ProcessInfo.processInfo.environment["HK_SIM_LOG"] != nil ? .info : .critical
+        let logger = Logger(label: "simulation")
         do {
             // Each process draws afresh (the same draws again would make the same session ids again).
             incarnation += 1
@@ -240,6 +259,8 @@ final class Simulation {
     /// but not synced is lost, or a prefix of it kept (a torn write), and renames not made durable are
     /// undone. Then a new process recovers the data dir.
     func crash(_ why: String, powerLoss: Bool = false) throws {
+        // A process that stops because its disk died with the power is a power loss, whatever it saw.
+        let powerLoss = powerLoss || disk.isDead
         faultCount += 1
         let keep = powerLoss ? dice.below(disk.unsyncedTail + 1) : 0
         note(powerLoss ? "power loss (\(why)), keeping \(keep) unsynced bytes; restart" : "crash (\(why)), restart")
@@ -255,6 +276,8 @@ final class Simulation {
         }
         kernel = nil
         try startKernel()
+        // A host subscribes again after a restart (as the Node client does).
+        send(.subscribe, user: 0, on: 0)
     }
 
     /// Sends what is unsent, ends every batch and runs every job until every request is answered.

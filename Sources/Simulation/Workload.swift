@@ -14,6 +14,8 @@ enum Operation {
     case balance
     /// A page of the user's feed after the cursor this client held for them when it sent it.
     case feed(since: String?)
+    /// The stream asks for every change as an `events.changed` line (with a service token).
+    case subscribe
 
     var name: String {
         switch self {
@@ -26,6 +28,7 @@ enum Operation {
         case .summary: "health.summary"
         case .balance: "rewards.balance"
         case .feed: "sync.changes"
+        case .subscribe: "events.subscribe"
         }
     }
 }
@@ -125,7 +128,7 @@ enum Workload {
         case .summary(let date):
             p["from"] = .string(date)
             p["to"] = .string(date)
-        case .balance:
+        case .balance, .subscribe:
             break
         case .feed(let cursor):
             if let cursor { p["since"] = .string(cursor) }
@@ -147,7 +150,7 @@ enum Workload {
             model.sessions[id]!.fate = fate
         case .upload(let date, _, let index):
             model.uploads[Model.uploadKey(user: sent.user, date: date)]![index].fate = fate
-        case .enable, .summary, .balance, .feed:
+        case .enable, .summary, .balance, .feed, .subscribe:
             break
         }
     }

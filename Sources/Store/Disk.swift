@@ -91,6 +91,14 @@ struct Disk: Sendable {
         return fdatasync(fd) == 0 ? nil : DiskError("sync", name, errno)
     }
 
+    /// Syncs the file `name`, which nothing holds open.
+    func sync(_ name: String) -> DiskError? {
+        let fd = DataDirAccess.open(path(name), O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return DiskError("open", name, errno) }
+        defer { Glibc.close(fd) }
+        return sync(fd, name)
+    }
+
     /// Cuts `fd` (the file `name`) back to `size` bytes.
     func truncate(_ fd: Int32, _ name: String, to size: Int) -> DiskError? {
         if let e = faults?.failure(.truncate, name) { return DiskError("truncate", name, e) }

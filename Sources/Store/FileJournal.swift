@@ -92,12 +92,33 @@ final class FileJournal: Journal {
         for name in scan.disposableSegments {
             if let e = disk.unlink(name) { log("\(e); it holds nothing recovery needs") }
         }
+        if let failure = syncRecovered() { log("\(failure); writes are refused until it can be") }
         // Without a segment to append to (an older format, or none yet), the first write starts one: a
         // full disk then refuses that write with -32050 instead of stopping start-up.
         if let name = scan.appendSegment, let e = segments.reopen(name) { throw .io("\(e) in \(dir)") }
         logBytes = StoreFiles.list(dir).segments.reduce(0) { $0 + (disk.size($1.name) ?? 0) }
         bytesSinceCheckpoint = logBytes
         if options.fsync == .everysec { segments.startSyncer() }
+    }
+
+    /// Whether what recovery read is known durable (`syncRecovered`).
+    private var recoveredSynced = false
+
+    /// Syncs every file recovery read, and the folder. What the previous process wrote may never have
+    /// reached the device: it died before an fsync, an fsync or a folder fsync of its failed, or `--fsync`
+    /// let the system choose. Nothing new may be acknowledged on top of it (a segment renamed into place
+    /// whose name is not durable is lost with every record appended to it), so until this succeeds every
+    /// flush tries it again first and fails. A few fsyncs: the segments since the last snapshot, the
+    /// snapshot, the folder. Returns why it failed.
+    private func syncRecovered() -> String? {
+        guard !recoveredSynced else { return nil }
+        let files = StoreFiles.list(disk.dir)
+        for name in files.segments.map(\.name) + files.snapshots.map(\.name) {
+            if let e = disk.sync(name) { return "\(e.description): what recovery read is not known durable" }
+        }
+        if let e = disk.syncDirectory() { return "\(e.description): what recovery read is not known durable" }
+        recoveredSynced = true
+        return nil
     }
 
     // MARK: append and flush
@@ -121,8 +142,8 @@ final class FileJournal: Journal {
             queued.removeAll(keepingCapacity: true)
             queuedRecords = 0
         }
-        var failure: String?
-        if segments.current == nil { failure = segments.start(firstSeq: seqBeforeQueued + 1)?.description }
+        var failure = syncRecovered()
+        if failure == nil, segments.current == nil { failure = segments.start(firstSeq: seqBeforeQueued + 1)?.description }
         if failure == nil, let limit = options.failAppendsBeyondBytes, logBytes + queued.count > limit {
             failure = FileIO.describe(ENOSPC)
         }

@@ -255,6 +255,10 @@ public final class Store: Storage, @unchecked Sendable {
     /// (or nothing is logged), else once its record is written.
     func handOver(_ changes: [(commit: UInt64, user: String, change: FeedCandidate)], durable: Bool) {
         guard !changes.isEmpty else { return }
+        var durable = durable
+        #if SIMULATION
+        if Mutant.eventsBeforeDurable.isOn { durable = true }
+        #endif
         if durable { committedChanges += changes } else { unflushedChanges += changes }
     }
 
@@ -599,7 +603,9 @@ public final class Store: Storage, @unchecked Sendable {
             lastRecord = seqBeforeQueued
             backlogWritten(false)
         } else {
-            if !unflushedChanges.isEmpty { committedChanges += unflushedChanges }
+            // Announced only once durable: after a failed fsync nobody knows whether they are (a power
+            // loss may take them, and their feed positions go to other changes), and the kernel stops.
+            if !unflushedChanges.isEmpty, journal.syncFailure == nil { committedChanges += unflushedChanges }
             backlogWritten(true)
         }
         unflushedChanges.removeAll(keepingCapacity: true)

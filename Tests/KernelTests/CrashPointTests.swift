@@ -183,7 +183,8 @@ final class CrashRecording: @unchecked Sendable {
                 } catch {
                     recovered = .failure(error)
                 }
-                crashes.append((operations, states.count - 1, keep, recovered))
+                // Before the first state (the first start syncs its folder) the state to recover is the empty one.
+                crashes.append((operations, max(0, states.count - 1), keep, recovered))
             }
             model.observe(operation, name)
             return nil

@@ -1,5 +1,6 @@
 import Foundation
 import JSON
+import Store
 import Testing
 import TestSupport
 import Threads
@@ -47,6 +48,38 @@ func socketExchange(_ path: String, _ lines: [String]) -> [JSON] {
 @Suite(.serialized, .oneStoreOnly) struct DurabilityTests {
     func serve(_ dir: String, _ extra: [String] = []) -> [String] {
         ["serve", "--data-dir", dir, "--enable-test-methods", "--log-level", "error", "--jwt-secret", testSecret] + extra
+    }
+
+    /// Found by the simulation (`scripts/sim --seed 324` before the fix): a write whose fsync failed was
+    /// answered "may not be durable" and announced to subscribers all the same; a power loss then took
+    /// it, its feed positions went to other changes, and a subscriber heard one position twice. A change
+    /// is announced once durable, and after a failed fsync nothing is known durable.
+    @Test func aWriteWhoseFsyncFailedIsNeverAnnounced() throws {
+        let dir = temporaryDirectory("sync-failed-events")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let failing = SharedFlag()
+        let kernel = try makeKernel { config in
+            config.memoryOnly = false
+            config.dataDir = dir
+            config.fsync = .always
+            config.storeFaults = FaultInjector { operation, _ in operation == .fsync && failing.isSet ? EIO : nil }
+        }
+        defer { kernel.store?.abandon() }
+        let host = InProcessClient(kernel), phone = InProcessClient(kernel)
+        #expect(host.call("events.subscribe", ["auth": .string(testServiceToken)])["result"]?["subscribed"] == true)
+        func heard() -> Int {
+            host.connection.receive(Array(#"{"jsonrpc":"2.0","id":"ping","method":"kernel.setOrdering","params":{"mode":"read"}}"#.utf8) + [0x0A])
+            _ = host.connection.endBatch()
+            defer { host.connection.output.removeAll() }
+            return String(decoding: host.connection.output, as: UTF8.self).components(separatedBy: "events.changed").count - 1
+        }
+        let user = JSON.string(LimitsTests.userToken)
+        #expect(phone.call("rewards.earn", ["auth": user, "xp": 10, "reason": "walk", "key": "a"])["result"] != nil)
+        #expect(heard() == 1, "a durable change is announced")
+        failing.set(true)
+        let refused = phone.call("rewards.earn", ["auth": user, "xp": 10, "reason": "walk", "key": "b"])
+        #expect(refused["error"]?["code"] == -32050, "\(refused)")
+        #expect(heard() == 0, "nothing known durable is announced after the fsync failed")
     }
 
     /// Kills the kernel with SIGKILL at random moments under a pipelined write load, 200 times, and

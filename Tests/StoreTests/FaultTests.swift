@@ -134,7 +134,9 @@ struct Ledger {
     func failedRotationLeavesTheFolderAsItWas(_ op: FaultInjector.Operation) throws {
         // Every segment after the first fails to start at `op`, while snapshots themselves can succeed
         // (for a failing folder sync they are reported failed too, after their rename).
-        let segmentOnly = FaultPlan(op, at: 2, persistent: true, names: { $0.hasSuffix(".log.tmp") || (op == .fsyncDirectory && $0 == ".") })
+        // (The first folder sync is the start's, of what recovery read; the second the first segment's.)
+        let segmentOnly = FaultPlan(op, at: op == .fsyncDirectory ? 3 : 2, persistent: true,
+                                    names: { $0.hasSuffix(".log.tmp") || (op == .fsyncDirectory && $0 == ".") })
         let s = try Harness(configure: { $0.faults = segmentOnly.injector; $0.fsync = .always })
         for i in 0..<3 { try s.write("k\(i)", "v") }
         _ = s.store.flush()
