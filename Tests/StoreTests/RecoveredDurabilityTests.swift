@@ -27,6 +27,18 @@ import Threads
         return (store, notes)
     }
 
+    /// The power fails now (only what was synced stays): each of `keys` must still be there.
+    static func expectAfterPowerLoss(_ model: CrashModel, _ keys: [String]) throws {
+        let image = temporaryDirectory("recovered-image")
+        defer { try? FileManager.default.removeItem(atPath: image) }
+        try model.image(into: image, keep: 0)
+        let (after, notes) = try open(image, CrashModel(dir: image), failing: SharedFlag())
+        defer { after.abandon() }
+        for key in keys {
+            #expect(try notes.get(user: "u1", key: key) != nil, "\(key) after the power loss")
+        }
+    }
+
     static func put(_ store: Store, _ notes: Table<Note>, _ key: String) throws -> FlushOutcome {
         var tx = Transaction()
         tx.put(notes, user: "u1", key: key, Note(String(repeating: key, count: 100)))
@@ -55,14 +67,7 @@ import Threads
         #expect(try Self.put(store, notes, "d").fatal == false, "acknowledged")
         store.abandon()
 
-        let image = temporaryDirectory("recovered-durable-image")
-        defer { try? FileManager.default.removeItem(atPath: image) }
-        try model.image(into: image, keep: 0)
-        let (after, afterNotes) = try Self.open(image, CrashModel(dir: image), failing: failing)
-        defer { after.abandon() }
-        for key in ["a", "b", "c", "d"] {
-            #expect(try afterNotes.get(user: "u1", key: key) != nil, "\(key) after the power loss")
-        }
+        try Self.expectAfterPowerLoss(model, ["a", "b", "c", "d"])
     }
 
     /// A new segment renamed into place whose folder fsync failed (and whose removal failed too, so it
@@ -85,13 +90,6 @@ import Threads
         #expect(try Self.put(store, notes, "c").fatal == false, "acknowledged")
         store.abandon()
 
-        let image = temporaryDirectory("recovered-rename-image")
-        defer { try? FileManager.default.removeItem(atPath: image) }
-        try model.image(into: image, keep: 0)
-        let (after, afterNotes) = try Self.open(image, CrashModel(dir: image), failing: failing)
-        defer { after.abandon() }
-        for key in ["a", "b", "c"] {
-            #expect(try afterNotes.get(user: "u1", key: key) != nil, "\(key) after the power loss")
-        }
+        try Self.expectAfterPowerLoss(model, ["a", "b", "c"])
     }
 }
