@@ -161,6 +161,7 @@ extension Dispatcher {
     func forget(_ stream: RequestStream) {
         acknowledgement.forget(stream)
         hub.remove(stream.events)
+        stream.end()
     }
 
     /// A read whose answer showed writes the flush refused, run again now that they are undone (nothing

@@ -48,6 +48,16 @@ public final class RequestStream: @unchecked Sendable {
         return slot
     }
 
+    /// The stream is gone: its requests not yet answered are dropped (nobody reads their answers). A
+    /// request's context refers to its stream, so until then a stream and each unanswered request (a
+    /// month of samples and its plan) hold each other: a host that hung up during slow work leaked both.
+    func end() {
+        entries.removeAll()
+        slots.removeAll()
+        applying = 0
+        _ = finished.takeAll(wait: false)
+    }
+
     /// Requests read but not yet applied (slow work running, or waiting behind it).
     public var outstanding: Int { entries.count }
 

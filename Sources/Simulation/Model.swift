@@ -28,6 +28,8 @@ struct Sample {
     let day: Int
     let minute: Int
     let value: Int
+    /// The device that sent it: nil, or "watch" (sent only by ingests with `replaceDays`).
+    var device: String? = nil
     var ingest: Fate = .pending
     /// Whether a delete was sent, and what became of it.
     var delete: Fate?
@@ -43,9 +45,17 @@ struct Model {
     /// Sample UUIDs in the order sent (the order deletes are drawn from).
     var sampleOrder: [String] = []
     var earns: [String: (user: Int, xp: Int, fate: Fate)] = [:]
+    /// XP turned into minutes, and minutes spent, by request.
+    var redeems: [String: (user: Int, xp: Int, fate: Fate)] = [:]
+    var spends: [String: (user: Int, minutes: Int, fate: Fate)] = [:]
     var sessions: [String: (user: Int, fate: Fate)] = [:]
     /// Screen Time uploads per user and day: the minutes of each.
     var uploads: [String: [(minutes: Int, fate: Fate)]] = [:]
+
+    /// User-days ("user day") with a `replaceDays` ingest in flight, and the samples it re-sends: no
+    /// other request may touch them until it is answered, so that one answer decides each.
+    var replacing: Set<String> = []
+    var held: Set<String> = []
 
     /// What `events.changed` announced of each sample: "upsert" or "delete".
     var announced: [String: Set<String>] = [:]

@@ -59,6 +59,8 @@ final class Simulation {
     private(set) var failure: String?
     /// Processes started so far.
     private var incarnation = 0
+    /// What each client keeps across a restart of the kernel: its feed cursors.
+    private var carried: [(cursors: [Int: String], lastSeen: [Int: Int64])] = []
 
     /// How likely each kind of step is in this seed. Each seed draws its own mix (swarm testing): a seed
     /// that crashes often or fills the disk often reaches states an even mix almost never does.
@@ -176,7 +178,11 @@ final class Simulation {
         clients[c].unread += Array(line.serialized.utf8) + [10]
         clients[c].waiting.append(id)
         requests += 1
-        note("send \(id) on stream \(c): \(operation.name) user \(user)")
+        var what = operation.name
+        if case .replace(let day, let kept, let added, let removed) = operation {
+            what += " replacing day \(day): \(kept.count) kept, \(added.count) added, \(removed.count) removed"
+        }
+        note("send \(id) on stream \(c): \(what) user \(user)")
     }
 
     private func endBatch(_ c: Int) throws {
@@ -249,7 +255,7 @@ final class Simulation {
         }
         clients = (0..<settings.streams).map { c in
             var client = Client(connection: kernel.connection())
-            if c < clients.count { (client.cursors, client.lastSeen) = (clients[c].cursors, clients[c].lastSeen) }
+            if c < carried.count { (client.cursors, client.lastSeen) = carried[c] }
             return client
         }
     }
@@ -274,7 +280,13 @@ final class Simulation {
         if powerLoss {
             do { try disk.losePower(keep: keep) } catch { throw Failure("the power-loss image could not be made: \(error)") }
         }
+        // The dead process's objects go (memory only: nothing of it is observable any more).
+        for client in clients { client.connection.close() }
+        carried = clients.map { ($0.cursors, $0.lastSeen) }
+        clients = []
+        weak var gone = kernel.store
         kernel = nil
+        if gone != nil { throw Failure("the store of a stopped kernel is still referenced (a retain cycle)") }
         try startKernel()
         // A host subscribes again after a restart (as the Node client does).
         send(.subscribe, user: 0, on: 0)

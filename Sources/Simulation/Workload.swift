@@ -5,8 +5,12 @@ import JSON
 /// Screen Time uploads, and reads of summaries, balances and the change feed between them.
 enum Operation {
     case ingest([String])
+    /// The watch re-sends day `day`: `kept` and `added` are its samples now; `removed` goes.
+    case replace(day: Int, kept: [String], added: [String], removed: [String])
     case delete([String])
     case earn(String)
+    case redeem(String)
+    case spend(String)
     case record(String)
     case enable
     case upload(date: String, minutes: Int, index: Int)
@@ -19,9 +23,11 @@ enum Operation {
 
     var name: String {
         switch self {
-        case .ingest: "health.ingest"
+        case .ingest, .replace: "health.ingest"
         case .delete: "health.delete"
         case .earn: "rewards.earn"
+        case .redeem: "rewards.redeem"
+        case .spend: "rewards.spend"
         case .record: "sessions.record"
         case .enable: "screentime.updateConnection"
         case .upload: "screentime.upload"
@@ -45,11 +51,16 @@ enum Workload {
     static let days = 4
     static func date(_ day: Int) -> String { "2025-03-0\(day + 1)" }
     static let stepType = "HKQuantityTypeIdentifierStepCount"
+    /// XP a minute of unlock costs (the kernel's default).
+    static let rewardRate = 10
 
     /// Draws the next operation for `user` (and records in `model` what it writes).
     static func draw(user: Int, dice: inout Dice, model: inout Model, minutes: inout [Int]) -> Operation {
-        let deletable = model.sampleOrder.filter { model.samples[$0]!.user == user && model.samples[$0]!.ingest == .landed && model.samples[$0]!.delete == nil }
-        let kind = dice.weighted([("ingest", 30), ("delete", deletable.isEmpty ? 0 : 8), ("earn", 12), ("record", 8), ("enable", 3),
+        let deletable = model.sampleOrder.filter {
+            let s = model.samples[$0]!
+            return s.user == user && s.ingest == .landed && s.delete == nil && !model.held.contains($0) && !model.replacing.contains("\(user) \(s.day)")
+        }
+        let kind = dice.weighted([("ingest", 30), ("replace", 6), ("delete", deletable.isEmpty ? 0 : 8), ("earn", 12), ("redeem", 5), ("spend", 4), ("record", 8), ("enable", 3),
                                   ("upload", 10), ("summary", 8), ("balance", 5), ("feed", 12)])
         switch kind {
         case "ingest":
@@ -64,6 +75,31 @@ enum Workload {
                 uuids.append(sample.uuid)
             }
             return .ingest(uuids)
+        case "replace":
+            // Mostly a day the watch has sent before, so that something is replaced.
+            let watched = Set(model.samples.values.filter { $0.user == user && $0.device == "watch" }.map(\.day)).sorted()
+            let day = !watched.isEmpty && dice.below(4) > 0 ? watched[dice.below(watched.count)] : dice.below(days)
+            let watch = model.sampleOrder.filter { model.samples[$0]!.user == user && model.samples[$0]!.day == day && model.samples[$0]!.device == "watch" }
+            // Only when its answer alone decides each sample: nothing of that day in flight. A sample whose
+            // ingest or delete is unknown may or may not be there, and stays so whatever the replace does.
+            let inFlight = watch.contains { model.samples[$0]!.ingest == .pending || model.samples[$0]!.delete == .pending }
+            guard !inFlight, !model.replacing.contains("\(user) \(day)") else { return .summary(date(day)) }
+            let alive = watch.filter { model.samples[$0]!.ingest == .landed && [nil, .absent].contains(model.samples[$0]!.delete) }
+            var (kept, removed): ([String], [String]) = ([], [])
+            for uuid in alive { if dice.below(3) == 0 { kept.append(uuid) } else { removed.append(uuid) } }
+            var added: [String] = []
+            for _ in 0..<dice.below(4) {
+                minutes[day] += 1
+                var sample = Sample(uuid: dice.uuid(), user: user, day: day, minute: minutes[day], value: 1 + dice.below(500))
+                sample.device = "watch"
+                model.samples[sample.uuid] = sample
+                model.sampleOrder.append(sample.uuid)
+                added.append(sample.uuid)
+            }
+            for uuid in removed { model.samples[uuid]!.delete = .pending }
+            model.held.formUnion(kept)
+            model.replacing.insert("\(user) \(day)")
+            return .replace(day: day, kept: kept, added: added, removed: removed)
         case "delete":
             var uuids: [String] = []
             for _ in 0..<(1 + dice.below(3)) {
@@ -77,6 +113,14 @@ enum Workload {
             let key = "k\(dice.next() % 1_000_000_000)"
             model.earns[key] = (user, 1 + dice.below(50), .pending)
             return .earn(key)
+        case "redeem":
+            let key = "r\(dice.next() % 1_000_000_000)"
+            model.redeems[key] = (user, rewardRate * (1 + dice.below(5)), .pending)
+            return .redeem(key)
+        case "spend":
+            let key = "p\(dice.next() % 1_000_000_000)"
+            model.spends[key] = (user, 1 + dice.below(10), .pending)
+            return .spend(key)
         case "record":
             let id = "s\(dice.next() % 1_000_000_000)"
             model.sessions[id] = (user, .pending)
@@ -110,12 +154,20 @@ enum Workload {
                 return ["uuid": .string(uuid), "type": .string(stepType), "value": .int(Int64(s.value)), "unit": "count",
                         "start": .string(at), "end": .string(at)]
             })
+        case .replace(let day, let kept, let added, _):
+            p = params(.ingest(kept + added), model: model)
+            p["deviceId"] = "watch"
+            p["replaceDays"] = [.string(date(day))]
         case .delete(let uuids):
             p["uuids"] = .array(uuids.map { .string($0) })
         case .earn(let key):
             p["xp"] = .int(Int64(model.earns[key]!.xp))
             p["reason"] = "simulated"
             p["key"] = .string(key)
+        case .redeem(let key):
+            p["xp"] = .int(Int64(model.redeems[key]!.xp))
+        case .spend(let key):
+            p["minutes"] = .int(Int64(model.spends[key]!.minutes))
         case .record(let id):
             p["startTime"] = "2025-03-01T10:00:00Z"
             p["durationSeconds"] = 600
@@ -142,10 +194,19 @@ enum Workload {
         switch sent.operation {
         case .ingest(let uuids):
             for uuid in uuids { model.samples[uuid]!.ingest = fate }
+        case .replace(let day, let kept, let added, let removed):
+            for uuid in added { model.samples[uuid]!.ingest = fate }
+            for uuid in removed { model.samples[uuid]!.delete = fate }
+            model.held.subtract(kept)
+            model.replacing.remove("\(sent.user) \(day)")
         case .delete(let uuids):
             for uuid in uuids { model.samples[uuid]!.delete = fate }
         case .earn(let key):
             model.earns[key]!.fate = fate
+        case .redeem(let key):
+            model.redeems[key]!.fate = fate
+        case .spend(let key):
+            model.spends[key]!.fate = fate
         case .record(let id):
             model.sessions[id]!.fate = fate
         case .upload(let date, _, let index):

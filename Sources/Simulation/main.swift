@@ -145,7 +145,6 @@ if ProcessInfo.processInfo.environment["SWIFT_DETERMINISTIC_HASHING"] == nil {
     let args = CommandLine.arguments.map { strdup($0) } + [nil]
     execv("/proc/self/exe", args)
 }
-// The kernel's logs would drown the trace: only critical ones (HK_SIM_LOG=1: everything from info on).
 // The kernel's warnings go into the trace (HK_SIM_LOG=1: to stderr as well).
 LoggingSystem.bootstrap { label in TraceLog(label: label, echo: ProcessInfo.processInfo.environment["HK_SIM_LOG"] != nil) }
 Sim.main()

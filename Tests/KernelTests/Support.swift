@@ -1,4 +1,5 @@
 import Foundation
+import Threads
 import JSON
 import JSONParsing
 import JSONRPC
@@ -36,7 +37,7 @@ let testServiceToken = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJpc3MiOiJoZWFsdGh
 
 /// A kernel in this process, memory-only (or, with `HEALTHKERNEL_TEST_STORE=postgres`, on a fresh
 /// schema of the test PostgreSQL, unless the test gave it a data dir or a store of its own).
-func makeKernel(clock: Clock = SystemClock(), random: RandomSource = SystemRandom(),
+func makeKernel(clock: Clock = SystemClock(), random: RandomSource = SystemRandom(), executor: (any Executor)? = nil,
                 _ configure: (inout KernelConfig) -> Void = { _ in }) throws -> Kernel {
     var config = KernelConfig()
     config.memoryOnly = true
@@ -46,7 +47,7 @@ func makeKernel(clock: Clock = SystemClock(), random: RandomSource = SystemRando
     var logger = Logger(label: "test")
     // HK_TEST_LOG=1 shows the kernels' warnings (how the sign-up race's batch failures were found).
     logger.logLevel = ProcessInfo.processInfo.environment["HK_TEST_LOG"] != nil ? .warning : .critical
-    return try Kernel(config: config, clock: clock, random: random, logger: logger)
+    return try Kernel(config: config, clock: clock, random: random, logger: logger, executor: executor)
 }
 
 /// The stores a kernel can run on, for tests that run once per store.
