@@ -136,7 +136,7 @@ let package = Package(
         // The deterministic simulation (scripts/sim): the kernel under seeded clients, threads, clock and disk.
         .executableTarget(
             name: "healthkernel-sim",
-            dependencies: ["Kernel", "Chrono", "DiskModel", "JSON", "JSONParsing", "JSONRPC", "Mutants", "Storage", "Store", "Threads",
+            dependencies: ["Kernel", "Chrono", "DiskModel", "JSON", "JSONParsing", "JSONRPC", "Mutants", "ScreenTime", "Storage", "Store", "Threads",
                            .product(name: "Crypto", package: "swift-crypto"),
                            .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "Logging", package: "swift-log")],

@@ -1,4 +1,5 @@
 import JSON
+import ScreenTime
 
 /// The guarantees a history must keep. Answers are checked as they come; the final state after the
 /// last crash is checked against every answer given.
@@ -95,18 +96,31 @@ struct Checker {
                 if session.fate == .landed, !recorded.contains(id) { throw Failure("user \(user): session \(id), answered as recorded, is gone") }
                 if session.fate == .absent, recorded.contains(id) { throw Failure("user \(user): session \(id) is there, but was refused") }
             }
-            // Screen Time days.
+            // Screen Time days: each holds an upload and a claim that may have landed (or none when none
+            // landed for sure), and its verdict is the rule's for the two.
             for change in feed where change.entity == "screentime.day" && change.upsert {
-                let sent = model.uploads[Model.uploadKey(user: user, date: change.id)] ?? []
-                let minutes = change.data?["verifiedMinutes"]?.intValue
-                guard let minutes, sent.contains(where: { Int64($0.minutes) == minutes && $0.fate != .absent }) else {
-                    throw Failure("user \(user): Screen Time day \(change.id) holds \(minutes.map(String.init) ?? "none"), not an upload that may have landed")
+                let key = Model.uploadKey(user: user, date: change.id)
+                for (field, sent) in [("verifiedMinutes", model.uploads[key] ?? []), ("claimedMinutes", model.claims[key] ?? [])] {
+                    let minutes = change.data?[field]?.intValue
+                    let possible = minutes.map { m in sent.contains { Int64($0.minutes) == m && $0.fate != .absent } }
+                        ?? !sent.contains { $0.fate == .landed }
+                    guard possible else {
+                        throw Failure("user \(user): Screen Time day \(change.id) holds \(field) \(minutes.map(String.init) ?? "none"), which no answer allows")
+                    }
+                }
+                let config = ScreenTimeConfig()
+                let verdict = Rules.verdict(claimed: change.data?["claimedMinutes"]?.intValue, verified: change.data?["verifiedMinutes"]?.intValue,
+                                            toleranceMinutes: config.toleranceMinutes, pointsPerMinute: config.pointsPerMinute)
+                let stored = (change.data?["status"]?.stringValue, change.data?["deltaMinutes"]?.intValue, change.data?["penaltyPoints"]?.intValue)
+                guard stored == (verdict.status.rawValue, verdict.deltaMinutes, verdict.penaltyPoints) else {
+                    throw Failure("user \(user): Screen Time day \(change.id) says \(stored), its minutes give \(verdict)")
                 }
             }
             let days = Set(feed.filter { $0.entity == "screentime.day" && $0.upsert }.map(\.id))
             for date in (0..<Workload.days).map(Workload.date) where !days.contains(date) {
-                if model.uploads[Model.uploadKey(user: user, date: date)]?.contains(where: { $0.fate == .landed }) == true {
-                    throw Failure("user \(user): Screen Time day \(date), answered as uploaded, is gone")
+                let key = Model.uploadKey(user: user, date: date)
+                if ((model.uploads[key] ?? []) + (model.claims[key] ?? [])).contains(where: { $0.fate == .landed }) {
+                    throw Failure("user \(user): Screen Time day \(date), answered as uploaded or claimed, is gone")
                 }
             }
         }

@@ -51,6 +51,8 @@ struct Model {
     var sessions: [String: (user: Int, fate: Fate)] = [:]
     /// Screen Time uploads per user and day: the minutes of each.
     var uploads: [String: [(minutes: Int, fate: Fate)]] = [:]
+    /// Screen Time claims per user and day, the same way.
+    var claims: [String: [(minutes: Int, fate: Fate)]] = [:]
 
     /// User-days ("user day") with a `replaceDays` ingest in flight, and the samples it re-sends: no
     /// other request may touch them until it is answered, so that one answer decides each.

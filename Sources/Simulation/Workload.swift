@@ -14,6 +14,7 @@ enum Operation {
     case record(String)
     case enable
     case upload(date: String, minutes: Int, index: Int)
+    case claim(date: String, minutes: Int, index: Int)
     case summary(String)
     case balance
     /// A page of the user's feed after the cursor this client held for them when it sent it.
@@ -31,6 +32,7 @@ enum Operation {
         case .record: "sessions.record"
         case .enable: "screentime.updateConnection"
         case .upload: "screentime.upload"
+        case .claim: "screentime.claim"
         case .summary: "health.summary"
         case .balance: "rewards.balance"
         case .feed: "sync.changes"
@@ -61,7 +63,7 @@ enum Workload {
             return s.user == user && s.ingest == .landed && s.delete == nil && !model.held.contains($0) && !model.replacing.contains("\(user) \(s.day)")
         }
         let kind = dice.weighted([("ingest", 30), ("replace", 6), ("delete", deletable.isEmpty ? 0 : 8), ("earn", 12), ("redeem", 5), ("spend", 4), ("record", 8), ("enable", 3),
-                                  ("upload", 10), ("summary", 8), ("balance", 5), ("feed", 12)])
+                                  ("upload", 10), ("claim", 6), ("summary", 8), ("balance", 5), ("feed", 12)])
         switch kind {
         case "ingest":
             var uuids: [String] = []
@@ -133,6 +135,12 @@ enum Workload {
             let key = Model.uploadKey(user: user, date: date)
             model.uploads[key, default: []].append((minutes, .pending))
             return .upload(date: date, minutes: minutes, index: model.uploads[key]!.count - 1)
+        case "claim":
+            let date = date(dice.below(days))
+            let minutes = dice.below(600)
+            let key = Model.uploadKey(user: user, date: date)
+            model.claims[key, default: []].append((minutes, .pending))
+            return .claim(date: date, minutes: minutes, index: model.claims[key]!.count - 1)
         case "summary":
             return .summary(date(dice.below(days)))
         case "balance":
@@ -177,6 +185,9 @@ enum Workload {
         case .upload(let date, let minutes, _):
             p["date"] = .string(date)
             p["verifiedMinutes"] = .int(Int64(minutes))
+        case .claim(let date, let minutes, _):
+            p["date"] = .string(date)
+            p["minutes"] = .int(Int64(minutes))
         case .summary(let date):
             p["from"] = .string(date)
             p["to"] = .string(date)
@@ -211,6 +222,8 @@ enum Workload {
             model.sessions[id]!.fate = fate
         case .upload(let date, _, let index):
             model.uploads[Model.uploadKey(user: sent.user, date: date)]![index].fate = fate
+        case .claim(let date, _, let index):
+            model.claims[Model.uploadKey(user: sent.user, date: date)]![index].fate = fate
         case .enable, .summary, .balance, .feed, .subscribe:
             break
         }
