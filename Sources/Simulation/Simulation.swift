@@ -28,7 +28,6 @@ final class Simulation {
         var connection: Connection
         var unread: [UInt8] = []
         var waiting: [Int64] = []
-        var readSinceBatch = false
         /// The feed cursor this client holds per user, and the last change position it saw.
         var cursors: [Int: String] = [:]
         var lastSeen: [Int: Int64] = [:]
@@ -130,7 +129,6 @@ final class Simulation {
             clients[c].unread.removeFirst(n)
             note("read stream \(c) \(n) bytes")
             clients[c].connection.receive(chunk)
-            clients[c].readSinceBatch = true
         case "end":
             try endBatch(c)
         case "job":
@@ -188,7 +186,6 @@ final class Simulation {
     private func endBatch(_ c: Int) throws {
         note("end batch stream \(c)")
         let fatal = clients[c].connection.endBatch(waitAbove: nil)
-        clients[c].readSinceBatch = false
         try collect(c)
         // The log could not be synced: the real server stops here.
         if fatal { try crash("the log could not be synced") }
