@@ -126,6 +126,8 @@ let package = Package(
         ),
         // What a data dir holds after a power loss at any instant (the crash-point walk's and the simulation's).
         .target(name: "DiskModel", dependencies: ["Store"]),
+        // PostgreSQL at read committed, in memory, running the kernel's SQL (the simulation's and the tests' model).
+        .target(name: "PostgresModel", dependencies: ["Postgres", "Storage", "Threads"]),
         // Fuzz targets: a replay driver in a normal build, libFuzzer's in `scripts/fuzz`'s.
         .executableTarget(
             name: "healthkernel-fuzz",
@@ -136,7 +138,8 @@ let package = Package(
         // The deterministic simulation (scripts/sim): the kernel under seeded clients, threads, clock and disk.
         .executableTarget(
             name: "healthkernel-sim",
-            dependencies: ["Kernel", "Chrono", "DiskModel", "JSON", "JSONParsing", "JSONRPC", "Mutants", "ScreenTime", "Storage", "Store", "Threads",
+            dependencies: ["Kernel", "Chrono", "DiskModel", "JSON", "JSONParsing", "JSONRPC", "Mutants", "Postgres", "PostgresModel", "ScreenTime", "Storage",
+                           "Store", "Threads",
                            .product(name: "Crypto", package: "swift-crypto"),
                            .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "Logging", package: "swift-log")],
@@ -146,7 +149,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "Chrono", "JSON", "JSONParsing", "Storage", "Store", "Postgres",
+                "Chrono", "JSON", "JSONParsing", "Storage", "Store", "Postgres", "PostgresModel",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),

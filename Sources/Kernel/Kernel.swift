@@ -41,8 +41,10 @@ public final class Kernel {
     /// from `clock`, its randomness from `random`, and the work it runs off the serving thread goes to
     /// `executor` (nil: its own threads) alone: a simulation passes seeded and simulated ones, and then
     /// fires the subscriptions' alarms itself (`alarm.fireDue()`), as no thread of the kernel waits for them.
+    /// With `config.storeURL`, its PostgreSQL sessions come from `database` when given (the simulation's
+    /// model of the server), else from libpq at that URL.
     public init(config: KernelConfig, clock: Clock = SystemClock(), random: RandomSource = SystemRandom(), logger: Logger,
-                executor: (any Executor)? = nil) throws {
+                executor: (any Executor)? = nil, database: (any Database)? = nil) throws {
         self.clock = clock
         self.random = random
         self.config = config
@@ -57,6 +59,7 @@ public final class Kernel {
             options.schema = config.storeSchema
             options.connectTimeoutSeconds = config.storeConnectTimeoutSeconds
             options.tombstonesPerUser = Int(config.limits.tombstonesPerUser)
+            options.database = database
             let postgres = try PostgresStore(options: options, clock: clock, random: random, log: { [logger] in logger.warning("\($0)") })
             if postgres.migration.from != postgres.migration.to {
                 logger.info("schema \(options.schema) migrated from version \(postgres.migration.from) to \(postgres.migration.to)")

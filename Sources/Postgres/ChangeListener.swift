@@ -45,14 +45,14 @@ final class ChangeListener: @unchecked Sendable {
     let inbox = Inbox<ChangeAnnouncement>()
     /// Called (on the listener's thread) after announcements arrive: wakes the serving thread.
     var onArrival: @Sendable () -> Void = {}
-    private let url: String
+    private let database: any Database
     private let setup: [Statement]
     private let channel: String
     private let log: @Sendable (String) -> Void
     private let running = SharedFlag()
 
-    init(url: String, setup: [Statement], channel: String, log: @escaping @Sendable (String) -> Void) {
-        self.url = url
+    init(database: any Database, setup: [Statement], channel: String, log: @escaping @Sendable (String) -> Void) {
+        self.database = database
         self.setup = setup
         self.channel = channel
         self.log = log
@@ -73,7 +73,7 @@ final class ChangeListener: @unchecked Sendable {
         let generation = generations.withLock { $0 += 1; return $0 }
         let ready = Inbox<Bool>()
         spawnThread { [self] in
-            var connection: DatabaseConnection?
+            var connection: (any DatabaseSession)?
             var signalled = false
             var kept: [ChangeAnnouncement] = []
             // A thread of an earlier start that has not exited yet ends here too.
@@ -125,8 +125,8 @@ final class ChangeListener: @unchecked Sendable {
     private let generations = Locked(0)
 
     /// Connects, removes listeners whose processes are gone, adds this one and listens.
-    private func register() throws(StorageError) -> DatabaseConnection {
-        let connection = try DatabaseConnection(url: url, setup: setup, log: log)
+    private func register() throws(StorageError) -> any DatabaseSession {
+        let connection = try database.connect(setup: setup, log: log)
         try Schema.check(connection.run([
             Statement("DELETE FROM listeners WHERE pid NOT IN (SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL)"),
             Statement("INSERT INTO listeners (pid) VALUES (pg_backend_pid()) ON CONFLICT DO NOTHING"),

@@ -27,6 +27,11 @@ public struct StatementResult {
     /// and reports none).
     public var error: (state: String, message: String)?
 
+    public init(rows: [[String?]] = [], error: (state: String, message: String)? = nil) {
+        self.rows = rows
+        self.error = error
+    }
+
     /// The first column of the first row.
     public var scalar: String? { rows.first?.first ?? nil }
 }
@@ -34,15 +39,15 @@ public struct StatementResult {
 /// A connection to PostgreSQL through libpq, in pipeline mode: the statements of one `run` go to the
 /// server together and their results come back together, one round trip for all of them. Used by one
 /// thread at a time (its owner serialises calls).
-final class DatabaseConnection: @unchecked Sendable {
+public final class DatabaseConnection: DatabaseSession, @unchecked Sendable {
     private var conn: OpaquePointer?
     let url: String
     /// Session settings run after every connect (the search path), so a reconnect restores them.
     private let setup: [Statement]
     /// Whether the connection was found broken: the next `run` reconnects first.
-    private(set) var broken = false
+    public private(set) var broken = false
     /// The results a failed `run` received before the connection broke.
-    private(set) var received: [StatementResult] = []
+    public private(set) var received: [StatementResult] = []
 
     /// Where libpq's and the server's own words go: the log, never a client (they can name hosts,
     /// sockets and data). Errors thrown say what failed in the kernel's words.
@@ -50,7 +55,7 @@ final class DatabaseConnection: @unchecked Sendable {
 
     /// Connects to `url` and runs `setup`; throws `unavailable` when it cannot (libpq's message, never
     /// the password, goes to `log`).
-    init(url: String, setup: [Statement] = [], log: @escaping @Sendable (String) -> Void = { _ in }) throws(StorageError) {
+    public init(url: String, setup: [Statement] = [], log: @escaping @Sendable (String) -> Void = { _ in }) throws(StorageError) {
         // libpq is opened on first use (CLibPQ's loader): a machine without it gets this, not a crash.
         var error: UnsafePointer<CChar>?
         guard hk_pq_load(&error) != 0 else { throw StorageError.unavailable(error.map { String(cString: $0) } ?? "libpq cannot be opened") }
@@ -138,7 +143,7 @@ final class DatabaseConnection: @unchecked Sendable {
     }
 
     /// The server process serving this connection (what a notification names as its sender).
-    var backendPID: Int32 { PQbackendPID(conn) }
+    public var backendPID: Int32 { PQbackendPID(conn) }
 
     /// Whether `text` holds U+0000: memchr over its bytes (row bodies run to megabytes, and every
     /// statement's parameters are checked).
@@ -148,7 +153,7 @@ final class DatabaseConnection: @unchecked Sendable {
 
     /// Cuts the connection's socket under whatever is running on it, as a network failure would: a
     /// fault point for tests (the server process goes on until it notices).
-    func cutForTest() {
+    public func cutForTest() {
         let fd = PQsocket(conn)
         if fd >= 0 { _ = Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
     }
@@ -156,7 +161,7 @@ final class DatabaseConnection: @unchecked Sendable {
 
     /// Waits up to `timeoutMilliseconds` for notifications (after `LISTEN`) and returns each sender's
     /// process id and payload. Throws `unavailable` when the connection breaks.
-    func notifications(timeoutMilliseconds: Int32) throws(StorageError) -> [(pid: Int32, payload: String)] {
+    public func notifications(timeoutMilliseconds: Int32) throws(StorageError) -> [(pid: Int32, payload: String)] {
         if broken || conn == nil { try connect() }
         var out: [(pid: Int32, payload: String)] = []
         func drain() {
@@ -178,14 +183,14 @@ final class DatabaseConnection: @unchecked Sendable {
     }
 
     /// Host (or socket folder), port and database: what logs may show of the URL.
-    var endpoint: (host: String, port: String, database: String) {
+    public var endpoint: (host: String, port: String, database: String) {
         func text(_ p: UnsafeMutablePointer<CChar>?) -> String { p.map { String(cString: $0) } ?? "" }
         return (text(PQhost(conn)), text(PQport(conn)), text(PQdb(conn)))
     }
 
     /// Sends `statements` in one pipeline and returns their results in order. Throws `unavailable` when
     /// the connection fails (the connection is then marked broken; what the server did is unknown).
-    func run(_ statements: [Statement]) throws(StorageError) -> [StatementResult] {
+    public func run(_ statements: [Statement]) throws(StorageError) -> [StatementResult] {
         if broken || conn == nil { try connect() }
         guard !statements.isEmpty else { return [] }
         // Parameters go as C strings, and PostgreSQL's text holds no NUL: a value with one would be cut
@@ -290,7 +295,7 @@ final class DatabaseConnection: @unchecked Sendable {
     /// Runs `sql`, a `COPY ... FROM STDIN`, with `data` (COPY's text format) and returns its result. COPY
     /// cannot run in pipeline mode, so the connection leaves it for the statement and enters it again.
     /// Throws `unavailable` when the connection fails.
-    func copy(_ sql: String, _ data: [UInt8]) throws(StorageError) -> StatementResult {
+    public func copy(_ sql: String, _ data: [UInt8]) throws(StorageError) -> StatementResult {
         if broken || conn == nil { try connect() }
         guard PQexitPipelineMode(conn) == 1 else { _ = try fail(); return StatementResult() }
         defer { if !broken && PQenterPipelineMode(conn) != 1 { broken = true } }

@@ -28,7 +28,7 @@ final class DetachedCommits: @unchecked Sendable {
     /// Wakes the serving thread when a commit finished (set by the kernel).
     let onFinished = Locked<@Sendable () -> Void>({})
     /// A fault point for tests: the connection a detached commit runs on, once it has one.
-    let connectionForTest = Locked<DatabaseConnection?>(nil)
+    let connectionForTest = Locked<(any DatabaseSession)?>(nil)
 
     func start(_ commit: UInt64) { state.withLock { _ = $0.running.insert(commit) } }
 
@@ -88,7 +88,7 @@ extension PostgresStore {
     /// (a month sent again with changes) fails with 23505; the savepoint is rolled back and the bulk's INSERT,
     /// which updates stored rows, runs instead. Asking first which keys are stored cost 0.1-0.3 s a month.
     /// Returns the first error.
-    private func runDetached(_ c: DatabaseConnection, _ plan: CommitPlan, _ statements: [Statement], user: String,
+    private func runDetached(_ c: any DatabaseSession, _ plan: CommitPlan, _ statements: [Statement], user: String,
                              version: UInt64) throws(StorageError) -> (state: String, message: String)? {
         var pending = [
             Statement("BEGIN"),
@@ -125,7 +125,7 @@ extension PostgresStore {
             return try c.run(ending).first(where: { $0.error != nil })?.error
         } catch {
             guard let xid = Self.transactionID(on: c, sent: ending.count) else { throw error }
-            let asking: DatabaseConnection
+            let asking: any DatabaseSession
             do { asking = try pooledConnection() } catch { throw StorageError.outcomeUnknown("the server cannot be reached to ask (\(error))") }
             defer { returnPooled(asking) }
             try outcome(of: xid, on: asking, backend: backend).orThrow(error)

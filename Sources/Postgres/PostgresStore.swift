@@ -16,8 +16,13 @@ public struct PostgresOptions: Sendable {
     public var connectTimeoutSeconds: Int = 30
     /// Tombstones kept per user and synced table; 0: no limit (see `Tombstones`).
     public var tombstonesPerUser = 0
+    /// Where connections come from: libpq at `url` unless given (the simulation's model of the server).
+    public var database: (any Database)?
 
     public init(url: String) { self.url = url }
+
+    /// The database sessions are opened on.
+    var server: any Database { database ?? LibPQDatabase(url: url) }
 }
 
 /// Storage on PostgreSQL: the system of record when several kernels serve one user base.
@@ -34,9 +39,9 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     let clock: Clock
     let log: @Sendable (String) -> Void
     /// The serving thread's connection.
-    let main: DatabaseConnection
+    let main: any DatabaseSession
     /// Connections for the worker threads that read through views, taken one per read.
-    private let pool: Locked<[DatabaseConnection]>
+    private let pool: Locked<[any DatabaseSession]>
     var slots: [PostgresTableBase] = []
     /// Whether the current request's scope is open (its transaction, or with `groupCommit` its
     /// savepoint), the users locked so far (in the batch's transaction), and those the current request
@@ -146,11 +151,11 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         schema = Schema.quote(options.schema)
         let deadline = clock.monotonicMicros() + UInt64(options.connectTimeoutSeconds) * 1_000_000
         var attempt = 0
-        var connection: DatabaseConnection?
+        var connection: (any DatabaseSession)?
         while connection == nil {
             attempt += 1
             do {
-                connection = try DatabaseConnection(url: options.url, setup: Self.session(Schema.quote(options.schema)), log: log)
+                connection = try options.server.connect(setup: Self.session(Schema.quote(options.schema)), log: log)
             } catch {
                 guard clock.monotonicMicros() < deadline else { throw .unreachable(error.description) }
                 log("attempt \(attempt): \(error.description); retrying")
@@ -166,7 +171,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         var channel = "hk_"
         for c in options.schema where channel.utf8.count + c.utf8.count <= 63 { channel.append(c) }
         self.channel = channel
-        listener = ChangeListener(url: options.url, setup: Self.session(Schema.quote(options.schema)), channel: channel,
+        listener = ChangeListener(database: options.server, setup: Self.session(Schema.quote(options.schema)), channel: channel,
                                   log: { log($0) })
         try Self.refuseTransactionPooler(main)
         do {
@@ -184,7 +189,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     /// A transaction-mode pooler hands each transaction to any server connection, so session settings
     /// (the search path) and prepared state would be lost between requests.
-    private static func refuseTransactionPooler(_ connection: DatabaseConnection) throws(PostgresOpenError) {
+    private static func refuseTransactionPooler(_ connection: any DatabaseSession) throws(PostgresOpenError) {
         do {
             let results = try connection.run([Statement("SELECT pg_backend_pid()"), Statement("SELECT pg_backend_pid()")])
             if results.contains(where: { $0.error != nil }) || results[0].scalar != results[1].scalar {
@@ -292,13 +297,13 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     }
 
     /// A connection of the pool (a new one when none is free), for use on one thread at a time.
-    func pooledConnection() throws(StorageError) -> DatabaseConnection {
+    func pooledConnection() throws(StorageError) -> any DatabaseSession {
         if let c = pool.withLock({ $0.popLast() }) { return c }
-        return try DatabaseConnection(url: options.url, setup: Self.session(schema), log: log)
+        return try options.server.connect(setup: Self.session(schema), log: log)
     }
 
     /// Gives a pooled connection back, unless it broke.
-    func returnPooled(_ c: DatabaseConnection) {
+    func returnPooled(_ c: any DatabaseSession) {
         if !c.broken { pool.withLock { $0.append(c) } }
     }
 
@@ -718,7 +723,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     /// The transaction id a commit's pipeline of `sent` statements (ending with `commitEnding`) got back
     /// on `c` before it broke; nil when it broke before that, so its `COMMIT` never ran.
-    static func transactionID(on c: DatabaseConnection, sent: Int) -> String? {
+    static func transactionID(on c: any DatabaseSession, sent: Int) -> String? {
         let index = sent - commitEnding.count
         return c.received.count > index ? c.received[index].scalar : nil
     }
@@ -757,7 +762,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// commit already made locally stays made; one not yet made is rolled back), and the status asked
     /// again until it is final, for at most `outcomeWaitMicros`. Never "not committed" unless the server
     /// says so.
-    func outcome(of xid: String, on connection: DatabaseConnection, backend: Int32) -> CommitOutcome {
+    func outcome(of xid: String, on connection: any DatabaseSession, backend: Int32) -> CommitOutcome {
         Self.outcome(of: xid, waitingMicros: Self.outcomeWaitMicros, clock: clock, ask: { () throws(StorageError) -> String? in
             let answer = try connection.run([Statement("SELECT pg_xact_status($1::xid8)", [xid])])
             if let failed = answer[0].error { throw StorageError.unavailable("pg_xact_status failed: SQLSTATE \(failed.state)") }

@@ -97,7 +97,7 @@ enum Schema {
 
     /// Creates or upgrades `schema` to `version`. Throws `.unavailable` when the database is newer than
     /// this binary (`newer`), or when a statement fails.
-    static func migrate(_ connection: DatabaseConnection, schema: String) throws(MigrationError) -> (from: Int, to: Int) {
+    static func migrate(_ connection: any DatabaseSession, schema: String) throws(MigrationError) -> (from: Int, to: Int) {
         let q = quote(schema)
         // A fixed lock id: migrations of every kernel on this database take turns.
         let lock = "SELECT pg_advisory_lock(7230450331)"

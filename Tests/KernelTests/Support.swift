@@ -43,12 +43,16 @@ func makeKernel(clock: Clock = SystemClock(), random: RandomSource = SystemRando
     config.memoryOnly = true
     config.auth.jwtSecret = testSecret
     configure(&config)
-    if testStoreKind == "postgres", config.memoryOnly, config.storeURL == nil { StoreKind.postgres.configure(&config) }
+    if testStoreKind != "memory", config.memoryOnly, config.storeURL == nil { StoreKind.postgres.configure(&config) }
     var logger = Logger(label: "test")
     // HK_TEST_LOG=1 shows the kernels' warnings (how the sign-up race's batch failures were found).
     logger.logLevel = ProcessInfo.processInfo.environment["HK_TEST_LOG"] != nil ? .warning : .critical
-    return try Kernel(config: config, clock: clock, random: random, logger: logger, executor: executor)
+    return try Kernel(config: config, clock: clock, random: random, logger: logger, executor: executor,
+                      database: config.storeURL == modelURL ? testDatabase : nil)
 }
+
+/// The URL of the model of PostgreSQL in a `postgres-model` run.
+let modelURL = "postgres://model"
 
 /// The stores a kernel can run on, for tests that run once per store.
 enum StoreKind: String, CaseIterable, CustomStringConvertible, Sendable {
@@ -59,7 +63,7 @@ enum StoreKind: String, CaseIterable, CustomStringConvertible, Sendable {
     func configure(_ config: inout KernelConfig) {
         guard self == .postgres else { return }
         config.memoryOnly = false
-        config.storeURL = TestPostgres.url
+        config.storeURL = testDatabase == nil ? TestPostgres.url : modelURL
         config.storeSchema = TestPostgres.freshSchema()
     }
 }

@@ -4,6 +4,7 @@ import Foundation
 import Testing
 #endif
 import Postgres
+import PostgresModel
 import Store
 import Storage
 
@@ -46,18 +47,24 @@ public func memoryStore<Tables>(_ register: (Store) -> Tables) throws -> (Store,
 /// The store domain service tests run on: memory-only, or with `HEALTHKERNEL_TEST_STORE=postgres` a
 /// fresh schema on the test PostgreSQL (the README's test command runs the domain suites both ways).
 public func testStore<Tables>(_ register: (any Storage) -> Tables) throws -> (any Storage, Tables) {
-    guard testStoreKind == "postgres" else {
+    guard testStoreKind != "memory" else {
         let (store, tables) = try memoryStore { register($0) }
         return (store, tables)
     }
-    var options = PostgresOptions(url: TestPostgres.url)
+    var options = PostgresOptions(url: testDatabase == nil ? TestPostgres.url : "postgres://model")
+    options.database = testDatabase
     options.schema = TestPostgres.freshSchema()
     let store = try PostgresStore(options: options, clock: SystemClock(), log: { _ in })
     return (store, register(store))
 }
 
-/// `memory` or `postgres`: the store `testStore` opens.
+/// `memory`, `postgres`, or `postgres-model` (the simulation's model of PostgreSQL in place of the
+/// server, `PostgresModel`: the domain suites check that the model runs the kernel's SQL as PostgreSQL
+/// does): the store `testStore` opens.
 public let testStoreKind = ProcessInfo.processInfo.environment["HEALTHKERNEL_TEST_STORE"] ?? "memory"
+
+/// The model server every test of a `postgres-model` run shares (a schema each, as on the real server).
+public let testDatabase: (any Database)? = testStoreKind == "postgres-model" ? ModelServer() : nil
 
 /// Suites run twice in the README's test command: in memory, then each test on a fresh PostgreSQL schema
 /// (`HEALTHKERNEL_TEST_STORE=postgres`), so a new domain's suites run on both stores without being named
@@ -66,7 +73,7 @@ public let testStoreKind = ProcessInfo.processInfo.environment["HEALTHKERNEL_TES
 #if canImport(Testing)
 extension Trait where Self == ConditionTrait {
     public static var oneStoreOnly: Self {
-        .disabled(if: testStoreKind == "postgres", "about one store's own machinery: runs once, in the in-memory run")
+        .disabled(if: testStoreKind != "memory", "about one store's own machinery: runs once, in the in-memory run")
     }
 }
 #endif

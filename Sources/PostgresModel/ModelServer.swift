@@ -1,0 +1,157 @@
+import Postgres
+import Storage
+import Threads
+
+/// A model of one PostgreSQL database, as the kernel uses it: in memory, at read committed. Each
+/// statement sees what was committed when it starts and its own transaction's writes; a writer of a
+/// row another open transaction wrote waits for that transaction to end, then runs again; advisory
+/// locks wait the same way; a cycle of waits fails one waiter with 40P01, as the server's deadlock
+/// detector does. Pipelines behave as libpq's pipeline mode: statements without `BEGIN` form one
+/// implicit transaction up to the sync, and after an error the rest of the pipeline is skipped.
+/// NOTIFY is delivered at commit, in commit order, to every session listening on the channel.
+///
+/// It runs the SQL the kernel sends and nothing else (`ModelSQL`): a statement it does not know fails
+/// with SQLSTATE 42601 naming it, so the model cannot silently drift from the store's SQL.
+///
+/// Cost: committed rows are grouped per table and user, so a statement costs O(rows of the users it
+/// names); a savepoint copies its transaction's writes lazily (copy on write).
+public final class ModelServer: Database, @unchecked Sendable {
+    struct Transaction {
+        var xid: Int64?
+        var explicit: Bool
+        var failed = false
+        var schema: String
+        var writes = Writes()
+        var savepoints: [(name: String, writes: Writes)] = []
+    }
+
+    struct Session {
+        var schema = "public"
+        var tx: Transaction?
+        var listening: Set<String> = []
+        var inbox: [(pid: Int32, payload: String)] = []
+        var sessionLocks: [String: Int] = [:]
+        /// The client's side is gone (its connection was cut or closed) but the backend has not noticed:
+        /// its transaction stays open, with its locks, until it is terminated.
+        var orphaned = false
+    }
+
+    public struct State {
+        var schemas: [String: SchemaData] = [:]
+        var sessions: [Int32: Session] = [:]
+        var nextPID: Int32 = 1000
+        var nextXID: Int64 = 700
+        var finished: [Int64: Bool] = [:]
+        /// Advisory locks: holder and how many times it took the lock.
+        var advisory: [String: (pid: Int32, count: Int)] = [:]
+        var rowLocks: [String: [RowLock: Int32]] = [:]
+        var waitsFor: [Int32: Int32] = [:]
+        /// Moves whenever something another session may wait for is released: waiters look again.
+        var generation: UInt64 = 0
+    }
+
+    let state = Locked(State())
+    /// How a session waits for a lock: the default blocks its thread; the simulation hands control back
+    /// to its scheduler instead.
+    public let parking: any Parking
+
+    public init(parking: any Parking = ThreadParking()) {
+        self.parking = parking
+    }
+
+    public func connect(setup: [Statement], log: @escaping @Sendable (String) -> Void) throws(StorageError) -> any DatabaseSession {
+        let session = ModelSession(server: self, log: log)
+        if let failed = try session.run(setup).first(where: { $0.error != nil })?.error {
+            throw StorageError.unavailable("setting up the session failed (SQLSTATE \(failed.state))")
+        }
+        return session
+    }
+
+    func open() -> Int32 {
+        state.withLock { s in
+            s.nextPID += 1
+            s.sessions[s.nextPID] = Session()
+            return s.nextPID
+        }
+    }
+
+    /// The client closed or lost session `pid`: with `orphan`, its backend goes on holding its transaction
+    /// (a cut the server has not noticed); else it ends and rolls its transaction back.
+    func close(_ pid: Int32, orphan: Bool = false) {
+        state.withLock { s in
+            guard s.sessions[pid] != nil else { return }
+            if orphan {
+                s.sessions[pid]!.orphaned = true
+            } else {
+                Self.terminate(&s, pid)
+            }
+        }
+        parking.wake(state)
+    }
+
+    static func terminate(_ s: inout State, _ pid: Int32) {
+        guard s.sessions[pid] != nil else { return }
+        end(&s, pid, commit: false)
+        for (name, _) in s.sessions[pid]!.sessionLocks { s.advisory[name] = nil }
+        s.sessions[pid] = nil
+        s.waitsFor[pid] = nil
+        s.generation += 1
+    }
+
+    /// Ends session `pid`'s transaction: applies its writes and sends its NOTIFYs (commit), or drops them.
+    static func end(_ s: inout State, _ pid: Int32, commit: Bool) {
+        guard let tx = s.sessions[pid]?.tx else { return }
+        s.sessions[pid]!.tx = nil
+        let made = commit && !tx.failed
+        if made {
+            tx.writes.apply(to: &s.schemas[tx.schema, default: SchemaData()])
+            for n in tx.writes.notifies {
+                for (other, session) in s.sessions where session.listening.contains(n.channel) {
+                    s.sessions[other]!.inbox.append((pid, n.payload))
+                }
+            }
+        }
+        if let xid = tx.xid { s.finished[xid] = made }
+        for lock in tx.writes.locks { s.rowLocks[tx.schema]?[lock] = nil }
+        for name in tx.writes.advisory { s.advisory[name] = nil }
+        s.generation += 1
+    }
+
+    /// A snapshot of every schema's committed contents, for checks: per schema, table, user and key, the body.
+    public func committedRows(schema: String) -> [String: [String: [String: String]]] {
+        state.withLock { s in
+            var out: [String: [String: [String: String]]] = [:]
+            for (pair, rows) in s.schemas[schema]?.rows ?? [:] {
+                for (key, row) in rows { out[pair.tbl, default: [:]][pair.usr, default: [:]][key] = row.body }
+            }
+            return out
+        }
+    }
+
+    /// Each user's feed counter and version, committed.
+    public func committedUsers(schema: String) -> [String: (feedSeq: Int64, version: Int64)] {
+        state.withLock { s in (s.schemas[schema]?.users ?? [:]).mapValues { ($0.feedSeq, $0.version) } }
+    }
+}
+
+/// How a session of the model waits until another releases what it needs.
+public protocol Parking: Sendable {
+    /// Waits (not holding the lock) until `state`'s generation moves past `generation`.
+    func park(_ state: Locked<ModelServer.State>, past generation: UInt64)
+    /// Wakes whoever waits on `state`.
+    func wake(_ state: Locked<ModelServer.State>)
+    /// Waits up to `timeoutMilliseconds` for a notification to session `pid` (a listener's poll).
+    func awaitNotice(_ state: Locked<ModelServer.State>, pid: Int32, timeoutMilliseconds: Int32)
+}
+
+/// Waiting on the state's condition: sessions on threads of their own, as in tests.
+public struct ThreadParking: Parking {
+    public init() {}
+    public func park(_ state: Locked<ModelServer.State>, past generation: UInt64) {
+        state.withLock(waitingUntil: { $0.generation != generation }) { _ in }
+    }
+    public func wake(_ state: Locked<ModelServer.State>) { state.wake(all: true) }
+    public func awaitNotice(_ state: Locked<ModelServer.State>, pid: Int32, timeoutMilliseconds: Int32) {
+        state.withLock(waitingUntil: { !($0.sessions[pid]?.inbox.isEmpty ?? true) }, timeoutMicroseconds: Int(timeoutMilliseconds) * 1000) { _ in }
+    }
+}
