@@ -57,7 +57,7 @@ let package = Package(
         .target(name: "Store", dependencies: ["JSON", "JSONParsing", "Chrono", "Threads", "CCRC32C", "Storage", "Mutants"], swiftSettings: optimized),
         .target(
             name: "Postgres",
-            dependencies: ["CLibPQ", "JSON", "JSONParsing", "Chrono", "Storage", "Threads"],
+            dependencies: ["CLibPQ", "JSON", "JSONParsing", "Chrono", "Storage", "Threads", "Mutants"],
             swiftSettings: optimized
         ),
         .target(

@@ -88,6 +88,12 @@ public protocol Clock: Sendable {
     func now() -> Timestamp
     /// Monotonic time in microseconds, for measuring durations and deadlines (never for stored times).
     func monotonicMicros() -> UInt64
+    /// Waits `micros` microseconds (a retry's pause): the thread sleeps; a simulated clock moves instead.
+    func pause(micros: UInt64)
+}
+
+extension Clock {
+    public func pause(micros: UInt64) { usleep(UInt32(min(micros, UInt64(UInt32.max)))) }
 }
 
 /// The system's real-time clock, optionally shifted by a fixed offset (for tests only).

@@ -29,6 +29,8 @@ public struct KernelConfig: Sendable, Equatable {
     public var logLevel = "info"
     /// Snapshot after this many log records.
     public var snapshotEveryRecords = 100_000
+    /// Changes from which one request's write is big (`Transaction.bigUnit`).
+    public var bigUnitEntries = Transaction.bigUnit
     /// Snapshot this many seconds after the first change since the last one (0: never by time).
     public var snapshotEverySeconds = 300
     /// Snapshot once this many bytes of log follow the last one (0: never by size).

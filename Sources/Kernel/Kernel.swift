@@ -25,6 +25,8 @@ public final class Kernel {
     let storage: any KernelStore
     /// The in-memory store, when it is the one in use (snapshots, its data dir).
     public let store: Store?
+    /// The PostgreSQL store, when it is the one in use.
+    public var postgres: PostgresStore? { storage as? PostgresStore }
     /// Accounts and tokens.
     public let auth: AuthService
     /// When the kernel started.
@@ -60,7 +62,9 @@ public final class Kernel {
             options.connectTimeoutSeconds = config.storeConnectTimeoutSeconds
             options.tombstonesPerUser = Int(config.limits.tombstonesPerUser)
             options.database = database
+            options.bigUnit = config.bigUnitEntries
             let postgres = try PostgresStore(options: options, clock: clock, random: random, log: { [logger] in logger.warning("\($0)") })
+            if let executor { postgres.runOff(on: executor) }
             if postgres.migration.from != postgres.migration.to {
                 logger.info("schema \(options.schema) migrated from version \(postgres.migration.from) to \(postgres.migration.to)")
             }
@@ -73,6 +77,7 @@ public final class Kernel {
             var options = StoreOptions(dataDir: config.memoryOnly ? nil : config.dataDir)
             options.fsync = config.fsync
             options.snapshotEveryRecords = config.snapshotEveryRecords
+            options.bigUnit = config.bigUnitEntries
             options.tombstonesPerUser = Int(config.limits.tombstonesPerUser)
             options.snapshotEverySeconds = config.snapshotEverySeconds
             options.snapshotEveryBytes = config.snapshotEveryBytes

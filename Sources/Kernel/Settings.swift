@@ -193,6 +193,10 @@ extension Setting {
                 "When acknowledged writes reach the disk.") { $0.fsync = $1 },
         .integer("store.snapshotEveryRecords", int32, default: "100000", environment: nil, flag: "snapshot-every-records",
                  "Take a snapshot after this many log records.") { $0.snapshotEveryRecords = $1 },
+        .integer("store.bigUnitEntries", 1...(1 << 30), default: String(Transaction.bigUnit), environment: nil, flag: nil,
+                 "A write of this many changes or more is planned on a worker thread and finished off the serving thread (in slices between other requests on a data dir, on a connection of its own on PostgreSQL).") {
+            $0.bigUnitEntries = $1
+        },
         .integer("store.snapshotEverySeconds", 0...Int64(Int32.max), default: "300", environment: nil, flag: "snapshot-every-seconds",
                  "Take a snapshot this many seconds after a change (0 turns it off).") { $0.snapshotEverySeconds = $1 },
         .integer("store.snapshotEveryBytes", 0...Int64(Int32.max), default: "67108864 (64 MiB)", environment: nil, flag: nil,

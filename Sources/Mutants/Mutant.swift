@@ -19,6 +19,9 @@ public enum Mutant: String, CaseIterable, Sendable {
     /// Changes are announced to `events.subscribe` streams before their log record is durable, so a
     /// write then refused by a full disk has been announced.
     case eventsBeforeDurable = "events-before-durable"
+    /// On PostgreSQL, a detached commit skips its check that the user's version is still the one its
+    /// plan was made on, so a plan made before another write of the user overwrites it (#52, defect 1).
+    case detachedVersionUnchecked = "detached-version-unchecked"
 
     private static let active = Atomic<Int>(-1)
 

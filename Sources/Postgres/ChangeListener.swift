@@ -66,59 +66,98 @@ final class ChangeListener: @unchecked Sendable {
     let holdForTest = SharedFlag()
 
     /// Starts listening; returns once the listener is registered, so that every commit after it is heard
-    /// (or after one failed attempt: the thread keeps trying).
+    /// (or after one failed attempt: the thread keeps trying). Without `ownThread`, registers at once and
+    /// listens only when whoever drives the kernel calls `poll()` (a simulation).
     func start() {
         guard !running.isSet else { return }
         running.set(true)
+        guard ownThread else {
+            loop.withLock { $0 = Loop() }
+            _ = poll(timeoutMilliseconds: 0)
+            return
+        }
         let generation = generations.withLock { $0 += 1; return $0 }
         let ready = Inbox<Bool>()
+        loop.withLock { $0 = Loop() }
         spawnThread { [self] in
-            var connection: (any DatabaseSession)?
-            var signalled = false
-            var kept: [ChangeAnnouncement] = []
             // A thread of an earlier start that has not exited yet ends here too.
             while running.isSet && generations.withLock({ $0 }) == generation {
-                do {
-                    if connection == nil || connection!.broken {
-                        setConnected(false)
-                        connection = try register()
-                        setConnected(true)
-                    }
-                    if !signalled {
-                        signalled = true
-                        ready.put(true)
-                    }
-                    for (_, payload) in try connection!.notifications(timeoutMilliseconds: holdForTest.isSet ? 20 : 200) {
-                        if let a = ChangeAnnouncement(payload: payload) { kept.append(a) }
-                    }
-                    guard !kept.isEmpty, !holdForTest.isSet else { continue }
-                    for a in kept { inbox.put(a) }
-                    kept.removeAll()
-                    onArrival()
-                } catch {
-                    setConnected(false)
-                    log("listening for other kernels' changes: \(error); retrying in 1 s")
-                    if !signalled {
-                        signalled = true
-                        ready.put(true)
-                    }
-                    connection = nil
-                    sleep(1)
-                }
+                if poll(timeoutMilliseconds: holdForTest.isSet ? 20 : 200) { ready.put(true) }
+                if loop.withLock({ $0.failed }) { sleep(1) }
             }
-            if let connection, !connection.broken {
-                _ = try? connection.run([Statement("DELETE FROM listeners WHERE pid = pg_backend_pid()"), Statement("UNLISTEN *")])
-            }
-            setConnected(false)
+            unregister()
             exited.put(true)
         }
         _ = ready.takeAll(wait: true)
+    }
+
+    /// Whether the listener runs on a thread of its own (else `poll()` is called for it).
+    var ownThread = true
+
+    /// What one listening loop keeps between polls.
+    private struct Loop {
+        var connection: (any DatabaseSession)?
+        var signalled = false
+        var kept: [ChangeAnnouncement] = []
+        /// The last poll failed: the next connects again, after a pause on a thread of its own.
+        var failed = false
+    }
+    private let loop = Locked(Loop())
+
+    /// One round of listening: connects (and registers) when not connected, then takes what was heard
+    /// within `timeoutMilliseconds` into `inbox`. Returns true the first time it has connected or failed
+    /// (start-up waits for that).
+    @discardableResult
+    func poll(timeoutMilliseconds: Int32) -> Bool {
+        guard running.isSet else { return false }
+        var l = loop.withLock { $0 }
+        var first = false
+        defer { loop.withLock { $0 = l } }
+        do {
+            l.failed = false
+            if l.connection == nil || l.connection!.broken {
+                setConnected(false)
+                l.connection = try register()
+                setConnected(true)
+            }
+            if !l.signalled {
+                l.signalled = true
+                first = true
+            }
+            for (_, payload) in try l.connection!.notifications(timeoutMilliseconds: timeoutMilliseconds) {
+                if let a = ChangeAnnouncement(payload: payload) { l.kept.append(a) }
+            }
+            guard !l.kept.isEmpty, !holdForTest.isSet else { return first }
+            for a in l.kept { inbox.put(a) }
+            l.kept.removeAll()
+            onArrival()
+        } catch {
+            setConnected(false)
+            log("listening for other kernels' changes: \(error); retrying in 1 s")
+            if !l.signalled {
+                l.signalled = true
+                first = true
+            }
+            l.connection = nil
+            l.failed = true
+        }
+        return first
+    }
+
+    /// Leaves the listeners and stops listening, when connected.
+    private func unregister() {
+        let connection = loop.withLock { l in defer { l.connection = nil }; return l.connection }
+        if let connection, !connection.broken {
+            _ = try? connection.run([Statement("DELETE FROM listeners WHERE pid = pg_backend_pid()"), Statement("UNLISTEN *")])
+        }
+        setConnected(false)
     }
 
     /// Stops listening; with `wait`, returns once the thread has unregistered (at most about a second).
     func stop(wait: Bool = false) {
         guard running.isSet else { return }
         running.set(false)
+        guard ownThread else { return unregister() }
         if wait { _ = exited.takeAll(waitingUpTo: 1_500_000) }
     }
     private let exited = Inbox<Bool>()

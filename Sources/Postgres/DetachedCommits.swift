@@ -3,6 +3,9 @@ import Glibc
 #endif
 import Storage
 import Threads
+#if SIMULATION
+import Mutants
+#endif
 
 /// Big commits run on a connection of their own, on a thread of their own, instead of in the serving
 /// thread's batch: a month of samples is 43,000 rows, seconds of PostgreSQL's time, during which the
@@ -24,7 +27,7 @@ final class DetachedCommits: @unchecked Sendable {
     /// COPY, 36,339 samples/s and p99 249 ms with two against 37,292 and 119 ms with one. At the serving
     /// thread's priority, not the workers' nice 19: it holds a user's lock while it runs, and a thread
     /// starved on purpose while others wait for its lock is a priority inversion (#52 defect 8).
-    let threads = WorkerPool(threads: 1, priority: .serving)
+    var threads: any Executor = WorkerPool(threads: 1, priority: .serving)
     /// Wakes the serving thread when a commit finished (set by the kernel).
     let onFinished = Locked<@Sendable () -> Void>({})
     /// A fault point for tests: the connection a detached commit runs on, once it has one.
@@ -53,7 +56,7 @@ extension PostgresStore {
     /// rows whose version this request read, and no host waits for change events (their order rests on
     /// the batch's commits). Returns the user and the version read.
     func detachable(_ tx: Transaction, _ plan: CommitPlan) -> (user: String, version: UInt64)? {
-        guard mayFinishLater, groupCommit, !collectsChanges, tx.entries.count >= Transaction.bigUnit,
+        guard mayFinishLater, groupCommit, !collectsChanges, tx.entries.count >= options.bigUnit,
               plan.claims.isEmpty, plan.users.count == 1, let user = plan.users.first, let version = versionsRead[user] else { return nil }
         return (user, version)
     }
@@ -95,6 +98,9 @@ extension PostgresStore {
             Statement("SELECT pg_advisory_xact_lock(hashtextextended($1, \(lockSeed)))", [user]),
             Statement("SELECT 1 / (coalesce((SELECT version FROM users WHERE usr = $1), 0) = $2::bigint)::int", [user, String(version)]),
         ]
+        #if SIMULATION
+        if Mutant.detachedVersionUnchecked.isOn { pending.removeLast() }
+        #endif
         // Where `statements` begin in the first run's results, and the user's feed position after the commit
         // (from the user's `users` statement, which comes before any bulk).
         var offset: Int? = pending.count
@@ -137,7 +143,7 @@ extension PostgresStore {
     /// Makes a big unit's statements on the worker that planned it (their array literals are 12 MB of text
     /// for a month of samples, half a second of the serving thread's time); the commit sets their time.
     public func prepare(_ tx: inout Transaction) {
-        guard tx.entries.count >= Transaction.bigUnit else { return }
+        guard tx.entries.count >= options.bigUnit else { return }
         // Without the changes for host events (`collectsChanges` belongs to the serving thread): a commit
         // made while a host listens makes its plan again.
         var plan = CommitPlan(at: 0, collects: false, channel: channel, origin: kernelID)

@@ -16,6 +16,8 @@ public struct PostgresOptions: Sendable {
     public var connectTimeoutSeconds: Int = 30
     /// Tombstones kept per user and synced table; 0: no limit (see `Tombstones`).
     public var tombstonesPerUser = 0
+    /// Changes from which a unit of work is big (`Transaction.bigUnit`): planned on a worker, committed detached.
+    public var bigUnit = Transaction.bigUnit
     /// Where connections come from: libpq at `url` unless given (the simulation's model of the server).
     public var database: (any Database)?
 
@@ -130,6 +132,16 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     }
     /// The schema, quoted for SQL.
     let schema: String
+    /// Where detached commits and the change listener run: their own threads, or (given, as the simulation
+    /// gives its executor) jobs of `executor` and `pollListener()`.
+    public func runOff(on executor: any Executor) {
+        detached.threads = executor
+        listener.ownThread = false
+    }
+
+    /// One round of the change listener, when it has no thread (`runOff(on:)`); what it hears is taken
+    /// by the next `takeCommittedChanges`.
+    public func pollListener() { listener.poll(timeoutMilliseconds: 0) }
     /// Seeds the user locks' hash with the schema: advisory locks are per database, and deployments in
     /// other schemas of it must not wait for each other's users.
     let lockSeed: Int64
@@ -159,7 +171,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             } catch {
                 guard clock.monotonicMicros() < deadline else { throw .unreachable(error.description) }
                 log("attempt \(attempt): \(error.description); retrying")
-                sleep(1)
+                clock.pause(micros: 1_000_000)
             }
         }
         main = connection!
@@ -183,9 +195,21 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     /// Session settings of every connection, run again after a reconnect. A search path naming a schema
     /// that does not exist yet is allowed: the migration creates it before any query uses it.
+    ///
+    /// A transaction left idle for `idleTransactionTimeout` is ended by the server. The kernel never
+    /// leaves one idle but while its own thread works on the batch; but when the network between kernel
+    /// and server fails silently (no reset reaches the server: a partition, a failover, a NAT that
+    /// forgets), the server's backend goes on holding the transaction, and with it the advisory locks of
+    /// its users, until TCP keepalive notices, two hours by default: every request of those users, on
+    /// every kernel, waited that long (found by the simulation on its model of PostgreSQL).
     private static func session(_ schema: String) -> [Statement] {
-        [Statement("SET application_name TO 'healthkernel'"), Statement("SET search_path TO \(schema)")]
+        [Statement("SET application_name TO 'healthkernel'"), Statement("SET search_path TO \(schema)"),
+         Statement("SET idle_in_transaction_session_timeout TO '\(idleTransactionTimeoutSeconds)s'")]
     }
+
+    /// See `session`: far above any batch's work between two of its statements (milliseconds), far
+    /// below the hours a silently lost connection otherwise holds its users' locks.
+    static let idleTransactionTimeoutSeconds = 60
 
     /// A transaction-mode pooler hands each transaction to any server connection, so session settings
     /// (the search path) and prepared state would be lost between requests.
@@ -777,7 +801,8 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// (`committed`, `aborted`, `in progress`, or nil when the server no longer knows), or throws when it
     /// cannot be reached; `endBackend` ends the old server process once.
     static func outcome(of xid: String, waitingMicros: UInt64, clock: Clock = SystemClock(), ask: () throws(StorageError) -> String?,
-                        endBackend: () -> Void, pause: (UInt32) -> Void = { usleep($0) }) -> CommitOutcome {
+                        endBackend: () -> Void, pause: ((UInt32) -> Void)? = nil) -> CommitOutcome {
+        let pause = pause ?? { clock.pause(micros: UInt64($0)) }
         let deadline = clock.monotonicMicros() + waitingMicros
         var ended = false
         while true {

@@ -111,6 +111,10 @@ struct ModelSQL {
 
         // Session settings and server functions.
         if sql == "SET application_name TO 'healthkernel'" || sql.hasPrefix("SET LOCAL enable_sort = ") { return Self.ok }
+        if let value = Self.after(sql, "SET idle_in_transaction_session_timeout TO '"), value.hasSuffix("s'"), let seconds = UInt64(value.dropLast(2)) {
+            s.sessions[pid]!.idleTimeoutMicros = seconds * 1_000_000
+            return Self.ok
+        }
         if sql.hasPrefix("SET search_path TO ") || sql.hasPrefix("SET LOCAL search_path TO ") {
             let name = Self.unquote(String(sql.split(separator: " ").last!))
             s.sessions[pid]!.schema = name

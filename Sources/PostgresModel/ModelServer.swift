@@ -34,6 +34,11 @@ public final class ModelServer: Database, @unchecked Sendable {
         /// The client's side is gone (its connection was cut or closed) but the backend has not noticed:
         /// its transaction stays open, with its locks, until it is terminated.
         var orphaned = false
+        /// Which client opened it (`client(_:)`): a simulated kernel, whose sessions go when it dies.
+        var tag = 0
+        /// `idle_in_transaction_session_timeout` (0: none), and since when (µs) the session is idle.
+        var idleTimeoutMicros: UInt64 = 0
+        var idleSince: UInt64 = 0
     }
 
     public struct State {
@@ -47,7 +52,10 @@ public final class ModelServer: Database, @unchecked Sendable {
         var rowLocks: [String: [RowLock: Int32]] = [:]
         var waitsFor: [Int32: Int32] = [:]
         /// Moves whenever something another session may wait for is released: waiters look again.
-        var generation: UInt64 = 0
+        public internal(set) var generation: UInt64 = 0
+        /// An armed cut: the connection that next runs a statement breaks after this many more, and
+        /// whether its backend goes on (orphaned) or ends at once.
+        var cut: (after: Int, orphan: Bool)?
     }
 
     let state = Locked(State())
@@ -55,23 +63,88 @@ public final class ModelServer: Database, @unchecked Sendable {
     /// to its scheduler instead.
     public let parking: any Parking
 
-    public init(parking: any Parking = ThreadParking()) {
+    /// The monotonic time in µs (for `idle_in_transaction_session_timeout`).
+    let now: @Sendable () -> UInt64
+
+    public init(parking: any Parking = ThreadParking(), now: @escaping @Sendable () -> UInt64 = { 0 }) {
         self.parking = parking
+        self.now = now
+    }
+
+    /// Ends the orphaned sessions idle in a transaction for longer than their
+    /// `idle_in_transaction_session_timeout`, as the server does (their transactions roll back).
+    public func expireIdle() {
+        let t = now()
+        let ended = state.withLock { s in
+            var ended = false
+            for (pid, session) in s.sessions where session.orphaned && session.tx != nil && session.idleTimeoutMicros > 0
+                && t >= session.idleSince + session.idleTimeoutMicros {
+                Self.terminate(&s, pid)
+                ended = true
+            }
+            return ended
+        }
+        if ended { parking.wake(state) }
     }
 
     public func connect(setup: [Statement], log: @escaping @Sendable (String) -> Void) throws(StorageError) -> any DatabaseSession {
-        let session = ModelSession(server: self, log: log)
+        try connect(tag: 0, setup: setup, log: log)
+    }
+
+    func connect(tag: Int, setup: [Statement], log: @escaping @Sendable (String) -> Void) throws(StorageError) -> any DatabaseSession {
+        let session = ModelSession(server: self, tag: tag, log: log)
+        session.setup = setup
         if let failed = try session.run(setup).first(where: { $0.error != nil })?.error {
             throw StorageError.unavailable("setting up the session failed (SQLSTATE \(failed.state))")
         }
         return session
     }
 
-    func open() -> Int32 {
+    func open(tag: Int) -> Int32 {
         state.withLock { s in
             s.nextPID += 1
-            s.sessions[s.nextPID] = Session()
+            s.sessions[s.nextPID] = Session(tag: tag)
             return s.nextPID
+        }
+    }
+
+    /// The database as client `tag` reaches it (a simulated kernel's process).
+    public func client(_ tag: Int) -> any Database { Client(server: self, tag: tag) }
+
+    struct Client: Database {
+        let server: ModelServer
+        let tag: Int
+        func connect(setup: [Statement], log: @escaping @Sendable (String) -> Void) throws(StorageError) -> any DatabaseSession {
+            try server.connect(tag: tag, setup: setup, log: log)
+        }
+    }
+
+    /// Client `tag`'s process died: the server sees its connections close and rolls their transactions back.
+    public func disconnect(tag: Int) {
+        state.withLock { s in
+            for (pid, session) in s.sessions where session.tag == tag { Self.terminate(&s, pid) }
+        }
+        parking.wake(state)
+    }
+
+    /// Arms a network failure: the next connection to run a statement breaks after `statements` more
+    /// have run (0: before the next). With `orphan`, its backend does not notice and keeps its
+    /// transaction open, locks and all, until terminated; else it rolls back at once. A COMMIT that ran
+    /// before the break stays made, though its client never hears so.
+    public func armCut(after statements: Int, orphan: Bool) {
+        state.withLock { $0.cut = (statements, orphan) }
+    }
+
+    /// Whether a session's client side must break now (an armed cut counted down to it).
+    func cutNow() -> (Bool, orphan: Bool) {
+        state.withLock { s in
+            guard let cut = s.cut else { return (false, false) }
+            if cut.after == 0 {
+                s.cut = nil
+                return (true, cut.orphan)
+            }
+            s.cut = (cut.after - 1, cut.orphan)
+            return (false, false)
         }
     }
 
@@ -82,6 +155,7 @@ public final class ModelServer: Database, @unchecked Sendable {
             guard s.sessions[pid] != nil else { return }
             if orphan {
                 s.sessions[pid]!.orphaned = true
+                s.sessions[pid]!.idleSince = now()
             } else {
                 Self.terminate(&s, pid)
             }
@@ -117,6 +191,9 @@ public final class ModelServer: Database, @unchecked Sendable {
         s.generation += 1
     }
 
+    /// Sessions open now (orphaned ones too): what a test checks is left after a kernel stops.
+    public var sessionCount: Int { state.withLock { $0.sessions.count } }
+
     /// A snapshot of every schema's committed contents, for checks: per schema, table, user and key, the body.
     public func committedRows(schema: String) -> [String: [String: [String: String]]] {
         state.withLock { s in
@@ -136,8 +213,9 @@ public final class ModelServer: Database, @unchecked Sendable {
 
 /// How a session of the model waits until another releases what it needs.
 public protocol Parking: Sendable {
-    /// Waits (not holding the lock) until `state`'s generation moves past `generation`.
-    func park(_ state: Locked<ModelServer.State>, past generation: UInt64)
+    /// Waits (not holding the lock) until `state`'s generation moves past `generation`; false when it gave
+    /// up (the statement then fails as one past its `lock_timeout` does, 55P03).
+    func park(_ state: Locked<ModelServer.State>, past generation: UInt64) -> Bool
     /// Wakes whoever waits on `state`.
     func wake(_ state: Locked<ModelServer.State>)
     /// Waits up to `timeoutMilliseconds` for a notification to session `pid` (a listener's poll).
@@ -147,8 +225,9 @@ public protocol Parking: Sendable {
 /// Waiting on the state's condition: sessions on threads of their own, as in tests.
 public struct ThreadParking: Parking {
     public init() {}
-    public func park(_ state: Locked<ModelServer.State>, past generation: UInt64) {
+    public func park(_ state: Locked<ModelServer.State>, past generation: UInt64) -> Bool {
         state.withLock(waitingUntil: { $0.generation != generation }) { _ in }
+        return true
     }
     public func wake(_ state: Locked<ModelServer.State>) { state.wake(all: true) }
     public func awaitNotice(_ state: Locked<ModelServer.State>, pid: Int32, timeoutMilliseconds: Int32) {

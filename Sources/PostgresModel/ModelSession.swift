@@ -22,10 +22,15 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
     /// A test's or the simulation's cut: the next statement finds the connection gone.
     private var cut = false
 
-    init(server: ModelServer, log: @escaping @Sendable (String) -> Void) {
+    private let tag: Int
+    /// Session settings run after every connect, as `DatabaseConnection` runs them.
+    var setup: [Statement] = []
+
+    init(server: ModelServer, tag: Int, log: @escaping @Sendable (String) -> Void) {
         self.server = server
+        self.tag = tag
         self.log = log
-        pid = server.open()
+        pid = server.open(tag: tag)
     }
 
     deinit { server.close(pid) }
@@ -35,27 +40,35 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
 
     func cutForTest() { cut = true }
 
-    private func reconnectIfBroken() {
+    private func reconnectIfBroken() throws(StorageError) {
         guard broken else { return }
-        server.close(pid, orphan: false)
-        pid = server.open()
+        server.close(pid, orphan: true)
+        pid = server.open(tag: tag)
         broken = false
         cut = false
+        if let failed = try run(setup).first(where: { $0.error != nil })?.error {
+            try fail("setting up the session failed: \(failed.message)", orphan: false)
+        }
     }
 
-    private func fail(_ why: String) throws(StorageError) -> Never {
+    private func fail(_ why: String, orphan: Bool = true) throws(StorageError) -> Never {
         broken = true
-        server.close(pid, orphan: true)
+        server.close(pid, orphan: orphan)
         log("PostgreSQL connection failed: \(why)")
         throw StorageError.unavailable("the connection to PostgreSQL failed")
     }
 
     func run(_ statements: [Statement]) throws(StorageError) -> [StatementResult] {
-        reconnectIfBroken()
+        try reconnectIfBroken()
         received.removeAll()
         var results: [StatementResult] = []
         var aborted = false
         for statement in statements {
+            let (armed, orphan) = server.cutNow()
+            if armed {
+                received = results
+                try fail("cut (network failure)", orphan: orphan)
+            }
             if cut { received = results; try fail("cut") }
             if aborted {
                 results.append(StatementResult())
@@ -84,7 +97,13 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
     private func execute(_ body: (inout ModelSQL, inout ModelServer.State) throws -> [[String?]]) -> StatementResult {
         var generation: UInt64?
         while true {
-            if let g = generation { server.parking.park(server.state, past: g) }
+            if let g = generation, !server.parking.park(server.state, past: g) {
+                server.state.withLock { s in
+                    s.waitsFor[pid] = nil
+                    s.sessions[pid]?.tx?.failed = true
+                }
+                return StatementResult(error: ("55P03", "canceling statement due to lock timeout"))
+            }
             let outcome: Result<[[String?]], Error> = server.state.withLock { s in
                 s.waitsFor[pid] = nil
                 guard s.sessions[pid] != nil else { return .failure(SQLError("57P01", "terminating connection due to administrator command")) }
@@ -109,6 +128,7 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
                     return .failure(error)
                 }
             }
+            server.parking.wake(server.state)
             switch outcome {
             case .success(let rows): return StatementResult(rows: rows)
             case .failure(let error as SQLError): return StatementResult(error: (error.state, error.message))
@@ -139,13 +159,13 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
     }
 
     func copy(_ sql: String, _ data: [UInt8]) throws(StorageError) -> StatementResult {
-        reconnectIfBroken()
+        try reconnectIfBroken()
         if cut { try fail("cut") }
         return execute { run, s in try run.copy(sql, data, &s) }
     }
 
     func notifications(timeoutMilliseconds: Int32) throws(StorageError) -> [(pid: Int32, payload: String)] {
-        reconnectIfBroken()
+        try reconnectIfBroken()
         if cut { try fail("cut") }
         let out = server.state.withLock { s -> [(pid: Int32, payload: String)] in
             defer { s.sessions[pid]?.inbox.removeAll() }

@@ -74,7 +74,8 @@ struct Checker {
                 summarized[change.id] = Int64(change.data?["metrics"]?[Workload.stepType]?["sum"]?.numberValue ?? 0)
             }
             for date in Set(sums.keys).union(summarized.keys) where (sums[date] ?? 0) != (summarized[date] ?? 0) {
-                throw Failure("user \(user): the summary of \(date) says \(summarized[date] ?? 0) steps, its samples \(sums[date] ?? 0)")
+                let on = live.filter { $0.value.date == date }.map { uuid, s in "\(uuid.prefix(8)) \(s.value) \(model.samples[uuid].map { "\($0.ingest) \($0.device ?? "phone")" } ?? "?")" }.sorted()
+                throw Failure("user \(user): the summary of \(date) says \(summarized[date] ?? 0) steps, its samples \(sums[date] ?? 0): \(on.joined(separator: ", "))")
             }
             // The balance against the credits, redemptions and spends answered: each may count only
             // if it landed or may have.

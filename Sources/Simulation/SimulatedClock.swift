@@ -25,6 +25,14 @@ final class SimulatedClock: Clock {
         }
     }
 
+    /// A pause costs no real time: the simulated time moves on.
+    func pause(micros: UInt64) {
+        state.withLock { s in
+            s.wall += Int64(micros / 1000)
+            s.monotonic += micros
+        }
+    }
+
     /// Lets `ms` milliseconds pass on both clocks.
     func advance(ms: Int64) {
         state.withLock { s in

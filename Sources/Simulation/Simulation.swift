@@ -6,6 +6,8 @@ import JSONParsing
 import JSONRPC
 import Kernel
 import Logging
+import Postgres
+import PostgresModel
 import Storage
 import Store
 import Threads
@@ -20,6 +22,8 @@ final class Simulation {
         var steps = 400
         var users = 3
         var streams = 3
+        /// The kernel on the model of PostgreSQL (`PostgresModel`) instead of a data dir.
+        var onPostgres = false
     }
 
     /// A client's stream: its connection, the bytes it sent that the kernel has not read yet, and the
@@ -39,6 +43,17 @@ final class Simulation {
     private let clock = SimulatedClock(wallMs: 1_767_225_600_000)  // 2026-01-01
     private let executor = SimulatedExecutor()
     private let disk: SimulatedDisk
+    /// The model of PostgreSQL (with `onPostgres`), and how its sessions wait: by the simulation taking
+    /// other steps (`stepWhileWaiting`) until what they wait for is released.
+    private var server: ModelServer?
+    /// Whether the serving thread is inside a call (a step on a stream cannot start then).
+    private var serving = false
+    /// Whether a host subscribes to events (on PostgreSQL not always: big commits run detached only
+    /// while no host listens).
+    private var subscribes = true
+    /// Changes from which a write is big (planned on a worker, finished in slices or detached): the
+    /// workload's writes are a few changes each, so most seeds lower it to reach those paths.
+    private var bigUnit = Transaction.bigUnit
     private var kernel: Kernel!
     private var clients: [Client] = []
     private var users: [String] = []
@@ -76,6 +91,14 @@ final class Simulation {
         mix = [("send", 40), ("read", 25), ("end", 18), ("job", 14), ("backlog", 4), ("time", 3),
                ("snapshot", often[dice.below(4)]), ("crash", often[dice.below(3)]), ("power", often[dice.below(3)]),
                ("disk", often[dice.below(4)])]
+        bigUnit = [Transaction.bigUnit, 2, 3, 5][dice.below(4)]
+        if settings.onPostgres {
+            // No data dir: no snapshots, power or disk faults; network failures and the listener instead.
+            mix = mix.map { ["snapshot", "power", "disk"].contains($0.action) ? ($0.action, 0) : $0 }
+                + [("cut", often[dice.below(4)]), ("listen", 4)]
+            subscribes = dice.below(2) == 0
+            server = ModelServer(parking: SimulatedParking(SimulationRef(self)), now: { [clock] in clock.monotonicMicros() })
+        }
     }
 
     /// Runs the seed; the failure found, if any, is in `failure`.
@@ -122,13 +145,7 @@ final class Simulation {
         case "send":
             send(on: c)
         case "read":
-            guard !clients[c].unread.isEmpty else { return }
-            // Any cut: half a line, one line, several lines (what one read() returns decides the batch).
-            let n = 1 + dice.below(clients[c].unread.count)
-            let chunk = Array(clients[c].unread.prefix(n))
-            clients[c].unread.removeFirst(n)
-            note("read stream \(c) \(n) bytes")
-            clients[c].connection.receive(chunk)
+            read(c)
         case "end":
             try endBatch(c)
         case "job":
@@ -137,14 +154,21 @@ final class Simulation {
             executor.run(at: i)
         case "backlog":
             note("backlog slice")
-            _ = clients[c].connection.applyBacklog()
+            _ = serve { clients[c].connection.applyBacklog() }
+        case "listen":
+            note("listener polls")
+            kernel.postgres?.pollListener()
+        case "cut":
+            let after = dice.below(8), orphan = dice.below(2) == 0
+            faultCount += 1
+            note("network failure armed: after \(after) statements\(orphan ? ", the backend not noticing" : "")")
+            digest.update(data: Array("cut \(after) \(orphan)\n".utf8))
+            server?.armCut(after: after, orphan: orphan)
         case "snapshot":
             note("snapshot if due")
             kernel.store?.snapshotIfDue()
         case "time":
-            let ms = Int64(dice.below(5_000))
-            note("time +\(ms) ms")
-            clock.advance(ms: ms)
+            passTime()
         case "crash":
             try crash("step \(step)")
         case "power":
@@ -177,15 +201,65 @@ final class Simulation {
         clients[c].waiting.append(id)
         requests += 1
         var what = operation.name
+        if case .ingest(let uuids) = operation { what += " [\(uuids.map { $0.prefix(8) }.joined(separator: " "))]" }
         if case .replace(let day, let kept, let added, let removed) = operation {
             what += " replacing day \(day): \(kept.count) kept, \(added.count) added, \(removed.count) removed"
         }
         note("send \(id) on stream \(c): \(what) user \(user)")
     }
 
+    /// Time passes (up to 5 s); the model of PostgreSQL ends transactions idle past their timeout.
+    private func passTime() {
+        let ms = Int64(dice.below(5_000))
+        note("time +\(ms) ms")
+        clock.advance(ms: ms)
+        server?.expireIdle()
+    }
+
+    /// What one read() of stream `c` returns: any cut of what its client sent (half a line, one line,
+    /// several lines; what one read returns decides the batch).
+    private func read(_ c: Int) {
+        guard !clients[c].unread.isEmpty else { return }
+        let n = 1 + dice.below(clients[c].unread.count)
+        let chunk = Array(clients[c].unread.prefix(n))
+        clients[c].unread.removeFirst(n)
+        note("read stream \(c) \(n) bytes")
+        serve { clients[c].connection.receive(chunk) }
+    }
+
+    /// Runs `body` on the serving thread, which is busy meanwhile.
+    private func serve<R>(_ body: () throws -> R) rethrows -> R {
+        serving = true
+        defer { serving = false }
+        return try body()
+    }
+
+    /// A step taken while a session of the model waits for a lock (a detached commit waiting for the
+    /// batch that holds its user): what the kernel's other threads and the clients do meanwhile. False
+    /// when nothing can move (the serving thread itself waits).
+    func stepWhileWaiting() -> Bool {
+        guard failure == nil else { return false }
+        // While the serving thread itself waits, only time can free it (a transaction ended for idling);
+        // the streams are in its hands (`clients` is not touched).
+        if serving {
+            passTime()
+            return true
+        }
+        guard !clients.isEmpty else { return false }
+        let c = dice.below(clients.count)
+        switch dice.weighted([("end", 4), ("read", 2), ("send", 1), ("time", 2)]) {
+        case "end":
+            do { try endBatch(c) } catch { failure = (error as? Failure)?.message ?? "\(error)" }
+        case "read": read(c)
+        case "time": passTime()
+        default: send(on: c)
+        }
+        return true
+    }
+
     private func endBatch(_ c: Int) throws {
         note("end batch stream \(c)")
-        let fatal = clients[c].connection.endBatch(waitAbove: nil)
+        let fatal = serve { clients[c].connection.endBatch(waitAbove: nil) }
         try collect(c)
         // The log could not be synced: the real server stops here.
         if fatal { try crash("the log could not be synced") }
@@ -228,7 +302,7 @@ final class Simulation {
         try startKernel()
         tokens = users.map { kernel.auth.mint(sub: $0, role: "authenticated", ttl: 10 * 365 * 86_400, now: clock.now()) }
         serviceToken = kernel.auth.mint(sub: nil, role: "service_role", ttl: 10 * 365 * 86_400, now: clock.now())
-        send(.subscribe, user: 0, on: 0)
+        if subscribes { send(.subscribe, user: 0, on: 0) }
     }
 
     private func startKernel() throws {
@@ -241,14 +315,27 @@ final class Simulation {
         config.snapshotEverySeconds = 1_000_000
         config.segmentBytes = 4096 << dice.below(5)
         config.storeFaults = disk.injector
+        config.bigUnitEntries = bigUnit
+        if settings.onPostgres {
+            config.storeURL = "postgres://model"
+            config.storeSchema = "sim"
+        }
         let logger = Logger(label: "simulation")
-        do {
-            // Each process draws afresh (the same draws again would make the same session ids again).
-            incarnation += 1
-            note("process \(incarnation) starts")
-            kernel = try Kernel(config: config, clock: clock, random: SeededRandom(seed: dice.next()), logger: logger, executor: executor)
-        } catch {
-            throw Failure("the kernel did not start on the data dir: \(error)")
+        // A kernel whose connection to PostgreSQL fails while it starts exits, and is started again (as
+        // its supervisor would); the data dir's kernel must start every time.
+        for attempt in 1... {
+            do {
+                // Each process draws afresh (the same draws again would make the same session ids again).
+                incarnation += 1
+                note("process \(incarnation) starts")
+                kernel = try Kernel(config: config, clock: clock, random: SeededRandom(seed: dice.next()), logger: logger, executor: executor,
+                                    database: server?.client(incarnation))
+                break
+            } catch {
+                server?.disconnect(tag: incarnation)
+                guard settings.onPostgres, attempt < 3 else { throw Failure("the kernel did not start: \(error)") }
+                note("the kernel exited while starting: \(error)")
+            }
         }
         clients = (0..<settings.streams).map { c in
             var client = Client(connection: kernel.connection())
@@ -274,6 +361,8 @@ final class Simulation {
             for id in client.waiting { Workload.settle(sent[id]!, fate: .unknown, in: &model) }
         }
         disk.disarm()
+        // On PostgreSQL the server sees the process's connections close, and rolls back what was open.
+        server?.disconnect(tag: incarnation)
         if powerLoss {
             do { try disk.losePower(keep: keep) } catch { throw Failure("the power-loss image could not be made: \(error)") }
         }
@@ -286,7 +375,7 @@ final class Simulation {
         if gone != nil { throw Failure("the store of a stopped kernel is still referenced (a retain cycle)") }
         try startKernel()
         // A host subscribes again after a restart (as the Node client does).
-        send(.subscribe, user: 0, on: 0)
+        if subscribes { send(.subscribe, user: 0, on: 0) }
     }
 
     /// Sends what is unsent, ends every batch and runs every job until every request is answered.
@@ -295,12 +384,13 @@ final class Simulation {
         disk.disarm()
         for round in 0..<10_000 {
             for c in clients.indices where !clients[c].unread.isEmpty {
-                clients[c].connection.receive(clients[c].unread)
+                serve { clients[c].connection.receive(clients[c].unread) }
                 clients[c].unread = []
             }
             for c in clients.indices { try endBatch(c) }
             executor.drain()
-            _ = clients[0].connection.applyBacklog()
+            kernel.postgres?.pollListener()
+            _ = serve { clients[0].connection.applyBacklog() }
             if clients.allSatisfy({ $0.waiting.isEmpty }) { return }
             if round == 9_999 { break }
         }
@@ -314,21 +404,51 @@ final class Simulation {
         let line: JSON = ["jsonrpc": "2.0", "id": 1, "method": .string(method), "params": .object(params)]
         var connection = kernel.connection()
         defer { connection.close() }
-        connection.receive(Array(line.serialized.utf8) + [10])
+        serve { connection.receive(Array(line.serialized.utf8) + [10]) }
         for _ in 0..<1_000 {
-            _ = connection.endBatch(waitAbove: nil)
+            _ = serve { connection.endBatch(waitAbove: nil) }
             if let line = connection.output.split(separator: 10).first { return try JSON.parse(Array(line)) }
             executor.drain()
-            _ = connection.applyBacklog()
+            _ = serve { connection.applyBacklog() }
         }
         throw Failure("\(method) was never answered")
     }
 
     func note(_ event: String) { trace.append(event) }
+
+    /// Records a failure found where it cannot be thrown (inside the model's wait).
+    func fail(_ message: String) { if failure == nil { failure = message } }
 }
 
 /// A broken guarantee.
 struct Failure: Error {
     let message: String
     init(_ message: String) { self.message = message }
+}
+
+/// How the model's sessions wait in the simulation: everything runs on one thread, so a session that
+/// must wait lets the simulation take steps of the clients and the serving thread (which may release
+/// what it waits for), drawn from the seed like every other step. After 1,000 steps without the lock
+/// coming free it gives up: the statement fails as at a lock timeout, and the run fails, since a real
+/// kernel would wait there for ever.
+final class SimulatedParking: Parking, @unchecked Sendable {
+    private let simulation: SimulationRef
+
+    init(_ simulation: SimulationRef) { self.simulation = simulation }
+
+    func park(_ state: Locked<ModelServer.State>, past generation: UInt64) -> Bool {
+        let sim = simulation.simulation
+        sim.note("a session of the model waits for a lock")
+        for _ in 0..<1_000 {
+            if state.withLock({ $0.generation }) != generation { return true }
+            guard sim.stepWhileWaiting() else { break }
+        }
+        if state.withLock({ $0.generation }) != generation { return true }
+        sim.fail("a session waited for a lock that nothing released (the kernel would hang)")
+        return false
+    }
+
+    func wake(_ state: Locked<ModelServer.State>) {}
+
+    func awaitNotice(_ state: Locked<ModelServer.State>, pid: Int32, timeoutMilliseconds: Int32) {}
 }

@@ -19,15 +19,15 @@ struct Sim: ParsableCommand {
     @Option(help: "Run seeds until this many minutes have passed.") var minutes: Double?
     @Option(help: "Steps (client sends, reads, batch ends, jobs, faults) a seed takes.") var steps = 400
     @Option(help: "Kernels sharing the store (only 1 on the data dir).") var kernels = 1
-    @Option(help: "data-dir (postgres-model is not built yet).") var store = "data-dir"
+    @Option(help: "data-dir, or postgres-model (the kernel on the model of PostgreSQL, Sources/PostgresModel).") var store = "data-dir"
     @Option(help: "Run every Nth seed twice and fail when the two digests differ (0: never).") var replayEvery = 0
     @Flag(help: "With --seed: print the run's trace, one event a line.") var trace = false
     @Flag(help: "List the defects that can be re-introduced, one name a line.") var mutants = false
     @Option(help: "Re-introduce this defect and run --seeds until one finds it.") var mutant: String?
 
     func validate() throws {
-        guard store == "data-dir" else { throw ValidationError("--store \(store): only data-dir is simulated so far (the PostgreSQL model is not built yet)") }
-        guard kernels == 1 else { throw ValidationError("--kernels \(kernels): the data dir has one kernel (several need the PostgreSQL model)") }
+        guard store == "data-dir" || store == "postgres-model" else { throw ValidationError("--store \(store): data-dir or postgres-model") }
+        guard kernels == 1 else { throw ValidationError("--kernels \(kernels): one kernel a run so far (several kernels on the model of PostgreSQL are not built yet)") }
         guard mutants || (seed != nil ? 1 : 0) + (seeds != nil ? 1 : 0) + (minutes != nil ? 1 : 0) == 1 else {
             throw ValidationError("give one of --seed, --seeds or --minutes")
         }
@@ -49,9 +49,9 @@ struct Sim: ParsableCommand {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("hk-sim-\(getpid())").path
         defer { try? FileManager.default.removeItem(atPath: root) }
         if let seed {
-            let outcome = Runner(root: root, steps: steps).run(seed)
+            let outcome = Runner(root: root, steps: steps, onPostgres: store == "postgres-model").run(seed)
             if let failure = outcome.failure {
-                report(failure, seed: seed, runner: Runner(root: root, steps: steps))
+                report(failure, seed: seed, runner: Runner(root: root, steps: steps, onPostgres: store == "postgres-model"))
                 throw ExitCode(1)
             }
             if trace { for line in outcome.trace { print("  " + line) } }
@@ -63,7 +63,7 @@ struct Sim: ParsableCommand {
         var failed: [UInt64] = []
         var seed = from
         while seeds.map({ count < $0 }) ?? (Date().timeIntervalSince(began) < minutes! * 60) {
-            let runner = Runner(root: root, steps: steps)
+            let runner = Runner(root: root, steps: steps, onPostgres: store == "postgres-model")
             let outcome = runner.run(seed)
             if let failure = outcome.failure, let mutant {
                 print("seed \(seed): \(failure)")
@@ -101,6 +101,7 @@ struct Sim: ParsableCommand {
 struct Runner {
     let root: String
     let steps: Int
+    let onPostgres: Bool
 
     struct Outcome {
         let failure: String?
@@ -113,7 +114,7 @@ struct Runner {
     func run(_ seed: UInt64, steps: Int? = nil) -> Outcome {
         let dir = root + "/seed-\(seed)"
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let simulation = Simulation(.init(seed: seed, steps: steps ?? self.steps), dir: dir)
+        let simulation = Simulation(.init(seed: seed, steps: steps ?? self.steps, onPostgres: onPostgres), dir: dir)
         simulation.run()
         return Outcome(failure: simulation.failure, digest: simulation.hexDigest, requests: simulation.requests,
                        faults: simulation.faultCount, trace: simulation.trace)

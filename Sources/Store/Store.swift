@@ -18,6 +18,8 @@ public struct StoreOptions: Sendable {
     public var fsync: FsyncMode = .standard
     /// Take a snapshot after this many log records...
     public var snapshotEveryRecords = 100_000
+    /// Changes from which a unit of work is big (`Transaction.bigUnit`): planned on a worker, applied in slices.
+    public var bigUnit = Transaction.bigUnit
     /// ...or this many seconds after a change, whichever comes first (0 turns the timer off)...
     public var snapshotEverySeconds = 300
     /// ...or once this many bytes of log have been written since the last one (0: never by size), so a
@@ -429,7 +431,7 @@ public final class Store: Storage, @unchecked Sendable {
         precondition(tx.entries.count < 1 << Stamp.positionBits, "a unit of work of over a million changes")
         let record = lastRecord + 1
         let at = clock.now().milliseconds
-        if mayFinishLater, let user = Backlog.user(ofSliceable: tx) {
+        if mayFinishLater, let user = Backlog.user(ofSliceable: tx, bigUnit: options.bigUnit) {
             lastCommitID += 1
             lastRecord = record
             enqueue(tx, user: user, record: record, at: at)
@@ -466,7 +468,7 @@ public final class Store: Storage, @unchecked Sendable {
 
     /// The log record's changes; pure, so a worker may do it ahead of the commit.
     public func prepare(_ tx: inout Transaction) {
-        guard keepsRecords, tx.entries.count >= Transaction.bigUnit else { return }
+        guard keepsRecords, tx.entries.count >= options.bigUnit else { return }
         var bytes: [UInt8] = []
         Self.writeEntries(tx, to: &bytes)
         tx.prepared = bytes

@@ -51,6 +51,23 @@ import TestSupport
 
     static let keys = (0..<(Transaction.bigUnit + 1000)).map { _ in UUID().uuidString }
 
+    /// A plan checks the versions of the user's tables it read (`versions(of:in:)`): a sliced unit must
+    /// move them, even right after a commit of the same user that marked the same tables (once, it
+    /// marked them with the user's version from before its slice, the same number, when the unit was
+    /// finished in one slice, and a plan made on rows from before the unit passed the check: seed 30 of
+    /// the simulation with small big units).
+    @Test func aSlicedUnitMovesTheVersionOfEveryTableItChanges() throws {
+        let s = try Slices()
+        try s.small("u1", "first")
+        let before = s.store.versions(of: "u1", in: [s.notes])
+        try s.commit(Self.unit(s.notes, "u1", keys: Array(Self.keys.prefix(Transaction.bigUnit))), sliced: true)
+        #expect(s.store.hasBacklog)
+        // Reading the versions finishes the unit first, in one go (as a plan's check does).
+        let after = s.store.versions(of: "u1", in: [s.notes])
+        #expect(!s.store.hasBacklog)
+        #expect(after != before, "the sliced unit left the table's version at \(after)")
+    }
+
     @Test func aBigUnitAppliesInSlicesBetweenOtherUsersAndEndsAsIfAppliedAtOnce() throws {
         let sliced = try Slices(), whole = try Slices()
         for s in [sliced, whole] {
