@@ -182,7 +182,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KernelTests",
-            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Chrono", "DiskModel", "Storage", "Store", "Postgres", "Threads", "Subscriptions", "Health", "Auth", "healthkernel", "healthkernel-fuzz", "TestSupport"]
+            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Chrono", "DiskModel", "Storage", "Store", "Postgres", "PostgresModel", "Threads", "Subscriptions", "Health", "Auth", "healthkernel", "healthkernel-fuzz", "TestSupport"]
         ),
     ]
 )

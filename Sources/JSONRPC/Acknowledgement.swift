@@ -36,7 +36,7 @@ final class Acknowledgement {
         guard let journal else { return (body(), nil) }
         journal.beginUnit(mayFinishLater: mayFinishLater)
         let outcome = body()
-        if let own = journal.endUnit() { return (outcome, Dependency(commits: own, wrote: true)) }
+        if let own = journal.endUnit() { return (outcome, Dependency(commits: own, wrote: true, own: true)) }
         let last = journal.lastCommitID
         return (outcome, last > settledCommitID ? Dependency(commits: (settledCommitID + 1)...last, wrote: mutates) : nil)
     }

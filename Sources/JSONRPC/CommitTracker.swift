@@ -239,6 +239,8 @@ public final class EventHub: @unchecked Sendable {
 struct Dependency {
     let commits: ClosedRange<UInt64>
     let wrote: Bool
+    /// Whether `commits` are the request's own (its unit made them), not writes of others it may have shown.
+    var own = false
     var rerun: (method: RegisteredMethod, params: JSONObject)?
 }
 

@@ -39,7 +39,12 @@ extension Dispatcher {
                 }
                 continue
             }
-            if let commits = depends?.commits, depends?.wrote == true, let journal, !journal.isApplied(commits.upperBound) {
+            // Only a request's own commits hold its answer: one that committed nothing cannot have seen a
+            // commit still being applied (a detached commit is in a transaction of its own; a read of a
+            // user settles their sliced units first), and a commit's failure is told once, to its owner.
+            // (A request that committed nothing held on another's detached commit once took its failure,
+            // and the owner's write, never made, was answered as made: found by the simulation.)
+            if let commits = depends?.commits, depends?.own == true, let journal, !journal.isApplied(commits.upperBound) {
                 // Answered (so it shares the batch's flush and its fate) but written once applied.
                 deliver(id: entry.id, outcome, depends: depends, started: entry.started, slot: entry.slot, on: stream, into: &out)
                 entry.slot.gate = commits.upperBound

@@ -23,6 +23,9 @@ public enum Mutant: String, CaseIterable, Sendable {
     /// plan was made on, so a plan made before another write of the user overwrites it (#52, defect 1).
     case detachedVersionUnchecked = "detached-version-unchecked"
 
+    /// The store the defect lives on (the simulation's `--store`).
+    public var store: String { self == .detachedVersionUnchecked ? "postgres-model" : "data-dir" }
+
     private static let active = Atomic<Int>(-1)
 
     /// Switches `mutant` on (nil: every one off).

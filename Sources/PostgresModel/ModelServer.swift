@@ -63,6 +63,9 @@ public final class ModelServer: Database, @unchecked Sendable {
     /// to its scheduler instead.
     public let parking: any Parking
 
+    /// Where each statement run and its outcome are told, when set (a failing seed's SQL).
+    public var trace: (@Sendable (String) -> Void)?
+
     /// The monotonic time in µs (for `idle_in_transaction_session_timeout`).
     let now: @Sendable () -> UInt64
 

@@ -75,6 +75,10 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
                 continue
             }
             let result = execute { run, s in try run.execute(statement.sql, statement.params, &s) }
+            if let trace = server.trace {
+                let text = ModelSQL.collapse(statement.sql)
+                trace("sql \(pid): \(text.prefix(60)) \(statement.params.map { ($0 ?? "NULL").prefix(2000) })\(result.error.map { " -> \($0.state)" } ?? "")")
+            }
             if result.error != nil { aborted = true }
             results.append(result)
         }
@@ -161,7 +165,9 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
     func copy(_ sql: String, _ data: [UInt8]) throws(StorageError) -> StatementResult {
         try reconnectIfBroken()
         if cut { try fail("cut") }
-        return execute { run, s in try run.copy(sql, data, &s) }
+        let result = execute { run, s in try run.copy(sql, data, &s) }
+        server.trace?("sql \(pid): COPY \(String(decoding: data.prefix(200), as: UTF8.self))\(result.error.map { " -> \($0.state)" } ?? "")")
+        return result
     }
 
     func notifications(timeoutMilliseconds: Int32) throws(StorageError) -> [(pid: Int32, payload: String)] {

@@ -50,7 +50,7 @@ struct Checker {
                 let there = live[uuid]
                 let mustBe = sample.ingest == .landed && sample.delete != .landed && sample.delete != .unknown
                 let mustNot = sample.ingest == .absent || sample.delete == .landed
-                if mustBe, there == nil { throw Failure("user \(user): sample \(uuid), answered as ingested, is gone") }
+                if mustBe, there == nil { throw Failure("user \(user): sample \(uuid), answered as ingested, is gone (delete: \(sample.delete.map { "\($0)" } ?? "none sent"))\(simulation.storedRows(containing: uuid))") }
                 if mustNot, there != nil { throw Failure("user \(user): sample \(uuid) is there, but its ingest was refused or its delete answered") }
                 if let there, there.value != Int64(sample.value) || there.date != sample.date {
                     throw Failure("user \(user): sample \(uuid) holds \(there), sent as \(sample.value) on \(sample.date)")

@@ -98,6 +98,11 @@ final class Simulation {
                 + [("cut", often[dice.below(4)]), ("listen", 4)]
             subscribes = dice.below(2) == 0
             server = ModelServer(parking: SimulatedParking(SimulationRef(self)), now: { [clock] in clock.monotonicMicros() })
+            // HK_SIM_SQL=1: every statement the model runs goes into the trace.
+            if ProcessInfo.processInfo.environment["HK_SIM_SQL"] != nil {
+                let this = SimulationRef(self)
+                server?.trace = { this.simulation.note($0) }
+            }
         }
     }
 
@@ -415,6 +420,16 @@ final class Simulation {
     }
 
     func note(_ event: String) { trace.append(event) }
+
+    /// On the model of PostgreSQL, the committed rows whose key holds `text` (what a failure shows).
+    func storedRows(containing text: String) -> String {
+        guard let server else { return "" }
+        var found: [String] = []
+        for (table, users) in server.committedRows(schema: "sim") {
+            for (user, rows) in users { for (key, _) in rows where key.uppercased().contains(text) { found.append("\(table) \(user.suffix(2)) \(key)") } }
+        }
+        return "; rows in the database: \(found.isEmpty ? "none" : found.joined(separator: ", "))"
+    }
 
     /// Records a failure found where it cannot be thrown (inside the model's wait).
     func fail(_ message: String) { if failure == nil { failure = message } }

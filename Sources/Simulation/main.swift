@@ -19,14 +19,15 @@ struct Sim: ParsableCommand {
     @Option(help: "Run seeds until this many minutes have passed.") var minutes: Double?
     @Option(help: "Steps (client sends, reads, batch ends, jobs, faults) a seed takes.") var steps = 400
     @Option(help: "Kernels sharing the store (only 1 on the data dir).") var kernels = 1
-    @Option(help: "data-dir, or postgres-model (the kernel on the model of PostgreSQL, Sources/PostgresModel).") var store = "data-dir"
+    @Option(help: "data-dir, or postgres-model (the kernel on the model of PostgreSQL, Sources/PostgresModel); with --mutant, the store the defect lives on unless given.")
+    var store: String?
     @Option(help: "Run every Nth seed twice and fail when the two digests differ (0: never).") var replayEvery = 0
     @Flag(help: "With --seed: print the run's trace, one event a line.") var trace = false
     @Flag(help: "List the defects that can be re-introduced, one name a line.") var mutants = false
     @Option(help: "Re-introduce this defect and run --seeds until one finds it.") var mutant: String?
 
     func validate() throws {
-        guard store == "data-dir" || store == "postgres-model" else { throw ValidationError("--store \(store): data-dir or postgres-model") }
+        guard store == nil || store == "data-dir" || store == "postgres-model" else { throw ValidationError("--store \(store!): data-dir or postgres-model") }
         guard kernels == 1 else { throw ValidationError("--kernels \(kernels): one kernel a run so far (several kernels on the model of PostgreSQL are not built yet)") }
         guard mutants || (seed != nil ? 1 : 0) + (seeds != nil ? 1 : 0) + (minutes != nil ? 1 : 0) == 1 else {
             throw ValidationError("give one of --seed, --seeds or --minutes")
@@ -34,6 +35,7 @@ struct Sim: ParsableCommand {
     }
 
     func run() throws {
+        var onPostgres = store == "postgres-model"
         if mutants || mutant != nil {
             #if SIMULATION
             if mutants {
@@ -42,6 +44,7 @@ struct Sim: ParsableCommand {
             }
             guard let m = Mutant(rawValue: mutant!) else { throw ValidationError("no mutant \(mutant!) (--mutants lists them)") }
             Mutant.activate(m)
+            onPostgres = (store ?? m.store) == "postgres-model"
             #else
             throw ValidationError("this build has no mutants: they are compiled into debug builds only")
             #endif
@@ -49,9 +52,9 @@ struct Sim: ParsableCommand {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("hk-sim-\(getpid())").path
         defer { try? FileManager.default.removeItem(atPath: root) }
         if let seed {
-            let outcome = Runner(root: root, steps: steps, onPostgres: store == "postgres-model").run(seed)
+            let outcome = Runner(root: root, steps: steps, onPostgres: onPostgres).run(seed)
             if let failure = outcome.failure {
-                report(failure, seed: seed, runner: Runner(root: root, steps: steps, onPostgres: store == "postgres-model"))
+                report(failure, seed: seed, runner: Runner(root: root, steps: steps, onPostgres: onPostgres))
                 throw ExitCode(1)
             }
             if trace { for line in outcome.trace { print("  " + line) } }
@@ -63,7 +66,7 @@ struct Sim: ParsableCommand {
         var failed: [UInt64] = []
         var seed = from
         while seeds.map({ count < $0 }) ?? (Date().timeIntervalSince(began) < minutes! * 60) {
-            let runner = Runner(root: root, steps: steps, onPostgres: store == "postgres-model")
+            let runner = Runner(root: root, steps: steps, onPostgres: onPostgres)
             let outcome = runner.run(seed)
             if let failure = outcome.failure, let mutant {
                 print("seed \(seed): \(failure)")
