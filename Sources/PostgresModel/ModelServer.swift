@@ -38,6 +38,7 @@ public final class ModelServer: Database, @unchecked Sendable {
         var tag = 0
         /// `idle_in_transaction_session_timeout` (0: none), and since when (µs) the session is idle.
         var idleTimeoutMicros: UInt64 = 0
+        /// When its last statement ended, or its client side went (µs).
         var idleSince: UInt64 = 0
     }
 
@@ -74,13 +75,13 @@ public final class ModelServer: Database, @unchecked Sendable {
         self.now = now
     }
 
-    /// Ends the orphaned sessions idle in a transaction for longer than their
-    /// `idle_in_transaction_session_timeout`, as the server does (their transactions roll back).
+    /// Ends the sessions idle in a transaction for longer than their `idle_in_transaction_session_timeout`,
+    /// as the server does (their transactions roll back; their clients find the connection closed).
     public func expireIdle() {
         let t = now()
         let ended = state.withLock { s in
             var ended = false
-            for (pid, session) in s.sessions where session.orphaned && session.tx != nil && session.idleTimeoutMicros > 0
+            for (pid, session) in s.sessions where session.tx != nil && session.idleTimeoutMicros > 0
                 && t >= session.idleSince + session.idleTimeoutMicros {
                 Self.terminate(&s, pid)
                 ended = true
@@ -193,6 +194,9 @@ public final class ModelServer: Database, @unchecked Sendable {
         for name in tx.writes.advisory { s.advisory[name] = nil }
         s.generation += 1
     }
+
+    /// Whether session `pid` is still served (not ended by its client, by `pg_terminate_backend` or by a timeout).
+    func isAlive(_ pid: Int32) -> Bool { state.withLock { $0.sessions[pid] != nil } }
 
     /// Sessions open now (orphaned ones too): what a test checks is left after a kernel stops.
     public var sessionCount: Int { state.withLock { $0.sessions.count } }

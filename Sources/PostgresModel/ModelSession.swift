@@ -70,6 +70,11 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
                 try fail("cut (network failure)", orphan: orphan)
             }
             if cut { received = results; try fail("cut") }
+            // A backend that was ended closed the connection: the client finds it broken.
+            if !server.isAlive(pid) {
+                received = results
+                try fail("the server closed the connection", orphan: false)
+            }
             if aborted {
                 results.append(StatementResult())
                 continue
@@ -132,6 +137,7 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
                     return .failure(error)
                 }
             }
+            server.state.withLock { $0.sessions[pid]?.idleSince = server.now() }
             server.parking.wake(server.state)
             switch outcome {
             case .success(let rows): return StatementResult(rows: rows)
