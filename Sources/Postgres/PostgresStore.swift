@@ -538,8 +538,11 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         let heard = listener.inbox.takeAll(wait: false)
         var out = committedChanges
         committedChanges.removeAll(keepingCapacity: true)
+        // Own changes that stopped waiting go first, so that nothing heard in this call, which may come
+        // after them, goes before them.
+        out += ownChangesNoLongerWaiting()
         for a in heard {
-            let after = a.last >= a.count ? a.last - a.count : 0
+            let after = max(a.last >= a.count ? a.last - a.count : 0, handedThrough[a.user] ?? 0)
             if a.origin == kernelID {
                 // Handed over already when nothing could come before them; else waiting here.
                 guard var waiting = ownUnheard[a.user] else { continue }
@@ -549,9 +552,10 @@ public final class PostgresStore: Storage, @unchecked Sendable {
                 waiting.removeFirst(announced.count)
                 ownUnheardCount -= announced.count
                 ownUnheard[a.user] = waiting.isEmpty ? nil : waiting
-            } else {
+            } else if a.last > after {
+                // Positions handed over already (read from the feed when own changes stopped waiting) are not told twice.
                 do {
-                    let page = try feedPage(user: a.user, after: after, limit: Int(a.count), entities: nil, pooled: true)
+                    let page = try feedPage(user: a.user, after: after, limit: Int(a.last - after), entities: nil, pooled: true)
                     out += page.entries.filter { $0.position <= a.last }.map { CommittedChange(user: a.user, entry: $0, commit: nil) }
                     handOver(a.user, through: a.last)
                 } catch {
@@ -559,19 +563,38 @@ public final class PostgresStore: Storage, @unchecked Sendable {
                 }
             }
         }
-        guard ownUnheardCount > 0 else { return out }
+        return out
+    }
+
+    /// Own changes that wait no longer for their announcement: committed while the listener was down or
+    /// in an earlier connection of it, or waiting past `unheardWaitMicros` (or too many waiting). Each
+    /// user's go after the positions between the last handed over and them, read from the feed: those
+    /// were taken by commits made before (each under the user's lock), so the user's changes stay in
+    /// `seq` order whether the announcements come or not. (Once they went at once, after what was heard,
+    /// and a user's changes could go out of order: found by the simulation with two kernels.)
+    private func ownChangesNoLongerWaiting() -> [CommittedChange] {
+        guard ownUnheardCount > 0 else { return [] }
         let epoch = listener.epoch, now = clock.monotonicMicros(), crowded = ownUnheardCount > Self.unheardLimit
         var lost: [CommittedChange] = []
-        for (user, waiting) in ownUnheard {
+        for (user, waiting) in ownUnheard.sorted(by: { $0.key < $1.key }) {
             let gone = waiting.prefix { crowded || $0.epoch != epoch || now - $0.at > Self.unheardWaitMicros }
             guard let last = gone.last else { continue }
+            if let through = handedThrough[user], let first = gone.first?.change.entry.position, first > through + 1 {
+                do {
+                    let page = try feedPage(user: user, after: through, limit: Int(first - through - 1), entities: nil, pooled: true)
+                    lost += page.entries.filter { $0.position < first }.map { CommittedChange(user: user, entry: $0, commit: nil) }
+                } catch {
+                    log("reading other kernels' changes of a user before its own: \(error)")
+                }
+            }
             lost += gone.map(\.change)
             handOver(user, through: last.change.entry.position)
             ownUnheardCount -= gone.count
             ownUnheard[user] = gone.count == waiting.count ? nil : Array(waiting.dropFirst(gone.count))
         }
-        return out + lost.sorted { ($0.commit ?? 0, $0.entry.position) < ($1.commit ?? 0, $1.entry.position) }
+        return lost
     }
+
 
     // MARK: Writing
 
@@ -693,12 +716,17 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             // theirs waits, and the positions follow on from the last one handed over (or start the
             // feed). Else they wait for their announcement.
             let follows = group.first!.entry.position == (handedThrough[user] ?? 0) + 1
-            guard let epoch, CommitPlan.announcesChanges(of: user), ownUnheard[user] != nil || !follows else {
+            guard ownUnheard[user] != nil || !follows else {
                 committedChanges += group
                 handOver(user, through: group.last!.entry.position)
                 continue
             }
-            ownUnheard[user, default: []] += group.map { ($0, epoch, now) }
+            // Changes no announcement will bring (the listener is down, or the payload too long) wait too,
+            // behind the user's earlier ones, in an epoch no listener has (-1): the next call sends them,
+            // after the positions before them read from the feed. (Sent at once, they once went ahead of
+            // the user's earlier changes still waiting: found by the simulation with two kernels.)
+            let heardIn = CommitPlan.announcesChanges(of: user) ? epoch ?? -1 : -1
+            ownUnheard[user, default: []] += group.map { ($0, heardIn, now) }
             ownUnheardCount += group.count
         }
     }

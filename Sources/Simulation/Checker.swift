@@ -7,7 +7,7 @@ struct Checker {
     let simulation: Simulation
 
     /// A feed page continues its client's cursor: every change after what the cursor saw, in order.
-    func checkAnswer(_ request: Sent, _ answer: JSON, client: inout Simulation.Client) throws {
+    func checkAnswer(_ request: Sent, _ answer: JSON, client: Simulation.Client) throws {
         guard case .feed(let since) = request.operation, let result = answer["result"] else { return }
         let seqs = (result["changes"]?.arrayValue ?? []).compactMap { $0["seq"]?.intValue }
         guard zip(seqs, seqs.dropFirst()).allSatisfy({ $0 < $1 }) else { throw Failure("feed page \(request.id) out of order: \(seqs)") }

@@ -24,37 +24,58 @@ final class Simulation {
         var streams = 3
         /// The kernel on the model of PostgreSQL (`PostgresModel`) instead of a data dir.
         var onPostgres = false
+        /// Kernels sharing the model of PostgreSQL (one on a data dir); stream c is served by kernel c mod this.
+        var kernels = 1
+    }
+
+    /// One kernel process: its kernel, the executor its other threads' work waits in, whether its
+    /// serving thread is inside a call (a step on its streams cannot start then), and its process number
+    /// (what the model of PostgreSQL knows its connections by).
+    final class Node {
+        var kernel: Kernel!
+        let executor = SimulatedExecutor()
+        var serving = false
+        var process = 0
     }
 
     /// A client's stream: its connection, the bytes it sent that the kernel has not read yet, and the
     /// requests it waits for, in the order it sent them.
-    struct Client {
-        var connection: Connection
+    /// A class, so that a step on one stream may run while another kernel's serving thread is inside a
+    /// call on another stream (each client is its own object; the array is only read).
+    final class Client {
+        /// nil only while its kernel restarts.
+        var connection: Connection!
+        /// The kernel serving it.
+        let node: Int
         var unread: [UInt8] = []
         var waiting: [Int64] = []
         /// The feed cursor this client holds per user, and the last change position it saw.
         var cursors: [Int: String] = [:]
         var lastSeen: [Int: Int64] = [:]
+
+        init(connection: Connection, node: Int) {
+            self.connection = connection
+            self.node = node
+        }
     }
 
     let settings: Settings
     private var dice: Dice
     private let dir: String
     private let clock = SimulatedClock(wallMs: 1_767_225_600_000)  // 2026-01-01
-    private let executor = SimulatedExecutor()
+    private var nodes: [Node] = []
     private let disk: SimulatedDisk
     /// The model of PostgreSQL (with `onPostgres`), and how its sessions wait: by the simulation taking
     /// other steps (`stepWhileWaiting`) until what they wait for is released.
     private var server: ModelServer?
-    /// Whether the serving thread is inside a call (a step on a stream cannot start then).
-    private var serving = false
     /// Whether a host subscribes to events (on PostgreSQL not always: big commits run detached only
     /// while no host listens).
     private var subscribes = true
     /// Changes from which a write is big (planned on a worker, finished in slices or detached): the
     /// workload's writes are a few changes each, so most seeds lower it to reach those paths.
     private var bigUnit = Transaction.bigUnit
-    private var kernel: Kernel!
+    /// The first kernel: the one the checker reads through.
+    private var kernel: Kernel { nodes[0].kernel }
     private var clients: [Client] = []
     private var users: [String] = []
     private var tokens: [String] = []
@@ -73,8 +94,6 @@ final class Simulation {
     private(set) var failure: String?
     /// Processes started so far.
     private var incarnation = 0
-    /// What each client keeps across a restart of the kernel: its feed cursors.
-    private var carried: [(cursors: [Int: String], lastSeen: [Int: Int64])] = []
 
     /// How likely each kind of step is in this seed. Each seed draws its own mix (swarm testing): a seed
     /// that crashes often or fills the disk often reaches states an even mix almost never does.
@@ -84,6 +103,7 @@ final class Simulation {
         self.settings = settings
         self.dir = dir
         disk = SimulatedDisk(dir: dir)
+        nodes = (0..<settings.kernels).map { _ in Node() }
         dice = Dice(seed: settings.seed)
         minutes = Array(repeating: Array(repeating: 0, count: Workload.days), count: settings.users)
         users = (0..<settings.users).map { "00000000-0000-4000-8000-\(String($0 + 1).leftPadded(12))" }
@@ -111,7 +131,7 @@ final class Simulation {
         let this = SimulationRef(self)
         TraceLog.sink.withLock { $0 = { line in this.simulation.note(line) } }
         defer {
-            kernel?.store?.abandon()
+            for node in nodes { node.kernel?.store?.abandon() }
             TraceLog.sink.withLock { $0 = nil }
         }
         do {
@@ -125,7 +145,7 @@ final class Simulation {
                 // Every answered write must survive the process dying now, and with every request
                 // answered and flushed, recovery must rebuild exactly the state the process had.
                 let before = kernel.store?.fingerprint()
-                try crash("the end")
+                for n in nodes.indices { try crash("the end", node: n) }
                 let after = kernel.store?.fingerprint()
                 guard before == after else { throw Failure("recovery after the last crash built another state than the process had (fingerprint \(before ?? 0) then \(after ?? 0))") }
                 try Checker(simulation: self).checkFinalState()
@@ -145,7 +165,9 @@ final class Simulation {
 
     private func step(_ step: Int) throws {
         let c = dice.below(clients.count)
-        let action = dice.weighted(mix.map { ($0.action, $0.action == "job" && executor.count == 0 ? 0 : $0.weight) })
+        let working = nodes.indices.filter { nodes[$0].executor.count > 0 }
+        let action = dice.weighted(mix.map { ($0.action, $0.action == "job" && working.isEmpty ? 0 : $0.weight) })
+        let n = clients[c].node
         switch action {
         case "send":
             send(on: c)
@@ -154,15 +176,17 @@ final class Simulation {
         case "end":
             try endBatch(c)
         case "job":
+            let node = working[dice.below(working.count)]
+            let executor = nodes[node].executor
             let i = dice.below(executor.count)
-            note("job \(i) of \(executor.count)")
+            note("job \(i) of \(executor.count)\(nodes.count > 1 ? " on kernel \(node)" : "")")
             executor.run(at: i)
         case "backlog":
             note("backlog slice")
-            _ = serve { clients[c].connection.applyBacklog() }
+            _ = serve(n) { clients[c].connection.applyBacklog() }
         case "listen":
             note("listener polls")
-            kernel.postgres?.pollListener()
+            nodes[n].kernel.postgres?.pollListener()
         case "cut":
             let after = dice.below(8), orphan = dice.below(2) == 0
             faultCount += 1
@@ -171,13 +195,13 @@ final class Simulation {
             server?.armCut(after: after, orphan: orphan)
         case "snapshot":
             note("snapshot if due")
-            kernel.store?.snapshotIfDue()
+            nodes[n].kernel.store?.snapshotIfDue()
         case "time":
             passTime()
         case "crash":
-            try crash("step \(step)")
+            try crash("step \(step)", node: n)
         case "power":
-            try crash("step \(step)", powerLoss: true)
+            try crash("step \(step)", node: n, powerLoss: true)
         default:
             let fault = dice.weighted([(SimulatedDisk.Fault.writes(1 + dice.below(3), ["", "wal-", "snapshot-"][dice.below(3)]), 3), (.fsync, 1),
                                        (.power(1 + dice.below(12)), 2)])
@@ -229,13 +253,13 @@ final class Simulation {
         let chunk = Array(clients[c].unread.prefix(n))
         clients[c].unread.removeFirst(n)
         note("read stream \(c) \(n) bytes")
-        serve { clients[c].connection.receive(chunk) }
+        serve(clients[c].node) { clients[c].connection.receive(chunk) }
     }
 
-    /// Runs `body` on the serving thread, which is busy meanwhile.
-    private func serve<R>(_ body: () throws -> R) rethrows -> R {
-        serving = true
-        defer { serving = false }
+    /// Runs `body` on kernel `node`'s serving thread, which is busy meanwhile.
+    private func serve<R>(_ node: Int, _ body: () throws -> R) rethrows -> R {
+        nodes[node].serving = true
+        defer { nodes[node].serving = false }
         return try body()
     }
 
@@ -244,14 +268,14 @@ final class Simulation {
     /// when nothing can move (the serving thread itself waits).
     func stepWhileWaiting() -> Bool {
         guard failure == nil else { return false }
-        // While the serving thread itself waits, only time can free it (a transaction ended for idling);
-        // the streams are in its hands (`clients` is not touched).
-        if serving {
+        // Streams of a kernel whose serving thread waits are in its hands; when every kernel's does,
+        // only time can free them (a transaction ended for idling).
+        let streams = clients.indices.filter { !nodes[clients[$0].node].serving }
+        if streams.isEmpty {
             passTime()
             return true
         }
-        guard !clients.isEmpty else { return false }
-        let c = dice.below(clients.count)
+        let c = streams[dice.below(streams.count)]
         switch dice.weighted([("end", 4), ("read", 2), ("send", 1), ("time", 2)]) {
         case "end":
             do { try endBatch(c) } catch { failure = (error as? Failure)?.message ?? "\(error)" }
@@ -264,10 +288,10 @@ final class Simulation {
 
     private func endBatch(_ c: Int) throws {
         note("end batch stream \(c)")
-        let fatal = serve { clients[c].connection.endBatch(waitAbove: nil) }
+        let fatal = serve(clients[c].node) { clients[c].connection.endBatch(waitAbove: nil) }
         try collect(c)
         // The log could not be synced: the real server stops here.
-        if fatal { try crash("the log could not be synced") }
+        if fatal { try crash("the log could not be synced", node: clients[c].node) }
     }
 
     // MARK: Answers
@@ -294,7 +318,7 @@ final class Simulation {
             let request = sent[id]!
             note("answer \(id): \(answer["error"].map { "error \($0["code"]?.intValue ?? 0) \($0["message"]?.stringValue ?? "")" } ?? "ok")")
             if let error = answer["error"], error["code"]?.intValue == -32603 { throw Failure("internal error answering \(id): \(error.serialized)") }
-            try Checker(simulation: self).checkAnswer(request, answer, client: &clients[c])
+            try Checker(simulation: self).checkAnswer(request, answer, client: clients[c])
             Workload.settle(request, fate: Fate.of(answer), in: &model)
         }
     }
@@ -304,13 +328,15 @@ final class Simulation {
     private func start() throws {
         try? FileManager.default.removeItem(atPath: dir)
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        try startKernel()
+        for n in nodes.indices { try startKernel(n) }
+        clients = (0..<settings.streams).map { c in Client(connection: nodes[c % nodes.count].kernel.connection(), node: c % nodes.count) }
         tokens = users.map { kernel.auth.mint(sub: $0, role: "authenticated", ttl: 10 * 365 * 86_400, now: clock.now()) }
         serviceToken = kernel.auth.mint(sub: nil, role: "service_role", ttl: 10 * 365 * 86_400, now: clock.now())
         if subscribes { send(.subscribe, user: 0, on: 0) }
     }
 
-    private func startKernel() throws {
+    /// Starts kernel `n`'s process (again).
+    private func startKernel(_ n: Int) throws {
         var config = KernelConfig()
         config.dataDir = dir
         config.fsync = .always
@@ -332,9 +358,10 @@ final class Simulation {
             do {
                 // Each process draws afresh (the same draws again would make the same session ids again).
                 incarnation += 1
-                note("process \(incarnation) starts")
-                kernel = try Kernel(config: config, clock: clock, random: SeededRandom(seed: dice.next()), logger: logger, executor: executor,
-                                    database: server?.client(incarnation))
+                nodes[n].process = incarnation
+                note("process \(incarnation) starts\(nodes.count > 1 ? " (kernel \(n))" : "")")
+                nodes[n].kernel = try Kernel(config: config, clock: clock, random: SeededRandom(seed: dice.next()), logger: logger,
+                                             executor: nodes[n].executor, database: server?.client(incarnation))
                 break
             } catch {
                 server?.disconnect(tag: incarnation)
@@ -342,45 +369,47 @@ final class Simulation {
                 note("the kernel exited while starting: \(error)")
             }
         }
-        clients = (0..<settings.streams).map { c in
-            var client = Client(connection: kernel.connection())
-            if c < carried.count { (client.cursors, client.lastSeen) = carried[c] }
-            return client
-        }
     }
 
     /// The process dies: writes not yet in the log are lost, the workers' jobs with them, and every
     /// request not answered has an unknown outcome. With `powerLoss`, the machine too: what was written
     /// but not synced is lost, or a prefix of it kept (a torn write), and renames not made durable are
     /// undone. Then a new process recovers the data dir.
-    func crash(_ why: String, powerLoss: Bool = false) throws {
+    func crash(_ why: String, node n: Int = 0, powerLoss: Bool = false) throws {
         // A process that stops because its disk died with the power is a power loss, whatever it saw.
         let powerLoss = powerLoss || disk.isDead
         faultCount += 1
         let keep = powerLoss ? dice.below(disk.unsyncedTail + 1) : 0
-        note(powerLoss ? "power loss (\(why)), keeping \(keep) unsynced bytes; restart" : "crash (\(why)), restart")
-        digest.update(data: Array((powerLoss ? "power loss \(keep)\n" : "crash\n").utf8))
-        kernel.store?.abandon()
-        executor.dropAll()
-        for client in clients {
+        let which = nodes.count > 1 ? " of kernel \(n)" : ""
+        note(powerLoss ? "power loss (\(why)), keeping \(keep) unsynced bytes; restart" : "crash\(which) (\(why)), restart")
+        digest.update(data: Array((powerLoss ? "power loss \(keep)\n" : "crash \(n)\n").utf8))
+        let node = nodes[n]
+        node.kernel.store?.abandon()
+        node.executor.dropAll()
+        let served = clients.filter { $0.node == n }
+        for client in served {
             for id in client.waiting { Workload.settle(sent[id]!, fate: .unknown, in: &model) }
         }
         disk.disarm()
         // On PostgreSQL the server sees the process's connections close, and rolls back what was open.
-        server?.disconnect(tag: incarnation)
+        server?.disconnect(tag: node.process)
         if powerLoss {
             do { try disk.losePower(keep: keep) } catch { throw Failure("the power-loss image could not be made: \(error)") }
         }
-        // The dead process's objects go (memory only: nothing of it is observable any more).
-        for client in clients { client.connection.close() }
-        carried = clients.map { ($0.cursors, $0.lastSeen) }
-        clients = []
-        weak var gone = kernel.store
-        kernel = nil
+        // The dead process's objects go (memory only: nothing of it is observable any more); its clients
+        // keep their cursors and connect to the new process.
+        for client in served {
+            client.connection.close()
+            client.connection = nil
+            (client.unread, client.waiting) = ([], [])
+        }
+        weak var gone = node.kernel.store
+        node.kernel = nil
         if gone != nil { throw Failure("the store of a stopped kernel is still referenced (a retain cycle)") }
-        try startKernel()
+        try startKernel(n)
+        for client in served { client.connection = node.kernel.connection() }
         // A host subscribes again after a restart (as the Node client does).
-        if subscribes { send(.subscribe, user: 0, on: 0) }
+        if subscribes && n == 0 { send(.subscribe, user: 0, on: 0) }
     }
 
     /// Sends what is unsent, ends every batch and runs every job until every request is answered.
@@ -389,13 +418,15 @@ final class Simulation {
         disk.disarm()
         for round in 0..<10_000 {
             for c in clients.indices where !clients[c].unread.isEmpty {
-                serve { clients[c].connection.receive(clients[c].unread) }
+                serve(clients[c].node) { clients[c].connection.receive(clients[c].unread) }
                 clients[c].unread = []
             }
             for c in clients.indices { try endBatch(c) }
-            executor.drain()
-            kernel.postgres?.pollListener()
-            _ = serve { clients[0].connection.applyBacklog() }
+            for node in nodes {
+                node.executor.drain()
+                node.kernel.postgres?.pollListener()
+            }
+            for c in clients.indices { _ = serve(clients[c].node) { clients[c].connection.applyBacklog() } }
             if clients.allSatisfy({ $0.waiting.isEmpty }) { return }
             if round == 9_999 { break }
         }
@@ -409,12 +440,12 @@ final class Simulation {
         let line: JSON = ["jsonrpc": "2.0", "id": 1, "method": .string(method), "params": .object(params)]
         var connection = kernel.connection()
         defer { connection.close() }
-        serve { connection.receive(Array(line.serialized.utf8) + [10]) }
+        serve(0) { connection.receive(Array(line.serialized.utf8) + [10]) }
         for _ in 0..<1_000 {
-            _ = serve { connection.endBatch(waitAbove: nil) }
+            _ = serve(0) { connection.endBatch(waitAbove: nil) }
             if let line = connection.output.split(separator: 10).first { return try JSON.parse(Array(line)) }
-            executor.drain()
-            _ = serve { connection.applyBacklog() }
+            for node in nodes { node.executor.drain() }
+            _ = serve(0) { connection.applyBacklog() }
         }
         throw Failure("\(method) was never answered")
     }

@@ -18,7 +18,7 @@ struct Sim: ParsableCommand {
     @Option(help: "The first of --seeds.") var from: UInt64 = 1
     @Option(help: "Run seeds until this many minutes have passed.") var minutes: Double?
     @Option(help: "Steps (client sends, reads, batch ends, jobs, faults) a seed takes.") var steps = 400
-    @Option(help: "Kernels sharing the store (only 1 on the data dir).") var kernels = 1
+    @Option(help: "Kernels sharing the store: 1 to 3 on the model of PostgreSQL, 1 on a data dir.") var kernels = 1
     @Option(help: "data-dir, or postgres-model (the kernel on the model of PostgreSQL, Sources/PostgresModel); with --mutant, the store the defect lives on unless given.")
     var store: String?
     @Option(help: "Run every Nth seed twice and fail when the two digests differ (0: never).") var replayEvery = 0
@@ -28,7 +28,9 @@ struct Sim: ParsableCommand {
 
     func validate() throws {
         guard store == nil || store == "data-dir" || store == "postgres-model" else { throw ValidationError("--store \(store!): data-dir or postgres-model") }
-        guard kernels == 1 else { throw ValidationError("--kernels \(kernels): one kernel a run so far (several kernels on the model of PostgreSQL are not built yet)") }
+        guard (1...3).contains(kernels), kernels == 1 || store == "postgres-model" else {
+            throw ValidationError("--kernels \(kernels): 1 to 3, and more than one only with --store postgres-model (one kernel owns a data dir)")
+        }
         guard mutants || (seed != nil ? 1 : 0) + (seeds != nil ? 1 : 0) + (minutes != nil ? 1 : 0) == 1 else {
             throw ValidationError("give one of --seed, --seeds or --minutes")
         }
@@ -52,9 +54,9 @@ struct Sim: ParsableCommand {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("hk-sim-\(getpid())").path
         defer { try? FileManager.default.removeItem(atPath: root) }
         if let seed {
-            let outcome = Runner(root: root, steps: steps, onPostgres: onPostgres).run(seed)
+            let outcome = Runner(root: root, steps: steps, onPostgres: onPostgres, kernels: kernels).run(seed)
             if let failure = outcome.failure {
-                report(failure, seed: seed, runner: Runner(root: root, steps: steps, onPostgres: onPostgres))
+                report(failure, seed: seed, runner: Runner(root: root, steps: steps, onPostgres: onPostgres, kernels: kernels))
                 throw ExitCode(1)
             }
             if trace { for line in outcome.trace { print("  " + line) } }
@@ -66,7 +68,7 @@ struct Sim: ParsableCommand {
         var failed: [UInt64] = []
         var seed = from
         while seeds.map({ count < $0 }) ?? (Date().timeIntervalSince(began) < minutes! * 60) {
-            let runner = Runner(root: root, steps: steps, onPostgres: onPostgres)
+            let runner = Runner(root: root, steps: steps, onPostgres: onPostgres, kernels: kernels)
             let outcome = runner.run(seed)
             if let failure = outcome.failure, let mutant {
                 print("seed \(seed): \(failure)")
@@ -105,6 +107,7 @@ struct Runner {
     let root: String
     let steps: Int
     let onPostgres: Bool
+    let kernels: Int
 
     struct Outcome {
         let failure: String?
@@ -117,7 +120,7 @@ struct Runner {
     func run(_ seed: UInt64, steps: Int? = nil) -> Outcome {
         let dir = root + "/seed-\(seed)"
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let simulation = Simulation(.init(seed: seed, steps: steps ?? self.steps, onPostgres: onPostgres), dir: dir)
+        let simulation = Simulation(.init(seed: seed, steps: steps ?? self.steps, onPostgres: onPostgres, kernels: kernels), dir: dir)
         simulation.run()
         return Outcome(failure: simulation.failure, digest: simulation.hexDigest, requests: simulation.requests,
                        faults: simulation.faultCount, trace: simulation.trace)
