@@ -10,6 +10,8 @@ struct SQLError: Error {
 /// A statement must wait for session `holder` to release a lock, then run again from its start.
 struct Blocked: Error {
     let holder: Int32
+    /// The state's generation when the statement found it must wait.
+    var generation: UInt64 = 0
 }
 
 /// One connection to the model: what `DatabaseConnection` is to a real server.
@@ -128,7 +130,9 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
                         return .failure(SQLError("40P01", "deadlock detected"))
                     }
                     s.waitsFor[pid] = blocked.holder
-                    return .failure(blocked)
+                    // The generation is read under the same lock as the decision to wait: read after it,
+                    // a release in between was missed and the session waited for ever.
+                    return .failure(Blocked(holder: blocked.holder, generation: s.generation))
                 } catch {
                     if s.sessions[pid]?.tx != nil {
                         Self.undo(&s, pid, to: before)
@@ -142,7 +146,7 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
             switch outcome {
             case .success(let rows): return StatementResult(rows: rows)
             case .failure(let error as SQLError): return StatementResult(error: (error.state, error.message))
-            case .failure(is Blocked): generation = server.state.withLock { $0.generation }
+            case .failure(let blocked as Blocked): generation = blocked.generation
             case .failure(let error): return StatementResult(error: ("XX000", "\(error)"))
             }
         }
