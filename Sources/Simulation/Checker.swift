@@ -93,6 +93,9 @@ struct Checker {
             }
             // Sessions.
             let recorded = Set(feed.filter { $0.entity == "sessions.session" && $0.upsert }.compactMap { $0.data?["clientSessionId"]?.stringValue })
+            for (id, stop) in model.stopped where stop.user == user && !recorded.contains(id) {
+                throw Failure("user \(user): timed session \(id), answered as stopped (\(stop.seconds) s), is gone")
+            }
             for (id, session) in model.sessions where session.user == user {
                 if session.fate == .landed, !recorded.contains(id) { throw Failure("user \(user): session \(id), answered as recorded, is gone") }
                 if session.fate == .absent, recorded.contains(id) { throw Failure("user \(user): session \(id) is there, but was refused") }

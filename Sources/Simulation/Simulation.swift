@@ -62,7 +62,8 @@ final class Simulation {
     let settings: Settings
     private var dice: Dice
     private let dir: String
-    private let clock = SimulatedClock(wallMs: 1_767_225_600_000)  // 2026-01-01
+    private let clock = SimulatedClock(wallMs: Simulation.began)
+    static let began: Int64 = 1_767_225_600_000  // 2026-01-01
     private var nodes: [Node] = []
     private let disk: SimulatedDisk
     /// The model of PostgreSQL (with `onPostgres`), and how its sessions wait: by the simulation taking
@@ -319,6 +320,14 @@ final class Simulation {
             note("answer \(id): \(answer["error"].map { "error \($0["code"]?.intValue ?? 0) \($0["message"]?.stringValue ?? "")" } ?? "ok")")
             if let error = answer["error"], error["code"]?.intValue == -32603 { throw Failure("internal error answering \(id): \(error.serialized)") }
             try Checker(simulation: self).checkAnswer(request, answer, client: clients[c])
+            if case .stop = request.operation, let result = answer["result"], let id = result["clientSessionId"]?.stringValue {
+                let seconds = result["durationSeconds"]?.intValue ?? -1
+                // Paused time does not count: never more than the time since the simulation began.
+                guard seconds >= 0, seconds <= (clock.now().milliseconds - Self.began) / 1000 + 1 else {
+                    throw Failure("session \(id) stopped with \(seconds) s, not between 0 and the time passed")
+                }
+                model.stopped[id] = (request.user, seconds)
+            }
             Workload.settle(request, fate: Fate.of(answer), in: &model)
         }
     }

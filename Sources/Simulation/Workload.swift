@@ -12,6 +12,11 @@ enum Operation {
     case redeem(String)
     case spend(String)
     case record(String)
+    /// The user's server-side session timer: started with a client session id, paused, resumed, stopped.
+    case start(String)
+    case pause
+    case resume
+    case stop
     case enable
     case upload(date: String, minutes: Int, index: Int)
     case claim(date: String, minutes: Int, index: Int)
@@ -30,6 +35,10 @@ enum Operation {
         case .redeem: "rewards.redeem"
         case .spend: "rewards.spend"
         case .record: "sessions.record"
+        case .start: "sessions.start"
+        case .pause: "sessions.pause"
+        case .resume: "sessions.resume"
+        case .stop: "sessions.stop"
         case .enable: "screentime.updateConnection"
         case .upload: "screentime.upload"
         case .claim: "screentime.claim"
@@ -62,7 +71,7 @@ enum Workload {
             let s = model.samples[$0]!
             return s.user == user && s.ingest == .landed && s.delete == nil && !model.held.contains($0) && !model.replacing.contains("\(user) \(s.day)")
         }
-        let kind = dice.weighted([("ingest", 30), ("replace", 6), ("delete", deletable.isEmpty ? 0 : 8), ("earn", 12), ("redeem", 5), ("spend", 4), ("record", 8), ("enable", 3),
+        let kind = dice.weighted([("ingest", 30), ("replace", 6), ("delete", deletable.isEmpty ? 0 : 8), ("earn", 12), ("redeem", 5), ("spend", 4), ("record", 8), ("timer", 8), ("enable", 3),
                                   ("upload", 10), ("claim", 6), ("summary", 8), ("balance", 5), ("feed", 12)])
         switch kind {
         case "ingest":
@@ -127,6 +136,20 @@ enum Workload {
             let id = "s\(dice.next() % 1_000_000_000)"
             model.sessions[id] = (user, .pending)
             return .record(id)
+        case "timer":
+            // Mostly the next step of the user's timer as last sent (a start, then pauses and resumes,
+            // then a stop), now and then one out of turn (refused as conflicts).
+            let running = model.timing.contains(user)
+            switch dice.weighted([("start", running ? 1 : 6), ("pause", running ? 2 : 1), ("resume", running ? 2 : 1), ("stop", running ? 5 : 1)]) {
+            case "start":
+                model.timing.insert(user)
+                return .start("t\(dice.next() % 1_000_000_000)")
+            case "pause": return .pause
+            case "resume": return .resume
+            default:
+                model.timing.remove(user)
+                return .stop
+            }
         case "enable":
             return .enable
         case "upload":
@@ -180,6 +203,10 @@ enum Workload {
             p["startTime"] = "2025-03-01T10:00:00Z"
             p["durationSeconds"] = 600
             p["clientSessionId"] = .string(id)
+        case .start(let id):
+            p["clientSessionId"] = .string(id)
+        case .pause, .resume, .stop:
+            break
         case .enable:
             p["enabled"] = true
         case .upload(let date, let minutes, _):
@@ -224,7 +251,7 @@ enum Workload {
             model.uploads[Model.uploadKey(user: sent.user, date: date)]![index].fate = fate
         case .claim(let date, _, let index):
             model.claims[Model.uploadKey(user: sent.user, date: date)]![index].fate = fate
-        case .enable, .summary, .balance, .feed, .subscribe:
+        case .enable, .summary, .balance, .feed, .subscribe, .start, .pause, .resume, .stop:
             break
         }
     }
