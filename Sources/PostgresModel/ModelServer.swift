@@ -30,6 +30,8 @@ public final class ModelServer: Database, @unchecked Sendable {
         var tx: Transaction?
         var listening: Set<String> = []
         var inbox: [(pid: Int32, payload: String)] = []
+        /// Notifications on their way (`notifyDelayMicros`), in commit order, each with when it arrives.
+        var arriving: [(at: UInt64, pid: Int32, payload: String)] = []
         var sessionLocks: [String: Int] = [:]
         /// The client's side is gone (its connection was cut or closed) but the backend has not noticed:
         /// its transaction stays open, with its locks, until it is terminated.
@@ -57,12 +59,18 @@ public final class ModelServer: Database, @unchecked Sendable {
         /// An armed cut: the connection that next runs a statement breaks after this many more, and
         /// whether its backend goes on (orphaned) or ends at once.
         var cut: (after: Int, orphan: Bool)?
+        /// When a notification sent now arrives (`notifyDelayMicros`), never before the one sent before it.
+        var notifyAt: (_ after: UInt64?) -> UInt64 = { $0 ?? 0 }
     }
 
     let state = Locked(State())
     /// How a session waits for a lock: the default blocks its thread; the simulation hands control back
     /// to its scheduler instead.
     public let parking: any Parking
+
+    /// How long each notification takes to reach a listener (µs; a listener falling behind). They still
+    /// arrive in commit order, as PostgreSQL delivers them. Nil: at once.
+    public var notifyDelayMicros: (@Sendable () -> UInt64)?
 
     /// Where each statement run and its outcome are told, when set (a failing seed's SQL).
     public var trace: (@Sendable (String) -> Void)?
@@ -73,6 +81,23 @@ public final class ModelServer: Database, @unchecked Sendable {
     public init(parking: any Parking = ThreadParking(), now: @escaping @Sendable () -> UInt64 = { 0 }) {
         self.parking = parking
         self.now = now
+        state.withLock { s in
+            s.notifyAt = { [unowned self] previous in
+                let at = now() + (notifyDelayMicros?() ?? 0)
+                return max(at, previous ?? 0)
+            }
+        }
+    }
+
+    /// Moves the notifications of session `pid` that have arrived by now into its inbox.
+    func deliverArrived(_ pid: Int32) {
+        let t = now()
+        state.withLock { s in
+            guard let arriving = s.sessions[pid]?.arriving, !arriving.isEmpty else { return }
+            let due = arriving.prefix { $0.at <= t }
+            s.sessions[pid]!.inbox += due.map { ($0.pid, $0.payload) }
+            s.sessions[pid]!.arriving.removeFirst(due.count)
+        }
     }
 
     /// Ends the sessions idle in a transaction for longer than their `idle_in_transaction_session_timeout`,
@@ -185,7 +210,7 @@ public final class ModelServer: Database, @unchecked Sendable {
             tx.writes.apply(to: &s.schemas[tx.schema, default: SchemaData()])
             for n in tx.writes.notifies {
                 for (other, session) in s.sessions where session.listening.contains(n.channel) {
-                    s.sessions[other]!.inbox.append((pid, n.payload))
+                    s.sessions[other]!.arriving.append((s.notifyAt(session.arriving.last?.at), pid, n.payload))
                 }
             }
         }

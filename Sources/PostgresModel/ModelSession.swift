@@ -183,6 +183,7 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
     func notifications(timeoutMilliseconds: Int32) throws(StorageError) -> [(pid: Int32, payload: String)] {
         try reconnectIfBroken()
         if cut || server.cutNow().0 { try fail("cut", orphan: false) }
+        server.deliverArrived(pid)
         let out = server.state.withLock { s -> [(pid: Int32, payload: String)] in
             defer { s.sessions[pid]?.inbox.removeAll() }
             return s.sessions[pid]?.inbox ?? []

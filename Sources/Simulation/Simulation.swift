@@ -119,6 +119,13 @@ final class Simulation {
                 + [("cut", often[dice.below(4)]), ("listen", 4)]
             subscribes = dice.below(2) == 0
             server = ModelServer(parking: SimulatedParking(SimulationRef(self)), now: { [clock] in clock.monotonicMicros() })
+            // Notifications take up to 0, 2 or 15 s to reach a listener (a listener behind: past 10 s
+            // the kernel stops waiting for its own announcements).
+            let lag = [0, 0, 2_000_000, 15_000_000][dice.below(4)]
+            if lag > 0 {
+                let this = SimulationRef(self)
+                server?.notifyDelayMicros = { UInt64(this.simulation.draw(below: lag + 1)) }
+            }
             // HK_SIM_SQL=1: every statement the model runs goes into the trace.
             if ProcessInfo.processInfo.environment["HK_SIM_SQL"] != nil {
                 let this = SimulationRef(self)
@@ -462,6 +469,9 @@ final class Simulation {
     }
 
     func note(_ event: String) { trace.append(event) }
+
+    /// A number below `n` from the seed (for the model of PostgreSQL's draws).
+    func draw(below n: Int) -> Int { dice.below(n) }
 
     /// On the model of PostgreSQL, the committed rows whose key holds `text` (what a failure shows).
     func storedRows(containing text: String) -> String {
