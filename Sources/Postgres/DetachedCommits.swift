@@ -27,7 +27,9 @@ final class DetachedCommits: @unchecked Sendable {
     /// COPY, 36,339 samples/s and p99 249 ms with two against 37,292 and 119 ms with one. At the serving
     /// thread's priority, not the workers' nice 19: it holds a user's lock while it runs, and a thread
     /// starved on purpose while others wait for its lock is a priority inversion (#52 defect 8).
-    var threads: any Executor = WorkerPool(threads: 1, priority: .serving)
+    /// Made on first use: a kernel given an executor (`PostgresStore.runOff(on:)`) starts no thread here
+    /// (a pool's threads never end, and the simulation starts thousands of kernels).
+    lazy var threads: any Executor = WorkerPool(threads: 1, priority: .serving)
     /// Wakes the serving thread when a commit finished (set by the kernel).
     let onFinished = Locked<@Sendable () -> Void>({})
     /// A fault point for tests: the connection a detached commit runs on, once it has one.

@@ -77,6 +77,13 @@ struct Sim: ParsableCommand {
             } else if let failure = outcome.failure {
                 report(failure, seed: seed, runner: runner)
                 failed.append(seed)
+            } else if let threads = Self.threadCount(), threads > 64 {
+                // Given an executor, a kernel starts no thread: threads that pile up seed after seed are
+                // threads some kernel started anyway, and never end (once one per PostgreSQL store).
+                print("seed \(seed): the process has \(threads) threads after it: a kernel started threads of its own")
+                print("seed \(seed) FAILED")
+                failed.append(seed)
+                break
             } else if replayEvery > 0, count % replayEvery == 0, runner.run(seed).digest != outcome.digest {
                 print("seed \(seed): a second run gave another history (digest \(outcome.digest) first)")
                 print("seed \(seed) FAILED")
@@ -90,6 +97,13 @@ struct Sim: ParsableCommand {
         if !failed.isEmpty { print("failing seeds: " + failed.map(String.init).joined(separator: " ")) }
         print("seeds \(count) failures \(failed.count) requests \(requests) faults \(faults) seeds/s \(String(format: "%.1f", rate))")
         if !failed.isEmpty { throw ExitCode(1) }
+    }
+
+    /// The process's threads (Linux: /proc/self/status), nil elsewhere.
+    static func threadCount() -> Int? {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Threads:") }) else { return nil }
+        return Int(line.dropFirst("Threads:".count).trimmingCharacters(in: .whitespaces))
     }
 
     /// The failure, with the trace of the shortest run of the seed that still fails.
