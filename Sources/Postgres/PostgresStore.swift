@@ -576,7 +576,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         guard ownUnheardCount > 0 else { return [] }
         let epoch = listener.epoch, now = clock.monotonicMicros(), crowded = ownUnheardCount > Self.unheardLimit
         var lost: [CommittedChange] = []
-        for (user, waiting) in ownUnheard.sorted(by: { $0.key < $1.key }) {
+        for (user, waiting) in ownUnheard {
             let gone = waiting.prefix { crowded || $0.epoch != epoch || now - $0.at > Self.unheardWaitMicros }
             guard let last = gone.last else { continue }
             if let through = handedThrough[user], let first = gone.first?.change.entry.position, first > through + 1 {
