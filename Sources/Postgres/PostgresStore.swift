@@ -60,6 +60,12 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     private var batchOpen = false
     private var batchCommits: ClosedRange<UInt64>?
     private var batchChanges: [CommittedChange] = []
+    /// The listener's epoch when every commit of the batch with changes ran its statements, or nil (not
+    /// connected, or not the same for all). A commit's announcement is sent only if some listener was
+    /// registered when its statement ran, so the epoch at COMMIT cannot tell whether it will be heard: a
+    /// listener that registered in between waited 10 s for announcements never sent, while later
+    /// changes of the user went ahead (found by the simulation with three kernels, seed 204154).
+    private var batchEpoch: Int?
     /// Users the batch's transaction wrote (`viewedVersions(of:in:)` commits it before views of them).
     private var batchUsers: Set<String> = []
     private var failedCommits: [ClosedRange<UInt64>] = []
@@ -417,6 +423,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         batchUsers.removeAll(keepingCapacity: true)
         batchCommits = nil
         batchChanges.removeAll(keepingCapacity: true)
+        batchEpoch = nil
     }
 
     /// Commits the batch's transaction (`groupCommit`): every commit made in it becomes durable at once,
@@ -428,7 +435,9 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         deferred.removeAll()
         var made: CommitOutcome
         let backend = main.backendPID
-        let epoch = listener.epoch  // before COMMIT sends the announcements
+        // Still the epoch the batch's statements ran in: else its announcements may be lost with the
+        // listener's connection that ended.
+        let epoch = listener.epoch == batchEpoch ? batchEpoch : nil
         do {
             let results = try main.run(statements)
             made = results.contains { $0.error != nil } ? .notCommitted : .committed
@@ -540,7 +549,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         committedChanges.removeAll(keepingCapacity: true)
         // Own changes that stopped waiting go first, so that nothing heard in this call, which may come
         // after them, goes before them.
-        out += ownChangesNoLongerWaiting()
+        out += ownChangesNoLongerWaiting(heard: heard)
         for a in heard {
             let after = max(a.last >= a.count ? a.last - a.count : 0, handedThrough[a.user] ?? 0)
             if a.origin == kernelID {
@@ -572,14 +581,23 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// were taken by commits made before (each under the user's lock), so the user's changes stay in
     /// `seq` order whether the announcements come or not. (Once they went at once, after what was heard,
     /// and a user's changes could go out of order: found by the simulation with two kernels.)
-    private func ownChangesNoLongerWaiting() -> [CommittedChange] {
+    private func ownChangesNoLongerWaiting(heard: [ChangeAnnouncement]) -> [CommittedChange] {
         guard ownUnheardCount > 0 else { return [] }
+        var heardFrom: [String: UInt64] = [:]  // O(heard)
+        for a in heard where handedThrough[a.user] == nil && ownUnheard[a.user] != nil {
+            let from = a.last >= a.count ? a.last - a.count : 0
+            heardFrom[a.user] = min(heardFrom[a.user] ?? from, from)
+        }
         let epoch = listener.epoch, now = clock.monotonicMicros(), crowded = ownUnheardCount > Self.unheardLimit
         var lost: [CommittedChange] = []
         for (user, waiting) in ownUnheard {
             let gone = waiting.prefix { crowded || $0.epoch != epoch || now - $0.at > Self.unheardWaitMicros }
             guard let last = gone.last else { continue }
-            if let through = handedThrough[user], let first = gone.first?.change.entry.position, first > through + 1 {
+            // A user none of whose changes went yet (since collecting began, or since the map was
+            // forgotten) has read what this call heard before them: those announcements come after them
+            // here and would be passed over.
+            let first = gone.first!.change.entry.position
+            if let through = handedThrough[user] ?? heardFrom[user], first > through + 1 {
                 do {
                     let page = try feedPage(user: user, after: through, limit: Int(first - through - 1), entities: nil, pooled: true)
                     lost += page.entries.filter { $0.position < first }.map { CommittedChange(user: user, entry: $0, commit: nil) }
@@ -634,6 +652,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             return
         }
         let results: [StatementResult]
+        let epoch = listener.epoch  // before the statements ask whether anyone listens
         do {
             results = try main.run(opening + statements)
         } catch {
@@ -649,6 +668,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         }
         joinBatch(plan.users)
         guard collectsChanges else { return }
+        batchEpoch = batchChanges.isEmpty || batchEpoch == epoch ? epoch : nil
         batchChanges += plan.changes(results[first...], commit: lastCommitID)
     }
 

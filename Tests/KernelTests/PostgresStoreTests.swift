@@ -153,6 +153,46 @@ import Threads
         #expect(got == ["1 a1", "2 b1", "3 a2", "4 b2"])
     }
 
+    /// Found by the simulation with three kernels on its model (seeds 204154, 209869): a batch's commit
+    /// ran its statements while no listener was registered (so it announced nothing), and the kernel's
+    /// listener was back by the batch's COMMIT. The change waited 10 s for an announcement never sent,
+    /// and another kernel's later change of the user went first: positions 3, then 2. Once it went at
+    /// once, the change heard before it (1, still in the inbox) was passed over.
+    @Test func aChangeCommittedWhileTheListenerWasDownGoesInOrderOnceItIsBack() throws {
+        let schema = TestPostgres.freshSchema()
+        let (a, _) = try open(schema)
+        let (b, _) = try open(schema)
+        defer { a.shutdown(); b.shutdown() }
+        let syncedA = a.table("test.synced", of: Due.self, entity: Entity("due")), syncedB = b.table("test.synced", of: Due.self, entity: Entity("due"))
+        func put(_ store: PostgresStore, _ table: any StorageTable<Due>, _ key: String) throws {
+            var t = Transaction()
+            t.put(table, user: "u", key: key, Due(at: key))
+            try store.commit(t)
+        }
+        a.listener.ownThread = false  // polled here, so the test decides when it connects
+        a.collectsChanges = true
+        a.groupCommit = true
+        try put(b, syncedB, "b1")
+        a.listener.poll(timeoutMilliseconds: 5000)  // heard, not taken yet
+        // A's listener loses its connection, and no listener is left: A's next commit announces nothing.
+        let admin = try DatabaseConnection(url: TestPostgres.url)
+        _ = try admin.run([Statement("SELECT pg_terminate_backend(pid) FROM \"\(schema)\".listeners"),
+                           Statement("DELETE FROM \"\(schema)\".listeners")])
+        for _ in 0..<100 where a.listener.epoch != nil { a.listener.poll(timeoutMilliseconds: 100) }
+        #expect(a.listener.epoch == nil)
+        try put(a, syncedA, "a2")  // in A's open batch, announcing nothing
+        a.listener.poll(timeoutMilliseconds: 0)  // back, before the batch commits
+        #expect(a.listener.epoch != nil)
+        #expect(a.flushBatch().failed.isEmpty)
+        try put(b, syncedB, "b3")
+        var got: [String] = []
+        for _ in 0..<100 where got.count < 3 {
+            a.listener.poll(timeoutMilliseconds: 100)
+            got += a.takeCommittedChanges().map { "\($0.entry.position) \($0.entry.id)" }
+        }
+        #expect(got == ["1 b1", "2 a2", "3 b3"])
+    }
+
     /// What identifies a kernel's own announcements: the origin in the payload, never a server process id.
     @Test func announcementsNameTheirKernel() {
         let a = ChangeAnnouncement(payload: "7 2 k0123456789abcdef a user id")
