@@ -139,7 +139,7 @@ let package = Package(
         .executableTarget(
             name: "healthkernel-sim",
             dependencies: ["Kernel", "Chrono", "DiskModel", "JSON", "JSONParsing", "JSONRPC", "Mutants", "Postgres", "PostgresModel", "ScreenTime", "Storage",
-                           "Store", "Threads",
+                           "Store", "Subscriptions", "TestSupport", "Threads",
                            .product(name: "Crypto", package: "swift-crypto"),
                            .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "Logging", package: "swift-log")],

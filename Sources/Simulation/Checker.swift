@@ -8,6 +8,12 @@ struct Checker {
 
     /// A feed page continues its client's cursor: every change after what the cursor saw, in order.
     func checkAnswer(_ request: Sent, _ answer: JSON, client: Simulation.Client) throws {
+        if case .verify(let original, _) = request.operation, let result = answer["result"] {
+            // A verified purchase bought a day ago for a month: the membership is that purchase's, active.
+            guard result["originalTransactionId"]?.stringValue == original, result["status"]?.stringValue == "active" else {
+                throw Failure("verify \(request.id) of purchase \(original) answered \(result.serialized)")
+            }
+        }
         guard case .feed(let since) = request.operation, let result = answer["result"] else { return }
         let seqs = (result["changes"]?.arrayValue ?? []).compactMap { $0["seq"]?.intValue }
         guard zip(seqs, seqs.dropFirst()).allSatisfy({ $0 < $1 }) else { throw Failure("feed page \(request.id) out of order: \(seqs)") }
@@ -38,6 +44,7 @@ struct Checker {
     /// day's summary, a balance) equals what its base rows give.
     func checkFinalState() throws {
         let model = simulation.model
+        try checkPurchases()
         for user in 0..<simulation.settings.users {
             let feed = try readFeed(user)
             // Samples.
@@ -125,6 +132,36 @@ struct Checker {
                 let key = Model.uploadKey(user: user, date: date)
                 if ((model.uploads[key] ?? []) + (model.claims[key] ?? [])).contains(where: { $0.fate == .landed }) {
                     throw Failure("user \(user): Screen Time day \(date), answered as uploaded or claimed, is gone")
+                }
+            }
+        }
+    }
+
+    /// One purchase unlocks one account, across kernels and crashes: at most one user's verify of it is
+    /// answered as made, and a verify refused as another user's has someone else's that landed or may
+    /// have; the user it went to has a membership. A notification applies once: at most one delivery is
+    /// answered as new, and one called a duplicate has another that was applied or may have been.
+    func checkPurchases() throws {
+        let model = simulation.model
+        for (original, verifies) in model.verifies.sorted(by: { $0.key < $1.key }) {
+            let owners = Set(verifies.filter { $0.fate == .landed }.map(\.user))
+            guard owners.count <= 1 else { throw Failure("purchase \(original) was verified for users \(owners.sorted()), one purchase unlocks one account") }
+            for refused in verifies where refused.ownedByOther {
+                guard verifies.contains(where: { $0.user != refused.user && [.landed, .unknown].contains($0.fate) }) else {
+                    throw Failure("user \(refused.user)'s verify of purchase \(original) was refused as another user's, but no other user's landed")
+                }
+            }
+            if let owner = owners.first {
+                let status = try simulation.ask("subscriptions.status", user: owner)["result"]?["status"]?.stringValue
+                guard status == "active" else { throw Failure("user \(owner), whose verify of \(original) landed, has membership \(status ?? "nil")") }
+            }
+        }
+        for (uuid, notice) in model.notices.sorted(by: { $0.key < $1.key }) {
+            let applied = notice.deliveries.filter { $0.fate == .landed && $0.duplicate == false }.count
+            guard applied <= 1 else { throw Failure("notification \(uuid) was applied \(applied) times") }
+            if notice.deliveries.contains(where: { $0.fate == .landed && $0.duplicate == true }) {
+                guard applied == 1 || notice.deliveries.contains(where: { $0.fate == .unknown }) else {
+                    throw Failure("notification \(uuid) was called a duplicate, but no delivery of it was applied")
                 }
             }
         }

@@ -58,6 +58,14 @@ struct Model {
     /// Screen Time claims per user and day, the same way.
     var claims: [String: [(minutes: Int, fate: Fate)]] = [:]
 
+    /// Each App Store purchase's receipt, and its verifies: by whom, what became of each, and whether it
+    /// was refused as another user's (-32009).
+    var receipts: [String: String] = [:]
+    var verifies: [String: [(user: Int, fate: Fate, ownedByOther: Bool)]] = [:]
+    /// Each App Store notification's payload, and its deliveries: what became of each, and whether its
+    /// answer called it a duplicate.
+    var notices: [String: (payload: String, deliveries: [(fate: Fate, duplicate: Bool?)])] = [:]
+
     /// User-days ("user day") with a `replaceDays` ingest in flight, and the samples it re-sends: no
     /// other request may touch them until it is answered, so that one answer decides each.
     var replacing: Set<String> = []

@@ -10,6 +10,7 @@ import Postgres
 import PostgresModel
 import Storage
 import Store
+import Subscriptions
 import Threads
 
 /// One seed's run: a kernel on a data dir, several users on several streams, and every choice (what each
@@ -231,7 +232,7 @@ final class Simulation {
         let id = nextID
         nextID += 1
         var params = Workload.params(operation, model: model)
-        params["auth"] = .string(operation.name == "events.subscribe" ? serviceToken : tokens[user])
+        params["auth"] = .string(["events.subscribe", "subscriptions.notify"].contains(operation.name) ? serviceToken : tokens[user])
         let line: JSON = ["jsonrpc": "2.0", "id": .int(id), "method": .string(operation.name), "params": .object(params)]
         sent[id] = Sent(id: id, stream: c, user: user, operation: operation)
         clients[c].unread += Array(line.serialized.utf8) + [10]
@@ -242,6 +243,8 @@ final class Simulation {
         if case .replace(let day, let kept, let added, let removed) = operation {
             what += " replacing day \(day): \(kept.count) kept, \(added.count) added, \(removed.count) removed"
         }
+        if case .verify(let original, _) = operation { what += " purchase \(original)" }
+        if case .notify(let uuid, _) = operation { what += " \(uuid.suffix(1))" }
         note("send \(id) on stream \(c): \(what) user \(user)")
     }
 
@@ -335,7 +338,7 @@ final class Simulation {
                 }
                 model.stopped[id] = (request.user, seconds)
             }
-            Workload.settle(request, fate: Fate.of(answer), in: &model)
+            Workload.settle(request, answer: answer, in: &model)
         }
     }
 
@@ -365,6 +368,10 @@ final class Simulation {
         config.segmentBytes = 4096 << dice.below(5)
         config.storeFaults = disk.injector
         config.bigUnitEntries = bigUnit
+        var appStore = AppStoreConfig()
+        appStore.bundleId = Workload.bundleId
+        appStore.rootsPEM = Workload.appStoreRoots
+        config.domains[AppStoreConfig.self] = appStore
         if settings.onPostgres {
             config.storeURL = "postgres://model"
             config.storeSchema = "sim"
@@ -406,7 +413,7 @@ final class Simulation {
         node.executor.dropAll()
         let served = clients.filter { $0.node == n }
         for client in served {
-            for id in client.waiting { Workload.settle(sent[id]!, fate: .unknown, in: &model) }
+            for id in client.waiting { Workload.settle(sent[id]!, answer: nil, in: &model) }
         }
         disk.disarm()
         // On PostgreSQL the server sees the process's connections close, and rolls back what was open.

@@ -1,8 +1,11 @@
+import Foundation
 import JSON
+import TestSupport
 
 /// The requests the simulation sends, over every domain with state a crash could lose: HealthKit
-/// ingests and deletes (with the day summaries they recompute), reward credits, recorded sessions,
-/// Screen Time uploads, and reads of summaries, balances and the change feed between them.
+/// ingests and deletes (with the day summaries they recompute), reward credits, recorded and timed
+/// sessions, Screen Time uploads, App Store purchases and notifications, and reads of summaries,
+/// balances and the change feed between them.
 enum Operation {
     case ingest([String])
     /// The watch re-sends day `day`: `kept` and `added` are its samples now; `removed` goes.
@@ -26,6 +29,11 @@ enum Operation {
     case feed(since: String?)
     /// The stream asks for every change as an `events.changed` line (with a service token).
     case subscribe
+    /// The user's App Store purchase `original` (one of a few per seed, so two users may claim one), the
+    /// `index`th verify of it.
+    case verify(original: String, index: Int)
+    /// The App Store's notification `uuid` (one of a few, so some come again), its `index`th delivery.
+    case notify(uuid: String, index: Int)
 
     var name: String {
         switch self {
@@ -46,6 +54,8 @@ enum Operation {
         case .balance: "rewards.balance"
         case .feed: "sync.changes"
         case .subscribe: "events.subscribe"
+        case .verify: "subscriptions.verify"
+        case .notify: "subscriptions.notify"
         }
     }
 }
@@ -64,6 +74,11 @@ enum Workload {
     static let stepType = "HKQuantityTypeIdentifierStepCount"
     /// XP a minute of unlock costs (the kernel's default).
     static let rewardRate = 10
+    /// Signs App Store data as Apple would; the kernels trust its root.
+    static let appStore = AppStoreTestCA(name: "healthkernel simulation root")
+    static let productId = "premium.monthly"
+    static let dayMs: Int64 = 86_400_000
+    static let purchases = 3
 
     /// Draws the next operation for `user` (and records in `model` what it writes).
     static func draw(user: Int, dice: inout Dice, model: inout Model, minutes: inout [Int]) -> Operation {
@@ -72,7 +87,8 @@ enum Workload {
             return s.user == user && s.ingest == .landed && s.delete == nil && !model.held.contains($0) && !model.replacing.contains("\(user) \(s.day)")
         }
         let kind = dice.weighted([("ingest", 30), ("replace", 6), ("delete", deletable.isEmpty ? 0 : 8), ("earn", 12), ("redeem", 5), ("spend", 4), ("record", 8), ("timer", 8), ("enable", 3),
-                                  ("upload", 10), ("claim", 6), ("summary", 8), ("balance", 5), ("feed", 12)])
+                                  ("upload", 10), ("claim", 6), ("summary", 8), ("balance", 5), ("feed", 12),
+                                  ("verify", 3), ("notify", 2)])
         switch kind {
         case "ingest":
             var uuids: [String] = []
@@ -164,6 +180,17 @@ enum Workload {
             let key = Model.uploadKey(user: user, date: date)
             model.claims[key, default: []].append((minutes, .pending))
             return .claim(date: date, minutes: minutes, index: model.claims[key]!.count - 1)
+        case "verify":
+            let original = "2000000\(dice.below(purchases))"
+            if model.receipts[original] == nil { model.receipts[original] = receipt(original: original) }
+            model.verifies[original, default: []].append((user, .pending, false))
+            return .verify(original: original, index: model.verifies[original]!.count - 1)
+        case "notify":
+            let n = dice.below(purchases + 1)
+            let uuid = "3f1c7c1e-0000-4000-8000-00000000000\(n)"
+            if model.notices[uuid] == nil { model.notices[uuid] = (notification(uuid: uuid, original: "2000000\(n)"), []) }
+            model.notices[uuid]!.deliveries.append((.pending, nil))
+            return .notify(uuid: uuid, index: model.notices[uuid]!.deliveries.count - 1)
         case "summary":
             return .summary(date(dice.below(days)))
         case "balance":
@@ -220,6 +247,12 @@ enum Workload {
             p["to"] = .string(date)
         case .balance, .subscribe:
             break
+        case .verify(let original, _):
+            p["provider"] = "apple"
+            p["productId"] = .string(productId)
+            p["receipt"] = .string(model.receipts[original]!)
+        case .notify(let uuid, _):
+            p["signedPayload"] = .string(model.notices[uuid]!.payload)
         case .feed(let cursor):
             if let cursor { p["since"] = .string(cursor) }
             p["limit"] = 50
@@ -227,8 +260,27 @@ enum Workload {
         return p
     }
 
-    /// Records in `model` what the answer to `sent` says of its writes.
-    static func settle(_ sent: Sent, fate: Fate, in model: inout Model) {
+    /// A purchase made a day before the simulation began, renewing monthly.
+    static func receipt(original: String, n: Int = 1, purchase: Int64 = Simulation.began - dayMs) -> String {
+        appStore.sign(AppStorePayloads.transaction(id: "\(original)-\(n)", original: original, product: productId, purchase: purchase,
+                                                   expires: purchase + 30 * dayMs, signed: purchase))
+    }
+
+    /// Purchase `original` renewed when the simulation began.
+    static func notification(uuid: String, original: String) -> String {
+        let at = Simulation.began
+        return appStore.sign(AppStorePayloads.notification(uuid: uuid, type: "DID_RENEW", signed: at,
+                                                           transaction: receipt(original: original, n: 2, purchase: at),
+                                                           renewal: appStore.sign(AppStorePayloads.renewal(original: original, product: productId, signed: at))))
+    }
+
+    /// The App Store settings of the simulation's kernels: its signer's root, the payloads' bundle.
+    static var appStoreRoots: [String] { [appStore.rootPEM] }
+    static var bundleId: String { AppStorePayloads.bundleId }
+
+    /// Records in `model` what the answer to `sent` says of its writes (nil: never answered).
+    static func settle(_ sent: Sent, answer: JSON?, in model: inout Model) {
+        let fate = answer.map(Fate.of) ?? .unknown
         switch sent.operation {
         case .ingest(let uuids):
             for uuid in uuids { model.samples[uuid]!.ingest = fate }
@@ -251,6 +303,11 @@ enum Workload {
             model.uploads[Model.uploadKey(user: sent.user, date: date)]![index].fate = fate
         case .claim(let date, _, let index):
             model.claims[Model.uploadKey(user: sent.user, date: date)]![index].fate = fate
+        case .verify(let original, let index):
+            model.verifies[original]![index].fate = fate
+            model.verifies[original]![index].ownedByOther = answer?["error"]?["code"]?.intValue == -32009
+        case .notify(let uuid, let index):
+            model.notices[uuid]!.deliveries[index] = (fate, answer?["result"]?["duplicate"].map { $0 == .bool(true) })
         case .enable, .summary, .balance, .feed, .subscribe, .start, .pause, .resume, .stop:
             break
         }

@@ -25,14 +25,15 @@ public final class AppStoreTestCA: @unchecked Sendable {
     /// A new CA named `name` (two CAs never trust each other).
     public init(name: String = "healthkernel test root") {
         let rootName = Self.name(name)
-        root = try! Certificate(
-            version: .v3, serialNumber: .init(), publicKey: .init(rootKey.publicKey), notValidBefore: Self.start, notValidAfter: Self.end,
+        let rootKey = rootKey
+        root = Self.uniform { try! Certificate(
+            version: .v3, serialNumber: $0, publicKey: .init(rootKey.publicKey), notValidBefore: Self.start, notValidAfter: Self.end,
             issuer: rootName, subject: rootName, signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try! Certificate.Extensions {
                 Critical(BasicConstraints.isCertificateAuthority(maxPathLength: nil))
                 Critical(KeyUsage(keyCertSign: true, cRLSign: true))
             },
-            issuerPrivateKey: .init(rootKey))
+            issuerPrivateKey: .init(rootKey)) }
         intermediate = Self.intermediate(key: intermediateKey, marker: true, rootName: rootName, rootKey: rootKey)
         leaf = Self.leaf(key: leafKey, marker: true, from: Self.start, to: Self.end, issuer: intermediate.subject, issuerKey: intermediateKey)
     }
@@ -46,28 +47,40 @@ public final class AppStoreTestCA: @unchecked Sendable {
 
     static func intermediate(key: P256.Signing.PrivateKey, marker: Bool, rootName: DistinguishedName,
                              rootKey: P256.Signing.PrivateKey) -> Certificate {
-        try! Certificate(
-            version: .v3, serialNumber: .init(), publicKey: .init(key.publicKey), notValidBefore: start, notValidAfter: end,
+        uniform { try! Certificate(
+            version: .v3, serialNumber: $0, publicKey: .init(key.publicKey), notValidBefore: start, notValidAfter: end,
             issuer: rootName, subject: name("test App Store intermediate"), signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try! Certificate.Extensions {
                 Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
                 Critical(KeyUsage(keyCertSign: true, cRLSign: true))
                 if marker { Certificate.Extension(oid: intermediateOID, critical: false, value: [0x05, 0x00]) }
             },
-            issuerPrivateKey: .init(rootKey))
+            issuerPrivateKey: .init(rootKey)) }
     }
 
     static func leaf(key: P256.Signing.PrivateKey, marker: Bool, from: Date, to: Date, issuer: DistinguishedName,
                      issuerKey: P256.Signing.PrivateKey) -> Certificate {
-        try! Certificate(
-            version: .v3, serialNumber: .init(), publicKey: .init(key.publicKey), notValidBefore: from, notValidAfter: to,
+        uniform { try! Certificate(
+            version: .v3, serialNumber: $0, publicKey: .init(key.publicKey), notValidBefore: from, notValidAfter: to,
             issuer: issuer, subject: name("test App Store signing"), signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try! Certificate.Extensions {
                 Critical(BasicConstraints.notCertificateAuthority)
                 Critical(KeyUsage(digitalSignature: true))
                 if marker { Certificate.Extension(oid: leafOID, critical: false, value: [0x05, 0x00]) }
             },
-            issuerPrivateKey: .init(issuerKey))
+            issuerPrivateKey: .init(issuerKey)) }
+    }
+
+    /// A certificate whose length depends on nothing random: a serial number of 20 bytes and a signature
+    /// of 72 (ECDSA's are 70 to 72 bytes of DER). The simulation cuts what clients send at lengths drawn
+    /// from its seed, so a receipt must have the same length in every run.
+    static func uniform(_ make: (Certificate.SerialNumber) -> Certificate) -> Certificate {
+        while true {
+            let serial = Certificate.SerialNumber()
+            guard serial.bytes.count == 20 else { continue }
+            let c = make(serial)
+            if c.signature.rawRepresentation.count == 72 { return c }
+        }
     }
 
     /// The root, PEM: what a kernel's `appStore.rootCertificates` file holds.
