@@ -131,6 +131,7 @@ struct ModelSQL {
         }
         if sql == "SELECT pg_xact_status($1::xid8)" {
             guard let xid = Int64(p(1)) else { throw SQLError("22P02", "invalid xid8") }
+            if s.unknownXIDs.contains(xid) { throw SQLError("22023", "transaction ID \(xid) is in the future") }
             if let made = s.finished[xid] { return [[made ? "committed" : "aborted"]] }
             let live = s.sessions.values.contains { $0.tx?.xid == xid }
             return [[live ? "in progress" : (xid <= s.nextXID ? "aborted" : nil)]]

@@ -61,6 +61,10 @@ public final class ModelServer: Database, @unchecked Sendable {
         var cut: (after: Int, orphan: Bool)?
         /// When a notification sent now arrives (`notifyDelayMicros`), never before the one sent before it.
         var notifyAt: (_ after: UInt64?) -> UInt64 = { $0 ?? 0 }
+        /// Until when (µs) no connection is accepted: a standby being promoted (`failOver`).
+        var downUntil: UInt64 = 0
+        /// Transactions open when the primary failed: the standby that took over never knew them.
+        var unknownXIDs: Set<Int64> = []
     }
 
     let state = Locked(State())
@@ -121,7 +125,7 @@ public final class ModelServer: Database, @unchecked Sendable {
     }
 
     func connect(tag: Int, setup: [Statement], log: @escaping @Sendable (String) -> Void) throws(StorageError) -> any DatabaseSession {
-        let session = ModelSession(server: self, tag: tag, log: log)
+        let session = try ModelSession(server: self, tag: tag, log: log)
         session.setup = setup
         if let failed = try session.run(setup).first(where: { $0.error != nil })?.error {
             throw StorageError.unavailable("setting up the session failed (SQLSTATE \(failed.state))")
@@ -129,8 +133,10 @@ public final class ModelServer: Database, @unchecked Sendable {
         return session
     }
 
-    func open(tag: Int) -> Int32 {
-        state.withLock { s in
+    func open(tag: Int) throws(StorageError) -> Int32 {
+        let t = now()
+        return try state.withLock { s throws(StorageError) in
+            guard t >= s.downUntil else { throw StorageError.unavailable("the connection to PostgreSQL failed: the database system is starting up") }
             s.nextPID += 1
             s.sessions[s.nextPID] = Session(tag: tag)
             return s.nextPID
@@ -152,6 +158,25 @@ public final class ModelServer: Database, @unchecked Sendable {
     public func disconnect(tag: Int) {
         state.withLock { s in
             for (pid, session) in s.sessions where session.tag == tag { Self.terminate(&s, pid) }
+        }
+        parking.wake(state)
+    }
+
+    /// The primary fails and a synchronous standby takes over after `downMicros`: every connection
+    /// breaks, transactions not committed are gone (`pg_xact_status` fails for them: the standby's ids
+    /// have not reached theirs) and notifications not yet delivered are lost with their listeners'
+    /// sessions; every commit stays made, and `pg_xact_status` still answers for it. Until then,
+    /// connecting fails.
+    public func failOver(downMicros: UInt64) {
+        let t = now()
+        state.withLock { s in
+            let open = s.sessions.values.compactMap { $0.tx?.xid }
+            for pid in Array(s.sessions.keys) { Self.terminate(&s, pid) }
+            // The standby never saw the transactions open at the failure: to it their ids are in the future.
+            for xid in open { s.finished[xid] = nil }
+            s.unknownXIDs.formUnion(open)
+            s.cut = nil
+            s.downUntil = t + downMicros
         }
         parking.wake(state)
     }

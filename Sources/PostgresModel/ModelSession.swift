@@ -28,11 +28,11 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
     /// Session settings run after every connect, as `DatabaseConnection` runs them.
     var setup: [Statement] = []
 
-    init(server: ModelServer, tag: Int, log: @escaping @Sendable (String) -> Void) {
+    init(server: ModelServer, tag: Int, log: @escaping @Sendable (String) -> Void) throws(StorageError) {
         self.server = server
         self.tag = tag
         self.log = log
-        pid = server.open(tag: tag)
+        pid = try server.open(tag: tag)
     }
 
     deinit { server.close(pid) }
@@ -45,7 +45,7 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
     private func reconnectIfBroken() throws(StorageError) {
         guard broken else { return }
         server.close(pid, orphan: true)
-        pid = server.open(tag: tag)
+        pid = try server.open(tag: tag)
         broken = false
         cut = false
         if let failed = try run(setup).first(where: { $0.error != nil })?.error {

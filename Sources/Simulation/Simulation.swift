@@ -117,7 +117,7 @@ final class Simulation {
         if settings.onPostgres {
             // No data dir: no snapshots, power or disk faults; network failures and the listener instead.
             mix = mix.map { ["snapshot", "power", "disk"].contains($0.action) ? ($0.action, 0) : $0 }
-                + [("cut", often[dice.below(4)]), ("listen", 4)]
+                + [("cut", often[dice.below(4)]), ("listen", 4), ("failover", [0, 0, 1, 2][dice.below(4)])]
             subscribes = dice.below(2) == 0
             server = ModelServer(parking: SimulatedParking(SimulationRef(self)), now: { [clock] in clock.monotonicMicros() })
             // Notifications take up to 0, 2 or 15 s to reach a listener (a listener behind: past 10 s
@@ -202,6 +202,12 @@ final class Simulation {
             note("network failure armed: after \(after) statements\(orphan ? ", the backend not noticing" : "")")
             digest.update(data: Array("cut \(after) \(orphan)\n".utf8))
             server?.armCut(after: after, orphan: orphan)
+        case "failover":
+            let down = UInt64(dice.below(3_000_000))
+            faultCount += 1
+            note("failover: every connection breaks, the standby accepts connections after \(down / 1000) ms")
+            digest.update(data: Array("failover \(down)\n".utf8))
+            server?.failOver(downMicros: down)
         case "snapshot":
             note("snapshot if due")
             nodes[n].kernel.store?.snapshotIfDue()
