@@ -49,8 +49,9 @@ struct Model {
     var redeems: [String: (user: Int, xp: Int, fate: Fate)] = [:]
     var spends: [String: (user: Int, minutes: Int, fate: Fate)] = [:]
     var sessions: [String: (user: Int, fate: Fate)] = [:]
-    /// Timed sessions whose `sessions.stop` was answered: their client session id, user and duration.
-    var stopped: [String: (user: Int, seconds: Int64)] = [:]
+    /// Timed sessions whose `sessions.stop` was answered: their client session id, user, duration and
+    /// the request that stopped them.
+    var stopped: [String: (user: Int, seconds: Int64, request: Int64)] = [:]
     /// Users whose timer was last sent a start (what the workload draws next).
     var timing: Set<Int> = []
     /// Screen Time uploads per user and day: the minutes of each.

@@ -60,6 +60,10 @@ final class SimulatedDisk: @unchecked Sendable {
         armed.withLock { $0 = Armed() }
     }
 
+    /// Whether an armed fsync failure fired since the last `takeFailedSync`.
+    func takeFailedSync() -> Bool { failedSync.withLock { f in defer { f = false }; return f } }
+    private let failedSync = Mutex(false)
+
     /// Whether the power failed (the process's answers from then on reach nobody).
     var isDead: Bool { armed.withLock { $0.dead } }
 
@@ -78,6 +82,7 @@ final class SimulatedDisk: @unchecked Sendable {
                     return ENOSPC
                 case .fsync where s.fsync:
                     s.fsync = false
+                    failedSync.withLock { $0 = true }
                     return EIO
                 default:
                     return nil

@@ -34,9 +34,11 @@ final class Simulation {
     /// (what the model of PostgreSQL knows its connections by).
     final class Node {
         var kernel: Kernel!
-        let executor = SimulatedExecutor()
+        let executor: SimulatedExecutor
         var serving = false
         var process = 0
+
+        init(clock: SimulatedClock) { executor = SimulatedExecutor(clock: clock) }
     }
 
     /// A client's stream: its connection, the bytes it sent that the kernel has not read yet, and the
@@ -76,6 +78,17 @@ final class Simulation {
     /// Changes from which a write is big (planned on a worker, finished in slices or detached): the
     /// workload's writes are a few changes each, so most seeds lower it to reach those paths.
     private var bigUnit = Transaction.bigUnit
+    /// The data dir's `--fsync`: `always`, or now and then `everysec` (a power cut may take the writes
+    /// answered in the last second).
+    private var fsync = FsyncMode.always
+    /// Answers given in the last second, or since the second before the log's first failed fsync, with
+    /// when (wall ms): under `everysec`, what a power cut may take.
+    private var recentAnswers: [(id: Int64, atMs: Int64)] = []
+    /// When an fsync of the running process first failed (`everysec`: what was answered since the second
+    /// before it may be lost at a power cut, until a new process has synced it).
+    private var syncFailedAtMs: Int64?
+    /// The earliest answer a power cut may take now (`everysec`).
+    private var atRiskFromMs: Int64 { min(clock.now().milliseconds, syncFailedAtMs ?? .max) - 1000 }
     /// The first kernel: the one the checker reads through.
     private var kernel: Kernel { nodes[0].kernel }
     private var clients: [Client] = []
@@ -105,7 +118,6 @@ final class Simulation {
         self.settings = settings
         self.dir = dir
         disk = SimulatedDisk(dir: dir)
-        nodes = (0..<settings.kernels).map { _ in Node() }
         dice = Dice(seed: settings.seed)
         minutes = Array(repeating: Array(repeating: 0, count: Workload.days), count: settings.users)
         users = (0..<settings.users).map { "00000000-0000-4000-8000-\(String($0 + 1).leftPadded(12))" }
@@ -114,6 +126,8 @@ final class Simulation {
                ("snapshot", often[dice.below(4)]), ("crash", often[dice.below(3)]), ("power", often[dice.below(3)]),
                ("disk", often[dice.below(4)])]
         bigUnit = [Transaction.bigUnit, 2, 3, 5][dice.below(4)]
+        nodes = (0..<settings.kernels).map { [clock] _ in Node(clock: clock) }
+        if !settings.onPostgres && dice.below(3) == 0 { fsync = .everysec }
         if settings.onPostgres {
             // No data dir: no snapshots, power or disk faults; network failures and the listener instead.
             mix = mix.map { ["snapshot", "power", "disk"].contains($0.action) ? ($0.action, 0) : $0 }
@@ -147,6 +161,7 @@ final class Simulation {
             try start()
             for step in 0..<settings.steps where failure == nil {
                 try self.step(step)
+                noteFailedSync()
                 if disk.isDead { try crash("armed at an earlier step", powerLoss: true) }
             }
             if failure == nil { try settleEverything() }
@@ -254,11 +269,29 @@ final class Simulation {
         note("send \(id) on stream \(c): \(what) user \(user)")
     }
 
+    /// Notes when an fsync of the running process first failed.
+    private func noteFailedSync() {
+        if disk.takeFailedSync(), syncFailedAtMs == nil { syncFailedAtMs = clock.now().milliseconds }
+    }
+
     /// Time passes (up to 5 s); the model of PostgreSQL ends transactions idle past their timeout.
     private func passTime() {
         let ms = Int64(dice.below(5_000))
         note("time +\(ms) ms")
-        clock.advance(ms: ms)
+        // Periodic helpers run at their times on the way (a power failure armed on the disk may end the
+        // way early: time stops there).
+        var left = ms
+        var ticks = 0
+        defer { if ticks > 0 { note("periodic helpers ran \(ticks) times") } }
+        while left > 0 && !disk.isDead {
+            let now = clock.monotonicMicros()
+            let due = nodes.compactMap(\.executor.nextDue).min().map { $0 > now ? Int64(($0 - now + 999) / 1000) : 0 } ?? left
+            let step = min(left, max(1, due))
+            clock.advance(ms: step)
+            left -= step
+            for node in nodes { ticks += node.executor.fireDue() }
+            noteFailedSync()
+        }
         server?.expireIdle()
     }
 
@@ -342,9 +375,14 @@ final class Simulation {
                 guard seconds >= 0, seconds <= (clock.now().milliseconds - Self.began) / 1000 + 1 else {
                     throw Failure("session \(id) stopped with \(seconds) s, not between 0 and the time passed")
                 }
-                model.stopped[id] = (request.user, seconds)
+                model.stopped[id] = (request.user, seconds, request.id)
             }
             Workload.settle(request, answer: answer, in: &model)
+            if fsync == .everysec {
+                let from = atRiskFromMs
+                recentAnswers.removeFirst(recentAnswers.prefix { $0.atMs < from }.count)
+                recentAnswers.append((id, clock.now().milliseconds))
+            }
         }
     }
 
@@ -364,7 +402,7 @@ final class Simulation {
     private func startKernel(_ n: Int) throws {
         var config = KernelConfig()
         config.dataDir = dir
-        config.fsync = .always
+        config.fsync = fsync
         config.auth.jwtSecret = "healthkernel-simulation-secret-0123456789"
         config.limits.requestsPerSecond = 0
         // Snapshots fall due every few records, so that one is often taken while records are queued
@@ -424,6 +462,17 @@ final class Simulation {
         disk.disarm()
         // On PostgreSQL the server sees the process's connections close, and rolls back what was open.
         server?.disconnect(tag: node.process)
+        if powerLoss && fsync == .everysec {
+            // At most the last second of answered writes may be gone: they may or may not be there now.
+            let from = atRiskFromMs
+            for (id, at) in recentAnswers where at >= from {
+                let request = sent[id]!
+                Workload.settle(request, answer: nil, in: &model)
+                model.stopped = model.stopped.filter { $0.value.request != id }
+            }
+            recentAnswers.removeAll()
+        }
+        syncFailedAtMs = nil
         if powerLoss {
             do { try disk.losePower(keep: keep) } catch { throw Failure("the power-loss image could not be made: \(error)") }
         }

@@ -24,6 +24,9 @@ final class FileJournal: Journal {
     private var queuedRecords = 0
     /// The last record in the log.
     private(set) var lastSeq: UInt64 = 0
+    /// A `jumped` marker decided at start-up and not yet durable, with the number it takes: every
+    /// flush writes it first, and fails while it cannot (`NumberingMarker`).
+    private var pendingMarker: (seq: UInt64, marker: NumberingMarker)?
     private var logBytes = 0
     var recordsSinceCheckpoint = 0
     /// Log bytes written since the last checkpoint (recovery counts the log it found after the snapshot).
@@ -66,6 +69,8 @@ final class FileJournal: Journal {
     private func recover(_ load: (DataDirScan) throws(StoreOpenError) -> Void) throws(StoreOpenError) {
         let dir = disk.dir
         for leftover in StoreFiles.list(dir).leftovers { _ = disk.unlink(leftover) }
+        let listing = StoreFiles.list(dir)
+        let fresh = listing.segments.isEmpty && listing.snapshots.isEmpty
         let scan: DataDirScan
         switch DataDirScan.read(dir) {
         case .success(let s): scan = s
@@ -79,6 +84,11 @@ final class FileJournal: Journal {
             }
         }
         lastSeq = scan.lastSeq
+        if options.fsync == .everysec && !fresh && !scan.stoppedCleanly {
+            let next = lastSeq + 1 + NumberingMarker.jump
+            pendingMarker = (lastSeq + 1, .jumped(next: next))
+            lastSeq = next - 1
+        }
         recordsSinceCheckpoint = scan.records.count
         if let torn = scan.tornTail {
             let path = disk.path(torn.segment)
@@ -98,7 +108,31 @@ final class FileJournal: Journal {
         if let name = scan.appendSegment, let e = segments.reopen(name) { throw .io("\(e) in \(dir)") }
         logBytes = StoreFiles.list(dir).segments.reduce(0) { $0 + (disk.size($1.name) ?? 0) }
         bytesSinceCheckpoint = logBytes
-        if options.fsync == .everysec { segments.startSyncer() }
+        if pendingMarker != nil, let failure = syncRecovered() ?? writePendingMarker() {
+            log("\(failure); writes are refused until it can be")
+        }
+    }
+
+    /// Writes the pending `jumped` marker durably (no record may be answered before), or says why not.
+    private func writePendingMarker() -> String? {
+        guard let (seq, marker) = pendingMarker else { return nil }
+        if let failure = writeMarker(marker, seq: seq) { return "the log's numbering could not be noted: \(failure)" }
+        pendingMarker = nil
+        return nil
+    }
+
+    /// Appends `marker` as record `seq` and syncs it, whatever the fsync policy.
+    private func writeMarker(_ marker: NumberingMarker, seq: UInt64) -> String? {
+        if segments.current == nil, let e = segments.start(firstSeq: seq) { return e.description }
+        var bytes: [UInt8] = []
+        RecordFraming.append(seq: seq, payload: marker.payload, to: &bytes)
+        if let failure = segments.append(bytes, durable: true) ?? segments.syncFailure { return failure }
+        logBytes += bytes.count
+        return nil
+    }
+
+    func startHelpers(on executor: any Executor) {
+        if options.fsync == .everysec { segments.startSyncer(on: executor) }
     }
 
     /// Whether what recovery read is known durable (`syncRecovered`).
@@ -142,7 +176,7 @@ final class FileJournal: Journal {
             queued.removeAll(keepingCapacity: true)
             queuedRecords = 0
         }
-        var failure = syncRecovered()
+        var failure = syncRecovered() ?? writePendingMarker()
         if failure == nil, segments.current == nil { failure = segments.start(firstSeq: seqBeforeQueued + 1)?.description }
         if failure == nil, let limit = options.failAppendsBeyondBytes, logBytes + queued.count > limit {
             failure = FileIO.describe(ENOSPC)
@@ -168,7 +202,12 @@ final class FileJournal: Journal {
 
     // MARK: close
 
+    /// With `sync` (a clean stop, nothing queued), ends the log with a `stopped` marker first, so the
+    /// next start numbers on without a jump.
     func close(sync: Bool) {
+        if sync && options.fsync == .everysec && queued.isEmpty && pendingMarker == nil && segments.syncFailure == nil {
+            if writeMarker(.stopped, seq: lastSeq + 1) == nil { lastSeq += 1 }
+        }
         segments.close(sync: sync)
         DataDirLock.release(lockFD)
         lockFD = -1

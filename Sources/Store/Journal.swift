@@ -1,5 +1,6 @@
 import Chrono
 import Storage
+import Threads
 
 /// Where the store's committed changes go so that they outlive the process. The store applies each
 /// request's changes to its tables and hands the journal one record for them; the tables never see
@@ -22,6 +23,8 @@ protocol Journal: AnyObject {
     /// Recovers: calls `load` with what the data dir holds (the newest snapshot and the records after
     /// it), then readies the log for appending. Returns the last sequence number recovered.
     func open(_ load: (DataDirScan) throws(StoreOpenError) -> Void) throws(StoreOpenError) -> UInt64
+    /// Starts the journal's periodic helpers (the `everysec` syncer) on `executor`, once it is open.
+    func startHelpers(on executor: any Executor)
     /// Queues the record `seq` (one more than the last), its payload written by `payload`.
     func append(seq: UInt64, _ payload: (inout [UInt8]) -> Void)
     /// Makes `seq` the last record number, with nothing queued: the next record is `seq + 1` and the
@@ -56,6 +59,7 @@ protocol Journal: AnyObject {
 final class MemoryJournal: Journal {
     var keepsRecords: Bool { false }
     func open(_ load: (DataDirScan) throws(StoreOpenError) -> Void) throws(StoreOpenError) -> UInt64 { 0 }
+    func startHelpers(on executor: any Executor) {}
     func append(seq: UInt64, _ payload: (inout [UInt8]) -> Void) {}
     func advance(to seq: UInt64) {}
     var hasQueued: Bool { false }

@@ -22,8 +22,10 @@ public struct DataDirScan {
     public var appendSegment: String?
     /// A torn record at the very end of the last segment holding records: cut off at this offset.
     public var tornTail: (segment: String, offset: Int)?
-    /// The last sequence number present.
+    /// The last sequence number present (past a `jumped` marker: the one before the next record).
     public var lastSeq: UInt64 = 0
+    /// Whether the log ends in a `stopped` marker: the last process stopped cleanly.
+    public var stoppedCleanly = false
 
     /// Reads `dir`; fails with the first damage that is not a torn tail.
     ///
@@ -91,9 +93,18 @@ public struct DataDirScan {
                         return .failure(StoreDamage(file: segment.name, offset: offset,
                                                     detail: "record seq \(record.seq) where \(scan.lastSeq + 1) was expected"))
                     }
-                    scan.records.append(LogRecord(segment: segment.name, record: record, format: format))
                     scan.lastSeq = record.seq
                     offset = record.end
+                    switch NumberingMarker(payload: record.payload, format: format) {
+                    case .jumped(let next)?:
+                        scan.lastSeq = max(record.seq, next - 1)
+                        scan.stoppedCleanly = false
+                    case .stopped?:
+                        scan.stoppedCleanly = true
+                    case nil:
+                        scan.records.append(LogRecord(segment: segment.name, record: record, format: format))
+                        scan.stoppedCleanly = false
+                    }
                 case .failure(let e):
                     if isLast && !RecordFraming.intactRecordExists(after: e.offset, in: bytes) {
                         scan.tornTail = (segment.name, e.offset)

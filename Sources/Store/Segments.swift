@@ -99,7 +99,8 @@ final class Segments: Sendable {
     /// first, failing until it works: a crash meanwhile leaves a torn tail, which start-up cuts off, and
     /// no record is ever written after the partial one. (It used to count as a failed fsync, which stops
     /// the kernel for good: a full disk that frees up must not need a restart.)
-    func append(_ bytes: [UInt8]) -> String? {
+    /// With `durable`, syncs whatever the policy (a numbering marker).
+    func append(_ bytes: [UInt8], durable: Bool = false) -> String? {
         state.withLock { s in
             if let failure = cutIfPending(&s) { return failure }
             if let error = bytes.withUnsafeBytes({ disk.write(s.fd, s.name, $0) }) {
@@ -108,7 +109,7 @@ final class Segments: Sendable {
                 return error.description
             }
             s.size += bytes.count
-            switch fsync {
+            switch durable ? .always : fsync {
             case .always:
                 if let e = disk.sync(s.fd, s.name) { s.syncFailed = e.description }
             case .everysec:
@@ -147,19 +148,17 @@ final class Segments: Sendable {
         return nil
     }
 
-    /// Syncs the current segment every 200 ms while it has unsynced records (`everysec`).
-    func startSyncer() {
+    /// Syncs the current segment every 200 ms while it has unsynced records (`everysec`), on `executor`.
+    func startSyncer(on executor: any Executor) {
         let (state, stop, disk) = (self.state, syncerStop, self.disk)
-        spawnThread {
-            while true {
-                usleep(200_000)
-                if stop.withLock({ $0 }) { return }
-                state.withLock { s in
-                    guard s.dirty, s.syncFailed == nil, !s.cutPending, s.fd >= 0 else { return }
-                    if let e = disk.sync(s.fd, s.name) { s.syncFailed = e.description }
-                    s.dirty = false
-                }
+        executor.every(micros: 200_000) {
+            if stop.withLock({ $0 }) { return false }
+            state.withLock { s in
+                guard s.dirty, s.syncFailed == nil, !s.cutPending, s.fd >= 0 else { return }
+                if let e = disk.sync(s.fd, s.name) { s.syncFailed = e.description }
+                s.dirty = false
             }
+            return true
         }
     }
 

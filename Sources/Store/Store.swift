@@ -318,6 +318,7 @@ public final class Store: Storage, @unchecked Sendable {
             older = (scan.snapshot.map { $0.format != .stamped } ?? false) || scan.records.contains { $0.format != .stamped }
             try load(scan)
         }
+        journal.startHelpers(on: background)
         guard older, lastRecord > 0 else { return }
         do {
             _ = try snapshot()

@@ -235,6 +235,19 @@ public final class Inbox<Item: Sendable>: @unchecked Sendable {
 public protocol Executor: Sendable {
     /// Runs `job` on another thread, some time later.
     func submit(_ job: @escaping @Sendable () -> Void)
+    /// Runs `tick` on another thread every `micros` microseconds until it returns false (a periodic
+    /// helper: the log's `everysec` syncer).
+    func every(micros: UInt64, _ tick: @escaping @Sendable () -> Bool)
+}
+
+extension Executor {
+    /// A thread of its own at the serving thread's priority (a starved syncer would widen the window of
+    /// writes a power cut may take), sleeping between ticks.
+    public func every(micros: UInt64, _ tick: @escaping @Sendable () -> Bool) {
+        spawnThread {
+            repeat { usleep(UInt32(min(micros, UInt64(UInt32.max)))) } while tick()
+        }
+    }
 }
 
 /// A new thread for each job, at `nice` (Linux: per thread): for rare, long jobs that must never wait

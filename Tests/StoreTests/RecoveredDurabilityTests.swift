@@ -11,10 +11,10 @@ import Threads
 /// failed fsync, a crash, a restart and a power loss, a user's acknowledged credits were gone).
 @Suite(.oneStoreOnly) struct RecoveredDurabilityTests {
     /// A store on `dir` whose file operations the page-cache model sees, fsync failing while `failing`.
-    static func open(_ dir: String, _ model: CrashModel, failing: SharedFlag,
-                     fails: Set<FaultInjector.Operation> = [.fsync]) throws -> (Store, Table<Note>) {
+    static func open(_ dir: String, _ model: CrashModel, failing: SharedFlag = SharedFlag(),
+                     fails: Set<FaultInjector.Operation> = [.fsync], fsync: FsyncMode = .always) throws -> (Store, Table<Note>) {
         var options = StoreOptions(dataDir: dir)
-        options.fsync = .always
+        options.fsync = fsync
         options.segmentBytes = 256  // a new segment after every record or two
         options.faults = FaultInjector { operation, name in
             if fails.contains(operation) && failing.isSet { return EIO }
