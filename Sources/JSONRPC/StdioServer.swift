@@ -9,9 +9,9 @@ import Threads
 /// Write end of the self-pipe that SIGTERM/SIGINT wake the read loop through.
 nonisolated(unsafe) private var signalPipeWriteFD: Int32 = -1
 
-/// Serves a connection over file descriptors: raw `read(2)` from the input, responses written with
-/// `write(2)` once per read batch (after the batch's writes are durable), SIGPIPE ignored, and a
-/// prompt, orderly stop on EOF, SIGTERM or SIGINT.
+/// Serves a connection over a transport (file descriptors: raw `read(2)` from the input, responses
+/// written with `write(2)` once per read batch, after the batch's writes are durable), SIGPIPE ignored,
+/// and a prompt, orderly stop on EOF, SIGTERM or SIGINT.
 public final class StdioServer {
     /// Why the loop ended.
     public enum Ending: Equatable, Sendable {
@@ -23,8 +23,7 @@ public final class StdioServer {
     }
 
     private var connection: Connection
-    private let inputFD: Int32
-    private let outputFD: Int32
+    private let transport: any Transport
     /// Called after each batch's responses are written (the store's snapshot trigger), holding the
     /// serving lock when streams share the dispatcher: a snapshot freezes the store between commits,
     /// never while a socket's batch commits.
@@ -34,16 +33,23 @@ public final class StdioServer {
     /// the CPU is busy anyway, instead of the two request threads crowding that work out.
     public var mayBusyWait: @Sendable () -> Bool = { true }
     /// Receives diagnostics for stderr.
-    public var log: (String) -> Void = { _ in }
+    public var log: (String) -> Void = { _ in } {
+        didSet { (transport as? DescriptorTransport)?.log = log }
+    }
     /// Set when other streams (socket connections) share the dispatcher: every batch is answered
     /// holding it, and their changes reach this stream's subscription between batches.
     public var lock: ServingLock?
 
     /// A server reading `inputFD` and writing `outputFD`.
-    public init(connection: Connection, inputFD: Int32, outputFD: Int32) {
+    public convenience init(connection: Connection, inputFD: Int32, outputFD: Int32) {
+        self.init(connection: connection, transport: DescriptorTransport(inputFD: inputFD, outputFD: outputFD))
+    }
+
+    /// A server reading and writing `transport`.
+    public init(connection: Connection, transport: any Transport) {
         self.connection = connection
-        self.inputFD = inputFD
-        self.outputFD = outputFD
+        self.transport = transport
+        input = InputSide(reader: connection.reader, clock: connection.clock)
         let queue = HandoffQueue<Input>(capacity: 8)
         self.queue = queue
         wake = { queue.signal($0.rawValue) }
@@ -103,7 +109,7 @@ public final class StdioServer {
         sigprocmask(SIG_UNBLOCK, &unblock, nil)
     }
 
-    nonisolated(unsafe) private static var signalPipeRead: Int32 = -1
+    nonisolated(unsafe) public private(set) static var signalPipeRead: Int32 = -1
 
     /// How long the reader keeps polling without sleeping after input arrived.
     static let busyPollMicros: UInt64 = 50
@@ -114,50 +120,123 @@ public final class StdioServer {
         case end(Ending)
     }
 
+    /// What the reader side keeps between reads: the line framer and parser, its buffer, the batches
+    /// answered (freed on the reader's thread), and when input last came. Only the reader uses it.
+    private final class InputSide: @unchecked Sendable {
+        var reader: RequestReader
+        let clock: Clock
+        let buffer: UnsafeMutableRawBufferPointer
+        let answered = Locked<[[ParsedLine]]>([])
+        var lastInput: UInt64 = 0
+        var ended = false
+
+        init(reader: RequestReader, clock: Clock, bufferBytes: Int = 256 * 1024) {
+            self.reader = reader
+            self.clock = clock
+            buffer = .allocate(byteCount: bufferBytes, alignment: 16)
+        }
+
+        deinit { buffer.deallocate() }
+    }
+    private let input: InputSide
+
     /// Runs until EOF, a stop signal, or the host closing its end of the output.
     ///
-    /// Two threads, so that parsing (jansson) overlaps with answering: a reader thread reads stdin,
+    /// Two threads, so that parsing (jansson) overlaps with answering: a reader thread reads the input,
     /// frames and parses each read into a batch; this thread answers the batches in order, makes each
     /// batch's writes durable with one flush, then writes its responses. Every request read in one
-    /// `read(2)` still shares one flush, and responses keep the order of requests.
-    public func run(readBufferBytes: Int = 256 * 1024) -> Ending {
-        let queue = self.queue
-        let answered = Locked<[[ParsedLine]]>([])
-        let (reader, clock) = (connection.reader, connection.clock)
-        let (inputFD, log, mayBusyWait) = (self.inputFD, self.log, self.mayBusyWait)
-        nonisolated(unsafe) let unsafeLog = log
+    /// read still shares one flush, and responses keep the order of requests.
+    public func run() -> Ending {
+        let (queue, clock, mayBusyWait) = (self.queue, input.clock, self.mayBusyWait)
+        nonisolated(unsafe) let this = self
         spawnThread {
-            Self.readLoop(reader: reader, clock: clock, inputFD: inputFD, bufferBytes: readBufferBytes, queue: queue,
-                          answered: answered, mayBusyWait: mayBusyWait, log: unsafeLog)
+            while true {
+                // Shortly after input, poll without sleeping: waking an idle CPU costs tens of microseconds
+                // on virtual machines, more than a request takes, and the next request is usually close.
+                let busy = clock.monotonicMicros() - this.input.lastInput < Self.busyPollMicros && mayBusyWait()
+                if !this.readStep(wait: !busy) { return }
+            }
         }
         defer { queue.close() }
         while true {
-            switch queue.takeOrSignals(spin: mayBusyWait()) {
-            case .signals(let bits):
-                // Woken without input: a slice due alone applies the slice; anything else ends a round of
-                // this stream (applies finished work, writes the answers and notifications that waited).
-                if ServingWake(rawValue: bits) != .sliceDue {
-                    let fatal = serve { connection.endBatch(waitAbove: Self.maxOutstanding) }
-                    if let ending = flush(fatal: fatal) { return ending }
-                }
-                if serve({ connection.applyBacklog() }) { wake(.sliceDue) }
-            case .item(.batch(let lines)):
-                let fatal = serve {
-                    connection.answer(lines)
-                    return connection.endBatch(waitAbove: Self.maxOutstanding)
-                }
-                // The reader thread frees what it allocated: freeing another thread's memory contends
-                // for its malloc arena (a few percent of both threads' time under load).
-                answered.withLock { $0.append(lines) }
-                if let ending = flush(fatal: fatal) { return ending }
-                // A slice of a big commit between batches, and another after the next batch or on its own.
-                if serve({ connection.applyBacklog() }) { wake(.sliceDue) }
-            case .item(.end(let ending)):
-                // Every request read is answered before the kernel stops, slow ones included.
-                let fatal = connection.stream.isSettled ? false : serve { connection.endBatch(waitAbove: 0) }
-                return flush(fatal: fatal) ?? ending
-            }
+            if let ending = serve(queue.takeOrSignals(spin: mayBusyWait())) { return ending }
         }
+    }
+
+    /// One round of the reader thread: reads what the transport has (with `wait`, waiting for it) and
+    /// queues its lines, or the input's end. Returns false once the input ended. The simulation calls it
+    /// as its steps decide, the queue having room.
+    @discardableResult
+    public func readStep(wait: Bool = false) -> Bool {
+        guard !input.ended else { return false }
+        let got = transport.read(into: input.buffer, wait: wait)
+        switch got {
+        case .nothing:
+            return true
+        case .stop:
+            input.ended = true
+            queue.put(.end(.signal))
+            return false
+        case .end:
+            input.ended = true
+            queue.put(.batch(input.reader.finish()))
+            queue.put(.end(.endOfInput))
+            return false
+        case .bytes(let n):
+            input.lastInput = input.clock.monotonicMicros()
+            var done = input.answered.withLock { batches in
+                var taken: [[ParsedLine]] = []
+                swap(&taken, &batches)
+                return taken
+            }
+            done.removeAll()  // frees the answered requests here, on this thread, outside the lock
+            let lines = input.reader.read(UnsafeRawBufferPointer(rebasing: input.buffer[0..<n]))
+            if !lines.isEmpty, !queue.put(.batch(lines)) {
+                input.ended = true
+                return false
+            }
+            return true
+        }
+    }
+
+    /// Whether the reader's hand-over queue is full (a `readStep` would wait).
+    public var isInputQueueFull: Bool { queue.isFull }
+
+    /// One round of the serving thread without waiting: answers the oldest batch read, or what woke it.
+    /// Returns whether there was anything, and the ending when the server stops.
+    public func serveStep() -> (served: Bool, ending: Ending?) {
+        guard let taken = queue.poll() else { return (false, nil) }
+        return (true, serve(taken))
+    }
+
+    /// Answers what the serving thread took: returns why to stop, or nil to go on.
+    private func serve(_ taken: HandoffQueue<Input>.Taken) -> Ending? {
+        switch taken {
+        case .signals(let bits):
+            // Woken without input: a slice due alone applies the slice; anything else ends a round of
+            // this stream (applies finished work, writes the answers and notifications that waited).
+            if ServingWake(rawValue: bits) != .sliceDue {
+                let fatal = serve { connection.endBatch(waitAbove: Self.maxOutstanding) }
+                if let ending = flush(fatal: fatal) { return ending }
+            }
+            if serve({ connection.applyBacklog() }) { wake(.sliceDue) }
+        case .item(.batch(let lines)):
+            let fatal = serve {
+                connection.answer(lines)
+                return connection.endBatch(waitAbove: Self.maxOutstanding)
+            }
+            // The reader thread frees what it allocated: freeing another thread's memory contends
+            // for its malloc arena (a few percent of both threads' time under load).
+            input.answered.withLock { $0.append(lines) }
+            if let ending = flush(fatal: fatal) { return ending }
+            // A slice of a big commit between batches, and another after the next batch or on its own.
+            if serve({ connection.applyBacklog() }) { wake(.sliceDue) }
+        case .item(.end(let ending)):
+            // Every request read is answered before the kernel stops, slow ones included.
+            let fatal = connection.stream.isSettled ? false : serve { connection.endBatch(waitAbove: 0) }
+            return flush(fatal: fatal) ?? ending
+        }
+        return nil
     }
 
     /// Requests a stream may have waiting for slow work before the server stops reading it.
@@ -169,59 +248,9 @@ public final class StdioServer {
         return lock.run(body)
     }
 
-    /// The reader thread: reads until EOF or a stop signal, handing each read's parsed lines over. It
-    /// reads input only: whatever else wakes the serving thread signals it directly (`wake`).
-    private static func readLoop(reader: RequestReader, clock: Clock, inputFD: Int32, bufferBytes: Int, queue: HandoffQueue<Input>,
-                                 answered: Locked<[[ParsedLine]]>, mayBusyWait: () -> Bool,
-                                 log: (String) -> Void) {
-        var reader = reader
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: bufferBytes, alignment: 16)
-        defer { buffer.deallocate() }
-        var fds = [pollfd(fd: inputFD, events: Int16(POLLIN), revents: 0)]
-        if signalPipeRead >= 0 { fds.append(pollfd(fd: signalPipeRead, events: Int16(POLLIN), revents: 0)) }
-        var lastInput = clock.monotonicMicros()
-        while true {
-            for i in fds.indices { fds[i].revents = 0 }
-            // Shortly after input, poll without sleeping: waking an idle CPU costs tens of microseconds
-            // on virtual machines, more than a request takes, and the next request is usually close.
-            let busy = clock.monotonicMicros() - lastInput < Self.busyPollMicros && mayBusyWait()
-            let ready = poll(&fds, nfds_t(fds.count), busy ? 0 : -1)
-            if ready == 0 { continue }
-            if ready < 0 {
-                if errno == EINTR { continue }
-                log("poll failed: errno \(errno)")
-                queue.put(.end(.endOfInput))
-                return
-            }
-            if signalPipeRead >= 0, fds[1].revents != 0 {
-                queue.put(.end(.signal))
-                return
-            }
-            let n = read(inputFD, buffer.baseAddress, bufferBytes)
-            if n < 0 {
-                if errno == EINTR || errno == EAGAIN { continue }
-                log("read from stdin failed: errno \(errno); treating as end of input")
-            }
-            if n <= 0 {
-                queue.put(.batch(reader.finish()))
-                queue.put(.end(.endOfInput))
-                return
-            }
-            lastInput = clock.monotonicMicros()
-            var done = answered.withLock { batches in
-                var taken: [[ParsedLine]] = []
-                swap(&taken, &batches)
-                return taken
-            }
-            done.removeAll()  // frees the answered requests here, on this thread, outside the lock
-            let lines = reader.read(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-            if !lines.isEmpty, !queue.put(.batch(lines)) { return }
-        }
-    }
-
     /// Writes the batch's responses (made durable by `endBatch`); returns why to stop, or nil to go on.
     private func flush(fatal: Bool) -> Ending? {
-        let ok = connection.output.isEmpty || connection.output.withUnsafeBytes { writeAll($0) }
+        let ok = connection.output.isEmpty || connection.output.withUnsafeBytes { transport.write($0) }
         connection.output.removeAll(keepingCapacity: true)
         if fatal { return .storageFailure }
         if !ok { return .outputClosed }
@@ -230,19 +259,5 @@ public final class StdioServer {
             return false
         }
         return nil
-    }
-
-    private func writeAll(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        var offset = 0
-        while offset < bytes.count {
-            let n = write(outputFD, bytes.baseAddress! + offset, bytes.count - offset)
-            if n < 0 {
-                if errno == EINTR || errno == EAGAIN { continue }
-                log("stdout closed by the host (errno \(errno)); stopping")
-                return false
-            }
-            offset += n
-        }
-        return true
     }
 }

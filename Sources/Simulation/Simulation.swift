@@ -47,7 +47,13 @@ final class Simulation {
     /// call on another stream (each client is its own object; the array is only read).
     final class Client {
         /// nil only while its kernel restarts.
-        var connection: Connection!
+        var connection: Connection! {
+            didSet { server = nil }
+        }
+        /// With `viaServer`, the stdio server that serves the connection, reading what the host end of
+        /// its transport is offered: its reader and serving threads' rounds are steps of their own.
+        var server: StdioServer?
+        var transport: SimulatedTransport?
         /// The kernel serving it.
         let node: Int
         var unread: [UInt8] = []
@@ -59,6 +65,25 @@ final class Simulation {
         init(connection: Connection, node: Int) {
             self.connection = connection
             self.node = node
+        }
+
+        /// Puts the stdio server between the client and its connection to `kernel`, woken by the
+        /// kernel's other threads as the binary's is.
+        func serveThroughStdio(_ kernel: Kernel) {
+            let transport = SimulatedTransport()
+            let server = StdioServer(connection: connection, transport: transport)
+            kernel.onOtherKernelsChanges(server.wake)
+            (self.transport, self.server) = (transport, server)
+        }
+
+        /// What the kernel wrote to the client since the last call.
+        func takeOutput() -> [UInt8] {
+            if let transport {
+                defer { transport.written.removeAll() }
+                return transport.written
+            }
+            defer { connection.output.removeAll() }
+            return connection.output
         }
     }
 
@@ -89,6 +114,10 @@ final class Simulation {
     private var syncFailedAtMs: Int64?
     /// The earliest answer a power cut may take now (`everysec`).
     private var atRiskFromMs: Int64 { min(clock.now().milliseconds, syncFailedAtMs ?? .max) - 1000 }
+    /// Whether the first stream of each kernel goes through the stdio server (its reader and serving
+    /// rounds, its hand-over queue and wakes), as the host that spawned the kernel talks to it; the other
+    /// streams drive their connections as the socket server does.
+    private var viaServer = false
     /// The first kernel: the one the checker reads through.
     private var kernel: Kernel { nodes[0].kernel }
     private var clients: [Client] = []
@@ -128,6 +157,7 @@ final class Simulation {
         bigUnit = [Transaction.bigUnit, 2, 3, 5][dice.below(4)]
         nodes = (0..<settings.kernels).map { [clock] _ in Node(clock: clock) }
         if !settings.onPostgres && dice.below(3) == 0 { fsync = .everysec }
+        viaServer = dice.below(3) > 0
         if settings.onPostgres {
             // No data dir: no snapshots, power or disk faults; network failures and the listener instead.
             mix = mix.map { ["snapshot", "power", "disk"].contains($0.action) ? ($0.action, 0) : $0 }
@@ -207,7 +237,7 @@ final class Simulation {
             executor.run(at: i)
         case "backlog":
             note("backlog slice")
-            _ = serve(n) { clients[c].connection.applyBacklog() }
+            if clients[c].server != nil { try endBatch(c) } else { _ = serve(n) { clients[c].connection.applyBacklog() } }
         case "listen":
             note("listener polls")
             nodes[n].kernel.postgres?.pollListener()
@@ -298,10 +328,17 @@ final class Simulation {
     /// What one read() of stream `c` returns: any cut of what its client sent (half a line, one line,
     /// several lines; what one read returns decides the batch).
     private func read(_ c: Int) {
-        guard !clients[c].unread.isEmpty else { return }
+        // The reader thread waits while the serving thread has not taken what it handed over.
+        guard !clients[c].unread.isEmpty, clients[c].server?.isInputQueueFull != true else { return }
         let n = 1 + dice.below(clients[c].unread.count)
         let chunk = Array(clients[c].unread.prefix(n))
         clients[c].unread.removeFirst(n)
+        if let server = clients[c].server {
+            note("read stream \(c) \(n) bytes (reader thread)")
+            clients[c].transport!.offered = chunk
+            server.readStep()
+            return
+        }
         note("read stream \(c) \(n) bytes")
         serve(clients[c].node) { clients[c].connection.receive(chunk) }
     }
@@ -336,12 +373,24 @@ final class Simulation {
         return true
     }
 
-    private func endBatch(_ c: Int) throws {
-        note("end batch stream \(c)")
-        let fatal = serve(clients[c].node) { clients[c].connection.endBatch(waitAbove: nil) }
+    /// Ends stream `c`'s batch, or (through the stdio server) runs one round of its serving thread;
+    /// returns false when that thread had nothing to take.
+    @discardableResult
+    private func endBatch(_ c: Int) throws -> Bool {
+        let fatal: Bool
+        if let server = clients[c].server {
+            let (served, ending) = serve(clients[c].node) { server.serveStep() }
+            guard served else { return false }
+            note("serving thread's round on stream \(c)\(ending.map { ": it stops (\($0))" } ?? "")")
+            fatal = ending == .storageFailure
+        } else {
+            note("end batch stream \(c)")
+            fatal = serve(clients[c].node) { clients[c].connection.endBatch(waitAbove: nil) }
+        }
         try collect(c)
         // The log could not be synced: the real server stops here.
         if fatal { try crash("the log could not be synced", node: clients[c].node) }
+        return true
     }
 
     // MARK: Answers
@@ -350,9 +399,8 @@ final class Simulation {
     /// flush may still be rewritten in place, so servers write only then) and checks each is the next
     /// one its client waits for.
     private func collect(_ c: Int) throws {
-        guard !clients[c].connection.output.isEmpty, !disk.isDead else { return }
-        let output = clients[c].connection.output
-        clients[c].connection.output.removeAll()
+        let output = clients[c].takeOutput()
+        guard !output.isEmpty, !disk.isDead else { return }
         for line in output.split(separator: 10) {
             let answer = try JSON.parse(Array(line))
             digest.update(data: Array("\(c) ".utf8) + Array(line) + [10])
@@ -393,6 +441,7 @@ final class Simulation {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         for n in nodes.indices { try startKernel(n) }
         clients = (0..<settings.streams).map { c in Client(connection: nodes[c % nodes.count].kernel.connection(), node: c % nodes.count) }
+        if viaServer { for c in nodes.indices { clients[c].serveThroughStdio(nodes[c].kernel) } }
         tokens = users.map { kernel.auth.mint(sub: $0, role: "authenticated", ttl: 10 * 365 * 86_400, now: clock.now()) }
         serviceToken = kernel.auth.mint(sub: nil, role: "service_role", ttl: 10 * 365 * 86_400, now: clock.now())
         if subscribes { send(.subscribe, user: 0, on: 0) }
@@ -487,7 +536,10 @@ final class Simulation {
         node.kernel = nil
         if gone != nil { throw Failure("the store of a stopped kernel is still referenced (a retain cycle)") }
         try startKernel(n)
-        for client in served { client.connection = node.kernel.connection() }
+        for client in served {
+            client.connection = node.kernel.connection()
+            if viaServer && clients.firstIndex(where: { $0 === client }) == n { client.serveThroughStdio(node.kernel) }
+        }
         // A host subscribes again after a restart (as the Node client does).
         if subscribes && n == 0 { send(.subscribe, user: 0, on: 0) }
     }
@@ -498,15 +550,24 @@ final class Simulation {
         disk.disarm()
         for round in 0..<10_000 {
             for c in clients.indices where !clients[c].unread.isEmpty {
-                serve(clients[c].node) { clients[c].connection.receive(clients[c].unread) }
+                if let server = clients[c].server {
+                    guard !server.isInputQueueFull else { continue }
+                    clients[c].transport!.offered = clients[c].unread
+                    server.readStep()
+                } else {
+                    serve(clients[c].node) { clients[c].connection.receive(clients[c].unread) }
+                }
                 clients[c].unread = []
             }
-            for c in clients.indices { try endBatch(c) }
+            for c in clients.indices {
+                // The serving thread takes everything queued (the reader reads on while there is room).
+                while try endBatch(c) && clients[c].server != nil { clients[c].server?.readStep() }
+            }
             for node in nodes {
                 node.executor.drain()
                 node.kernel.postgres?.pollListener()
             }
-            for c in clients.indices { _ = serve(clients[c].node) { clients[c].connection.applyBacklog() } }
+            for c in clients.indices where clients[c].server == nil { _ = serve(clients[c].node) { clients[c].connection.applyBacklog() } }
             if clients.allSatisfy({ $0.waiting.isEmpty }) { return }
             if round == 9_999 { break }
         }

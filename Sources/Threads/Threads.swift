@@ -136,6 +136,16 @@ public final class HandoffQueue<Item: Sendable>: @unchecked Sendable {
         return ts.tv_sec * 1_000_000_000 + ts.tv_nsec
     }
 
+    /// The oldest item, or the signals when no item is queued, without waiting: nil when there is
+    /// neither (a consumer driven step by step, as the simulation drives the stdio server).
+    public func poll() -> Taken? {
+        guard queued.load(ordering: .acquiring) != 0 else { return nil }
+        return takeOrSignals(spin: false)
+    }
+
+    /// Whether a `put` would wait now.
+    public var isFull: Bool { ring.withLock { $0.count >= capacity } }
+
     /// Stops the producer: a blocked `put` returns false, and later ones drop their items.
     public func close() {
         ring.withLock { $0.closed = true }
