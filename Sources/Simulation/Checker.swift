@@ -55,8 +55,9 @@ struct Checker {
             }
             for (uuid, sample) in model.samples where sample.user == user {
                 let there = live[uuid]
-                let mustBe = sample.ingest == .landed && sample.delete != .landed && sample.delete != .unknown
-                let mustNot = sample.ingest == .absent || sample.delete == .landed
+                let erased = model.erasure(user: user, epoch: sample.epoch)
+                let mustBe = sample.ingest == .landed && sample.delete != .landed && sample.delete != .unknown && erased == nil
+                let mustNot = sample.ingest == .absent || sample.delete == .landed || erased == .landed
                 if mustBe, there == nil { throw Failure("user \(user): sample \(uuid), answered as ingested, is gone (delete: \(sample.delete.map { "\($0)" } ?? "none sent"))\(simulation.storedRows(containing: uuid))") }
                 if mustNot, there != nil { throw Failure("user \(user): sample \(uuid) is there, but its ingest was refused or its delete answered") }
                 if let there, there.value != Int64(sample.value) || there.date != sample.date {
@@ -69,7 +70,8 @@ struct Checker {
                 let ops = model.announced[uuid] ?? []
                 if ops.contains("upsert"), sample.ingest == .absent { throw Failure("user \(user): sample \(uuid) was announced, but its ingest was refused") }
                 // (A watch sample whose ingest is unknown may have been there and gone with a replaced day.)
-                if ops.contains("delete"), sample.device == nil, sample.delete == nil || sample.delete == .absent {
+                if ops.contains("delete"), sample.device == nil, sample.delete == nil || sample.delete == .absent,
+                   model.erasure(user: user, epoch: sample.epoch) == nil {
                     throw Failure("user \(user): the deletion of sample \(uuid) was announced, but no delete of it landed")
                 }
             }
@@ -89,9 +91,9 @@ struct Checker {
             let balance = try simulation.ask("rewards.balance", user: user)["result"]
             let (xp, minutes) = (balance?["xp"]?.intValue ?? -1, balance?["minutes"]?.intValue ?? -1)
             func sum(_ amounts: [(amount: Int, fate: Fate)], _ fates: Set<Fate>) -> Int { amounts.filter { fates.contains($0.fate) }.reduce(0) { $0 + $1.amount } }
-            let earned = model.earns.values.filter { $0.user == user }.map { ($0.xp, $0.fate) }
-            let redeemed = model.redeems.values.filter { $0.user == user }.map { ($0.xp, $0.fate) }
-            let spent = model.spends.values.filter { $0.user == user }.map { ($0.minutes, $0.fate) }
+            let earned = model.earns.values.filter { $0.user == user }.map { ($0.xp, model.effective($0.fate, user: user, epoch: $0.epoch)) }
+            let redeemed = model.redeems.values.filter { $0.user == user }.map { ($0.xp, model.effective($0.fate, user: user, epoch: $0.epoch)) }
+            let spent = model.spends.values.filter { $0.user == user }.map { ($0.minutes, model.effective($0.fate, user: user, epoch: $0.epoch)) }
             let (sure, maybe): (Set<Fate>, Set<Fate>) = ([.landed], [.landed, .unknown])
             let xpRange = max(0, sum(earned, sure) - sum(redeemed, maybe))...max(0, sum(earned, maybe) - sum(redeemed, sure))
             let minuteRange = max(0, (sum(redeemed, sure) / Workload.rewardRate) - sum(spent, maybe))...max(0, (sum(redeemed, maybe) / Workload.rewardRate) - sum(spent, sure))
@@ -100,18 +102,20 @@ struct Checker {
             }
             // Sessions.
             let recorded = Set(feed.filter { $0.entity == "sessions.session" && $0.upsert }.compactMap { $0.data?["clientSessionId"]?.stringValue })
-            for (id, stop) in model.stopped where stop.user == user && !recorded.contains(id) {
+            for (id, stop) in model.stopped where stop.user == user && !recorded.contains(id)
+                && model.erasure(user: user, epoch: stop.epoch) == nil {
                 throw Failure("user \(user): timed session \(id), answered as stopped (\(stop.seconds) s), is gone")
             }
             for (id, session) in model.sessions where session.user == user {
-                if session.fate == .landed, !recorded.contains(id) { throw Failure("user \(user): session \(id), answered as recorded, is gone") }
-                if session.fate == .absent, recorded.contains(id) { throw Failure("user \(user): session \(id) is there, but was refused") }
+                let fate = model.effective(session.fate, user: user, epoch: session.epoch)
+                if fate == .landed, !recorded.contains(id) { throw Failure("user \(user): session \(id), answered as recorded, is gone") }
+                if fate == .absent, recorded.contains(id) { throw Failure("user \(user): session \(id) is there, but was refused") }
             }
             // Screen Time days: each holds an upload and a claim that may have landed (or none when none
             // landed for sure), and its verdict is the rule's for the two.
             for change in feed where change.entity == "screentime.day" && change.upsert {
                 let key = Model.uploadKey(user: user, date: change.id)
-                for (field, sent) in [("verifiedMinutes", model.uploads[key] ?? []), ("claimedMinutes", model.claims[key] ?? [])] {
+                for (field, sent) in [("verifiedMinutes", effective(model.uploads[key] ?? [], user)), ("claimedMinutes", effective(model.claims[key] ?? [], user))] {
                     let minutes = change.data?[field]?.intValue
                     let possible = minutes.map { m in sent.contains { Int64($0.minutes) == m && $0.fate != .absent } }
                         ?? !sent.contains { $0.fate == .landed }
@@ -130,7 +134,7 @@ struct Checker {
             let days = Set(feed.filter { $0.entity == "screentime.day" && $0.upsert }.map(\.id))
             for date in (0..<Workload.days).map(Workload.date) where !days.contains(date) {
                 let key = Model.uploadKey(user: user, date: date)
-                if ((model.uploads[key] ?? []) + (model.claims[key] ?? [])).contains(where: { $0.fate == .landed }) {
+                if (effective(model.uploads[key] ?? [], user) + effective(model.claims[key] ?? [], user)).contains(where: { $0.fate == .landed }) {
                     throw Failure("user \(user): Screen Time day \(date), answered as uploaded or claimed, is gone")
                 }
             }
@@ -144,7 +148,8 @@ struct Checker {
     func checkPurchases() throws {
         let model = simulation.model
         for (original, verifies) in model.verifies.sorted(by: { $0.key < $1.key }) {
-            let owners = Set(verifies.filter { $0.fate == .landed }.map(\.user))
+            // A deleted account released its purchases: only verifies no deletion erased own one now.
+            let owners = Set(verifies.filter { model.effective($0.fate, user: $0.user, epoch: $0.epoch) == .landed }.map(\.user))
             guard owners.count <= 1 else { throw Failure("purchase \(original) was verified for users \(owners.sorted()), one purchase unlocks one account") }
             for refused in verifies where refused.ownedByOther {
                 guard verifies.contains(where: { $0.user != refused.user && [.landed, .unknown].contains($0.fate) }) else {
@@ -157,14 +162,21 @@ struct Checker {
             }
         }
         for (uuid, notice) in model.notices.sorted(by: { $0.key < $1.key }) {
+            // An account deletion releases the notifications applied to its purchases: one may apply again.
             let applied = notice.deliveries.filter { $0.fate == .landed && $0.duplicate == false }.count
-            guard applied <= 1 else { throw Failure("notification \(uuid) was applied \(applied) times") }
+            let deletions = model.deletions.values.reduce(0) { $0 + $1.filter { $0 != .absent }.count }
+            guard applied <= 1 + deletions else { throw Failure("notification \(uuid) was applied \(applied) times") }
             if notice.deliveries.contains(where: { $0.fate == .landed && $0.duplicate == true }) {
                 guard applied == 1 || notice.deliveries.contains(where: { $0.fate == .unknown }) else {
                     throw Failure("notification \(uuid) was called a duplicate, but no delivery of it was applied")
                 }
             }
         }
+    }
+
+    /// Screen Time uploads or claims with the deletions after each counted.
+    private func effective(_ sent: [(minutes: Int, fate: Fate, epoch: Int)], _ user: Int) -> [(minutes: Int, fate: Fate)] {
+        sent.map { ($0.minutes, simulation.model.effective($0.fate, user: user, epoch: $0.epoch)) }
     }
 
     struct Change {

@@ -28,6 +28,8 @@ struct Sample {
     let day: Int
     let minute: Int
     let value: Int
+    /// How many `auth.deleteUser` of its user were sent before it (`Model.erasure`).
+    var epoch = 0
     /// The device that sent it: nil, or "watch" (sent only by ingests with `replaceDays`).
     var device: String? = nil
     var ingest: Fate = .pending
@@ -44,25 +46,27 @@ struct Model {
     var samples: [String: Sample] = [:]
     /// Sample UUIDs in the order sent (the order deletes are drawn from).
     var sampleOrder: [String] = []
-    var earns: [String: (user: Int, xp: Int, fate: Fate)] = [:]
+    /// Each write below carries its user's `epoch` when it was sent (how many `auth.deleteUser` of theirs
+    /// came before it), so that the deletions after it are counted (`effective`).
+    var earns: [String: (user: Int, xp: Int, fate: Fate, epoch: Int)] = [:]
     /// XP turned into minutes, and minutes spent, by request.
-    var redeems: [String: (user: Int, xp: Int, fate: Fate)] = [:]
-    var spends: [String: (user: Int, minutes: Int, fate: Fate)] = [:]
-    var sessions: [String: (user: Int, fate: Fate)] = [:]
-    /// Timed sessions whose `sessions.stop` was answered: their client session id, user, duration and
-    /// the request that stopped them.
-    var stopped: [String: (user: Int, seconds: Int64, request: Int64)] = [:]
+    var redeems: [String: (user: Int, xp: Int, fate: Fate, epoch: Int)] = [:]
+    var spends: [String: (user: Int, minutes: Int, fate: Fate, epoch: Int)] = [:]
+    var sessions: [String: (user: Int, fate: Fate, epoch: Int)] = [:]
+    /// Timed sessions whose `sessions.stop` was answered: their client session id, user, duration,
+    /// the request that stopped them and its epoch.
+    var stopped: [String: (user: Int, seconds: Int64, request: Int64, epoch: Int)] = [:]
     /// Users whose timer was last sent a start (what the workload draws next).
     var timing: Set<Int> = []
     /// Screen Time uploads per user and day: the minutes of each.
-    var uploads: [String: [(minutes: Int, fate: Fate)]] = [:]
+    var uploads: [String: [(minutes: Int, fate: Fate, epoch: Int)]] = [:]
     /// Screen Time claims per user and day, the same way.
-    var claims: [String: [(minutes: Int, fate: Fate)]] = [:]
+    var claims: [String: [(minutes: Int, fate: Fate, epoch: Int)]] = [:]
 
     /// Each App Store purchase's receipt, and its verifies: by whom, what became of each, and whether it
     /// was refused as another user's (-32009).
     var receipts: [String: String] = [:]
-    var verifies: [String: [(user: Int, fate: Fate, ownedByOther: Bool)]] = [:]
+    var verifies: [String: [(user: Int, fate: Fate, ownedByOther: Bool, epoch: Int)]] = [:]
     /// Each App Store notification's payload, and its deliveries: what became of each, and whether its
     /// answer called it a duplicate.
     var notices: [String: (payload: String, deliveries: [(fate: Fate, duplicate: Bool?)])] = [:]
@@ -76,6 +80,32 @@ struct Model {
     var announced: [String: Set<String>] = [:]
     /// The last feed position announced per user id.
     var lastAnnounced: [String: Int64] = [:]
+
+    /// Per user, what became of each `auth.deleteUser` sent, in order; users with one in flight (nothing
+    /// else of theirs is sent meanwhile, and one is sent only when nothing of theirs is in flight).
+    var deletions: [Int: [Fate]] = [:]
+    var deleting: Set<Int> = []
+
+    /// How many `auth.deleteUser` of `user` were sent so far.
+    func epoch(_ user: Int) -> Int { deletions[user]?.count ?? 0 }
+
+    /// Whether what `user` wrote in `epoch` was erased since: `.landed` (a later deletion landed),
+    /// `.unknown` (one may have), nil (none did).
+    func erasure(user: Int, epoch: Int) -> Fate? {
+        let later = (deletions[user] ?? []).dropFirst(epoch)
+        if later.contains(.landed) { return .landed }
+        return later.contains(where: { $0 == .unknown || $0 == .pending }) ? .unknown : nil
+    }
+
+    /// A write's fate with the deletions after it counted: erased, it is not there (`absent`); maybe
+    /// erased, it may not be (`unknown`, unless it never was).
+    func effective(_ fate: Fate, user: Int, epoch: Int) -> Fate {
+        switch erasure(user: user, epoch: epoch) {
+        case .landed?: return .absent
+        case .unknown?: return fate == .absent ? .absent : .unknown
+        default: return fate
+        }
+    }
 
     static func uploadKey(user: Int, date: String) -> String { "\(user) \(date)" }
 }

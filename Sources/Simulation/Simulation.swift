@@ -274,7 +274,10 @@ final class Simulation {
 
     private func send(on c: Int) {
         let user = dice.below(users.count)
-        var operation = Workload.draw(user: user, dice: &dice, model: &model, minutes: &minutes[user])
+        // Nothing of a user is sent while their account deletion is in flight.
+        guard !model.deleting.contains(user) else { return }
+        let idle = !clients.contains { $0.waiting.contains { sent[$0]!.user == user } }
+        var operation = Workload.draw(user: user, idle: idle, dice: &dice, model: &model, minutes: &minutes[user])
         if case .feed = operation { operation = .feed(since: clients[c].cursors[user]) }
         send(operation, user: user, on: c)
     }
@@ -423,7 +426,7 @@ final class Simulation {
                 guard seconds >= 0, seconds <= (clock.now().milliseconds - Self.began) / 1000 + 1 else {
                     throw Failure("session \(id) stopped with \(seconds) s, not between 0 and the time passed")
                 }
-                model.stopped[id] = (request.user, seconds, request.id)
+                model.stopped[id] = (request.user, seconds, request.id, model.epoch(request.user))
             }
             Workload.settle(request, answer: answer, in: &model)
             if fsync == .everysec {

@@ -34,6 +34,9 @@ enum Operation {
     case verify(original: String, index: Int)
     /// The App Store's notification `uuid` (one of a few, so some come again), its `index`th delivery.
     case notify(uuid: String, index: Int)
+    /// The user deletes their account: every record of theirs goes (their token stays valid, and later
+    /// writes start afresh); the user's `index`th.
+    case deleteUser(index: Int)
 
     var name: String {
         switch self {
@@ -56,6 +59,7 @@ enum Operation {
         case .subscribe: "events.subscribe"
         case .verify: "subscriptions.verify"
         case .notify: "subscriptions.notify"
+        case .deleteUser: "auth.deleteUser"
         }
     }
 }
@@ -80,15 +84,17 @@ enum Workload {
     static let dayMs: Int64 = 86_400_000
     static let purchases = 3
 
-    /// Draws the next operation for `user` (and records in `model` what it writes).
-    static func draw(user: Int, dice: inout Dice, model: inout Model, minutes: inout [Int]) -> Operation {
+    /// Draws the next operation for `user` (and records in `model` what it writes). An account deletion
+    /// only when nothing of the user is in flight (`idle`), so that every write is before or after it.
+    static func draw(user: Int, idle: Bool, dice: inout Dice, model: inout Model, minutes: inout [Int]) -> Operation {
+        let epoch = model.epoch(user)
         let deletable = model.sampleOrder.filter {
             let s = model.samples[$0]!
             return s.user == user && s.ingest == .landed && s.delete == nil && !model.held.contains($0) && !model.replacing.contains("\(user) \(s.day)")
         }
         let kind = dice.weighted([("ingest", 30), ("replace", 6), ("delete", deletable.isEmpty ? 0 : 8), ("earn", 12), ("redeem", 5), ("spend", 4), ("record", 8), ("timer", 8), ("enable", 3),
                                   ("upload", 10), ("claim", 6), ("summary", 8), ("balance", 5), ("feed", 12),
-                                  ("verify", 3), ("notify", 2)])
+                                  ("verify", 3), ("notify", 2), ("deleteUser", idle ? 15 : 0)])
         switch kind {
         case "ingest":
             var uuids: [String] = []
@@ -96,7 +102,7 @@ enum Workload {
                 let day = dice.below(days)
                 // Minutes never repeat within a user's day: the day's steps are a plain sum.
                 minutes[day] += 1
-                let sample = Sample(uuid: dice.uuid(), user: user, day: day, minute: minutes[day], value: 1 + dice.below(500))
+                let sample = Sample(uuid: dice.uuid(), user: user, day: day, minute: minutes[day], value: 1 + dice.below(500), epoch: epoch)
                 model.samples[sample.uuid] = sample
                 model.sampleOrder.append(sample.uuid)
                 uuids.append(sample.uuid)
@@ -117,7 +123,7 @@ enum Workload {
             var added: [String] = []
             for _ in 0..<dice.below(4) {
                 minutes[day] += 1
-                var sample = Sample(uuid: dice.uuid(), user: user, day: day, minute: minutes[day], value: 1 + dice.below(500))
+                var sample = Sample(uuid: dice.uuid(), user: user, day: day, minute: minutes[day], value: 1 + dice.below(500), epoch: epoch)
                 sample.device = "watch"
                 model.samples[sample.uuid] = sample
                 model.sampleOrder.append(sample.uuid)
@@ -138,19 +144,19 @@ enum Workload {
             return .delete(uuids)
         case "earn":
             let key = "k\(dice.next() % 1_000_000_000)"
-            model.earns[key] = (user, 1 + dice.below(50), .pending)
+            model.earns[key] = (user, 1 + dice.below(50), .pending, epoch)
             return .earn(key)
         case "redeem":
             let key = "r\(dice.next() % 1_000_000_000)"
-            model.redeems[key] = (user, rewardRate * (1 + dice.below(5)), .pending)
+            model.redeems[key] = (user, rewardRate * (1 + dice.below(5)), .pending, epoch)
             return .redeem(key)
         case "spend":
             let key = "p\(dice.next() % 1_000_000_000)"
-            model.spends[key] = (user, 1 + dice.below(10), .pending)
+            model.spends[key] = (user, 1 + dice.below(10), .pending, epoch)
             return .spend(key)
         case "record":
             let id = "s\(dice.next() % 1_000_000_000)"
-            model.sessions[id] = (user, .pending)
+            model.sessions[id] = (user, .pending, epoch)
             return .record(id)
         case "timer":
             // Mostly the next step of the user's timer as last sent (a start, then pauses and resumes,
@@ -172,18 +178,18 @@ enum Workload {
             let date = date(dice.below(days))
             let minutes = dice.below(600)
             let key = Model.uploadKey(user: user, date: date)
-            model.uploads[key, default: []].append((minutes, .pending))
+            model.uploads[key, default: []].append((minutes, .pending, epoch))
             return .upload(date: date, minutes: minutes, index: model.uploads[key]!.count - 1)
         case "claim":
             let date = date(dice.below(days))
             let minutes = dice.below(600)
             let key = Model.uploadKey(user: user, date: date)
-            model.claims[key, default: []].append((minutes, .pending))
+            model.claims[key, default: []].append((minutes, .pending, epoch))
             return .claim(date: date, minutes: minutes, index: model.claims[key]!.count - 1)
         case "verify":
             let original = "2000000\(dice.below(purchases))"
             if model.receipts[original] == nil { model.receipts[original] = receipt(original: original) }
-            model.verifies[original, default: []].append((user, .pending, false))
+            model.verifies[original, default: []].append((user, .pending, false, epoch))
             return .verify(original: original, index: model.verifies[original]!.count - 1)
         case "notify":
             let n = dice.below(purchases + 1)
@@ -191,6 +197,11 @@ enum Workload {
             if model.notices[uuid] == nil { model.notices[uuid] = (notification(uuid: uuid, original: "2000000\(n)"), []) }
             model.notices[uuid]!.deliveries.append((.pending, nil))
             return .notify(uuid: uuid, index: model.notices[uuid]!.deliveries.count - 1)
+        case "deleteUser":
+            model.deletions[user, default: []].append(.pending)
+            model.deleting.insert(user)
+            model.timing.remove(user)
+            return .deleteUser(index: model.deletions[user]!.count - 1)
         case "summary":
             return .summary(date(dice.below(days)))
         case "balance":
@@ -245,7 +256,7 @@ enum Workload {
         case .summary(let date):
             p["from"] = .string(date)
             p["to"] = .string(date)
-        case .balance, .subscribe:
+        case .balance, .subscribe, .deleteUser:
             break
         case .verify(let original, _):
             p["provider"] = "apple"
@@ -308,6 +319,9 @@ enum Workload {
             model.verifies[original]![index].ownedByOther = answer?["error"]?["code"]?.intValue == -32009
         case .notify(let uuid, let index):
             model.notices[uuid]!.deliveries[index] = (fate, answer?["result"]?["duplicate"].map { $0 == .bool(true) })
+        case .deleteUser(let index):
+            model.deletions[sent.user]![index] = fate
+            model.deleting.remove(sent.user)
         case .enable, .summary, .balance, .feed, .subscribe, .start, .pause, .resume, .stop:
             break
         }
