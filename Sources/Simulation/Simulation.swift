@@ -183,7 +183,9 @@ final class Simulation {
     func run() {
         let this = SimulationRef(self)
         TraceLog.sink.withLock { $0 = { line in this.simulation.note(line) } }
+        Waiting.install(SimulatedWaiter(this))
         defer {
+            Waiting.install(nil)
             for node in nodes { node.kernel?.store?.abandon() }
             TraceLog.sink.withLock { $0 = nil }
         }
@@ -596,6 +598,18 @@ final class Simulation {
 
     func note(_ event: String) { trace.append(event) }
 
+    /// A kernel thread waits (`SimulatedWaiter`).
+    func park(until ready: () -> Bool, timeoutMicros: UInt64?) {
+        note("a kernel thread waits\(timeoutMicros.map { " up to \($0 / 1000) ms" } ?? "")")
+        let deadline = timeoutMicros.map { clock.monotonicMicros() + $0 }
+        for _ in 0..<1_000 {
+            if ready() { return }
+            if let deadline, clock.monotonicMicros() >= deadline { return }
+            guard stepWhileWaiting() else { break }
+        }
+        if deadline == nil && !ready() { fail("a kernel thread waited for what nothing released (the kernel would hang)") }
+    }
+
     /// A number below `n` from the seed (for the model of PostgreSQL's draws).
     func draw(below n: Int) -> Int { dice.below(n) }
 
@@ -611,6 +625,19 @@ final class Simulation {
 
     /// Records a failure found where it cannot be thrown (inside the model's wait).
     func fail(_ message: String) { if failure == nil { failure = message } }
+}
+
+/// How a kernel thread's wait on `Locked` is spent in the simulation: the simulation takes other steps
+/// (drawn from the seed) until what it waits for holds, or its timeout has passed in simulated time.
+/// A wait without a timeout that 1,000 steps do not release fails the run: a real kernel would hang.
+final class SimulatedWaiter: Waiter, @unchecked Sendable {
+    private let simulation: SimulationRef
+
+    init(_ simulation: SimulationRef) { self.simulation = simulation }
+
+    func wait(until ready: () -> Bool, timeoutMicros: UInt64?) {
+        simulation.simulation.park(until: ready, timeoutMicros: timeoutMicros)
+    }
 }
 
 /// A broken guarantee.

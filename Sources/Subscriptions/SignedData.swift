@@ -220,7 +220,7 @@ func blocking<T: Sendable>(_ work: @escaping @Sendable () async -> T) -> T {
         result.withLock { $0 = value }
         result.wake()
     }
-    let value = result.withLock(waitingUntil: { $0 != nil }) { $0 }
+    let value = result.withLock(waitingUntil: { $0 != nil }, releasedOutside: true) { $0 }
     guard let value else { preconditionFailure("woken without a result") }
     return value
 }

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Synchronization
 
 /// A value behind a mutex, with a condition to wait on: the kernel's one lock type, shared by the
 /// serving thread and its helper threads (the queues of this module are built on it). It is a pthread
@@ -43,7 +44,17 @@ public final class Locked<Value>: @unchecked Sendable {
 
     /// Waits (not holding the lock meanwhile) until `ready` holds, or until `timeoutMicroseconds` have
     /// passed when given, then runs `body` with the lock held. Whoever makes `ready` true calls `wake`.
-    public func withLock<R>(waitingUntil ready: (inout Value) -> Bool, timeoutMicroseconds: Int? = nil, _ body: (inout Value) -> R) -> R {
+    /// With a `Waiting.waiter` (a simulation), the wait is its, unless a thread the kernel did not start
+    /// releases it (`releasedOutside`: Swift's concurrency pool): that one always sleeps.
+    public func withLock<R>(waitingUntil ready: (inout Value) -> Bool, timeoutMicroseconds: Int? = nil, releasedOutside: Bool = false,
+                            _ body: (inout Value) -> R) -> R {
+        if !releasedOutside, let waiter = Waiting.waiterOfThisThread {
+            // Every thread is simulated on this one: the simulation takes other steps instead of sleeping.
+            if !withLock({ ready(&$0) }) {
+                waiter.wait(until: { self.withLock { ready(&$0) } }, timeoutMicros: timeoutMicroseconds.map { UInt64(max(0, $0)) })
+            }
+            return withLock { body(&$0) }
+        }
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         if let timeoutMicroseconds {
@@ -68,5 +79,32 @@ public final class Locked<Value>: @unchecked Sendable {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
         return ts
+    }
+}
+
+/// How a wait on `Locked` that cannot go on at once is spent when no thread may sleep: a simulation runs
+/// every thread of the kernel on its one thread, so a wait there lets it take other steps (the other
+/// threads' and clients') until `ready` holds or `timeoutMicros` of its time have passed.
+public protocol Waiter: Sendable {
+    func wait(until ready: () -> Bool, timeoutMicros: UInt64?)
+}
+
+/// The `Waiter` of one thread: none in the binary (waits sleep on the condition); in the simulation, its
+/// thread's, which runs every thread of the kernel. Other threads' waits sleep as always.
+public enum Waiting {
+    private static let installed = Locked<(waiter: any Waiter, thread: pthread_t)?>(nil)
+    /// Whether one is installed: read first, so that a wait in the binary takes no other lock.
+    private static let any = Atomic<Bool>(false)
+
+    /// Makes `waiter` the calling thread's (nil: none).
+    public static func install(_ waiter: (any Waiter)?) {
+        installed.withLock { $0 = waiter.map { ($0, pthread_self()) } }
+        any.store(waiter != nil, ordering: .releasing)
+    }
+
+    /// The calling thread's waiter, if it has one.
+    static var waiterOfThisThread: (any Waiter)? {
+        guard any.load(ordering: .acquiring) else { return nil }
+        return installed.withLock { i in i.flatMap { pthread_equal($0.thread, pthread_self()) != 0 ? $0.waiter : nil } }
     }
 }
