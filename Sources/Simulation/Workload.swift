@@ -91,6 +91,7 @@ enum Workload {
         let deletable = model.sampleOrder.filter {
             let s = model.samples[$0]!
             return s.user == user && s.ingest == .landed && s.delete == nil && !model.held.contains($0) && !model.replacing.contains("\(user) \(s.day)")
+                && model.erasure(user: user, epoch: s.epoch) == nil
         }
         let kind = dice.weighted([("ingest", 30), ("replace", 6), ("delete", deletable.isEmpty ? 0 : 8), ("earn", 12), ("redeem", 5), ("spend", 4), ("record", 8), ("timer", 8), ("enable", 3),
                                   ("upload", 10), ("claim", 6), ("summary", 8), ("balance", 5), ("feed", 12),
@@ -117,7 +118,9 @@ enum Workload {
             // ingest or delete is unknown may or may not be there, and stays so whatever the replace does.
             let inFlight = watch.contains { model.samples[$0]!.ingest == .pending || model.samples[$0]!.delete == .pending }
             guard !inFlight, !model.replacing.contains("\(user) \(day)") else { return .summary(date(day)) }
-            let alive = watch.filter { model.samples[$0]!.ingest == .landed && [nil, .absent].contains(model.samples[$0]!.delete) }
+            // Not what an account deletion took (or may have): re-sent, it would be there again.
+            let alive = watch.filter { model.samples[$0]!.ingest == .landed && [nil, .absent].contains(model.samples[$0]!.delete)
+                && model.erasure(user: user, epoch: model.samples[$0]!.epoch) == nil }
             var (kept, removed): ([String], [String]) = ([], [])
             for uuid in alive { if dice.below(3) == 0 { kept.append(uuid) } else { removed.append(uuid) } }
             var added: [String] = []
