@@ -472,9 +472,17 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         }
     }
 
+    /// Read under the key's own advisory lock, held to the request's commit as a user's is: a request
+    /// that acts on "nobody holds it yet" (a notification applied once) is the only one that saw so, and
+    /// another kernel's read of that key waits and then sees its claim. Claiming for the same holder is
+    /// allowed, so without the lock two kernels both applied one App Store notification (#53, seed 3000251).
     public func holder(of key: UniqueKey) throws(StorageError) -> String? {
-        try read(users: [], [Statement("SELECT usr FROM unique_keys WHERE namespace = $1 AND value = $2", [key.namespace, key.value])])[0].scalar
+        try read(users: [Self.lockName(of: key)], [Statement("SELECT usr FROM unique_keys WHERE namespace = $1 AND value = $2", [key.namespace, key.value])])[0].scalar
     }
+
+    /// The name a unique key's lock is taken under, beside users' ids (a user id equal to it would only
+    /// share the lock: the same waits, nothing more).
+    static func lockName(of key: UniqueKey) -> String { "unique key \(key.namespace) \(key.value)" }
 
     public func version(of user: String) throws(StorageError) -> UInt64 {
         let version = UInt64(try read(users: [user], [Statement("SELECT version FROM users WHERE usr = $1", [user])])[0].scalar ?? "0") ?? 0

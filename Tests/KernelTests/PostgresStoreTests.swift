@@ -193,6 +193,42 @@ import Threads
         #expect(got == ["1 b1", "2 a2", "3 b3"])
     }
 
+    /// Found by the simulation with three kernels on its model (seeds 3000251, 3001102, 3003484, 3004733,
+    /// 3006736, 3007239): two kernels given one App Store notification both read that nobody held its
+    /// UUID, both applied it and both answered `duplicate: false` (a claim for the same holder is allowed).
+    /// A holder is now read under the key's lock: the second read waits for the first request's commit
+    /// and sees its claim. Before, it answered nil at once, while the first request was still open.
+    @Test func aUniqueKeysHolderReadWaitsForTheRequestThatReadItFirst() throws {
+        let schema = TestPostgres.freshSchema()
+        let (a, _) = try open(schema)
+        let (b, _) = try open(schema)
+        defer { a.shutdown(); b.shutdown() }
+        let key = UniqueKey("test.notification", "n1")
+        #expect(try a.holder(of: key) == nil)  // A's request is open and acts on "nobody"
+        let seen = Locked<Result<String?, StorageError>?>(nil)
+        nonisolated(unsafe) let unsafeB = b
+        spawnThread {
+            let r = Result { () throws(StorageError) in try unsafeB.holder(of: key) }
+            unsafeB.endRequest()
+            seen.withLock { $0 = r }
+            seen.wake()
+        }
+        // Until B's read waits on the key's lock (a condition polled, not a sleep that hopes), or answered.
+        let admin = try DatabaseConnection(url: TestPostgres.url)
+        for _ in 0..<2000 where seen.withLock({ $0 == nil }) {
+            let waiting = try admin.run([Statement("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")])[0].scalar
+            if waiting == "1" { break }
+            usleep(5_000)
+        }
+        #expect(seen.withLock { $0 == nil }, "B's read went ahead of A's open request")
+        var t = Transaction()
+        t.claim(key, for: "u")
+        try a.commit(t)
+        let result = seen.withLock(waitingUntil: { $0 != nil }, timeoutMicroseconds: 30_000_000) { $0 }
+        guard case .success(let holder)? = result else { Issue.record("B's read failed: \(String(describing: result))"); return }
+        #expect(holder == "u", "B saw A's claim, so it answers duplicate")
+    }
+
     /// What identifies a kernel's own announcements: the origin in the payload, never a server process id.
     @Test func announcementsNameTheirKernel() {
         let a = ChangeAnnouncement(payload: "7 2 k0123456789abcdef a user id")
