@@ -8,6 +8,9 @@ import JSON
 import JSONParsing
 import Synchronization
 import Threads
+#if SIMULATION
+import Mutants
+#endif
 
 #if canImport(Glibc)
 /// glibc's `malloc_trim` (declared in malloc.h, which the Glibc module leaves out): returns free memory
@@ -54,8 +57,13 @@ public struct SocketError: Error, CustomStringConvertible {
 /// disconnected; one that has more than a quarter of that unread is not read from until it catches up.
 /// Unfinished request lines of all connections together are bounded by `maxInputBytes`: past it, the
 /// connection holding the longest one is cut, so many peers that never end a line cannot exhaust memory.
+///
+/// Its system calls go through `SocketIO`, and its rounds can be run one at a time (`serveRound`): the
+/// simulation serves its peers so, on its own thread, deciding what each read and write moves.
 public final class SocketServer: @unchecked Sendable {
-    private let path: String
+    /// The socket file (nil when the server was given its `SocketIO`, as in the simulation).
+    private let path: String?
+    private var io: (any SocketIO)?
     /// Its monotonic time counts turns, accept pauses and start-up waits (the kernel's clock).
     private let clock: Clock
     private let makeConnection: () -> Connection
@@ -66,9 +74,6 @@ public final class SocketServer: @unchecked Sendable {
     /// (monotonic microseconds), so the thread sleeps instead of spinning on a pending connection.
     private var acceptPausedUntil: UInt64 = 0
     private var acceptFailing = false
-    private var listenFD: Int32 = -1
-    private var wakeRead: Int32 = -1
-    private var wakeWrite: Int32 = -1
     private let stopping = SharedFlag()
     /// A peer's turn longer than this ends the round of applying finished work (see `serve`).
     static let longTurnMicros: UInt64 = 5_000
@@ -79,7 +84,10 @@ public final class SocketServer: @unchecked Sendable {
     private var nextPeerNumber = 0
     /// Lines longer than this are parsed on `parsers`, shorter ones on the polling thread.
     public static let parseInlineBytes = 64 << 10
-    private let parsers = WorkerPool(threads: 2)
+    /// This server's bound (the simulation lowers it, so that its short lines reach the parsers).
+    private let parseInline: Int
+    private let parsers: any Executor
+    private static let parserThreads = 2
     /// Long lines the parsers finished, for the polling thread to answer.
     private let parsedLines = Inbox<ParsedLongLine>()
     private let stopped = HandoffQueue<Bool>(capacity: 1)
@@ -94,19 +102,38 @@ public final class SocketServer: @unchecked Sendable {
     /// with `--no-stdin` the socket is the only thing that writes, so the trigger must run here too.
     public var afterRound: () -> Void = {}
 
+    /// The connections being served, in the order accepted (the polling thread's own).
+    private var peers: [Peer] = []
+    private let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 * 1024, alignment: 16)
+    /// A big commit is still being applied: the next round does not wait.
+    private var backlogLeft = false
+
     /// A server for `path` whose connections come from `makeConnection`, answered holding `lock`.
-    public init(path: String, lock: ServingLock, maxUnreadBytes: Int, maxInputBytes: Int = 256 << 20, clock: Clock = SystemClock(),
-                makeConnection: @escaping () -> Connection) {
-        self.clock = clock
-        self.path = path
-        self.lock = lock
-        self.maxUnreadBytes = maxUnreadBytes
-        self.maxInputBytes = maxInputBytes
+    public convenience init(path: String, lock: ServingLock, maxUnreadBytes: Int, maxInputBytes: Int = 256 << 20, clock: Clock = SystemClock(),
+                            makeConnection: @escaping () -> Connection) {
+        self.init(path: path, io: nil, lock: lock, maxUnreadBytes: maxUnreadBytes, maxInputBytes: maxInputBytes, clock: clock,
+                  parsers: WorkerPool(threads: Self.parserThreads), parseInlineBytes: Self.parseInlineBytes, makeConnection: makeConnection)
+    }
+
+    /// A server over `io`, whose rounds the caller runs (`serveRound`), its long lines parsed on `parsers`.
+    public convenience init(io: any SocketIO, lock: ServingLock, maxUnreadBytes: Int, maxInputBytes: Int, clock: Clock,
+                            parsers: any Executor, parseInlineBytes: Int, makeConnection: @escaping () -> Connection) {
+        self.init(path: nil, io: io, lock: lock, maxUnreadBytes: maxUnreadBytes, maxInputBytes: maxInputBytes, clock: clock,
+                  parsers: parsers, parseInlineBytes: parseInlineBytes, makeConnection: makeConnection)
+    }
+
+    private init(path: String?, io: (any SocketIO)?, lock: ServingLock, maxUnreadBytes: Int, maxInputBytes: Int, clock: Clock,
+                 parsers: any Executor, parseInlineBytes: Int, makeConnection: @escaping () -> Connection) {
+        (self.path, self.io, self.clock, self.lock) = (path, io, clock, lock)
+        (self.maxUnreadBytes, self.maxInputBytes, self.parsers, self.parseInline) = (maxUnreadBytes, maxInputBytes, parsers, parseInlineBytes)
         self.makeConnection = makeConnection
     }
 
+    deinit { buffer.deallocate() }
+
     /// Binds the socket (mode 0600, only its owner may connect) and starts serving on a thread of its own.
     public func start() throws(SocketError) {
+        guard let path else { return }
         var address = try Self.address(path)
         try removeStaleSocket(&address)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
@@ -121,17 +148,16 @@ public final class SocketServer: @unchecked Sendable {
             close(fd)
             throw SocketError(description: "cannot listen on \(path): errno \(e)")
         }
-        listenFD = fd
-        var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { throw SocketError(description: "cannot create a pipe: errno \(errno)") }
-        for f in fds {
-            _ = fcntl(f, F_SETFD, FD_CLOEXEC)
-            _ = fcntl(f, F_SETFL, fcntl(f, F_GETFL) | O_NONBLOCK)
+        do {
+            io = try SystemSocketIO(listening: fd)
+        } catch {
+            close(fd)
+            throw error
         }
-        (wakeRead, wakeWrite) = (fds[0], fds[1])
         warmParsers()
         spawnThread { [self] in
-            serve()
+            while serveRound(wait: true) {}
+            finish()
             _ = stopped.put(true)
         }
     }
@@ -141,7 +167,7 @@ public final class SocketServer: @unchecked Sendable {
     /// that belongs to start-up, not to the first long line a host sends (whose memory a host watches).
     /// Waits at most a second.
     private func warmParsers() {
-        let (started, threads, clock) = (Locked(0), parsers.threads, clock)
+        let (started, threads, clock) = (Locked(0), Self.parserThreads, clock)
         for _ in 0..<threads {
             parsers.submit {
                 _ = try? JSON.parse(Array("{\"jsonrpc\":\"2.0\",\"method\":\"kernel.info\"}".utf8))
@@ -173,6 +199,7 @@ public final class SocketServer: @unchecked Sendable {
     /// A socket file left by a kernel that is gone is replaced; one that answers belongs to whoever
     /// listens there (another kernel, or another user squatting on the path), named in the error.
     private func removeStaleSocket(_ address: inout sockaddr_un) throws(SocketError) {
+        guard let path else { return }
         var status = stat()
         guard lstat(path, &status) == 0 else { return }
         guard (status.st_mode & S_IFMT) == S_IFSOCK else {
@@ -235,16 +262,12 @@ public final class SocketServer: @unchecked Sendable {
     /// Stops accepting, closes every connection (after writing what it can of their answers) and removes
     /// the socket file. Returns once the serving thread has finished.
     public func stop() {
-        guard listenFD >= 0 else { return }
+        guard let path, let io else { return }
         stopping.set(true)
-        var byte: UInt8 = 1
-        _ = write(wakeWrite, &byte, 1)
+        io.poke()
         _ = stopped.take(spin: false)
-        close(listenFD)
-        close(wakeRead)
-        close(wakeWrite)
+        self.io = nil
         unlink(path)
-        listenFD = -1
     }
 
     /// A line of a peer's, read but not yet answered: parsed, or waiting for a parser.
@@ -327,129 +350,113 @@ public final class SocketServer: @unchecked Sendable {
         var unread: Int { connection.output.count - sent }
     }
 
-    private func serve() {
-        var peers: [Peer] = []
-        let bufferBytes = 256 * 1024
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: bufferBytes, alignment: 16)
-        defer { buffer.deallocate() }
-        let (wakeFD, woken) = (wakeWrite, self.woken)
-        // Wakes the polling thread for one peer, for `why` (from any thread, never waiting).
-        let wake: @Sendable (Int, ServingWake) -> Void = { number, why in
-            // Only the first wake since the last round pokes: later ones are taken in the same round.
-            guard woken.withLock({ $0.add(number, why) }) else { return }
-            var byte: UInt8 = 1
-            _ = write(wakeFD, &byte, 1)
+    /// Wakes the polling thread for one peer, for `why` (from any thread, never waiting). Only the first
+    /// wake since the last round pokes: later ones are taken in the same round.
+    private lazy var wake: @Sendable (Int, ServingWake) -> Void = { [woken, io] number, why in
+        guard woken.withLock({ $0.add(number, why) }) else { return }
+        io?.poke()
+    }
+
+    /// One round of the polling thread: waits (with `wait`, until something is ready; else not at all),
+    /// accepts, reads and answers what arrived, writes, answers the peers woken meanwhile, applies a
+    /// slice of a big commit, and cuts peers over their budgets. False once the server stops.
+    public func serveRound(wait: Bool) -> Bool {
+        guard !stopping.isSet, let io else { return false }
+        let now = clock.monotonicMicros()
+        let accepting = now >= acceptPausedUntil
+        let interests = peers.map { peer in
+            SocketInterest(peer: peer.fd,
+                           readable: !peer.ended && peer.queued.isEmpty && peer.unread <= maxUnreadBytes / 4
+                               && peer.connection.stream.outstanding <= StdioServer.maxOutstanding,
+                           writable: peer.unread > 0)
         }
-        var fds: [pollfd] = []
-        var backlogLeft = false
-        while !stopping.isSet {
-            fds.removeAll(keepingCapacity: true)
-            let now = clock.monotonicMicros()
-            let accepting = now >= acceptPausedUntil
-            fds.append(pollfd(fd: listenFD, events: accepting ? Int16(POLLIN) : 0, revents: 0))
-            fds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
-            for peer in peers {
-                var events: Int32 = 0
-                if !peer.ended && peer.queued.isEmpty && peer.unread <= maxUnreadBytes / 4
-                    && peer.connection.stream.outstanding <= StdioServer.maxOutstanding {
-                    events |= Int32(POLLIN)
-                }
-                if peer.unread > 0 { events |= Int32(POLLOUT) }
-                // Nothing to wait for on the socket (a long line being parsed, or slow work after the
-                // peer ended): leave it out, or a hang-up would wake every round until then.
-                fds.append(pollfd(fd: events == 0 ? -1 : peer.fd, events: Int16(events), revents: 0))
-            }
-            let timeout = backlogLeft ? 0 : accepting ? -1 : Int32((acceptPausedUntil - now) / 1000 + 1)
-            if poll(&fds, nfds_t(fds.count), timeout) < 0 {
-                if errno == EINTR { continue }
-                log("socket poll failed: errno \(errno)")
-                break
-            }
-            let poked = fds[1].revents != 0
-            if poked {
-                var drain = [UInt8](repeating: 0, count: 64)
-                while read(wakeRead, &drain, drain.count) > 0 {}
-            }
-            let polled = peers.count
-            if fds[0].revents != 0 {
-                while true {
-                    let fd = accept(listenFD, nil, nil)
-                    if fd < 0 {
-                        let e = errno
-                        if e != EAGAIN && e != EWOULDBLOCK && e != EINTR && e != ECONNABORTED {
-                            // EMFILE, ENFILE, ENOBUFS: the connection stays queued; try again later.
-                            acceptPausedUntil = clock.monotonicMicros() + 100_000
-                            if !acceptFailing {
-                                log("cannot accept socket connections: \(String(cString: strerror(e))); \(peers.count) open, retrying every 100 ms")
-                            }
-                            acceptFailing = true
-                        }
-                        break
-                    }
-                    if acceptFailing { log("accepting socket connections again") }
-                    acceptFailing = false
-                    _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-                    _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-                    nextPeerNumber += 1
-                    let number = nextPeerNumber
-                    let peer = lock.run { Peer(fd: fd, number: number, connection: makeConnection()) }
-                    peer.connection.events.wake = { wake(number, .events) }
-                    peer.connection.stream.wake = { wake(number, $0) }
-                    peers.append(peer)
-                }
-            }
-            var closing: [Peer] = []
-            for (i, peer) in peers[..<polled].enumerated() {
-                let revents = Int32(fds[i + 2].revents)
-                if revents & (Int32(POLLIN) | Int32(POLLHUP) | Int32(POLLERR)) != 0 && !peer.ended && peer.queued.isEmpty {
-                    if !receive(peer, buffer, wake: wake) { closing.append(peer); continue }
-                }
-                if peer.unread > 0 && !send(peer) { closing.append(peer); continue }
-                if peer.unread > maxUnreadBytes {
-                    log("socket connection cut: \(peer.unread) bytes of answers and events unread (limit \(maxUnreadBytes))")
-                    closing.append(peer)
-                } else if peer.ended && peer.unread == 0 && peer.queued.isEmpty && peer.connection.stream.isSettled {
-                    closing.append(peer)
-                }
-            }
-            // Peers woken (other streams' changes, slow work, a commit applied, a long line parsed): answer
-            // what can be, apply it and write what became ready. After every peer's input was read and
-            // answered, and in the order they were woken: once one peer's turn took long (a month's commit),
-            // the rest wait for the next round, so a short request waits for at most one such commit.
-            if poked {
-                let turns = woken.withLock { $0.take() }
-                // Long lines parsed are taken after the woken peers, never before: a parser hands its line
-                // over before it wakes the peer, so every peer taken finds its line here. (Taken before,
-                // a line handed over in between was left for a peer whose wake this round used up: it
-                // waited forever, 2 of 100 peers in many.py.)
-                for done in parsedLines.takeAll(wait: false) { done.queued.line = done.line }
-                let byNumber = Dictionary(uniqueKeysWithValues: peers.map { ($0.number, $0) })
-                for (k, turn) in turns.enumerated() {
-                    guard let peer = byNumber[turn.peer] else { continue }  // gone since it was woken
-                    let began = clock.monotonicMicros()
-                    let fatal = lock.run {
-                        answerParsed(peer)
-                        return peer.connection.endBatch(waitAbove: nil)
-                    }
-                    if fatal { onStorageFailure() }
-                    if clock.monotonicMicros() - began > Self.longTurnMicros && k + 1 < turns.count {
-                        for later in turns[(k + 1)...] { wake(later.peer, later.why) }
-                        break
-                    }
-                }
-            }
-            // One slice of a big commit per round, after every peer's input was read and answered.
-            backlogLeft = lock.run {
-                let left = applyBacklog()
-                afterRound()
-                return left
-            }
-            closing += overBudget(peers.filter { peer in !closing.contains { $0 === peer } })
-            for peer in closing { disconnect(peer) }
-            peers.removeAll { peer in closing.contains { $0 === peer } }
-            trimIfDue()
+        let timeout = !wait || backlogLeft ? 0 : accepting ? -1 : Int32((acceptPausedUntil - now) / 1000 + 1)
+        guard let ready = io.wait(accepting: accepting, peers: interests, timeoutMillis: timeout) else {
+            log("socket poll failed: errno \(errno)")
+            return false
         }
-        // Every line read is answered before the server stops, long ones still being parsed included.
+        let polled = peers.count
+        if ready.acceptable { acceptAll(io) }
+        var closing: [Peer] = []
+        for (i, peer) in peers[..<polled].enumerated() {
+            if ready.readable[i] && !peer.ended && peer.queued.isEmpty {
+                if !receive(peer, buffer, wake: wake) { closing.append(peer); continue }
+            }
+            if peer.unread > 0 && !send(peer) { closing.append(peer); continue }
+            if peer.unread > maxUnreadBytes {
+                log("socket connection cut: \(peer.unread) bytes of answers and events unread (limit \(maxUnreadBytes))")
+                closing.append(peer)
+            } else if peer.ended && peer.unread == 0 && peer.queued.isEmpty && peer.connection.stream.isSettled {
+                closing.append(peer)
+            }
+        }
+        // Peers woken (other streams' changes, slow work, a commit applied, a long line parsed): answer
+        // what can be, apply it and write what became ready. After every peer's input was read and
+        // answered, and in the order they were woken: once one peer's turn took long (a month's commit),
+        // the rest wait for the next round, so a short request waits for at most one such commit.
+        if ready.poked {
+            let turns = woken.withLock { $0.take() }
+            // Long lines parsed are taken after the woken peers, never before: a parser hands its line
+            // over before it wakes the peer, so every peer taken finds its line here. (Taken before,
+            // a line handed over in between was left for a peer whose wake this round used up: it
+            // waited forever, 2 of 100 peers in many.py.)
+            for done in parsedLines.takeAll(wait: false) { done.queued.line = done.line }
+            let byNumber = Dictionary(uniqueKeysWithValues: peers.map { ($0.number, $0) })
+            for (k, turn) in turns.enumerated() {
+                guard let peer = byNumber[turn.peer] else { continue }  // gone since it was woken
+                let began = clock.monotonicMicros()
+                let fatal = lock.run {
+                    answerParsed(peer)
+                    return peer.connection.endBatch(waitAbove: nil)
+                }
+                if fatal { onStorageFailure() }
+                if clock.monotonicMicros() - began > Self.longTurnMicros && k + 1 < turns.count {
+                    for later in turns[(k + 1)...] { wake(later.peer, later.why) }
+                    break
+                }
+            }
+        }
+        // One slice of a big commit per round, after every peer's input was read and answered.
+        backlogLeft = lock.run {
+            let left = applyBacklog()
+            afterRound()
+            return left
+        }
+        closing += overBudget(peers.filter { peer in !closing.contains { $0 === peer } })
+        for peer in closing { disconnect(peer) }
+        peers.removeAll { peer in closing.contains { $0 === peer } }
+        trimIfDue()
+        return true
+    }
+
+    /// Accepts every pending connection; while accepting fails (descriptors exhausted), pauses it.
+    private func acceptAll(_ io: any SocketIO) {
+        while true {
+            switch io.accept() {
+            case .none:
+                return
+            case .failed(let why):
+                acceptPausedUntil = clock.monotonicMicros() + 100_000
+                if !acceptFailing { log("cannot accept socket connections: \(why); \(peers.count) open, retrying every 100 ms") }
+                acceptFailing = true
+                return
+            case .peer(let fd):
+                if acceptFailing { log("accepting socket connections again") }
+                acceptFailing = false
+                nextPeerNumber += 1
+                let number = nextPeerNumber
+                let peer = lock.run { Peer(fd: fd, number: number, connection: makeConnection()) }
+                let wake = self.wake
+                peer.connection.events.wake = { wake(number, .events) }
+                peer.connection.stream.wake = { wake(number, $0) }
+                peers.append(peer)
+            }
+        }
+    }
+
+    /// After the last round: every line read is answered before the server stops (long ones still
+    /// being parsed included), written as far as each peer takes it, and every connection closed.
+    public func finish() {
         while peers.contains(where: { !$0.queued.isEmpty }) {
             for done in parsedLines.takeAll(wait: true) { done.queued.line = done.line }
             for peer in peers { lock.run { answerParsed(peer) } }
@@ -459,6 +466,14 @@ public final class SocketServer: @unchecked Sendable {
             _ = send(peer)
             disconnect(peer)
         }
+        peers.removeAll()
+    }
+
+    /// Closes every connection without answering or writing anything more: the process is gone (the
+    /// simulation's crash).
+    public func abandon() {
+        for peer in peers { disconnect(peer) }
+        peers.removeAll()
     }
 
     /// Answers the peer's queued lines up to the first still being parsed (holding the serving lock).
@@ -506,9 +521,15 @@ public final class SocketServer: @unchecked Sendable {
     /// Reads what the peer sent and answers it, long lines once a parser has read them; false when the
     /// connection failed.
     private func receive(_ peer: Peer, _ buffer: UnsafeMutableRawBufferPointer, wake: @escaping @Sendable (Int, ServingWake) -> Void) -> Bool {
-        let n = read(peer.fd, buffer.baseAddress, buffer.count)
-        if n < 0 { return errno == EAGAIN || errno == EINTR }
-        let lines = Self.lines(n == 0 ? nil : UnsafeRawBufferPointer(rebasing: buffer[0..<n]), &peer.connection.reader)
+        guard let io else { return false }
+        let n: Int
+        switch io.read(peer.fd, into: buffer) {
+        case .wouldBlock: return true
+        case .failed: return false
+        case .end: n = 0
+        case .bytes(let count): n = count
+        }
+        let lines = Self.lines(n == 0 ? nil : UnsafeRawBufferPointer(rebasing: buffer[0..<n]), &peer.connection.reader, parseUpTo: parseInline)
         if n == 0 { peer.ended = true }
         // Lines before the first long one are answered as they are (the peer is read only while nothing
         // waits for a parser); only those behind a long one are queued, so a short line costs no box.
@@ -517,6 +538,10 @@ public final class SocketServer: @unchecked Sendable {
             switch line {
             case .parsed(let parsed) where peer.queued.isEmpty:
                 direct.append(parsed)
+            #if SIMULATION
+            case .parsed(let parsed) where Mutant.socketLinesOutOfOrder.isOn:
+                direct.append(parsed)
+            #endif
             case .parsed(let parsed):
                 peer.queued.append(QueuedLine(parsed))
             case .unparsed(let bytes):
@@ -544,22 +569,23 @@ public final class SocketServer: @unchecked Sendable {
     /// The lines a read gives (`chunk`, or nil at the peer's end of input): those up to
     /// `parseInlineBytes` parsed, longer ones left for a parser thread. A line the peer never ended is no
     /// exception: parsing 16 MiB of it here would hold every connection (#52 defect 9).
-    static func lines(_ chunk: UnsafeRawBufferPointer?, _ reader: inout RequestReader) -> [RequestReader.ReadLine] {
-        guard let chunk else { return reader.finishLines(parseUpTo: parseInlineBytes) }
-        return reader.readLines(chunk, parseUpTo: parseInlineBytes)
+    static func lines(_ chunk: UnsafeRawBufferPointer?, _ reader: inout RequestReader, parseUpTo: Int = parseInlineBytes) -> [RequestReader.ReadLine] {
+        guard let chunk else { return reader.finishLines(parseUpTo: parseUpTo) }
+        return reader.readLines(chunk, parseUpTo: parseUpTo)
     }
 
     /// Writes as much unread output as the socket takes; false when the peer is gone.
     private func send(_ peer: Peer) -> Bool {
+        guard let io else { return false }
         while peer.unread > 0 {
-            let n = peer.connection.output.withUnsafeBytes { raw in
-                write(peer.fd, raw.baseAddress! + peer.sent, peer.unread)
+            let moved = peer.connection.output.withUnsafeBytes { raw in
+                io.write(peer.fd, UnsafeRawBufferPointer(rebasing: raw[peer.sent...]))
             }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return errno == EAGAIN
+            switch moved {
+            case .bytes(let n): peer.sent += n
+            case .wouldBlock: return true
+            case .failed, .end: return false
             }
-            peer.sent += n
         }
         peer.connection.output.removeAll(keepingCapacity: peer.connection.output.count <= 1 << 20)
         peer.sent = 0
@@ -570,6 +596,6 @@ public final class SocketServer: @unchecked Sendable {
         if peer.queued.contains(where: { $0.bytes > 0 }) { trimDue = true }
         peer.queued.removeAll()
         lock.run { peer.connection.close() }
-        close(peer.fd)
+        io?.close(peer.fd)
     }
 }

@@ -22,6 +22,9 @@ public enum Mutant: String, CaseIterable, Sendable {
     /// On PostgreSQL, a detached commit skips its check that the user's version is still the one its
     /// plan was made on, so a plan made before another write of the user overwrites it (#52, defect 1).
     case detachedVersionUnchecked = "detached-version-unchecked"
+    /// The socket server answers a peer's short line at once although a longer line the peer sent
+    /// before it still waits for its parser: answers out of the order the lines were sent in.
+    case socketLinesOutOfOrder = "socket-lines-out-of-order"
 
     /// The store the defect lives on (the simulation's `--store`).
     public var store: String { self == .detachedVersionUnchecked ? "postgres-model" : "data-dir" }

@@ -37,6 +37,11 @@ final class Simulation {
         let executor: SimulatedExecutor
         var serving = false
         var process = 0
+        /// With `viaSocket`, the kernel's socket server (its rounds are steps) and its peers' sockets; and
+        /// whether making a batch durable failed there (the server then has the process stop).
+        var sockets: SocketServer?
+        var socketIO: SimulatedSocketIO?
+        var socketStorageFailed = false
 
         init(clock: SimulatedClock) { executor = SimulatedExecutor(clock: clock) }
     }
@@ -54,6 +59,9 @@ final class Simulation {
         /// its transport is offered: its reader and serving threads' rounds are steps of their own.
         var server: StdioServer?
         var transport: SimulatedTransport?
+        /// Through the socket server: the client's socket, and the end of a line written in part.
+        var socket: (io: SimulatedSocketIO, peer: Int32)?
+        private var partial: [UInt8] = []
         /// The kernel serving it.
         let node: Int
         var unread: [UInt8] = []
@@ -76,8 +84,22 @@ final class Simulation {
             (self.transport, self.server) = (transport, server)
         }
 
-        /// What the kernel wrote to the client since the last call.
+        /// Connects the client to its kernel's socket server instead of a connection of its own.
+        func connect(to io: SimulatedSocketIO) {
+            connection?.close()
+            connection = nil
+            socket = (io, io.connect())
+            partial = []
+        }
+
+        /// What the kernel wrote to the client since the last call, in whole lines.
         func takeOutput() -> [UInt8] {
+            if let socket {
+                partial += socket.io.takeWritten(socket.peer)
+                guard let last = partial.lastIndex(of: 10) else { return [] }
+                defer { partial.removeFirst(last + 1) }
+                return Array(partial[...last])
+            }
             if let transport {
                 defer { transport.written.removeAll() }
                 return transport.written
@@ -118,6 +140,13 @@ final class Simulation {
     /// rounds, its hand-over queue and wakes), as the host that spawned the kernel talks to it; the other
     /// streams drive their connections as the socket server does.
     private var viaServer = false
+    /// Whether the streams that do not go through the stdio server go through each kernel's socket server
+    /// (its accept, poll rounds, wakes, partial writes and, for lines longer than `parseInline`, its
+    /// parser jobs), as peers on `--listen unix:` do; else they drive their connections directly.
+    private var viaSocket = false
+    /// Lines longer than this are parsed on a parser job (lowered in most seeds, so that the workload's
+    /// lines reach that path).
+    private var parseInline = SocketServer.parseInlineBytes
     /// The first kernel: the one the checker reads through.
     private var kernel: Kernel { nodes[0].kernel }
     private var clients: [Client] = []
@@ -158,6 +187,8 @@ final class Simulation {
         nodes = (0..<settings.kernels).map { [clock] _ in Node(clock: clock) }
         if !settings.onPostgres && dice.below(3) == 0 { fsync = .everysec }
         viaServer = dice.below(3) > 0
+        viaSocket = dice.below(3) > 0
+        parseInline = [SocketServer.parseInlineBytes, 200, 400, 800][dice.below(4)]
         if settings.onPostgres {
             // No data dir: no snapshots, power or disk faults; network failures and the listener instead.
             mix = mix.map { ["snapshot", "power", "disk"].contains($0.action) ? ($0.action, 0) : $0 }
@@ -239,7 +270,7 @@ final class Simulation {
             executor.run(at: i)
         case "backlog":
             note("backlog slice")
-            if clients[c].server != nil { try endBatch(c) } else { _ = serve(n) { clients[c].connection.applyBacklog() } }
+            if clients[c].connection == nil { try endBatch(c) } else { _ = serve(n) { clients[c].connection.applyBacklog() } }
         case "listen":
             note("listener polls")
             nodes[n].kernel.postgres?.pollListener()
@@ -338,6 +369,11 @@ final class Simulation {
         let n = 1 + dice.below(clients[c].unread.count)
         let chunk = Array(clients[c].unread.prefix(n))
         clients[c].unread.removeFirst(n)
+        if let socket = clients[c].socket {
+            note("stream \(c): \(n) bytes reach its socket")
+            socket.io.arrive(chunk, at: socket.peer)
+            return
+        }
         if let server = clients[c].server {
             note("read stream \(c) \(n) bytes (reader thread)")
             clients[c].transport!.offered = chunk
@@ -383,6 +419,7 @@ final class Simulation {
     @discardableResult
     private func endBatch(_ c: Int) throws -> Bool {
         let fatal: Bool
+        if clients[c].socket != nil { return try socketRound(clients[c].node) }
         if let server = clients[c].server {
             let (served, ending) = serve(clients[c].node) { server.serveStep() }
             guard served else { return false }
@@ -396,6 +433,39 @@ final class Simulation {
         // The log could not be synced: the real server stops here.
         if fatal { try crash("the log could not be synced", node: clients[c].node) }
         return true
+    }
+
+    /// One round of kernel `n`'s socket server (accepts, reads what arrived, answers, writes, answers
+    /// peers woken, a backlog slice); then its peers take what was written to them.
+    private func socketRound(_ n: Int) throws -> Bool {
+        note("socket server's round\(nodes.count > 1 ? " on kernel \(n)" : "")")
+        _ = serve(n) { nodes[n].sockets!.serveRound(wait: false) }
+        for c in clients.indices where clients[c].node == n && clients[c].socket != nil { try collect(c) }
+        if nodes[n].socketStorageFailed { try crash("the log could not be synced", node: n) }
+        return true
+    }
+
+    /// How many of `n` bytes a socket takes in one write: all, some, or none (EAGAIN).
+    func socketRoom(_ n: Int) -> Int {
+        switch dice.below(4) {
+        case 0: return 0
+        case 1: return 1 + dice.below(n)
+        default: return n
+        }
+    }
+
+    /// Kernel `n`'s socket server, as the binary's `--listen` makes it (on a lock of its own: the
+    /// simulation already runs one serving step of a kernel at a time).
+    private func makeSocketServer(_ n: Int) {
+        let node = nodes[n], kernel = nodes[n].kernel!, this = SimulationRef(self)
+        let io = SimulatedSocketIO(room: { this.simulation.socketRoom($0) })
+        let server = SocketServer(io: io, lock: ServingLock(), maxUnreadBytes: ServeSettings().maxUnreadBytes,
+                                  maxInputBytes: ServeSettings().maxInputBytes, clock: clock, parsers: node.executor,
+                                  parseInlineBytes: parseInline, makeConnection: { kernel.connection() })
+        server.applyBacklog = { kernel.dispatcher.applyBacklog() }
+        if let store = kernel.store { server.afterRound = { store.snapshotIfDue() } }
+        server.onStorageFailure = { [unowned node] in node.socketStorageFailed = true }
+        (node.sockets, node.socketIO, node.socketStorageFailed) = (server, io, false)
     }
 
     // MARK: Answers
@@ -447,6 +517,7 @@ final class Simulation {
         for n in nodes.indices { try startKernel(n) }
         clients = (0..<settings.streams).map { c in Client(connection: nodes[c % nodes.count].kernel.connection(), node: c % nodes.count) }
         if viaServer { for c in nodes.indices { clients[c].serveThroughStdio(nodes[c].kernel) } }
+        if viaSocket { for c in clients.indices where clients[c].server == nil { clients[c].connect(to: nodes[clients[c].node].socketIO!) } }
         tokens = users.map { kernel.auth.mint(sub: $0, role: "authenticated", ttl: 10 * 365 * 86_400, now: clock.now()) }
         serviceToken = kernel.auth.mint(sub: nil, role: "service_role", ttl: 10 * 365 * 86_400, now: clock.now())
         if subscribes { send(.subscribe, user: 0, on: 0) }
@@ -485,6 +556,7 @@ final class Simulation {
                 note("process \(incarnation) starts\(nodes.count > 1 ? " (kernel \(n))" : "")")
                 nodes[n].kernel = try Kernel(config: config, clock: clock, random: SeededRandom(seed: dice.next()), logger: logger,
                                              executor: nodes[n].executor, database: server?.client(incarnation))
+                if viaSocket { makeSocketServer(n) }
                 break
             } catch {
                 server?.disconnect(tag: incarnation)
@@ -533,17 +605,23 @@ final class Simulation {
         // The dead process's objects go (memory only: nothing of it is observable any more); its clients
         // keep their cursors and connect to the new process.
         for client in served {
-            client.connection.close()
+            client.connection?.close()
             client.connection = nil
             (client.unread, client.waiting) = ([], [])
         }
+        node.sockets?.abandon()
+        (node.sockets, node.socketIO) = (nil, nil)
         weak var gone = node.kernel.store
         node.kernel = nil
         if gone != nil { throw Failure("the store of a stopped kernel is still referenced (a retain cycle)") }
         try startKernel(n)
         for client in served {
             client.connection = node.kernel.connection()
-            if viaServer && clients.firstIndex(where: { $0 === client }) == n { client.serveThroughStdio(node.kernel) }
+            if viaServer && clients.firstIndex(where: { $0 === client }) == n {
+                client.serveThroughStdio(node.kernel)
+            } else if viaSocket {
+                client.connect(to: node.socketIO!)
+            }
         }
         // A host subscribes again after a restart (as the Node client does).
         if subscribes && n == 0 { send(.subscribe, user: 0, on: 0) }
@@ -555,7 +633,9 @@ final class Simulation {
         disk.disarm()
         for round in 0..<10_000 {
             for c in clients.indices where !clients[c].unread.isEmpty {
-                if let server = clients[c].server {
+                if let socket = clients[c].socket {
+                    socket.io.arrive(clients[c].unread, at: socket.peer)
+                } else if let server = clients[c].server {
                     guard !server.isInputQueueFull else { continue }
                     clients[c].transport!.offered = clients[c].unread
                     server.readStep()
@@ -572,7 +652,9 @@ final class Simulation {
                 node.executor.drain()
                 node.kernel.postgres?.pollListener()
             }
-            for c in clients.indices where clients[c].server == nil { _ = serve(clients[c].node) { clients[c].connection.applyBacklog() } }
+            for c in clients.indices where clients[c].connection != nil && clients[c].server == nil {
+                _ = serve(clients[c].node) { clients[c].connection.applyBacklog() }
+            }
             if clients.allSatisfy({ $0.waiting.isEmpty }) { return }
             if round == 9_999 { break }
         }
