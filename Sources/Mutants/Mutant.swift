@@ -25,9 +25,15 @@ public enum Mutant: String, CaseIterable, Sendable {
     /// The socket server answers a peer's short line at once although a longer line the peer sent
     /// before it still waits for its parser: answers out of the order the lines were sent in.
     case socketLinesOutOfOrder = "socket-lines-out-of-order"
+    /// On PostgreSQL, a commit whose connection broke is settled by its transaction id's status on
+    /// whatever server answers, though a standby that took over gives that id to another transaction.
+    case outcomeAcrossFailover = "outcome-across-failover"
 
     /// The store the defect lives on (the simulation's `--store`).
-    public var store: String { self == .detachedVersionUnchecked ? "postgres-model" : "data-dir" }
+    public var store: String { [.detachedVersionUnchecked, .outcomeAcrossFailover].contains(self) ? "postgres-model" : "data-dir" }
+
+    /// How many kernels share the store to find it (another kernel must reuse the transaction id).
+    public var kernels: Int { self == .outcomeAcrossFailover ? 3 : 1 }
 
     private static let active = Atomic<Int>(-1)
 

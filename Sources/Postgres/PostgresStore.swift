@@ -5,6 +5,9 @@ import Chrono
 import JSON
 import Storage
 import Threads
+#if SIMULATION
+import Mutants
+#endif
 
 /// Where and how to reach PostgreSQL.
 public struct PostgresOptions: Sendable {
@@ -797,15 +800,27 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         keep(plan.changes(results[first...], commit: lastCommitID), epoch: epoch)
     }
 
-    /// The statements that end every commit: the transaction's id comes back before `COMMIT` runs (the
-    /// flush request), so that a connection lost during the commit can ask the server what became of it.
-    static let commitEnding = [Statement("SELECT pg_current_xact_id()::text", flushAfter: true), Statement("COMMIT")]
+    /// The statements that end every commit: the transaction's id, and the server process's start time,
+    /// come back before `COMMIT` runs (the flush request), so that a connection lost during the commit
+    /// can ask the server what became of it.
+    static let commitEnding = [Statement("SELECT pg_current_xact_id()::text, pg_postmaster_start_time()::text", flushAfter: true),
+                               Statement("COMMIT")]
 
-    /// The transaction id a commit's pipeline of `sent` statements (ending with `commitEnding`) got back
-    /// on `c` before it broke; nil when it broke before that, so its `COMMIT` never ran.
-    static func transactionID(on c: any DatabaseSession, sent: Int) -> String? {
+    /// A commit's transaction id, and the server that gave it (its postmaster's start time). An id's
+    /// status says something only on that server: once a standby takes over, or a crashed server
+    /// recovers, ids the old one gave to transactions whose records were lost are given out again.
+    struct CommitTicket: Equatable, CustomStringConvertible {
+        let xid: String
+        let server: String
+        var description: String { xid }
+    }
+
+    /// The ticket a commit's pipeline of `sent` statements (ending with `commitEnding`) got back on `c`
+    /// before it broke; nil when it broke before that, so its `COMMIT` never ran.
+    static func transactionID(on c: any DatabaseSession, sent: Int) -> CommitTicket? {
         let index = sent - commitEnding.count
-        return c.received.count > index ? c.received[index].scalar : nil
+        guard c.received.count > index, let row = c.received[index].rows.first, row.count == 2, let xid = row[0], let server = row[1] else { return nil }
+        return CommitTicket(xid: xid, server: server)
     }
 
     /// What became of a commit whose connection broke.
@@ -833,20 +848,29 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         }
     }
 
+    /// What `ask` answers when the server is not the one that gave the transaction its id.
+    static let anotherServer = "another server"
+
     /// How long a commit's fate is asked after its connection broke, before it is answered as unknown.
     static let outcomeWaitMicros: UInt64 = 5_000_000
 
-    /// What became of transaction `xid`, asked on `connection` (the serving connection, which reconnects,
-    /// or a pooled one) after the connection of server process `backend` broke. A transaction still `in progress` is a COMMIT still running on the old backend
-    /// (waiting for a synchronous standby, say) that may land after we ask: that backend is ended (a
-    /// commit already made locally stays made; one not yet made is rolled back), and the status asked
-    /// again until it is final, for at most `outcomeWaitMicros`. Never "not committed" unless the server
-    /// says so.
-    func outcome(of xid: String, on connection: any DatabaseSession, backend: Int32) -> CommitOutcome {
-        Self.outcome(of: xid, waitingMicros: Self.outcomeWaitMicros, clock: clock, ask: { () throws(StorageError) -> String? in
-            let answer = try connection.run([Statement("SELECT pg_xact_status($1::xid8)", [xid])])
+    /// What became of the ticket's transaction, asked on `connection` (the serving connection, which
+    /// reconnects, or a pooled one) after the connection of server process `backend` broke. A
+    /// transaction still `in progress` is a COMMIT still running on the old backend (waiting for a
+    /// synchronous standby, say) that may land after we ask: that backend is ended (a commit already
+    /// made locally stays made; one not yet made is rolled back), and the status asked again until it is
+    /// final, for at most `outcomeWaitMicros`. Never "not committed" unless the server says so, and only
+    /// the server that gave the id is asked: after a failover or a crash recovery the answer is unknown
+    /// (the id may be another transaction's by then, found by the simulation with three kernels).
+    func outcome(of ticket: CommitTicket, on connection: any DatabaseSession, backend: Int32) -> CommitOutcome {
+        Self.outcome(of: ticket.xid, waitingMicros: Self.outcomeWaitMicros, clock: clock, ask: { () throws(StorageError) -> String? in
+            let answer = try connection.run([Statement("SELECT pg_xact_status($1::xid8), pg_postmaster_start_time()::text", [ticket.xid])])
             if let failed = answer[0].error { throw StorageError.unavailable("pg_xact_status failed: SQLSTATE \(failed.state)") }
-            return answer[0].scalar
+            let server = answer[0].rows.first?.dropFirst().first ?? nil
+            #if SIMULATION
+            if Mutant.outcomeAcrossFailover.isOn { return answer[0].scalar }
+            #endif
+            return server == ticket.server ? answer[0].scalar : Self.anotherServer
         }, endBackend: {
             guard backend > 0 else { return }
             _ = try? connection.run([Statement("SELECT pg_terminate_backend($1::int)", [String(backend)])])
@@ -854,7 +878,8 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     }
 
     /// The rule of `outcome(of:on:backend:)`, apart from the database: `ask` answers `pg_xact_status`
-    /// (`committed`, `aborted`, `in progress`, or nil when the server no longer knows), or throws when it
+    /// (`committed`, `aborted`, `in progress`, or nil when the server no longer knows; `anotherServer`
+    /// when the server is not the one that gave the id), or throws when it
     /// cannot be reached; `endBackend` ends the old server process once.
     static func outcome(of xid: String, waitingMicros: UInt64, clock: Clock = SystemClock(), ask: () throws(StorageError) -> String?,
                         endBackend: () -> Void, pause: ((UInt32) -> Void)? = nil) -> CommitOutcome {
@@ -873,6 +898,9 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             switch status {
             case "committed": return .committed
             case "aborted": return .notCommitted
+            case anotherServer:
+                // Its records may be gone with the old server, and its id another transaction's now.
+                return .unknown("the server restarted or a standby took over since transaction \(xid) was sent")
             case "in progress":
                 if !ended {
                     ended = true

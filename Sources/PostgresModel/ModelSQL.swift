@@ -122,19 +122,19 @@ struct ModelSQL {
             return Self.ok
         }
         if sql == "SELECT pg_backend_pid()" { return [[String(pid)]] }
-        if sql == "SELECT pg_current_xact_id()::text" {
+        if sql == "SELECT pg_current_xact_id()::text, pg_postmaster_start_time()::text" {
             if tx(s).xid == nil {
                 s.nextXID += 1
                 s.sessions[pid]!.tx!.xid = s.nextXID
             }
-            return [[String(tx(s).xid!)]]
+            return [[String(tx(s).xid!), String(s.incarnation)]]
         }
-        if sql == "SELECT pg_xact_status($1::xid8)" {
+        if sql == "SELECT pg_xact_status($1::xid8), pg_postmaster_start_time()::text" {
             guard let xid = Int64(p(1)) else { throw SQLError("22P02", "invalid xid8") }
-            if s.unknownXIDs.contains(xid) { throw SQLError("22023", "transaction ID \(xid) is in the future") }
-            if let made = s.finished[xid] { return [[made ? "committed" : "aborted"]] }
+            if xid > s.nextXID { throw SQLError("22023", "transaction ID \(xid) is in the future") }
             let live = s.sessions.values.contains { $0.tx?.xid == xid }
-            return [[live ? "in progress" : (xid <= s.nextXID ? "aborted" : nil)]]
+            let status = s.finished[xid].map { $0 ? "committed" : "aborted" } ?? (live ? "in progress" : "aborted")
+            return [[status, String(s.incarnation)]]
         }
         if sql == "SELECT pg_terminate_backend($1::int)" {
             guard let other = Int32(p(1)) else { throw SQLError("22P02", "invalid pid") }

@@ -58,13 +58,13 @@ public final class ModelServer: Database, @unchecked Sendable {
         public internal(set) var generation: UInt64 = 0
         /// An armed cut: the connection that next runs a statement breaks after this many more, and
         /// whether its backend goes on (orphaned) or ends at once.
-        var cut: (after: Int, orphan: Bool)?
+        var cut: (after: Int, orphan: Bool, failover: UInt64?)?
         /// When a notification sent now arrives (`notifyDelayMicros`), never before the one sent before it.
         var notifyAt: (_ after: UInt64?) -> UInt64 = { $0 ?? 0 }
         /// Until when (µs) no connection is accepted: a standby being promoted (`failOver`).
         var downUntil: UInt64 = 0
-        /// Transactions open when the primary failed: the standby that took over never knew them.
-        var unknownXIDs: Set<Int64> = []
+        /// The server process's incarnation (`pg_postmaster_start_time()`): another once a standby took over.
+        var incarnation = 1
     }
 
     let state = Locked(State())
@@ -163,18 +163,20 @@ public final class ModelServer: Database, @unchecked Sendable {
     }
 
     /// The primary fails and a synchronous standby takes over after `downMicros`: every connection
-    /// breaks, transactions not committed are gone (`pg_xact_status` fails for them: the standby's ids
-    /// have not reached theirs) and notifications not yet delivered are lost with their listeners'
-    /// sessions; every commit stays made, and `pg_xact_status` still answers for it. Until then,
-    /// connecting fails.
+    /// breaks, transactions not committed are gone and notifications not yet delivered are lost with
+    /// their listeners' sessions; every commit stays made, and `pg_xact_status` still answers for it.
+    /// The standby never saw the ids of the transactions that were open: its next id is the one after
+    /// the last it saw finish, so `pg_xact_status` fails for theirs as "in the future" until new
+    /// transactions are given the same ids again (and then answers for those). Until then, connecting
+    /// fails.
     public func failOver(downMicros: UInt64) {
         let t = now()
         state.withLock { s in
             let open = s.sessions.values.compactMap { $0.tx?.xid }
             for pid in Array(s.sessions.keys) { Self.terminate(&s, pid) }
-            // The standby never saw the transactions open at the failure: to it their ids are in the future.
             for xid in open { s.finished[xid] = nil }
-            s.unknownXIDs.formUnion(open)
+            s.nextXID = s.finished.keys.max() ?? s.nextXID
+            s.incarnation += 1
             s.cut = nil
             s.downUntil = t + downMicros
         }
@@ -185,20 +187,29 @@ public final class ModelServer: Database, @unchecked Sendable {
     /// have run (0: before the next). With `orphan`, its backend does not notice and keeps its
     /// transaction open, locks and all, until terminated; else it rolls back at once. A COMMIT that ran
     /// before the break stays made, though its client never hears so.
-    public func armCut(after statements: Int, orphan: Bool) {
-        state.withLock { $0.cut = (statements, orphan) }
+    /// `statements` -1 breaks it just before the next `COMMIT` runs (after the transaction's id was
+    /// given). With `failover`, the primary fails at that point instead (`failOver(downMicros:)`), between two
+    /// statements of one pipeline: after a commit's id was given and before its COMMIT ran, say.
+    public func armCut(after statements: Int, orphan: Bool, failover: UInt64? = nil) {
+        state.withLock { $0.cut = (statements, orphan, failover) }
     }
 
-    /// Whether a session's client side must break now (an armed cut counted down to it).
-    func cutNow() -> (Bool, orphan: Bool) {
+    /// Whether a session's client side must break now (an armed cut counted down to it), and whether
+    /// the primary fails over with it (after how long down).
+    func cutNow(before sql: String) -> (Bool, orphan: Bool, failover: UInt64?) {
         state.withLock { s in
-            guard let cut = s.cut else { return (false, false) }
+            guard let cut = s.cut else { return (false, false, nil) }
+            if cut.after < 0 {
+                guard sql == "COMMIT" else { return (false, false, nil) }
+                s.cut = nil
+                return (true, cut.orphan, cut.failover)
+            }
             if cut.after == 0 {
                 s.cut = nil
-                return (true, cut.orphan)
+                return (true, cut.orphan, cut.failover)
             }
-            s.cut = (cut.after - 1, cut.orphan)
-            return (false, false)
+            s.cut = (cut.after - 1, cut.orphan, cut.failover)
+            return (false, false, nil)
         }
     }
 

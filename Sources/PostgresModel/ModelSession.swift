@@ -66,9 +66,10 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
         var results: [StatementResult] = []
         var aborted = false
         for statement in statements {
-            let (armed, orphan) = server.cutNow()
+            let (armed, orphan, failover) = server.cutNow(before: statement.sql)
             if armed {
                 received = results
+                if let failover { server.failOver(downMicros: failover) }
                 try fail("cut (network failure)", orphan: orphan)
             }
             if cut { received = results; try fail("cut") }
@@ -182,7 +183,7 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
 
     func notifications(timeoutMilliseconds: Int32) throws(StorageError) -> [(pid: Int32, payload: String)] {
         try reconnectIfBroken()
-        if cut || server.cutNow().0 { try fail("cut", orphan: false) }
+        if cut || server.cutNow(before: "").0 { try fail("cut", orphan: false) }
         server.deliverArrived(pid)
         let out = server.state.withLock { s -> [(pid: Int32, payload: String)] in
             defer { s.sessions[pid]?.inbox.removeAll() }

@@ -25,11 +25,18 @@ final class SimulatedClock: Clock {
         }
     }
 
-    /// A pause costs no real time: the simulated time moves on.
+    /// Spends a pause of a kernel thread in other steps of the simulation (set by it): while a kernel
+    /// waits to retry, other kernels and clients go on, as they would.
+    nonisolated(unsafe) var onPause: ((UInt64) -> Void)?
+
+    /// A pause costs no real time: the simulated time moves on (through other steps, with `onPause`).
     func pause(micros: UInt64) {
+        let until = state.withLock { $0.monotonic } + micros
+        onPause?(micros)
         state.withLock { s in
-            s.wall += Int64(micros / 1000)
-            s.monotonic += micros
+            guard s.monotonic < until else { return }
+            s.wall += Int64((until - s.monotonic) / 1000)
+            s.monotonic = until
         }
     }
 

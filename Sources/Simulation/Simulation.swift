@@ -213,6 +213,8 @@ final class Simulation {
     /// Runs the seed; the failure found, if any, is in `failure`.
     func run() {
         let this = SimulationRef(self)
+        clock.onPause = { micros in this.simulation.park(until: { false }, timeoutMicros: micros) }
+        defer { clock.onPause = nil }
         TraceLog.sink.withLock { $0 = { line in this.simulation.note(line) } }
         Waiting.install(SimulatedWaiter(this))
         defer {
@@ -275,11 +277,19 @@ final class Simulation {
             note("listener polls")
             nodes[n].kernel.postgres?.pollListener()
         case "cut":
-            let after = dice.below(8), orphan = dice.below(2) == 0
+            var after = dice.below(8), orphan = dice.below(2) == 0
+            // Now and then the primary fails over there, in the middle of a pipeline, or just before a
+            // COMMIT whose transaction id the kernel has (its standby never knew the transaction).
+            let failover = dice.below(6) == 0 ? UInt64(dice.below(3_000_000)) : nil
+            if failover != nil && dice.below(2) == 0 { after = -1 }
             faultCount += 1
-            note("network failure armed: after \(after) statements\(orphan ? ", the backend not noticing" : "")")
-            digest.update(data: Array("cut \(after) \(orphan)\n".utf8))
-            server?.armCut(after: after, orphan: orphan)
+            if let failover {
+                note("failover armed: \(after < 0 ? "before the next COMMIT" : "after \(after) statements"), the standby accepting connections after \(failover / 1000) ms")
+            } else {
+                note("network failure armed: after \(after) statements\(orphan ? ", the backend not noticing" : "")")
+            }
+            digest.update(data: Array("cut \(after) \(orphan) \(failover.map(String.init) ?? "")\n".utf8))
+            server?.armCut(after: after, orphan: orphan, failover: failover)
         case "failover":
             let down = UInt64(dice.below(3_000_000))
             faultCount += 1
@@ -547,7 +557,10 @@ final class Simulation {
         }
         let logger = Logger(label: "simulation")
         // A kernel whose connection to PostgreSQL fails while it starts exits, and is started again (as
-        // its supervisor would); the data dir's kernel must start every time.
+        // its supervisor would); the data dir's kernel must start every time. Its streams wait meanwhile
+        // (it may pause to retry, which other kernels' steps fill).
+        nodes[n].serving = true
+        defer { nodes[n].serving = false }
         for attempt in 1... {
             do {
                 // Each process draws afresh (the same draws again would make the same session ids again).

@@ -18,7 +18,7 @@ struct Sim: ParsableCommand {
     @Option(help: "The first of --seeds.") var from: UInt64 = 1
     @Option(help: "Run seeds until this many minutes have passed.") var minutes: Double?
     @Option(help: "Steps (client sends, reads, batch ends, jobs, faults) a seed takes.") var steps = 400
-    @Option(help: "Kernels sharing the store: 1 to 3 on the model of PostgreSQL, 1 on a data dir.") var kernels = 1
+    @Option(help: "Kernels sharing the store: 1 to 3 on the model of PostgreSQL, 1 on a data dir; with --mutant, as many as the defect needs unless given.") var kernels = 1
     @Option(help: "data-dir, or postgres-model (the kernel on the model of PostgreSQL, Sources/PostgresModel); with --mutant, the store the defect lives on unless given.")
     var store: String?
     @Option(help: "Run every Nth seed twice and fail when the two digests differ (0: never).") var replayEvery = 0
@@ -38,6 +38,7 @@ struct Sim: ParsableCommand {
 
     func run() throws {
         var onPostgres = store == "postgres-model"
+        var kernels = self.kernels
         if mutants || mutant != nil {
             #if SIMULATION
             if mutants {
@@ -47,6 +48,7 @@ struct Sim: ParsableCommand {
             guard let m = Mutant(rawValue: mutant!) else { throw ValidationError("no mutant \(mutant!) (--mutants lists them)") }
             Mutant.activate(m)
             onPostgres = (store ?? m.store) == "postgres-model"
+            if kernels == 1 && onPostgres { kernels = m.kernels }
             #else
             throw ValidationError("this build has no mutants: they are compiled into debug builds only")
             #endif

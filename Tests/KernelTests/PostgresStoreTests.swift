@@ -82,6 +82,9 @@ import Threads
             Issue.record("a status the server cannot give must be unknown")
             return
         }
+        // #54 item 4: asked of another server (a standby that took over, a server that recovered from a
+        // crash), the id may be another transaction's: unknown, whatever it would say.
+        guard case .unknown = run([PostgresStore.anotherServer]).0 else { Issue.record("another server's answer must be unknown"); return }
         // And said as such on the wire: -32050 with its own reason, never "nothing was applied".
         let wire = RPCError.from(StorageError.outcomeUnknown("cut"))
         #expect(wire.code == .storageUnavailable && wire.reason == "outcome_unknown" && wire.message.contains("may have been applied"))

@@ -16,9 +16,9 @@ public enum TestPostgres {
     /// Runs `scripts/pg-server COMMAND DIR` and returns what it printed. Through system(3): Foundation's
     /// Process waits forever here once the script has left a server running.
     @discardableResult
-    static func pgServer(_ command: String, _ dir: String, _ sql: String? = nil) -> String {
+    static func pgServer(_ command: String, _ dir: String, _ sql: String? = nil, arguments: [String] = []) -> String {
         let out = dir + ".out"
-        let quoted = sql.map { " '" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" } ?? ""
+        let quoted = (arguments + (sql.map { [$0] } ?? [])).map { " '" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined()
         let status = system("'\(root.path)/scripts/pg-server' \(command) '\(dir)'\(quoted) > '\(out)'")
         precondition(status == 0, "scripts/pg-server \(command) failed")
         defer { unlink(out) }
@@ -36,6 +36,15 @@ public enum TestPostgres {
             url = TestPostgres.pgServer("start", dir)
         }
 
+        /// A streaming replica of `primary`, its synchronous standby (every commit from now on waits
+        /// until the standby has it).
+        public init(standbyOf primary: Private) {
+            dir = "/tmp/hk-pg-private-\(getpid())-\(UUID().uuidString.prefix(8))"
+            url = TestPostgres.pgServer("standby", dir, arguments: [primary.dir])
+        }
+
+        /// The standby becomes a primary.
+        public func promote() { TestPostgres.pgServer("promote", dir) }
         public func halt() { TestPostgres.pgServer("halt", dir) }
         public func resume() { TestPostgres.pgServer("resume", dir) }
         public func stop() { TestPostgres.pgServer("stop", dir) }
