@@ -31,9 +31,11 @@ public enum TestPostgres {
         public let dir: String
         public let url: String
 
-        public init() {
+        /// With `tls`, it also listens on localhost with TLS (`scripts/pg-server start-tls`): `url` is then
+        /// its TCP URL, and `dir/tls/ca.crt` the CA that signed its certificate.
+        public init(tls: Bool = false) {
             dir = "/tmp/hk-pg-private-\(getpid())-\(UUID().uuidString.prefix(8))"
-            url = TestPostgres.pgServer("start", dir)
+            url = TestPostgres.pgServer(tls ? "start-tls" : "start", dir)
         }
 
         /// A streaming replica of `primary`, its synchronous standby (every commit from now on waits
