@@ -15,7 +15,8 @@
     X(PQexec) X(PQexitPipelineMode) X(PQfinish) X(PQfreemem) X(PQgetResult) X(PQgetisnull) X(PQgetvalue) X(PQhost) \
     X(PQnfields) X(PQnotifies) X(PQntuples) X(PQpipelineSync) X(PQport) X(PQputCopyData) X(PQputCopyEnd) \
     X(PQresultErrorField) X(PQresultErrorMessage) X(PQresultStatus) X(PQsendFlushRequest) X(PQsendPrepare) \
-    X(PQsendQueryParams) X(PQsendQueryPrepared) X(PQsetNoticeProcessor) X(PQsocket) X(PQstatus)
+    X(PQsendQueryParams) X(PQsendQueryPrepared) X(PQsetNoticeProcessor) X(PQsocket) X(PQstatus) \
+    X(PQtransactionStatus)
 
 static struct {
 #define HK_FIELD(name) __typeof__(&name) name;
@@ -88,3 +89,4 @@ R(int, PQsendQueryPrepared, (PGconn *c, const char *s, int n, const char *const 
 R(PQnoticeProcessor, PQsetNoticeProcessor, (PGconn *c, PQnoticeProcessor p, void *a), (c, p, a))
 R(int, PQsocket, (const PGconn *c), (c))
 R(ConnStatusType, PQstatus, (const PGconn *c), (c))
+R(PGTransactionStatusType, PQtransactionStatus, (const PGconn *c), (c))

@@ -18,6 +18,10 @@ public struct KernelConfig: Sendable, Equatable {
     public var storeSchema = "healthkernel"
     /// How long start-up retries an unreachable PostgreSQL.
     public var storeConnectTimeoutSeconds = 30
+    /// `storeURL` is a transaction-mode pooler (`store.pooler`).
+    public var storePooler = false
+    /// A direct URL for change notifications when `storeURL` is a pooler (`store.listenUrl`).
+    public var storeListenURL: String?
     /// Durability of acknowledged writes.
     public var fsync: FsyncMode = .standard
     /// Longest request line accepted, in bytes.

@@ -60,6 +60,8 @@ public final class Kernel {
             var options = PostgresOptions(url: url)
             options.schema = config.storeSchema
             options.connectTimeoutSeconds = config.storeConnectTimeoutSeconds
+            options.pooler = config.storePooler
+            options.listenURL = config.storeListenURL
             options.tombstonesPerUser = Int(config.limits.tombstonesPerUser)
             options.database = database
             options.bigUnit = config.bigUnitEntries

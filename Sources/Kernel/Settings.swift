@@ -187,6 +187,12 @@ extension Setting {
               check: { s in !s.isEmpty && s.utf8.count <= 63 && !s.hasPrefix("pg_") ? nil : "must be 1 to 63 bytes and not start with pg_" }) {
             $0.storeSchema = $1
         },
+        .boolean("store.pooler", default: "false", environment: "HEALTHKERNEL_STORE_POOLER", flag: nil,
+                 "store.url is a transaction-mode pooler (PgBouncer, Supavisor): keep nothing in database sessions.") { $0.storePooler = $1 },
+        .text("store.listenUrl", default: "none", environment: "HEALTHKERNEL_STORE_LISTEN_URL", flag: nil,
+              "With store.pooler, a direct PostgreSQL URL (not through the pooler) to hear other kernels' changes on (LISTEN); without it, events carry this kernel's changes only.") { config, url in
+            if !url.isEmpty { config.storeListenURL = url }
+        },
         .integer("store.connectTimeoutSeconds", 0...3600, default: "30", environment: nil, flag: nil,
                  "How long start-up retries an unreachable PostgreSQL.") { $0.storeConnectTimeoutSeconds = $1 },
         .choice("store.fsync", FsyncMode.self, default: .standard, environment: "HEALTHKERNEL_FSYNC", flag: "fsync",

@@ -32,10 +32,12 @@ public protocol Database: Sendable {
 /// A PostgreSQL server reached through libpq at `url`.
 public struct LibPQDatabase: Database {
     public let url: String
+    /// Through a transaction-mode pooler (`DatabaseConnection.pooled`).
+    public let pooled: Bool
 
-    public init(url: String) { self.url = url }
+    public init(url: String, pooled: Bool = false) { (self.url, self.pooled) = (url, pooled) }
 
     public func connect(setup: [Statement], log: @escaping @Sendable (String) -> Void) throws(StorageError) -> any DatabaseSession {
-        try DatabaseConnection(url: url, setup: setup, log: log)
+        try DatabaseConnection(url: url, setup: setup, log: log, pooled: pooled)
     }
 }

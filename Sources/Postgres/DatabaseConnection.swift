@@ -44,6 +44,15 @@ public final class DatabaseConnection: DatabaseSession, @unchecked Sendable {
     let url: String
     /// Session settings run after every connect (the search path), so a reconnect restores them.
     private let setup: [Statement]
+    /// Through a transaction-mode pooler (PgBouncer, Supavisor): each transaction may run on another
+    /// server connection, so nothing may live in the session. No statement is prepared by name (they go
+    /// unnamed: parsed each time), and the settings of `setup` are made `SET LOCAL` at the start of every
+    /// transaction: after the `BEGIN` that opens one, or in a `BEGIN ... COMMIT` put around a pipeline
+    /// that runs outside any (its results are the pipeline's own).
+    public let pooled: Bool
+    private let localSetup: [Statement]
+    /// Whether the last pipeline left a transaction open (the next one runs in it).
+    private var inTransaction = false
     /// Whether the connection was found broken: the next `run` reconnects first.
     public private(set) var broken = false
     /// The results a failed `run` received before the connection broke.
@@ -55,12 +64,14 @@ public final class DatabaseConnection: DatabaseSession, @unchecked Sendable {
 
     /// Connects to `url` and runs `setup`; throws `unavailable` when it cannot (libpq's message, never
     /// the password, goes to `log`).
-    public init(url: String, setup: [Statement] = [], log: @escaping @Sendable (String) -> Void = { _ in }) throws(StorageError) {
+    public init(url: String, setup: [Statement] = [], log: @escaping @Sendable (String) -> Void = { _ in }, pooled: Bool = false) throws(StorageError) {
         // libpq is opened on first use (CLibPQ's loader): a machine without it gets this, not a crash.
         var error: UnsafePointer<CChar>?
         guard hk_pq_load(&error) != 0 else { throw StorageError.unavailable(error.map { String(cString: $0) } ?? "libpq cannot be opened") }
         self.url = url
         self.setup = setup
+        self.pooled = pooled
+        localSetup = setup.map { Statement($0.sql.hasPrefix("SET ") ? "SET LOCAL " + $0.sql.dropFirst(4) : $0.sql, $0.params) }
         self.log = log
         try connect()
     }
@@ -87,7 +98,8 @@ public final class DatabaseConnection: DatabaseSession, @unchecked Sendable {
             throw StorageError.unavailable("the PostgreSQL connection refused pipeline mode")
         }
         broken = false
-        guard !setup.isEmpty else { return }
+        inTransaction = false
+        guard !setup.isEmpty, !pooled else { return }
         if let failed = try run(setup).first(where: { $0.error != nil })?.error {
             broken = true
             log("setting up the PostgreSQL session failed: \(failed.message)")
@@ -193,6 +205,26 @@ public final class DatabaseConnection: DatabaseSession, @unchecked Sendable {
     public func run(_ statements: [Statement]) throws(StorageError) -> [StatementResult] {
         if broken || conn == nil { try connect() }
         guard !statements.isEmpty else { return [] }
+        guard pooled, !inTransaction, !localSetup.isEmpty else { return try runPipeline(statements) }
+        // The transaction's settings go first in it; the results and what was received before a break
+        // are the caller's statements' only.
+        let opens = statements[0].sql == "BEGIN"
+        let sent = opens ? [statements[0]] + localSetup + statements.dropFirst() : [Statement("BEGIN")] + localSetup + statements + [Statement("COMMIT")]
+        let added = opens ? Set(1...localSetup.count) : Set(0...localSetup.count).union([sent.count - 1])
+        let ours = { (results: [StatementResult]) in results.enumerated().filter { !added.contains($0.offset) }.map(\.element) }
+        let results: [StatementResult]
+        do {
+            results = try runPipeline(sent)
+        } catch {
+            received = ours(received)
+            throw error
+        }
+        // A statement that failed in the transaction put around the pipeline left it aborted.
+        if !opens && inTransaction { _ = try? runPipeline([Statement("ROLLBACK")]) }
+        return ours(results)
+    }
+
+    private func runPipeline(_ statements: [Statement]) throws(StorageError) -> [StatementResult] {
         // Parameters go as C strings, and PostgreSQL's text holds no NUL: a value with one would be cut
         // there (two keys becoming one, a user id landing in another's partition). No method can write
         // one; refused here before anything is sent, whatever the caller.
@@ -207,7 +239,7 @@ public final class DatabaseConnection: DatabaseSession, @unchecked Sendable {
         for statement in statements {
             var name = prepared[statement.sql]
             var prepare = false
-            if name == nil, !statement.params.isEmpty, prepared.count < Self.maxPrepared {
+            if name == nil, !pooled, !statement.params.isEmpty, prepared.count < Self.maxPrepared {
                 // A statement with parameters is parsed and planned once per connection, not per run. Names
                 // are never reused on a connection: one forgotten below may still exist on the server.
                 preparedNames += 1
@@ -289,6 +321,8 @@ public final class DatabaseConnection: DatabaseSession, @unchecked Sendable {
             received = results
             return try fail()
         }
+        let transaction = PQtransactionStatus(conn)
+        inTransaction = transaction == PQTRANS_INTRANS || transaction == PQTRANS_INERROR
         return results
     }
 

@@ -23,11 +23,23 @@ public struct PostgresOptions: Sendable {
     public var bigUnit = Transaction.bigUnit
     /// Where connections come from: libpq at `url` unless given (the simulation's model of the server).
     public var database: (any Database)?
+    /// `url` is a transaction-mode pooler (PgBouncer, Supavisor, RDS Proxy): nothing is kept in a
+    /// session (`DatabaseConnection.pooled`), and change notifications are heard on `listenURL`.
+    public var pooler = false
+    /// A direct connection (not through the pooler) for `LISTEN`: without one, a kernel behind a pooler
+    /// hears no other kernel's changes, and `events.subscribe` streams get this kernel's own only.
+    public var listenURL: String?
 
     public init(url: String) { self.url = url }
 
     /// The database sessions are opened on.
-    var server: any Database { database ?? LibPQDatabase(url: url) }
+    var server: any Database { database ?? LibPQDatabase(url: url, pooled: pooler) }
+    /// Where the change listener connects, if anywhere.
+    var listenServer: (any Database)? {
+        if let database { return database }
+        if let listenURL { return LibPQDatabase(url: listenURL) }
+        return pooler ? nil : LibPQDatabase(url: url)
+    }
 }
 
 /// Storage on PostgreSQL: the system of record when several kernels serve one user base.
@@ -105,9 +117,9 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         didSet {
             guard collectsChanges != oldValue else { return }
             if collectsChanges {
-                listener.start()
+                listener?.start()
             } else {
-                listener.stop()
+                listener?.stop()
                 (ownUnheard, ownUnheardCount, handedThrough) = ([:], 0, [:])
             }
         }
@@ -122,7 +134,8 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// Per user, the greatest feed position handed over while collecting (`handOver`).
     private var handedThrough: [String: UInt64] = [:]
     /// Hears every kernel's commits while some host subscribed.
-    let listener: ChangeListener
+    /// nil behind a transaction pooler without `listenURL`: no other kernel's changes are heard.
+    let listener: ChangeListener?
     /// What this kernel's announcements carry as their origin: `k` and 16 random hex digits, drawn at
     /// start. Server process ids cannot serve: a process of another kernel may get the number of one
     /// of ours that ended, and its announcements would be taken for ours and never read. A random id
@@ -136,8 +149,11 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     static let unheardLimit = 100_000
     /// Called on another thread when other kernels' changes arrive, to wake the serving thread.
     public var onRemoteChanges: @Sendable () -> Void {
-        get { listener.onArrival }
-        set { listener.onArrival = newValue }
+        get {
+            guard let listener else { return {} }
+            return listener.onArrival
+        }
+        set { listener?.onArrival = newValue }
     }
     /// The schema, quoted for SQL.
     let schema: String
@@ -145,12 +161,12 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// gives its executor) jobs of `executor` and `pollListener()`.
     public func runOff(on executor: any Executor) {
         detached.threads = executor
-        listener.ownThread = false
+        listener?.ownThread = false
     }
 
     /// One round of the change listener, when it has no thread (`runOff(on:)`); what it hears is taken
     /// by the next `takeCommittedChanges`.
-    public func pollListener() { listener.poll(timeoutMilliseconds: 0) }
+    public func pollListener() { listener?.poll(timeoutMilliseconds: 0) }
     /// Seeds the user locks' hash with the schema: advisory locks are per database, and deployments in
     /// other schemas of it must not wait for each other's users.
     let lockSeed: Int64
@@ -192,9 +208,10 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         var channel = "hk_"
         for c in options.schema where channel.utf8.count + c.utf8.count <= 63 { channel.append(c) }
         self.channel = channel
-        listener = ChangeListener(database: options.server, setup: Self.session(Schema.quote(options.schema)), channel: channel,
-                                  log: { log($0) })
-        try Self.refuseTransactionPooler(main)
+        listener = options.listenServer.map {
+            ChangeListener(database: $0, setup: Self.session(Schema.quote(options.schema)), channel: channel, log: { log($0) })
+        }
+        if !options.pooler { try Self.refuseTransactionPooler(main) }
         do {
             migration = try Schema.migrate(main, schema: options.schema)
         } catch {
@@ -440,7 +457,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         let backend = main.backendPID
         // Still the epoch the batch's statements ran in: else its announcements may be lost with the
         // listener's connection that ended.
-        let epoch = listener.epoch == batchEpoch ? batchEpoch : nil
+        let epoch = listener?.epoch == batchEpoch ? batchEpoch : nil
         do {
             let results = try main.run(statements)
             made = results.contains { $0.error != nil } ? .notCommitted : .committed
@@ -555,7 +572,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// changes no announcement will bring (the listener was down at their commit, or has reconnected
     /// since, or they waited `unheardWaitMicros`) go at once, after the heard ones.
     public func takeCommittedChanges() -> [CommittedChange] {
-        let heard = listener.inbox.takeAll(wait: false)
+        let heard = listener?.inbox.takeAll(wait: false) ?? []
         var out = committedChanges
         committedChanges.removeAll(keepingCapacity: true)
         // Own changes that stopped waiting go first, so that nothing heard in this call, which may come
@@ -599,7 +616,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             let from = a.last >= a.count ? a.last - a.count : 0
             heardFrom[a.user] = min(heardFrom[a.user] ?? from, from)
         }
-        let epoch = listener.epoch, now = clock.monotonicMicros(), crowded = ownUnheardCount > Self.unheardLimit
+        let epoch = listener?.epoch, now = clock.monotonicMicros(), crowded = ownUnheardCount > Self.unheardLimit
         var lost: [CommittedChange] = []
         for (user, waiting) in ownUnheard {
             let gone = waiting.prefix { crowded || $0.epoch != epoch || now - $0.at > Self.unheardWaitMicros }
@@ -663,7 +680,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             return
         }
         let results: [StatementResult]
-        let epoch = listener.epoch  // before the statements ask whether anyone listens
+        let epoch = listener?.epoch  // before the statements ask whether anyone listens
         do {
             results = try main.run(opening + statements)
         } catch {
@@ -778,7 +795,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         let opening = scope(plan.users)
         let results: [StatementResult]
         let backend = main.backendPID
-        let epoch = listener.epoch  // before COMMIT sends the announcements
+        let epoch = listener?.epoch  // before COMMIT sends the announcements
         do {
             results = try main.run(opening + statements)
         } catch {
@@ -872,7 +889,9 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             #endif
             return server == ticket.server ? answer[0].scalar : Self.anotherServer
         }, endBackend: {
-            guard backend > 0 else { return }
+            // Behind a pooler the process id is the pooler's to give, not the server's: nothing is ended,
+            // and a commit still in progress when the wait is over is unknown.
+            guard backend > 0, !options.pooler else { return }
             _ = try? connection.run([Statement("SELECT pg_terminate_backend($1::int)", [String(backend)])])
         })
     }
@@ -979,7 +998,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// Closes the connections.
     public func shutdown() {
         _ = applyBacklog(budgetMicros: .max)  // detached commits finish first
-        listener.stop(wait: true)
+        listener?.stop(wait: true)
         endRequest()
         commitBatch()
         pool.withLock { $0.removeAll() }
@@ -998,7 +1017,8 @@ public enum PostgresOpenError: Error, CustomStringConvertible {
         case .schema(let e): return e.description
         case .pooler:
             return "the connection goes through a transaction-mode pooler (consecutive statements ran on different server "
-                + "connections): use a direct connection or a session-mode pooler"
+                + "connections): set store.pooler to true (and store.listenUrl to a direct URL, for other kernels' events), "
+                + "or use a direct connection or a session-mode pooler"
         }
     }
 }

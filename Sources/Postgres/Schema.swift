@@ -99,29 +99,30 @@ enum Schema {
     /// this binary (`newer`), or when a statement fails.
     static func migrate(_ connection: any DatabaseSession, schema: String) throws(MigrationError) -> (from: Int, to: Int) {
         let q = quote(schema)
-        // A fixed lock id: migrations of every kernel on this database take turns.
-        let lock = "SELECT pg_advisory_lock(7230450331)"
-        let unlock = "SELECT pg_advisory_unlock(7230450331)"
+        // A fixed lock id: migrations of every kernel on this database take turns. The lock is the
+        // transaction's, so that nothing outlives it in the session (a transaction-mode pooler hands the
+        // next transaction to another server connection).
+        var committed = false
+        defer { if !committed { _ = try? connection.run([Statement("ROLLBACK")]) } }
         do {
-            try check(connection.run([Statement(lock)]))
-            defer { _ = try? connection.run([Statement(unlock)]) }
             try check(connection.run([
+                Statement("BEGIN"),
+                Statement("SELECT pg_advisory_xact_lock(7230450331)"),
                 Statement("CREATE SCHEMA IF NOT EXISTS \(q)"),
                 Statement("CREATE TABLE IF NOT EXISTS \(q).schema_version (version int NOT NULL)"),
                 Statement("ALTER TABLE \(q).schema_version ENABLE ROW LEVEL SECURITY"),
             ]))
             let current = Int(try check(connection.run([Statement("SELECT max(version) FROM \(q).schema_version")]))[0].scalar ?? "0") ?? 0
             if current > version { throw MigrationError.newer(database: current, binary: version) }
-            if current == version { return (current, current) }
-            var statements = [Statement("BEGIN"), Statement("SET LOCAL search_path TO \(q)")]
-            for migration in migrations[current...] { statements += migration.map { Statement($0) } }
-            statements.append(Statement("INSERT INTO schema_version VALUES (\(version))"))
+            var statements = [Statement("SET LOCAL search_path TO \(q)")]
+            if current < version {
+                for migration in migrations[current...] { statements += migration.map { Statement($0) } }
+                statements.append(Statement("INSERT INTO schema_version VALUES (\(version))"))
+            }
             statements.append(Statement("COMMIT"))
             let results = try connection.run(statements)
-            if let failed = results.first(where: { $0.error != nil }) {
-                _ = try? connection.run([Statement("ROLLBACK")])
-                throw MigrationError.failed(failed.error!.message)
-            }
+            if let failed = results.first(where: { $0.error != nil }) { throw MigrationError.failed(failed.error!.message) }
+            committed = true
             return (current, version)
         } catch let error as StorageError {
             throw MigrationError.failed(error.description)

@@ -142,16 +142,9 @@ struct ModelSQL {
             if known { ModelServer.terminate(&s, other) }
             return [[known ? "t" : "f"]]
         }
-        if sql == "SELECT pg_advisory_lock(7230450331)" {
-            _ = try advisory(&s, "7230450331", session: true)
+        if sql == "SELECT pg_advisory_xact_lock(7230450331)" {
+            _ = try advisory(&s, "7230450331")
             return [[""]]
-        }
-        if sql == "SELECT pg_advisory_unlock(7230450331)" {
-            guard let n = s.sessions[pid]!.sessionLocks["7230450331"] else { return [["f"]] }
-            s.sessions[pid]!.sessionLocks["7230450331"] = n > 1 ? n - 1 : nil
-            if n == 1 { s.advisory["7230450331"] = nil }
-            s.generation += 1
-            return [["t"]]
         }
         if let rest = Self.after(sql, "SELECT pg_advisory_xact_lock(hashtextextended($1, ") {
             _ = try advisory(&s, rest + "/" + p(1))

@@ -140,7 +140,7 @@ import Threads
         defer { a.shutdown(); b.shutdown() }
         let syncedA = a.table("test.synced", of: Due.self, entity: Entity("due")), syncedB = b.table("test.synced", of: Due.self, entity: Entity("due"))
         a.collectsChanges = true  // listening once this returns
-        a.listener.holdForTest.set(true)
+        a.listener!.holdForTest.set(true)
         for (store, table, key) in [(a, syncedA, "a1"), (b, syncedB, "b1"), (a, syncedA, "a2"), (b, syncedB, "b2")] {
             var t = Transaction()
             t.put(table, user: "u", key: key, Due(at: key))
@@ -148,7 +148,7 @@ import Threads
         }
         var got = a.takeCommittedChanges().map { "\($0.entry.position) \($0.entry.id)" }
         #expect(got == ["1 a1"], "nothing heard yet: the first change starts the feed, the next waits for its place")
-        a.listener.holdForTest.set(false)
+        a.listener!.holdForTest.set(false)
         for _ in 0..<1000 where got.count < 4 {
             got += a.takeCommittedChanges().map { "\($0.entry.position) \($0.entry.id)" }
             if got.count < 4 { usleep(10_000) }
@@ -172,25 +172,25 @@ import Threads
             t.put(table, user: "u", key: key, Due(at: key))
             try store.commit(t)
         }
-        a.listener.ownThread = false  // polled here, so the test decides when it connects
+        a.listener!.ownThread = false  // polled here, so the test decides when it connects
         a.collectsChanges = true
         a.groupCommit = true
         try put(b, syncedB, "b1")
-        a.listener.poll(timeoutMilliseconds: 5000)  // heard, not taken yet
+        a.listener!.poll(timeoutMilliseconds: 5000)  // heard, not taken yet
         // A's listener loses its connection, and no listener is left: A's next commit announces nothing.
         let admin = try DatabaseConnection(url: TestPostgres.url)
         _ = try admin.run([Statement("SELECT pg_terminate_backend(pid) FROM \"\(schema)\".listeners"),
                            Statement("DELETE FROM \"\(schema)\".listeners")])
-        for _ in 0..<100 where a.listener.epoch != nil { a.listener.poll(timeoutMilliseconds: 100) }
-        #expect(a.listener.epoch == nil)
+        for _ in 0..<100 where a.listener!.epoch != nil { a.listener!.poll(timeoutMilliseconds: 100) }
+        #expect(a.listener!.epoch == nil)
         try put(a, syncedA, "a2")  // in A's open batch, announcing nothing
-        a.listener.poll(timeoutMilliseconds: 0)  // back, before the batch commits
-        #expect(a.listener.epoch != nil)
+        a.listener!.poll(timeoutMilliseconds: 0)  // back, before the batch commits
+        #expect(a.listener!.epoch != nil)
         #expect(a.flushBatch().failed.isEmpty)
         try put(b, syncedB, "b3")
         var got: [String] = []
         for _ in 0..<100 where got.count < 3 {
-            a.listener.poll(timeoutMilliseconds: 100)
+            a.listener!.poll(timeoutMilliseconds: 100)
             got += a.takeCommittedChanges().map { "\($0.entry.position) \($0.entry.id)" }
         }
         #expect(got == ["1 b1", "2 a2", "3 b3"])

@@ -65,6 +65,10 @@ enum StoreKind: String, CaseIterable, CustomStringConvertible, Sendable {
         config.memoryOnly = false
         config.storeURL = testDatabase == nil ? TestPostgres.url : modelURL
         config.storeSchema = TestPostgres.freshSchema()
+        if testDatabase == nil, let direct = TestPostgres.listenURL {
+            config.storePooler = true
+            config.storeListenURL = direct
+        }
     }
 }
 

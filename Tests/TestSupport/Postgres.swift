@@ -13,6 +13,10 @@ public enum TestPostgres {
         return url
     }()
 
+    /// Set when `url` is a transaction-mode pooler (the test command's PgBouncer run): the server's direct
+    /// URL, which kernels then listen on (`store.pooler`, `store.listenUrl`).
+    public static let listenURL: String? = ProcessInfo.processInfo.environment["HEALTHKERNEL_TEST_PG_LISTEN_URL"].flatMap { $0.isEmpty ? nil : $0 }
+
     /// Runs `scripts/pg-server COMMAND DIR` and returns what it printed. Through system(3): Foundation's
     /// Process waits forever here once the script has left a server running.
     @discardableResult

@@ -53,6 +53,10 @@ public func testStore<Tables>(_ register: (any Storage) -> Tables) throws -> (an
     }
     var options = PostgresOptions(url: testDatabase == nil ? TestPostgres.url : "postgres://model")
     options.database = testDatabase
+    if testDatabase == nil, let direct = TestPostgres.listenURL {
+        options.pooler = true
+        options.listenURL = direct
+    }
     options.schema = TestPostgres.freshSchema()
     let store = try PostgresStore(options: options, clock: SystemClock(), log: { _ in })
     return (store, register(store))
