@@ -451,7 +451,10 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// again whether it happened (`pg_xact_status`).
     func commitBatch() {
         guard batchOpen else { return }
-        let statements = deferred + Self.commitEnding
+        // A batch that wrote nothing (reads only) asks for no transaction id: taking one would spend an id
+        // per read batch, and ids run out (an anti-wraparound vacuum every couple of days at a thousand
+        // such batches a second). It has nothing to settle if its COMMIT is cut.
+        let statements = deferred + (batchCommits == nil ? [Statement("COMMIT")] : Self.commitEnding)
         deferred.removeAll()
         var made: CommitOutcome
         let backend = main.backendPID

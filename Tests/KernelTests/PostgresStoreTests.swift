@@ -232,6 +232,35 @@ import Threads
         #expect(holder == "u", "B saw A's claim, so it answers duplicate")
     }
 
+    /// #54 item 1 (in part): a batch of reads only ends without asking for a transaction id, so read
+    /// traffic spends none (each id spent moves the server toward an anti-wraparound vacuum); a batch
+    /// that wrote takes one, which a COMMIT cut short is settled by. On a server of the test's own, so
+    /// that nothing else spends ids meanwhile.
+    @Test func aBatchOfReadsOnlySpendsNoTransactionID() throws {
+        let server = TestPostgres.Private()
+        defer { server.stop() }
+        var options = PostgresOptions(url: server.url)
+        options.schema = "t"
+        let store = try PostgresStore(options: options, clock: SystemClock(), log: { _ in })
+        defer { store.shutdown() }
+        let table = store.table("test.due", of: Due.self, orderedBy: { $0.at })
+        store.groupCommit = true
+        let admin = try DatabaseConnection(url: server.url)
+        func next() throws -> String? { try admin.run([Statement("SELECT pg_snapshot_xmax(pg_current_snapshot())")])[0].scalar }
+        let before = try next()
+        for _ in 0..<3 {
+            _ = try table.get(user: "u", key: "k")
+            store.endRequest()
+            #expect(store.flushBatch().failed.isEmpty)
+        }
+        #expect(try next() == before, "three read batches spent no id")
+        var t = Transaction()
+        t.put(table, user: "u", key: "k", Due(at: "1"))
+        try store.commit(t)
+        #expect(store.flushBatch().failed.isEmpty)
+        #expect(try next() != before, "a batch that wrote took one")
+    }
+
     /// What identifies a kernel's own announcements: the origin in the payload, never a server process id.
     @Test func announcementsNameTheirKernel() {
         let a = ChangeAnnouncement(payload: "7 2 k0123456789abcdef a user id")
