@@ -183,21 +183,9 @@ def one_at_a_time(tmp, url, schema, proxy, count, method):
 
 
 def month(tmp, url, schema, proxy):
-    k = subprocess.Popen(kernel_args(tmp, url, schema), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    k.stdin.write(b'{"jsonrpc":"2.0","id":0,"method":"kernel.info"}\n')
-    k.stdin.flush()
-    k.stdout.readline()
-    before = proxy.count() if proxy else 0
-    start = time.perf_counter()
-    k.stdin.write(bench.health_month(1, 1).encode() + b"\n")
-    k.stdin.flush()
-    answer = json.loads(k.stdout.readline())
-    ms = (time.perf_counter() - start) * 1000
-    assert answer["result"]["accepted"]["samples"] == bench.MONTH, answer
-    trips = (proxy.count() - before) if proxy else None
-    k.stdin.close()
-    k.wait()
-    return ms, trips
+    if proxy:
+        return postgres.month_ms(kernel_args(tmp, url, schema), counter=proxy.count)
+    return postgres.month_ms(kernel_args(tmp, url, schema)), None
 
 
 def at_delay(tmp, port, delay_ms, n, users, floor):

@@ -130,20 +130,25 @@ def balances(args, tokens):
     return [json.loads(l)["result"]["xp"] for l in out.splitlines()]
 
 
-def month_ms(args):
+def month_ms(args, counter=None):
+    """Milliseconds a month of heart rate takes in one request (the kernel started first); with `counter`
+    (a function), also how much it moved during the request."""
     k = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     k.stdin.write(b'{"jsonrpc":"2.0","id":0,"method":"kernel.info"}\n')
     k.stdin.flush()
     k.stdout.readline()
+    counted = counter() if counter else 0
     start = time.perf_counter()
     k.stdin.write(bench.health_month(1, 1).encode() + b"\n")
     k.stdin.flush()
     answer = json.loads(k.stdout.readline())
     ms = (time.perf_counter() - start) * 1000
     assert answer["result"]["accepted"]["samples"] == bench.MONTH, answer
+    if counter:
+        counted = counter() - counted
     k.stdin.close()
     k.wait()
-    return ms
+    return (ms, counted) if counter else ms
 
 
 def one_run(tmp, url, n, users, r):
