@@ -593,9 +593,13 @@ public final class HealthService: @unchecked Sendable {
         mutating func recompute() throws(HealthError) -> [String] {
             var days: [CalendarDate: SummaryRow] = [:]
             var original: [CalendarDate: SummaryRow] = [:]
+            // Every touched day's stored summary in one read (on PostgreSQL one statement, not one round
+            // trip a day: a month touches 31). O(touched days).
+            let touchedDays = Set(touched.values.flatMap { $0 })
+            let stored = try storage(try tables.days.get(user: user, keys: touchedDays.map(\.description)))
             func load(_ d: CalendarDate) throws(HealthError) -> SummaryRow {
                 if let row = days[d] { return row }
-                let row = try storage(try tables.days.get(user: user, key: d.description)) ?? SummaryRow()
+                let row = stored[d.description] ?? SummaryRow()
                 original[d] = row
                 return row
             }
