@@ -56,15 +56,8 @@ public final class Kernel {
         let tables: Tables
         let builders: [(DomainConfigs, DomainContext) -> [RegisteredMethod]]
         let sharedSecret: [UInt8]?
-        if let url = config.storeURL {
-            var options = PostgresOptions(url: url)
-            options.schema = config.storeSchema
-            options.connectTimeoutSeconds = config.storeConnectTimeoutSeconds
-            options.pooler = config.storePooler
-            options.listenURL = config.storeListenURL
-            options.tombstonesPerUser = Int(config.limits.tombstonesPerUser)
+        if var options = config.postgresOptions {
             options.database = database
-            options.bigUnit = config.bigUnitEntries
             let postgres = try PostgresStore(options: options, clock: clock, random: random, log: { [logger] in logger.warning("\($0)") })
             if let executor { postgres.runOff(on: executor) }
             if postgres.migration.from != postgres.migration.to {

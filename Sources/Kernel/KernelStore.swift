@@ -1,6 +1,7 @@
 import Chrono
 import JSON
 import JSONRPC
+import DomainSupport
 import Postgres
 import Storage
 import Store
@@ -104,5 +105,20 @@ extension Storage {
             ChangeNotice(userId: $0.user, entity: $0.entry.entity, id: $0.entry.id, op: $0.entry.op.rawValue, position: $0.entry.position,
                          at: Timestamp(milliseconds: $0.entry.at).description, commit: $0.commit)
         }
+    }
+}
+
+extension KernelConfig {
+    /// How to reach PostgreSQL, from the `store` settings; nil on a data dir.
+    public var postgresOptions: PostgresOptions? {
+        guard let storeURL else { return nil }
+        var options = PostgresOptions(url: storeURL)
+        options.schema = storeSchema
+        options.connectTimeoutSeconds = storeConnectTimeoutSeconds
+        options.pooler = storePooler
+        options.listenURL = storeListenURL
+        options.tombstonesPerUser = Int(limits.tombstonesPerUser)
+        options.bigUnit = bigUnitEntries
+        return options
     }
 }

@@ -517,13 +517,10 @@ extension StoreCommand {
         func run() throws {
             let config = options.load()
             let logger = bootstrapLogging(level: config.logLevel)
-            guard let url = config.storeURL else {
+            guard let postgres = config.postgresOptions else {
                 fail("healthkernel store migrate: no PostgreSQL URL (--store, HEALTHKERNEL_STORE_URL or store.url)",
                      status: ExitStatus.startupFailed)
             }
-            var postgres = PostgresOptions(url: url)
-            postgres.schema = config.storeSchema
-            postgres.connectTimeoutSeconds = config.storeConnectTimeoutSeconds
             do {
                 let store = try PostgresStore(options: postgres, clock: SystemClock(), log: { logger.warning("\($0)") })
                 defer { store.shutdown() }
