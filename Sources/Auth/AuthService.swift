@@ -100,7 +100,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         cache[token] = verified
     }
 
-    public func authenticate(token: String?, requirement: AuthRequirement, now: Timestamp) throws(RPCError) -> Identity? {
+    public func authenticate(token: String?, requirement: AuthRequirement, writes: Bool, now: Timestamp) throws(RPCError) -> Identity? {
         guard requirement != .none else { return nil }
         guard let token, !token.isEmpty else {
             if requirement == .optionalUser { return nil }
@@ -139,7 +139,8 @@ public final class AuthService: Authenticator, @unchecked Sendable {
                 throw RPCError.forbidden("user_token_required", "This method needs a user's token")
             }
             // A user of another issuer's token may have no account yet; made by their first write, not here.
-            if verified.sessionId == nil, try answerRPC(try account(user)) == nil {
+            // A request that does not write needs no answer (`Identity.needsAccount`): no read for it.
+            if verified.sessionId == nil, try mayLackAccount(user, writes: writes) {
                 return Identity(userId: user, role: verified.role, sessionId: nil,
                                 expiresAt: verified.expiresAt + Self.clockSkewSeconds, needsAccount: true)
             }
@@ -286,6 +287,12 @@ public final class AuthService: Authenticator, @unchecked Sendable {
 
     func commit(_ tx: Transaction) throws(AuthError) {
         try storage(try store.commit(tx))
+    }
+
+    /// Whether `user` may have no account: read for a request that writes, assumed for one that does not.
+    private func mayLackAccount(_ user: String, writes: Bool) throws(RPCError) -> Bool {
+        guard writes else { return true }
+        return try answerRPC(try account(user)) == nil
     }
 
     /// The account `id`, if it exists.

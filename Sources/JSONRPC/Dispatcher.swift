@@ -222,7 +222,7 @@ public final class Dispatcher {
         }
         let now = clock.now()
         do throws(RPCError) {
-            let identity = try authenticator.authenticate(token: token, requirement: method.auth, now: now)
+            let identity = try authenticator.authenticate(token: token, requirement: method.auth, writes: method.mutates, now: now)
             if let rateLimiter, let identity, identity.role != "service_role", let user = identity.userId,
                let wait = rateLimiter.admit(user, now: now) {
                 throw RPCError.rateLimited(retryAfterMs: wait)

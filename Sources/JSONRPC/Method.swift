@@ -31,6 +31,8 @@ public struct Identity: Sendable, Equatable {
     public let expiresAt: Int64?
     /// A user known only from a trusted token (one the kernel did not issue) who has no account yet: a
     /// request of theirs that writes creates it first (`Authenticator.createAccount`); reads never do.
+    /// For a request that does not write, the account is not looked up (a database round trip nothing
+    /// would use): true for every such token, "may have none".
     public let needsAccount: Bool
 
     /// An identity.
@@ -45,8 +47,8 @@ public struct Identity: Sendable, Equatable {
 
 /// Turns the token in `params.auth` into an identity, or refuses with -32001/-32003.
 public protocol Authenticator: Sendable {
-    /// The identity for `token` under `requirement`; nil only for `.none`.
-    func authenticate(token: String?, requirement: AuthRequirement, now: Timestamp) throws(RPCError) -> Identity?
+    /// The identity for `token` under `requirement`, for a method that `writes` or not; nil only for `.none`.
+    func authenticate(token: String?, requirement: AuthRequirement, writes: Bool, now: Timestamp) throws(RPCError) -> Identity?
     /// The user a token speaks for, from the token alone (signature and expiry), reading no stored state:
     /// what orders a request against others before it runs. A store read here could wait for the user's
     /// lock on the serving thread. nil when the token names nobody or is not valid.
@@ -57,6 +59,11 @@ public protocol Authenticator: Sendable {
 }
 
 extension Authenticator {
+    /// The identity for `token`, exact for a method that writes.
+    public func authenticate(token: String?, requirement: AuthRequirement, now: Timestamp) throws(RPCError) -> Identity? {
+        try authenticate(token: token, requirement: requirement, writes: true, now: now)
+    }
+
     public func createAccount(for identity: Identity, now: Timestamp) throws(RPCError) {}
 
     public func userOrdering(token: String, requirement: AuthRequirement, now: Timestamp) -> String? {

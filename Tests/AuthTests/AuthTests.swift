@@ -61,6 +61,26 @@ final class AuthHarness {
         #expect(h.refusal(hs256(claims())) == nil)
     }
 
+    /// #54 item 1 (in part): a request that does not write does not look the account of a trusted
+    /// token's user up (a database round trip it would not use): `needsAccount` is then "may have none",
+    /// and `auth.user` still answers the stored account, made once. A request that writes gets the truth.
+    @Test func onlyARequestThatWritesLooksTheAccountUp() throws {
+        let h = try AuthHarness()
+        let token = hs256(claims())
+        func identity(writes: Bool) throws -> Identity? {
+            defer { h.store.endRequest() }
+            return try h.service.authenticate(token: token, requirement: .user, writes: writes, now: t0)
+        }
+        #expect(try identity(writes: true)?.needsAccount == true, "no account yet")
+        let made = try h.service.user(try #require(try identity(writes: false)), now: t0)
+        h.store.endRequest()
+        #expect(try identity(writes: true)?.needsAccount == false, "looked up: there")
+        #expect(try identity(writes: false)?.needsAccount == true, "not looked up")
+        let again = try h.service.user(try #require(try identity(writes: false)), now: Timestamp(milliseconds: t0.milliseconds + 5000))
+        h.store.endRequest()
+        #expect(again.createdAt == made.createdAt, "the stored account, not a new one")
+    }
+
     @Test func everyAttackIsRefusedAndChangesNothing() throws {
         let h = try AuthHarness({ $0.acceptedIssuers = ["https://good.example/auth/v1"] })
         let good = claims(extra: #","iss":"https://good.example/auth/v1""#)

@@ -45,7 +45,7 @@ struct WhoAmI: RPCMethod {
 
 /// Accepts the token "good" as user u1.
 struct FakeAuth: Authenticator {
-    func authenticate(token: String?, requirement: AuthRequirement, now: Timestamp) throws(RPCError) -> Identity? {
+    func authenticate(token: String?, requirement: AuthRequirement, writes: Bool, now: Timestamp) throws(RPCError) -> Identity? {
         if requirement == .none { return nil }
         guard let token else { throw RPCError.unauthorized("missing_token", "missing") }
         guard token == "good" else { throw RPCError.unauthorized("invalid_token", "invalid") }
