@@ -17,6 +17,10 @@ import Mutants
 /// of every arena to the system.
 @_silgen_name("malloc_trim")
 func glibcMallocTrim(_ pad: Int) -> Int32
+
+/// glibc's `mallopt` (malloc.h), for `M_MMAP_THRESHOLD` (-3).
+@_silgen_name("mallopt")
+func glibcMallopt(_ parameter: Int32, _ value: Int32) -> Int32
 #endif
 
 /// Held while a stream uses the dispatcher: the dispatcher answers one batch at a time, whichever
@@ -134,6 +138,13 @@ public final class SocketServer: @unchecked Sendable {
     /// Binds the socket (mode 0600, only its owner may connect) and starts serving on a thread of its own.
     public func start() throws(SocketError) {
         guard let path else { return }
+        #if canImport(Glibc)
+        // A fixed threshold: blocks of 1 MiB and more (a long line, its parse) are mapped on their own and
+        // go back to the system when freed. glibc otherwise raises the threshold to the largest block
+        // freed so far (a 16 MiB read buffer), after which a 12 MiB line's parse landed in an arena and
+        // stayed resident whenever a trim ran before its last free (the flaky socket-memory test).
+        _ = glibcMallopt(-3, 1 << 20)
+        #endif
         var address = try Self.address(path)
         try removeStaleSocket(&address)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
