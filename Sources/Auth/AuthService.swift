@@ -89,10 +89,15 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     // MARK: Verifying access tokens
 
     public func userOrdering(token: String, requirement: AuthRequirement, now: Timestamp) -> String? {
+        tokenAlone(token, requirement: requirement, now: now)?.userId
+    }
+
+    /// What `token` says, from its signature and expiry alone (no stored session read); nil when not valid.
+    private func tokenAlone(_ token: String, requirement: AuthRequirement, now: Timestamp) -> VerifiedToken? {
         guard requirement != .none, let verified = cache[token] ?? (try? verify(token, now: now)),
               now.seconds <= verified.expiresAt + Self.clockSkewSeconds else { return nil }
         if cache[token] == nil { remember(token, verified) }
-        return verified.userId
+        return verified
     }
 
     private func remember(_ token: String, _ verified: VerifiedToken) {
@@ -146,6 +151,20 @@ public final class AuthService: Authenticator, @unchecked Sendable {
             }
         case .none:
             break
+        }
+        return Identity(userId: verified.userId, role: verified.role, sessionId: verified.sessionId,
+                        expiresAt: verified.expiresAt + Self.clockSkewSeconds)
+    }
+
+    public func declareReads(token: String?, requirement: AuthRequirement, writes: Bool, now: Timestamp) -> Identity? {
+        guard let token, let verified = tokenAlone(token, requirement: requirement, now: now) else { return nil }
+        if let user = verified.userId {
+            // What `authenticate` reads: the session of a token the kernel issued, else a writer's account.
+            if let sid = verified.sessionId {
+                try? store.prefetch([(tables.sessions, user, sid)])
+            } else if writes && verified.role == "authenticated" {
+                try? store.prefetch([(tables.users, user, Self.profileKey)])
+            }
         }
         return Identity(userId: verified.userId, role: verified.role, sessionId: verified.sessionId,
                         expiresAt: verified.expiresAt + Self.clockSkewSeconds)

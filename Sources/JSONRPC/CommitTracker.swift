@@ -26,6 +26,14 @@ public protocol CommitTracker: AnyObject {
     /// made or may not have been: its held answer becomes -32050 with that reason. Told once; nil when
     /// it was made.
     func takeFailure(of commit: UInt64) -> CommitFailure?
+    /// Runs `declare`, in which the batch's requests name the rows they will read, and fetches them all
+    /// together, locked for the batch: one round trip for the batch where each request took its own. A
+    /// store whose reads cost no round trip does nothing (and never runs `declare`).
+    func readAhead(_ declare: () -> Void)
+}
+
+extension CommitTracker {
+    public func readAhead(_ declare: () -> Void) {}
 }
 
 /// What became of a commit that was not made for sure.

@@ -122,6 +122,34 @@ public final class Dispatcher {
         }
     }
 
+    /// Runs `declare`, in which requests name the rows they will read (`declareReads`), so that a store
+    /// across a network fetches them for the whole batch in one round trip before any runs. Nothing, and
+    /// `declare` is not run, on a store that reads no network.
+    public func readAhead(_ declare: () -> Void) {
+        journal?.readAhead(declare)
+    }
+
+    /// Has the requests of `lines` name the rows they will read: their token's session or account, and
+    /// what their method declares. O(requests).
+    public func declareReads(_ lines: [ParsedLine], on stream: RequestStream) {
+        let now = clock.now()
+        for line in lines {
+            switch line {
+            case .request(let request, _): declareReads(of: request, now: now, on: stream)
+            case .batch(let requests, _): for request in requests { declareReads(of: request, now: now, on: stream) }
+            default: break
+            }
+        }
+    }
+
+    private func declareReads(of request: Request, now: Timestamp, on stream: RequestStream) {
+        guard case .success(let (method, params)) = request.target, method.auth != .none, method.mutates || method.declareReads != nil else { return }
+        var reader = ObjectReader(params, path: "params")
+        let token = (try? reader.optional("auth", as: String.self)) ?? nil
+        let identity = authenticator.declareReads(token: token, requirement: method.auth, writes: method.mutates, now: now)
+        method.declareReads?(params, CallContext(identity: identity, now: now, registry: registry, stream: stream))
+    }
+
     /// What executing a request gave: its answer, or slow work to run first.
     enum Step {
         case answered(Outcome, depends: Dependency?)

@@ -215,9 +215,22 @@ public struct Connection {
     }
 
     /// Answers parsed lines in order, appending their responses to `output` (or keeping those that
-    /// wait for slow work until `endBatch`).
-    public mutating func answer(_ lines: [ParsedLine]) {
+    /// wait for slow work until `endBatch`). The rows they read are read ahead first, unless the caller
+    /// did that for several connections together (`readAhead`).
+    public mutating func answer(_ lines: [ParsedLine], readingAhead: Bool = true) {
+        if readingAhead { readAhead { declareReads(lines) } }
         for line in lines { dispatcher.handle(line, on: stream, into: &output) }
+    }
+
+    /// Runs `declare` (calls of `declareReads`, of this connection or others of the dispatcher), then
+    /// reads every row named in one round trip (`Dispatcher.readAhead`).
+    public func readAhead(_ declare: () -> Void) {
+        dispatcher.readAhead(declare)
+    }
+
+    /// Names the rows the requests of `lines` will read, inside `readAhead`.
+    public func declareReads(_ lines: [ParsedLine]) {
+        dispatcher.declareReads(lines, on: stream)
     }
 
     /// Ends a read batch: applies finished slow work, makes the batch's writes durable and fixes up the

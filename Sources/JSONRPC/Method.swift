@@ -56,6 +56,10 @@ public protocol Authenticator: Sendable {
     /// Makes the account of `identity` (`needsAccount`) part of the running unit of work's next commit:
     /// the dispatcher calls it before a method that writes (`Storage.attachToUnit`).
     func createAccount(for identity: Identity, now: Timestamp) throws(RPCError)
+    /// Names the rows `authenticate` will read for `token` (`Storage.prefetch`: its session, or the
+    /// account a write checks) and returns the identity the token claims, from the token alone: what a
+    /// method's `declareReads` is given. nil when the token names nobody or is not valid.
+    func declareReads(token: String?, requirement: AuthRequirement, writes: Bool, now: Timestamp) -> Identity?
 }
 
 extension Authenticator {
@@ -65,6 +69,8 @@ extension Authenticator {
     }
 
     public func createAccount(for identity: Identity, now: Timestamp) throws(RPCError) {}
+
+    public func declareReads(token: String?, requirement: AuthRequirement, writes: Bool, now: Timestamp) -> Identity? { nil }
 
     public func userOrdering(token: String, requirement: AuthRequirement, now: Timestamp) -> String? {
         (try? authenticate(token: token, requirement: requirement, now: now))??.userId
@@ -148,11 +154,16 @@ public protocol RPCMethodDeclaration: Sendable {
     /// Whether the answer depends on stored state. A method that does not (`kernel.setOrdering`) is
     /// answered when read even while earlier requests of its stream wait for slow work.
     static var readsState: Bool { get }
+    /// Whether the rows a call reads follow from its params (`RPCMethod.declareReads` names them), so
+    /// that a store across a network fetches them with every other request's of the batch in one
+    /// round trip. False (the default): its reads cost round trips of their own (`x-reads-ahead`).
+    static var readsAhead: Bool { get }
 }
 
 extension RPCMethodDeclaration {
     public static var errors: [ErrorDoc] { [] }
     public static var readsState: Bool { true }
+    public static var readsAhead: Bool { false }
 }
 
 /// A method answered entirely on the serving thread.
@@ -162,6 +173,14 @@ public protocol RPCMethod: RPCMethodDeclaration {
     associatedtype Result
     /// Handles one call.
     func call(_ params: Params, _ context: CallContext) throws(RPCError) -> Result
+    /// Names the rows `call` will read, through the same prefetch `call` makes (`Storage.prefetch`),
+    /// before any request of the batch runs (`readsAhead`). The identity is the token's, unchecked
+    /// against stored sessions: a wrong guess costs a round trip, never a wrong answer.
+    func declareReads(_ params: Params, _ context: CallContext)
+}
+
+extension RPCMethod {
+    public func declareReads(_ params: Params, _ context: CallContext) {}
 }
 
 /// A method with a slow part (CPU-heavy, or waiting on the network) that must not hold up the requests

@@ -20,6 +20,8 @@ public final class RegisteredMethod: Sendable {
     let invoke: @Sendable (inout ObjectReader, CallContext) throws(RPCError) -> Invocation
     /// The ordering keys a slow method reads from its raw params.
     let orderingKeys: @Sendable (JSONObject) -> [String]
+    /// Names the rows a call will read (`RPCMethod.declareReads`); nil when they cannot be named ahead.
+    let declareReads: (@Sendable (JSONObject, CallContext) -> Void)?
 
     /// What calling a method gave.
     enum Invocation {
@@ -28,13 +30,26 @@ public final class RegisteredMethod: Sendable {
     }
 
     private convenience init<M: RPCMethodDeclaration>(_ type: M.Type, slow: Bool, orderingKeys: @escaping @Sendable (JSONObject) -> [String],
+                                          declareReads: (@Sendable (M.Params, CallContext) -> Void)? = nil,
                                           invoke: @escaping @Sendable (M.Params, CallContext) throws(RPCError) -> Invocation) {
-        self.init(M.self, slow: slow, orderingKeys: orderingKeys) { (reader: inout ObjectReader, context: CallContext) throws(RPCError) -> Invocation in
+        // The params are decoded again for the declaration (only on a store that reads ahead, where it
+        // saves a round trip, about a thousand times what decoding an upload's params costs); params
+        // that do not decode declare nothing, and the call answers -32602.
+        let declaring = declareReads.map { declare in
+            { @Sendable (params: JSONObject, context: CallContext) in
+                var reader = ObjectReader(params, path: "params")
+                _ = try? reader.optional("auth", as: String.self)
+                guard let decoded = try? Self.decode(M.self, &reader) else { return }
+                declare(decoded, context)
+            }
+        }
+        self.init(M.self, slow: slow, orderingKeys: orderingKeys, declareReads: declaring) { (reader: inout ObjectReader, context: CallContext) throws(RPCError) -> Invocation in
             try invoke(try Self.decode(M.self, &reader), context)
         }
     }
 
     private init<M: RPCMethodDeclaration>(_ type: M.Type, slow: Bool, orderingKeys: @escaping @Sendable (JSONObject) -> [String],
+                                          declareReads: (@Sendable (JSONObject, CallContext) -> Void)? = nil,
                                           reading: @escaping @Sendable (inout ObjectReader, CallContext) throws(RPCError) -> Invocation) {
         name = M.name
         summary = M.summary
@@ -46,6 +61,7 @@ public final class RegisteredMethod: Sendable {
         readsState = M.readsState
         self.slow = slow
         self.orderingKeys = orderingKeys
+        self.declareReads = declareReads
         invoke = reading
     }
 
@@ -62,7 +78,8 @@ public final class RegisteredMethod: Sendable {
 
     /// Wraps `method`.
     public convenience init<M: RPCMethod>(_ method: M) {
-        self.init(M.self, slow: false, orderingKeys: { _ in [] }) { (params, context) throws(RPCError) in
+        let declare: (@Sendable (M.Params, CallContext) -> Void)? = M.readsAhead ? { @Sendable (p: M.Params, c: CallContext) in method.declareReads(p, c) } : nil
+        self.init(M.self, slow: false, orderingKeys: { _ in [] }, declareReads: declare) { (params: M.Params, context: CallContext) throws(RPCError) -> Invocation in
             .done(try method.call(params, context).json)
         }
     }
@@ -147,6 +164,7 @@ public final class MethodRegistry: Sendable {
                 "result": ["name": "result", "schema": m.resultSchema],
                 "errors": .array(errors.map { ["code": .int(Int64($0.code.rawValue)), "message": .string($0.message)] }),
                 "x-mutates": .bool(m.mutates),
+                "x-reads-ahead": .bool(m.declareReads != nil),
                 "x-auth": .string(m.auth.rawValue),
             ])
         }

@@ -389,10 +389,15 @@ public final class SocketServer: @unchecked Sendable {
         let polled = peers.count
         if ready.acceptable { acceptAll(io) }
         var closing: [Peer] = []
-        for (i, peer) in peers[..<polled].enumerated() {
-            if ready.readable[i] && !peer.ended && peer.queued.isEmpty {
-                if !receive(peer, buffer, wake: wake) { closing.append(peer); continue }
-            }
+        // Every peer's input first, then one batch of it all: its reads ahead in one round trip and its
+        // writes in one flush (one COMMIT on PostgreSQL), however many peers sent something.
+        var arrived: [(peer: Peer, lines: [ParsedLine])] = []
+        for (i, peer) in peers[..<polled].enumerated() where ready.readable[i] && !peer.ended && peer.queued.isEmpty {
+            guard let lines = receive(peer, buffer, wake: wake) else { closing.append(peer); continue }
+            if let lines { arrived.append((peer, lines)) }
+        }
+        answer(arrived)
+        for peer in peers[..<polled] where !closing.contains(where: { $0 === peer }) {
             if peer.unread > 0 && !send(peer) { closing.append(peer); continue }
             if peer.unread > maxUnreadBytes {
                 log("socket connection cut: \(peer.unread) bytes of answers and events unread (limit \(maxUnreadBytes))")
@@ -529,14 +534,14 @@ public final class SocketServer: @unchecked Sendable {
         return cut
     }
 
-    /// Reads what the peer sent and answers it, long lines once a parser has read them; false when the
-    /// connection failed.
-    private func receive(_ peer: Peer, _ buffer: UnsafeMutableRawBufferPointer, wake: @escaping @Sendable (Int, ServingWake) -> Void) -> Bool {
-        guard let io else { return false }
+    /// Reads what the peer sent: the lines to answer now (`answer`), nil when nothing arrived; long lines
+    /// go to a parser and are answered once read. The outer nil: the connection failed.
+    private func receive(_ peer: Peer, _ buffer: UnsafeMutableRawBufferPointer, wake: @escaping @Sendable (Int, ServingWake) -> Void) -> [ParsedLine]?? {
+        guard let io else { return .none }
         let n: Int
         switch io.read(peer.fd, into: buffer) {
-        case .wouldBlock: return true
-        case .failed: return false
+        case .wouldBlock: return .some(nil)
+        case .failed: return .none
         case .end: n = 0
         case .bytes(let count): n = count
         }
@@ -565,16 +570,31 @@ public final class SocketServer: @unchecked Sendable {
                 }
             }
         }
+        return .some(direct)
+    }
+
+    /// Answers what the peers sent this round as one batch (holding the serving lock): the rows their
+    /// requests will read are read ahead together, then each peer's lines are answered in its order,
+    /// then the first peer's end of batch makes every peer's writes durable at once, and each peer's
+    /// moves its answers out. O(peers + lines).
+    private func answer(_ arrived: [(peer: Peer, lines: [ParsedLine])]) {
+        guard let first = arrived.first else { return }
         let fatal = lock.run {
-            peer.connection.answer(direct)
-            answerParsed(peer)
-            return peer.connection.endBatch(waitAbove: nil)
+            first.peer.connection.readAhead {
+                for (peer, lines) in arrived { peer.connection.declareReads(lines) }
+            }
+            for (peer, lines) in arrived {
+                peer.connection.answer(lines, readingAhead: false)
+                answerParsed(peer)
+            }
+            var fatal = false
+            for (peer, _) in arrived where peer.connection.endBatch(waitAbove: nil) { fatal = true }
+            return fatal
         }
         if fatal {
-            _ = send(peer)
+            for (peer, _) in arrived { _ = send(peer) }
             onStorageFailure()
         }
-        return true
     }
 
     /// The lines a read gives (`chunk`, or nil at the peer's end of input): those up to

@@ -28,9 +28,12 @@ public enum Mutant: String, CaseIterable, Sendable {
     /// On PostgreSQL, a commit whose connection broke is settled by its transaction id's status on
     /// whatever server answers, though a standby that took over gives that id to another transaction.
     case outcomeAcrossFailover = "outcome-across-failover"
+    /// On PostgreSQL, rows a batch read ahead keep the value read although a request of the batch
+    /// wrote them since: a later request of the user in the batch decides on what was there before.
+    case readAheadStale = "read-ahead-stale"
 
     /// The store the defect lives on (the simulation's `--store`).
-    public var store: String { [.detachedVersionUnchecked, .outcomeAcrossFailover].contains(self) ? "postgres-model" : "data-dir" }
+    public var store: String { [.detachedVersionUnchecked, .outcomeAcrossFailover, .readAheadStale].contains(self) ? "postgres-model" : "data-dir" }
 
     /// How many kernels share the store to find it (another kernel must reuse the transaction id).
     public var kernels: Int { self == .outcomeAcrossFailover ? 3 : 1 }

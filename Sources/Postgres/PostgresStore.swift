@@ -285,27 +285,77 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         return Array(results[first...])
     }
 
-    /// Fetches `rows` in one round trip and keeps them for the request's `get`s (until it commits or
-    /// ends): `prefetched[slot][user + NUL + key]` is the body, or nil where there is no such row.
+    /// Fetches `rows` in one round trip and keeps them for the `get`s of the request, and of the batch's
+    /// later requests (`PrefetchedRows`); rows held already cost nothing, so a request whose rows the
+    /// batch read ahead makes no round trip here. While `readAhead` declares, only notes them.
     public func prefetch(_ rows: @autoclosure () -> [(table: TableHandle, user: String, key: String)]) throws(StorageError) {
-        let rows = rows()
+        if declared != nil {
+            declared! += rows()
+            return
+        }
+        let rows = rows().filter { !(locked.contains($0.user) && prefetched.contains(slot: $0.table.slot, user: $0.user, key: $0.key)) }
         guard !rows.isEmpty else { return }
         var users: [String] = []
         for row in rows where !users.contains(row.user) { users.append(row.user) }
-        let results = try read(users: users, rows.map {
-            Statement("SELECT body FROM rows WHERE tbl = $1 AND usr = $2 AND key = $3", [$0.table.name, $0.user, $0.key])
-        })
+        let results = try read(users: users, rows.map(Self.select))
         for (row, result) in zip(rows, results) {
-            prefetched[row.table.slot, default: [:]][row.user + "\u{0}" + row.key] = .some(result.scalar)
+            prefetched.fetched(slot: row.table.slot, user: row.user, key: row.key, body: result.scalar)
         }
     }
 
-    /// A prefetched row's body: `.some(nil)` when prefetched and absent, nil when not prefetched.
-    func prefetchedBody(slot: Int, user: String, key: String) -> String?? {
-        prefetched[slot]?[user + "\u{0}" + key]
+    private static func select(_ row: (table: TableHandle, user: String, key: String)) -> Statement {
+        Statement("SELECT body FROM rows WHERE tbl = $1 AND usr = $2 AND key = $3", [row.table.name, row.user, row.key])
     }
 
-    private var prefetched: [Int: [String: String?]] = [:]
+    /// A prefetched row as the batch's transaction holds it; nil when not prefetched.
+    func prefetchedRow(slot: Int, user: String, key: String) -> PrefetchedRows.Held? {
+        prefetched[slot, user, key]
+    }
+
+    private var prefetched = PrefetchedRows()
+    /// The rows named so far while `readAhead` declares; nil otherwise.
+    private var declared: [(table: TableHandle, user: String, key: String)]?
+
+    /// Runs `declare`, in which the batch's requests name the rows they will read, then opens the batch's
+    /// transaction, locks their users and reads the rows in one pipeline: the batch's requests then find
+    /// them prefetched. Only at a batch's start, holding no lock: the users are locked in one order (their
+    /// ids sorted), so two kernels reading ahead never wait for each other in a cycle, and nothing of an
+    /// earlier request can fail with it. A failure costs nothing but the round trip: the requests read
+    /// for themselves, and meet the failure there. O(rows named) memory and statements.
+    public func readAhead(_ declare: () -> Void) {
+        guard groupCommit, !batchOpen, !open, deferred.isEmpty, locked.isEmpty else { return }
+        declared = []
+        declare()
+        let named = declared!
+        declared = nil
+        var seen = Set<PrefetchedRows.Address>(), rows: [(table: TableHandle, user: String, key: String)] = []
+        for row in named where seen.insert(PrefetchedRows.Address(slot: row.table.slot, user: row.user, key: row.key)).inserted {
+            rows.append(row)
+        }
+        guard !rows.isEmpty else { return }
+        let users = Set(rows.map(\.user)).sorted()
+        let statements = [Statement("BEGIN")]
+            + users.map { Statement("SELECT pg_advisory_xact_lock(hashtextextended($1, \(lockSeed)))", [$0]) }
+            + rows.map(Self.select)
+        let results: [StatementResult]
+        do {
+            results = try main.run(statements)
+        } catch {
+            log("reading a batch's rows ahead: \(error)")
+            loseBatch()
+            return
+        }
+        if let failed = results.first(where: { $0.error != nil })?.error {
+            log("reading a batch's rows ahead: SQLSTATE \(failed.state): \(failed.message)")
+            _ = try? main.run([Statement("ROLLBACK")])
+            return
+        }
+        batchOpen = true
+        locked.formUnion(users)
+        for (row, result) in zip(rows, results.dropFirst(1 + users.count)) {
+            prefetched.fetched(slot: row.table.slot, user: row.user, key: row.key, body: result.scalar)
+        }
+    }
 
     /// Fails the batch when a statement deferred from an earlier request failed (its writes were
     /// answered, to be confirmed by the batch's commit): every commit of the batch is reported failed,
@@ -403,7 +453,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     /// Queues the end of a failed or read-only request's savepoint; its locks go with it.
     private func rollBackRequest() {
-        prefetched.removeAll()
+        prefetched.forget(users: requestLocks)
         open = false
         deferred += [Statement("ROLLBACK TO SAVEPOINT request"), Statement("RELEASE SAVEPOINT request")]
         for user in requestLocks { locked.remove(user) }
@@ -469,7 +519,9 @@ public final class PostgresStore: Storage, @unchecked Sendable {
                 _ = try? main.run([Statement("ROLLBACK")])
             }
         } catch {
-            made = Self.transactionID(on: main, sent: statements.count).map { outcome(of: $0, on: main, backend: backend) } ?? .notCommitted
+            // A batch of reads has nothing to settle (and sent no ticket to ask about).
+            made = batchCommits == nil ? .notCommitted
+                : Self.transactionID(on: main, sent: statements.count).map { outcome(of: $0, on: main, backend: backend) } ?? .notCommitted
             log("the connection broke while committing a batch; \(made.said): \(error)")
         }
         switch made {
@@ -679,7 +731,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             // Nothing in it can be refused (no unique key) and no result is needed (no host events):
             // the writes go ahead of the next pipeline, and the batch's commit confirms them.
             deferred = opening + statements
-            joinBatch(plan.users)
+            joinBatch(plan.users, tx.entries)
             return
         }
         let results: [StatementResult]
@@ -697,7 +749,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             if results[index].error!.state == Self.busy { commitBatch() }
             throw commitError(results, at: index, first: first, plan)
         }
-        joinBatch(plan.users)
+        joinBatch(plan.users, tx.entries)
         guard collectsChanges else { return }
         batchEpoch = batchChanges.isEmpty || batchEpoch == epoch ? epoch : nil
         batchChanges += plan.changes(results[first...], commit: lastCommitID)
@@ -730,11 +782,16 @@ public final class PostgresStore: Storage, @unchecked Sendable {
         let user: String
     }
 
-    /// Closes the request's scope after its commit joined the batch.
-    private func joinBatch(_ users: [String]) {
+    /// Closes the request's scope after its commit (`entries`) joined the batch: the rows held for the
+    /// batch's later requests take its writes.
+    private func joinBatch(_ users: [String], _ entries: [Transaction.Entry]) {
         batchUsers.formUnion(users)
         open = false
-        prefetched.removeAll()
+        #if SIMULATION
+        if !Mutant.readAheadStale.isOn { prefetched.apply(entries) }
+        #else
+        prefetched.apply(entries)
+        #endif
         versionsRead.removeAll()
         requestLocks.removeAll(keepingCapacity: true)
         lastCommitID += 1

@@ -83,8 +83,12 @@ final class PostgresTable<Row: StoredRow>: PostgresTableBase, StorageTable, @unc
     }
 
     func get(user: String, key: String) throws(StorageError) -> Row? {
-        if !pooled, let body = store.prefetchedBody(slot: slot, user: user, key: key) {
-            return try body.map { (b) throws(StorageError) in try decode(b, key: key) }
+        if !pooled, let held = store.prefetchedRow(slot: slot, user: user, key: key) {
+            switch held {
+            case .stored(let body): return try body.map { (b) throws(StorageError) in try decode(b, key: key) }
+            case .written(nil): return nil
+            case .written(let row?): if let row = row as? Row { return row }
+            }
         }
         let rows = try run(user, Statement("SELECT body FROM rows WHERE tbl = $1 AND usr = $2 AND key = $3", [name, user, key]))
         guard let first = rows.first else { return nil }

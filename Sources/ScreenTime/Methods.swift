@@ -93,6 +93,11 @@ public struct ScreenTimeClaim: RPCMethod {
         let user = try c.userID()
         return try answer { () throws(ScreenTimeError) in try service.claim(user, date: p.date, minutes: p.minutes, now: c.now) }
     }
+
+    public static let readsAhead = true
+    public func declareReads(_ p: Params, _ c: CallContext) {
+        if let user = c.identity?.userId { service.declareDayReads(user, p.date) }
+    }
 }
 
 /// `screentime.upload`.
@@ -123,6 +128,11 @@ public struct ScreenTimeUpload: RPCMethod {
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> DayVerdict {
         let user = try c.userID()
         return try answer { () throws(ScreenTimeError) in try service.upload(user, date: p.date, verifiedMinutes: p.verifiedMinutes, raw: p.raw, now: c.now) }
+    }
+
+    public static let readsAhead = true
+    public func declareReads(_ p: Params, _ c: CallContext) {
+        if let user = c.identity?.userId { service.declareDayReads(user, p.date) }
     }
 }
 

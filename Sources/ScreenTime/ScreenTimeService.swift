@@ -99,6 +99,11 @@ public final class ScreenTimeService: @unchecked Sendable {
         return v
     }
 
+    /// Names what a claim or an upload of `date` reads, for the batch's read-ahead (`RPCMethod.declareReads`).
+    public func declareDayReads(_ user: String, _ date: CalendarDate) {
+        try? prefetchDay(user, date)
+    }
+
     /// What a claim or an upload reads of `date`: the connection, the day and its penalty, together.
     private func prefetchDay(_ user: String, _ date: CalendarDate) throws(ScreenTimeError) {
         let key = date.description
