@@ -221,14 +221,22 @@ public final class StdioServer {
             }
             if serve({ connection.applyBacklog() }) { wake(.sliceDue) }
         case .item(.batch(let lines)):
+            // Reads queued while the last batch was answered (its database round trips, say) join this
+            // one: one read-ahead and one flush for them all. At most the queue's capacity of reads.
+            var batches = [lines], after: Input?
+            while after == nil, let next = queue.pollItem() {
+                if case .batch(let more) = next { batches.append(more) } else { after = next }
+            }
             let fatal = serve {
-                connection.answer(lines)
+                connection.readAhead { for lines in batches { connection.declareReads(lines) } }
+                for lines in batches { connection.answer(lines, readingAhead: false) }
                 return connection.endBatch(waitAbove: Self.maxOutstanding)
             }
             // The reader thread frees what it allocated: freeing another thread's memory contends
             // for its malloc arena (a few percent of both threads' time under load).
-            input.answered.withLock { $0.append(lines) }
+            input.answered.withLock { $0 += batches }
             if let ending = flush(fatal: fatal) { return ending }
+            if let after { return serve(.item(after)) }
             // A slice of a big commit between batches, and another after the next batch or on its own.
             if serve({ connection.applyBacklog() }) { wake(.sliceDue) }
         case .item(.end(let ending)):

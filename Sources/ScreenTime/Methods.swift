@@ -73,6 +73,10 @@ public struct ScreenTimeUpdateConnection: RPCMethod {
         let user = try c.userID()
         return try answer { () throws(ScreenTimeError) in try service.updateConnection(user, enabled: p.enabled, timezone: p.timezone, selection: p.selection) }
     }
+    public static let readsAhead = true
+    public func declareReads(_ p: Params, _ c: CallContext) {
+        if let user = c.identity?.userId { service.declareConnectionRead(user) }
+    }
 }
 
 /// `screentime.claim`.

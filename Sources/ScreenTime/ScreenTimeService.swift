@@ -50,10 +50,18 @@ public final class ScreenTimeService: @unchecked Sendable {
         try storage(try tables.connection.get(user: user, key: Self.connectionKey)) ?? ConnectionRow()
     }
 
+    /// Names what `updateConnection` reads, for the batch's read-ahead.
+    public func declareConnectionRead(_ user: String) {
+        try? store.prefetch([(tables.connection, user, Self.connectionKey)])
+    }
+
     /// Changes the fields given (`selection` `.null` clears it).
     func updateConnection(_ user: String, enabled: Bool?, timezone: Zone?, selection: JSON?) throws(ScreenTimeError) -> ConnectionRow {
         let stored = try storage(try tables.connection.get(user: user, key: Self.connectionKey))
         var row = stored ?? ConnectionRow()
+        // A new connection keeps no raw: only uploads keep raw, and they need a connection turned on.
+        // Counted from here, no upload scans the user's days to learn it (`keptRawBytes`).
+        if stored == nil { row.rawBytes = 0 }
         if let enabled { row.enabled = enabled }
         if let timezone { row.timezone = timezone.identifier }
         if let selection { row.selection = BinaryJSON(selection) }

@@ -117,18 +117,30 @@ public final class HandoffQueue<Item: Sendable>: @unchecked Sendable {
                 self.queued.store(0, ordering: .releasing)
                 return .signals(bits)
             }
-            let item = ring.items[ring.head]
-            ring.items[ring.head] = nil
-            ring.head = (ring.head + 1) % capacity
-            ring.count -= 1
-            // A signal left counts as one more, so the consumer's spin sees it.
-            self.queued.store(ring.count + (ring.signals != 0 ? 1 : 0), ordering: .releasing)
-            return item.map { .item($0) }
+            return self.removeOldest(&ring).map { .item($0) }
         }
         ring.wake()
         // The ring holds an item at every counted slot.
         guard let taken else { preconditionFailure("HandoffQueue: a counted slot was empty") }
         return taken
+    }
+
+    /// Removes the ring's oldest item (holding its lock; `count` > 0).
+    private func removeOldest(_ ring: inout Ring) -> Item? {
+        let item = ring.items[ring.head]
+        ring.items[ring.head] = nil
+        ring.head = (ring.head + 1) % capacity
+        ring.count -= 1
+        // A signal left counts as one more, so the consumer's spin sees it.
+        queued.store(ring.count + (ring.signals != 0 ? 1 : 0), ordering: .releasing)
+        return item
+    }
+
+    /// The oldest item without waiting; nil when none is queued (signals stay for `takeOrSignals`).
+    public func pollItem() -> Item? {
+        let item = ring.withLock { ring -> Item? in ring.count > 0 ? self.removeOldest(&ring) : nil }
+        if item != nil { ring.wake() }
+        return item
     }
 
     private static func nanoseconds() -> Int {

@@ -106,9 +106,10 @@ final class CountingSession: DatabaseSession {
             defer { connection.output.removeAll() }
             return (database.pipelines.withLock { $0 }, try answers(connection.output))
         }
-        // The first batch makes the accounts and learns what each user keeps (a scan per user).
+        // The first batch makes the accounts and the connections too.
         let first = try batch(0..<2, minutes: 10, enable: true)
         #expect(first.answers.count == 6 && first.answers.values.allSatisfy { $0["result"] != nil })
+        #expect(first.roundTrips == 2, "\(database.sent.withLock { $0 })")
         for (size, minutes) in [(1, 20), (5, 30), (15, 40)] {
             let (trips, answers) = try batch(0..<size, minutes: minutes)
             #expect(answers.count == size * users.count && answers.values.allSatisfy { $0["result"] != nil }, "\(answers)")
