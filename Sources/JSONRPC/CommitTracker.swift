@@ -27,13 +27,14 @@ public protocol CommitTracker: AnyObject {
     /// it was made.
     func takeFailure(of commit: UInt64) -> CommitFailure?
     /// Runs `declare`, in which the batch's requests name the rows they will read, and fetches them all
-    /// together, locked for the batch: one round trip for the batch where each request took its own. A
-    /// store whose reads cost no round trip does nothing (and never runs `declare`).
-    func readAhead(_ declare: () -> Void)
+    /// together, locked for the batch: one round trip for the batch where each request took its own.
+    /// `declare` returns whether the batch only reads and named all it reads (then nothing need be
+    /// locked). A store whose reads cost no round trip does nothing (and never runs `declare`).
+    func readAhead(_ declare: () -> Bool)
 }
 
 extension CommitTracker {
-    public func readAhead(_ declare: () -> Void) {}
+    public func readAhead(_ declare: () -> Bool) {}
 }
 
 /// What became of a commit that was not made for sure.

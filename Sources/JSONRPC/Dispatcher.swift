@@ -126,8 +126,15 @@ public final class Dispatcher {
     /// across a network fetches them for the whole batch in one round trip before any runs. Nothing, and
     /// `declare` is not run, on a store that reads no network.
     public func readAhead(_ declare: () -> Void) {
-        journal?.readAhead(declare)
+        journal?.readAhead {
+            declaredAll = true
+            declare()
+            return declaredAll
+        }
     }
+
+    /// While `readAhead` declares: whether every request so far only reads and named all it reads.
+    private var declaredAll = true
 
     /// Has the requests of `lines` name the rows they will read: their token's session or account, and
     /// what their method declares. O(requests).
@@ -143,10 +150,12 @@ public final class Dispatcher {
     }
 
     private func declareReads(of request: Request, now: Timestamp, on stream: RequestStream) {
-        guard case .success(let (method, params)) = request.target, method.auth != .none, method.mutates || method.declareReads != nil else { return }
+        guard case .success(let (method, params)) = request.target else { return }  // refused as read: reads nothing
+        if method.mutates || (method.declareReads == nil && method.readsState) { declaredAll = false }
+        guard method.mutates || method.declareReads != nil else { return }
         var reader = ObjectReader(params, path: "params")
         let token = (try? reader.optional("auth", as: String.self)) ?? nil
-        let identity = authenticator.declareReads(token: token, requirement: method.auth, writes: method.mutates, now: now)
+        let identity = method.auth == .none ? nil : authenticator.declareReads(token: token, requirement: method.auth, writes: method.mutates, now: now)
         method.declareReads?(params, CallContext(identity: identity, now: now, registry: registry, stream: stream))
     }
 

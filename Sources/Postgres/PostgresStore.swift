@@ -293,7 +293,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             declared! += rows()
             return
         }
-        let rows = rows().filter { !(locked.contains($0.user) && prefetched.contains(slot: $0.table.slot, user: $0.user, key: $0.key)) }
+        let rows = rows().filter { !((readInSnapshot || locked.contains($0.user)) && prefetched.contains(slot: $0.table.slot, user: $0.user, key: $0.key)) }
         guard !rows.isEmpty else { return }
         var users: [String] = []
         for row in rows where !users.contains(row.user) { users.append(row.user) }
@@ -313,30 +313,52 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     }
 
     private var prefetched = PrefetchedRows()
-    /// The rows named so far while `readAhead` declares; nil otherwise.
+    /// The rows and scans named so far while `readAhead` declares; nil otherwise.
     private var declared: [(table: TableHandle, user: String, key: String)]?
+    private var declaredScans: [PrefetchedRows.Scan] = []
+    /// The batch's reads were read ahead in a snapshot of their own, already ended (a batch of reads
+    /// only, `readAhead`): what was read holds for the batch without its users' locks.
+    private var readInSnapshot = false
 
-    /// Runs `declare`, in which the batch's requests name the rows they will read, then opens the batch's
-    /// transaction, locks their users and reads the rows in one pipeline: the batch's requests then find
-    /// them prefetched. Only at a batch's start, holding no lock: the users are locked in one order (their
-    /// ids sorted), so two kernels reading ahead never wait for each other in a cycle, and nothing of an
-    /// earlier request can fail with it. A failure costs nothing but the round trip: the requests read
-    /// for themselves, and meet the failure there. O(rows named) memory and statements.
-    public func readAhead(_ declare: () -> Void) {
+    /// Notes a scan a request will make, while `readAhead` declares.
+    func declareScan(user: String, _ statement: Statement) {
+        guard declared != nil else { return }
+        declaredScans.append(PrefetchedRows.Scan(user: user, sql: statement.sql, params: statement.params))
+    }
+
+    /// The rows of a scan read ahead, nil when it was not (or its user was written or let go since).
+    func readAheadRows(of scan: PrefetchedRows.Scan) -> [[String?]]? {
+        guard readInSnapshot || locked.contains(scan.user) else { return nil }
+        return prefetched.rows(of: scan)
+    }
+
+    /// Runs `declare`, in which the batch's requests name the rows and scans they will read, then reads
+    /// them all in one pipeline: the batch's requests then find them prefetched. A batch that may write
+    /// opens its transaction there and locks the users first; only at the batch's
+    /// start, holding no lock, so the users are locked in one order (their ids sorted): two kernels
+    /// reading ahead never wait for each other in a cycle, and nothing of an earlier request can fail
+    /// with it. A batch of reads that named everything they read (`declare` says so) reads in a snapshot that
+    /// the same pipeline ends: one round trip for the whole batch, no lock, no transaction id. A failure
+    /// costs nothing but the round trip: the requests read for themselves, and meet the failure there.
+    /// O(rows and scans named) memory and statements.
+    public func readAhead(_ declare: () -> Bool) {
         guard groupCommit, !batchOpen, !open, deferred.isEmpty, locked.isEmpty else { return }
         declared = []
-        declare()
-        let named = declared!
+        declaredScans = []
+        let readOnly = declare()
+        let named = declared!, scans = declaredScans
         declared = nil
+        declaredScans = []
         var seen = Set<PrefetchedRows.Address>(), rows: [(table: TableHandle, user: String, key: String)] = []
         for row in named where seen.insert(PrefetchedRows.Address(slot: row.table.slot, user: row.user, key: row.key)).inserted {
             rows.append(row)
         }
-        guard !rows.isEmpty else { return }
-        let users = Set(rows.map(\.user)).sorted()
-        let statements = [Statement("BEGIN")]
-            + users.map { Statement("SELECT pg_advisory_xact_lock(hashtextextended($1, \(lockSeed)))", [$0]) }
-            + rows.map(Self.select)
+        guard !rows.isEmpty || !scans.isEmpty else { return }
+        let users = readOnly ? [] : Set(rows.map(\.user) + scans.map(\.user)).sorted()
+        let opening = readOnly ? [Statement("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")]
+            : [Statement("BEGIN")] + users.map { Statement("SELECT pg_advisory_xact_lock(hashtextextended($1, \(lockSeed)))", [$0]) }
+        let statements = opening + rows.map(Self.select) + scans.map { Statement($0.sql, $0.params) }
+            + (readOnly ? [Statement("COMMIT")] : [])
         let results: [StatementResult]
         do {
             results = try main.run(statements)
@@ -350,10 +372,17 @@ public final class PostgresStore: Storage, @unchecked Sendable {
             _ = try? main.run([Statement("ROLLBACK")])
             return
         }
-        batchOpen = true
-        locked.formUnion(users)
-        for (row, result) in zip(rows, results.dropFirst(1 + users.count)) {
+        if readOnly {
+            readInSnapshot = true
+        } else {
+            batchOpen = true
+            locked.formUnion(users)
+        }
+        for (row, result) in zip(rows, results[opening.count...]) {
             prefetched.fetched(slot: row.table.slot, user: row.user, key: row.key, body: result.scalar)
+        }
+        for (scan, result) in zip(scans, results[(opening.count + rows.count)...]) {
+            prefetched.scanned(scan, rows: result.rows)
         }
     }
 
@@ -463,6 +492,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
 
     private func forget() {
         prefetched.removeAll()
+        readInSnapshot = false
         versionsRead.removeAll()
         open = false
         locked.removeAll(keepingCapacity: true)
@@ -473,6 +503,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// those whose outcome is unknown: the dispatcher's flush at the end of every batch of requests.
     public func flushBatch() -> (failed: [ClosedRange<UInt64>], unknown: [ClosedRange<UInt64>]) {
         commitBatch()
+        if readInSnapshot { forget() }
         defer {
             failedCommits.removeAll()
             unknownCommits.removeAll()

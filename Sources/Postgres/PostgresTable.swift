@@ -56,6 +56,7 @@ final class PostgresTable<Row: StoredRow>: PostgresTableBase, StorageTable, @unc
 
     private func run(_ user: String?, _ statement: Statement) throws(StorageError) -> [[String?]] {
         if pooled { return try store.readPooled([statement])[0].rows }
+        if let user, let rows = store.readAheadRows(of: PrefetchedRows.Scan(user: user, sql: statement.sql, params: statement.params)) { return rows }
         return try store.read(users: user.map { [$0] } ?? [], [statement])[0].rows
     }
 
@@ -115,6 +116,11 @@ final class PostgresTable<Row: StoredRow>: PostgresTableBase, StorageTable, @unc
 
     func scanOrdered(user: String, from: String?, to: String?, after: String?, reverse: Bool, limit: Int) throws(StorageError) -> [(key: String, row: Row)] {
         try pairs(run(user, range(column: "ord", user: user, from: from, to: to, after: after, reverse: reverse, limit: limit)))
+    }
+
+    func prefetchScanOrdered(user: String, from: String?, to: String?, after: String?, reverse: Bool, limit: Int) {
+        guard !pooled else { return }
+        store.declareScan(user: user, range(column: "ord", user: user, from: from, to: to, after: after, reverse: reverse, limit: limit))
     }
 
     /// A range scan over `column` (`key`, or `ord` for the second order), either direction.

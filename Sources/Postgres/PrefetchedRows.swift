@@ -21,7 +21,17 @@ struct PrefetchedRows {
 
     private var rows: [Address: Held] = [:]
 
-    var isEmpty: Bool { rows.isEmpty }
+    /// A scan read ahead (`StorageTable.prefetchScanOrdered`): its user, and its statement exactly.
+    struct Scan: Hashable {
+        let user: String
+        let sql: String
+        let params: [String?]
+    }
+
+    /// Scans read ahead and their rows. A write of the user drops them (no scan is laid over).
+    private var scans: [Scan: [[String?]]] = [:]
+
+    var isEmpty: Bool { rows.isEmpty && scans.isEmpty }
 
     func contains(slot: Int, user: String, key: String) -> Bool {
         rows[Address(slot: slot, user: user, key: key)] != nil
@@ -36,10 +46,24 @@ struct PrefetchedRows {
         rows[Address(slot: slot, user: user, key: key)] = .stored(body)
     }
 
+    /// A scan as read from the server.
+    mutating func scanned(_ scan: Scan, rows: [[String?]]) {
+        scans[scan] = rows
+    }
+
+    /// The rows of `scan`, when read ahead and no write of its user came since.
+    func rows(of scan: Scan) -> [[String?]]? {
+        scans.isEmpty ? nil : scans[scan]
+    }
+
     /// A commit of the batch made these changes: rows held take their new value (a later request of the
     /// batch reads its predecessors' writes); rows not held stay unheld, so a big commit adds nothing.
     /// O(changes) lookups, O(rows held) for a user deleted whole.
     mutating func apply(_ entries: [Transaction.Entry]) {
+        if !scans.isEmpty {
+            let written = Set(entries.compactMap(\.user))
+            scans = scans.filter { !written.contains($0.key.user) }
+        }
         guard !rows.isEmpty else { return }
         for entry in entries {
             switch entry {
@@ -59,12 +83,14 @@ struct PrefetchedRows {
 
     /// Forgets the rows of `users`: the batch no longer holds their locks. O(rows held).
     mutating func forget(users: [String]) {
-        guard !rows.isEmpty, !users.isEmpty else { return }
+        guard !isEmpty, !users.isEmpty else { return }
         let gone = Set(users)
         rows = rows.filter { !gone.contains($0.key.user) }
+        scans = scans.filter { !gone.contains($0.key.user) }
     }
 
     mutating func removeAll() {
         rows.removeAll(keepingCapacity: true)
+        scans.removeAll()
     }
 }

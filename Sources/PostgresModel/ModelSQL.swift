@@ -78,7 +78,10 @@ struct ModelSQL {
 
         // Transaction control.
         switch sql {
-        case "BEGIN":
+        // A read-only batch's snapshot (`PostgresStore.readAhead`) runs at read committed here: every
+        // execution a snapshot allows (no commit between its statements) is one read committed allows,
+        // so the simulation checks the kernel against more interleavings than the server has, not fewer.
+        case "BEGIN", "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY":
             s.sessions[pid]!.tx!.explicit = true
             return Self.ok
         case "COMMIT", "ROLLBACK":

@@ -251,14 +251,26 @@ public struct SessionsList: RPCMethod {
     public init(_ service: SessionsService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> SessionPage {
         let user = try c.userID()
-        var after: SessionsService.Position?
-        if let cursor = p.cursor {
-            guard let position = service.decodeCursor(cursor, user: user) else {
-                throw RPCError.invalidParams("params.cursor", reason: "invalid_params", "params.cursor is not a cursor this kernel issued")
-            }
-            after = position
-        }
+        let after = try position(p, user)
         return try answer { () throws(SessionsError) in try service.list(user, from: p.from, to: p.to, limit: p.limit, after: after) }
+    }
+
+    public static let readsAhead = true
+    public func declareReads(_ p: Params, _ c: CallContext) {
+        guard let user = c.identity?.userId else { return }
+        // A cursor that is not ours names nothing: the call answers -32602.
+        let after: SessionsService.Position?
+        do { after = try position(p, user) } catch { return }
+        service.declareList(user, from: p.from, to: p.to, limit: p.limit, after: after)
+    }
+
+    /// Where the page starts: after the cursor's session, if any.
+    private func position(_ p: Params, _ user: String) throws(RPCError) -> SessionsService.Position? {
+        guard let cursor = p.cursor else { return nil }
+        guard let position = service.decodeCursor(cursor, user: user) else {
+            throw RPCError.invalidParams("params.cursor", reason: "invalid_params", "params.cursor is not a cursor this kernel issued")
+        }
+        return position
     }
 }
 

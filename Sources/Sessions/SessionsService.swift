@@ -168,16 +168,26 @@ public final class SessionsService: @unchecked Sendable {
     }
 
     func list(_ user: String, from: Timestamp?, to: Timestamp?, limit: Int, after: Position?) throws(SessionsError) -> SessionPage {
-        // Newest first: a reverse scan of the start-time order, from `to` (exclusive: every session at that
-        // time sorts after its bare bound) down to `from`, one more than the page to know if more follow.
-        let candidates = try storage(try tables.records.scanOrdered(
-            user: user, from: from.map { SessionRules.listOrder(startTime: $0.milliseconds) },
-            to: to.map { SessionRules.listOrder(startTime: $0.milliseconds) },
-            after: after.map { SessionRules.listOrder(startTime: $0.startTime, sessionId: $0.sessionId) },
-            reverse: true, limit: limit + 1))
+        let scan = Self.listScan(from: from, to: to, limit: limit, after: after)
+        let candidates = try storage(try tables.records.scanOrdered(user: user, from: scan.from, to: scan.to, after: scan.after,
+                                                                    reverse: true, limit: scan.limit))
         let page = candidates.prefix(limit).map { Session(id: $0.key, row: $0.row) }
         let next = candidates.count > limit ? page.last.map { encodeCursor(Position(startTime: $0.startTime.milliseconds, sessionId: $0.id), user: user) } : nil
         return SessionPage(sessions: page, nextCursor: next)
+    }
+
+    /// Names what `list` reads, for the batch's read-ahead.
+    func declareList(_ user: String, from: Timestamp?, to: Timestamp?, limit: Int, after: Position?) {
+        let scan = Self.listScan(from: from, to: to, limit: limit, after: after)
+        tables.records.prefetchScanOrdered(user: user, from: scan.from, to: scan.to, after: scan.after, reverse: true, limit: scan.limit)
+    }
+
+    /// A page's scan, newest first: a reverse scan of the start-time order, from `to` (exclusive: every
+    /// session at that time sorts after its bare bound) down to `from`, one more than the page to know
+    /// if more follow.
+    private static func listScan(from: Timestamp?, to: Timestamp?, limit: Int, after: Position?) -> (from: String?, to: String?, after: String?, limit: Int) {
+        (from.map { SessionRules.listOrder(startTime: $0.milliseconds) }, to.map { SessionRules.listOrder(startTime: $0.milliseconds) },
+         after.map { SessionRules.listOrder(startTime: $0.startTime, sessionId: $0.sessionId) }, limit + 1)
     }
 
     // MARK: Stats

@@ -290,6 +290,10 @@ public protocol StorageTable<Row>: TableHandle {
     /// The same over the table's second order (see `Storage.table(_:of:orderedBy:)`).
     func scanOrdered(user: String, from: String?, to: String?, after: String?, reverse: Bool, limit: Int)
         throws(StorageError) -> [(key: String, row: Row)]
+    /// Says that the request will make this `scanOrdered`, while the batch's reads are named ahead
+    /// (`RPCMethod.declareReads`): a store across a network reads it with them, in one round trip. Other
+    /// stores ignore it.
+    func prefetchScanOrdered(user: String, from: String?, to: String?, after: String?, reverse: Bool, limit: Int)
     /// Rows of `user` whose order keys fall in any of `ranges` (both ends included), range after range,
     /// each in order: several runs of days in one call.
     func scanOrdered(user: String, ranges: [OrderRange]) throws(StorageError) -> [(key: String, row: Row)]
@@ -303,6 +307,8 @@ public protocol StorageTable<Row>: TableHandle {
 }
 
 extension StorageTable {
+    public func prefetchScanOrdered(user: String, from: String?, to: String?, after: String?, reverse: Bool, limit: Int) {}
+
     /// Every row of `user`, in key order.
     @inlinable
     public func rows(of user: String) throws(StorageError) -> [(key: String, row: Row)] {

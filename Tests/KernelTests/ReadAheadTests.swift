@@ -153,4 +153,42 @@ final class CountingSession: DatabaseSession {
         #expect(answers[101]?["result"]?["verifiedMinutes"]?.intValue == 50, "\(answers)")
         #expect(answers[101]?["result"]?["claimedMinutes"]?.intValue == 7, "\(answers)")
     }
+
+    /// A batch of reads that named all they read (`sessions.list`) costs one round trip: its reads in a
+    /// snapshot the same pipeline ends, with no lock and no transaction id; a page's answer is the
+    /// server's, cursor pages included. A batch with a read that cannot name its reads keeps its round
+    /// trips.
+    @Test func aBatchOfListsCostsOneRoundTrip() throws {
+        let kernel = try kernel()
+        defer { kernel.shutdown() }
+        var connection = kernel.connection()
+        let user = "00000000-0000-4000-8000-0000000000e5"
+        let token = kernel.auth.mint(sub: user, role: "authenticated", ttl: 3600, now: kernel.clock.now())
+        func call(_ method: String, _ params: [(String, JSON)]) throws -> JSON {
+            let line: JSON = ["jsonrpc": "2.0", "id": 1, "method": .string(method), "params": .object(JSONObject([("auth", .string(token))] + params))]
+            connection.receive(Array(line.serialized.utf8) + [0x0A])
+            _ = connection.endBatch()
+            defer { connection.output.removeAll() }
+            return try JSON.parse(Array(connection.output.dropLast()))
+        }
+        for i in 0..<5 {
+            let made = try call("sessions.record", [("startTime", .string("2025-03-0\(i + 1)T10:00:00Z")), ("durationSeconds", 600),
+                                                   ("clientSessionId", .string("c\(i)"))])
+            #expect(made["result"] != nil, "\(made)")
+        }
+        database.reset()
+        let first = try call("sessions.list", [("limit", 3)])
+        #expect(database.pipelines.withLock { $0 } == 1, "\(database.sent.withLock { $0 })")
+        #expect(database.sent.withLock { $0 }.joined().allSatisfy { !$0.contains("pg_current_xact_id") && !$0.contains("advisory") })
+        let sessions = try #require(first["result"]?["sessions"]?.arrayValue)
+        #expect(sessions.compactMap { $0["startTime"]?.stringValue } == ["2025-03-05T10:00:00.000Z", "2025-03-04T10:00:00.000Z", "2025-03-03T10:00:00.000Z"], "\(first)")
+        let cursor = try #require(first["result"]?["nextCursor"]?.stringValue)
+        database.reset()
+        let second = try call("sessions.list", [("limit", 3), ("cursor", .string(cursor))])
+        #expect(database.pipelines.withLock { $0 } == 1)
+        #expect(second["result"]?["sessions"]?.arrayValue?.count == 2, "\(second)")
+        database.reset()
+        _ = try call("sessions.stats", [])
+        #expect(database.pipelines.withLock { $0 } > 1, "sessions.stats names no reads: its own round trips")
+    }
 }
