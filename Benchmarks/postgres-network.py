@@ -7,7 +7,8 @@ floor of the same statements through the same proxy (Benchmarks/pgfloor.c, 100 u
 
 Rows: pipelined screentime.upload on one stream; the same from 8 socket connections; one upload at a
 time (p50, round trips each); sessions.list one at a time (p50, round trips each); a month of heart rate
-in one request (ms, round trips). The server runs with fsync and synchronous_commit on, on TCP at
+in one request (ms, round trips); rewards.earn on the same 100 users from one kernel, then from two kernels
+at once (each user's balance checked exact). The server runs with fsync and synchronous_commit on, on TCP at
 localhost (scripts/pg-server start-tls, TLS off here: sslmode=disable).
 
 Usage: python3 Benchmarks/postgres-network.py [--requests N] [--delays 0,1,5]
@@ -188,6 +189,23 @@ def month(tmp, url, schema, proxy):
     return postgres.month_ms(kernel_args(tmp, url, schema)), None
 
 
+def two_kernels(tmp, url, tag, m):
+    """`rewards.earn` on the same 100 users: one kernel alone takes 2m, then two kernels m each at once;
+    every user's balance must come out exact (each earn has its own idempotency key)."""
+    earn_dir = os.path.join(tmp, "earn-" + tag)
+    os.makedirs(earn_dir)
+    paths, tokens = postgres.write_earns(earn_dir, m)
+    alone, _ = postgres.pipe(kernel_args(tmp, url, "earnone" + tag), paths[2], 2 * m)
+    args = kernel_args(tmp, url, "earntwo" + tag)
+    pair = postgres.together([(args, paths[k], m + 1) for k in (0, 1)])
+    errors = sum(json.loads(last)["result"]["requests"]["errors"] for _, last in pair)
+    got = postgres.balances(args, tokens)
+    want = [2 * (m // 100 + (1 if u < m % 100 else 0)) for u in range(100)]
+    two = 2 * m / max(s for s, _ in pair)
+    return {"oneKernelEarnsPerSec": 2 * m / alone, "twoKernelsEarnsPerSec": two, "twoKernelsVsOne": two / (2 * m / alone),
+            "twoKernelsExactTotals": got == want and errors == 0}
+
+
 def at_delay(tmp, port, delay_ms, n, users, floor):
     proxy = DelayProxy(("127.0.0.1", port), delay_ms / 2000) if delay_ms > 0 else None
     url = "postgresql://hk@127.0.0.1:%d/hk?sslmode=disable" % (proxy.port if proxy else port)
@@ -203,6 +221,7 @@ def at_delay(tmp, port, delay_ms, n, users, floor):
     res["oneUploadP50Ms"], res["oneUploadRoundTrips"] = one_at_a_time(tmp, url, "one" + tag, proxy, 100, "screentime.upload")
     res["sessionsListP50Ms"], res["sessionsListRoundTrips"] = one_at_a_time(tmp, url, "list" + tag, proxy, 100, "sessions.list")
     res["monthMs"], res["monthRoundTrips"] = month(tmp, url, "month" + tag, proxy)
+    res.update(two_kernels(tmp, url, tag, max(200, n // 3)))
     seconds = float(subprocess.run([floor, url, str(n), str(users), "100"], check=True, capture_output=True, text=True).stdout)
     res["floorUploadsPerSec"] = n / seconds
     return res
@@ -244,6 +263,10 @@ def main():
         ("a month in one request, ms", "monthMs", "<= 1.2x direct TCP"),
         ("a month in one request, round trips", "monthRoundTrips", "<= 25"),
         ("plain libpq floor, 100 uploads a transaction (/s)", "floorUploadsPerSec", ""),
+        ("rewards.earn, one kernel (/s)", "oneKernelEarnsPerSec", ""),
+        ("two kernels on the same 100 users (/s)", "twoKernelsEarnsPerSec", ""),
+        ("two kernels / one kernel", "twoKernelsVsOne", ">= 1x"),
+        ("two kernels: exact totals (1 = yes)", "twoKernelsExactTotals", "exact"),
     ]
     print("%-52s %s  target at 1 ms" % ("measure", "  ".join("%10s" % ("%d ms" % r["delayMs"]) for r in rows)))
     for label, key, target in targets:

@@ -223,10 +223,8 @@ public final class StdioServer {
         case .item(.batch(let lines)):
             // Reads queued while the last batch was answered (its database round trips, say) join this
             // one: one read-ahead and one flush for them all. At most the queue's capacity of reads.
-            var batches = [lines], after: Input?
-            while after == nil, let next = queue.pollItem() {
-                if case .batch(let more) = next { batches.append(more) } else { after = next }
-            }
+            var batches = [lines]
+            while case .batch(let more)? = queue.pollItem(if: { if case .batch = $0 { true } else { false } }) { batches.append(more) }
             let fatal = serve {
                 connection.readAhead { for lines in batches { connection.declareReads(lines) } }
                 for lines in batches { connection.answer(lines, readingAhead: false) }
@@ -236,7 +234,6 @@ public final class StdioServer {
             // for its malloc arena (a few percent of both threads' time under load).
             input.answered.withLock { $0 += batches }
             if let ending = flush(fatal: fatal) { return ending }
-            if let after { return serve(.item(after)) }
             // A slice of a big commit between batches, and another after the next batch or on its own.
             if serve({ connection.applyBacklog() }) { wake(.sliceDue) }
         case .item(.end(let ending)):

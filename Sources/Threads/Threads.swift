@@ -136,9 +136,13 @@ public final class HandoffQueue<Item: Sendable>: @unchecked Sendable {
         return item
     }
 
-    /// The oldest item without waiting; nil when none is queued (signals stay for `takeOrSignals`).
-    public func pollItem() -> Item? {
-        let item = ring.withLock { ring -> Item? in ring.count > 0 ? self.removeOldest(&ring) : nil }
+    /// The oldest item without waiting, when one is queued and `wanted` takes it; else nil, and the queue
+    /// is as it was (signals stay for `takeOrSignals`).
+    public func pollItem(if wanted: (Item) -> Bool) -> Item? {
+        let item = ring.withLock { ring -> Item? in
+            guard ring.count > 0, let oldest = ring.items[ring.head], wanted(oldest) else { return nil }
+            return self.removeOldest(&ring)
+        }
         if item != nil { ring.wake() }
         return item
     }
