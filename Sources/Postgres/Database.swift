@@ -14,6 +14,10 @@ public protocol DatabaseSession: AnyObject {
     /// Sends `statements` in one pipeline and returns their results in order. Throws `unavailable` when
     /// the connection fails (it is then marked broken; what the server did is unknown).
     func run(_ statements: [Statement]) throws(StorageError) -> [StatementResult]
+    /// Sends `statements` in one pipeline without waiting for their results, which the next `run` reads
+    /// and drops first: for statements whose outcome nobody needs (a batch of reads' `COMMIT`). A failure
+    /// marks the connection broken.
+    func send(_ statements: [Statement])
     /// Runs `sql`, a `COPY ... FROM STDIN`, with `data` in COPY's text format.
     func copy(_ sql: String, _ data: [UInt8]) throws(StorageError) -> StatementResult
     /// Waits up to `timeoutMilliseconds` for notifications (after `LISTEN`): each sender's process id and payload.

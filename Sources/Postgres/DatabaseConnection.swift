@@ -80,6 +80,7 @@ public final class DatabaseConnection: DatabaseSession, @unchecked Sendable {
 
     private func connect() throws(StorageError) {
         if conn != nil { PQfinish(conn) }
+        unsettled = nil
         prepared.removeAll()
         preparedNames = 0
         conn = PQconnectdb(url)
@@ -203,6 +204,7 @@ public final class DatabaseConnection: DatabaseSession, @unchecked Sendable {
     /// Sends `statements` in one pipeline and returns their results in order. Throws `unavailable` when
     /// the connection fails (the connection is then marked broken; what the server did is unknown).
     public func run(_ statements: [Statement]) throws(StorageError) -> [StatementResult] {
+        drainUnsettled()
         if broken || conn == nil { try connect() }
         guard !statements.isEmpty else { return [] }
         guard pooled, !inTransaction, !localSetup.isEmpty else { return try runPipeline(statements) }
@@ -225,6 +227,12 @@ public final class DatabaseConnection: DatabaseSession, @unchecked Sendable {
     }
 
     private func runPipeline(_ statements: [Statement]) throws(StorageError) -> [StatementResult] {
+        let preparing = try sendPipeline(statements)
+        return try receivePipeline(statements, preparing)
+    }
+
+    /// Sends a pipeline and its sync; returns, per statement, whether a Prepare went before it.
+    private func sendPipeline(_ statements: [Statement]) throws(StorageError) -> [Bool] {
         // Parameters go as C strings, and PostgreSQL's text holds no NUL: a value with one would be cut
         // there (two keys becoming one, a user id landing in another's partition). No method can write
         // one; refused here before anything is sent, whatever the caller.
@@ -246,13 +254,18 @@ public final class DatabaseConnection: DatabaseSession, @unchecked Sendable {
                 name = "hk\(preparedNames)"
                 prepared[statement.sql] = name
                 prepare = true
-                guard PQsendPrepare(conn, name, statement.sql, Int32(statement.params.count), nil) == 1 else { return try fail() }
+                guard PQsendPrepare(conn, name, statement.sql, Int32(statement.params.count), nil) == 1 else { _ = try fail(); return [] }
             }
             preparing.append(prepare)
-            guard send(statement, as: name) else { return try fail() }
-            if statement.flushAfter && PQsendFlushRequest(conn) != 1 { return try fail() }
+            guard send(statement, as: name) else { _ = try fail(); return [] }
+            if statement.flushAfter && PQsendFlushRequest(conn) != 1 { _ = try fail(); return [] }
         }
-        guard PQpipelineSync(conn) == 1 else { return try fail() }
+        guard PQpipelineSync(conn) == 1 else { _ = try fail(); return [] }
+        return preparing
+    }
+
+    /// Reads a pipeline's results (`sendPipeline`), up to its sync.
+    private func receivePipeline(_ statements: [Statement], _ preparing: [Bool]) throws(StorageError) -> [StatementResult] {
         var results: [StatementResult] = []
         results.reserveCapacity(statements.count)
         for index in statements.indices {
@@ -326,10 +339,41 @@ public final class DatabaseConnection: DatabaseSession, @unchecked Sendable {
         return results
     }
 
+    /// Sends `statements` in one pipeline without waiting for their results (a batch of reads ends with its
+    /// `COMMIT` so): they are read, and dropped, before the next pipeline's. A failure only marks the
+    /// connection broken (the next `run` reconnects); whoever sends so must not need to know the outcome.
+    public func send(_ statements: [Statement]) {
+        drainUnsettled()
+        guard !broken, conn != nil, !statements.isEmpty else { return }
+        do {
+            unsettled = (statements, try sendPipeline(statements))
+        } catch {
+            unsettled = nil
+        }
+    }
+
+    /// A pipeline sent by `send` whose results were not read yet.
+    private var unsettled: (statements: [Statement], preparing: [Bool])?
+
+    /// Reads the results of the pipeline `send` left, logging a failure.
+    private func drainUnsettled() {
+        guard let (statements, preparing) = unsettled else { return }
+        unsettled = nil
+        guard !broken, conn != nil else { return }
+        do {
+            if let failed = try receivePipeline(statements, preparing).first(where: { $0.error != nil })?.error {
+                log("a pipeline sent without waiting failed: SQLSTATE \(failed.state): \(failed.message)")
+            }
+        } catch {
+            // Marked broken: the next run reconnects.
+        }
+    }
+
     /// Runs `sql`, a `COPY ... FROM STDIN`, with `data` (COPY's text format) and returns its result. COPY
     /// cannot run in pipeline mode, so the connection leaves it for the statement and enters it again.
     /// Throws `unavailable` when the connection fails.
     public func copy(_ sql: String, _ data: [UInt8]) throws(StorageError) -> StatementResult {
+        drainUnsettled()
         if broken || conn == nil { try connect() }
         guard PQexitPipelineMode(conn) == 1 else { _ = try fail(); return StatementResult() }
         defer { if !broken && PQenterPipelineMode(conn) != 1 { broken = true } }

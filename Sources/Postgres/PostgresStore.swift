@@ -532,10 +532,18 @@ public final class PostgresStore: Storage, @unchecked Sendable {
     /// again whether it happened (`pg_xact_status`).
     func commitBatch() {
         guard batchOpen else { return }
-        // A batch that wrote nothing (reads only) asks for no transaction id: taking one would spend an id
-        // per read batch, and ids run out (an anti-wraparound vacuum every couple of days at a thousand
-        // such batches a second). It has nothing to settle if its COMMIT is cut.
-        let statements = deferred + (batchCommits == nil ? [Statement("COMMIT")] : Self.commitEnding)
+        guard batchCommits != nil else {
+            // A batch that wrote nothing (reads only) has nothing to settle and no answer waits for its
+            // COMMIT: sent without waiting (the next pipeline reads its result first), it costs no round
+            // trip, and it asks for no transaction id (an id per read batch runs them out: an
+            // anti-wraparound vacuum every couple of days at a thousand such batches a second).
+            main.send(deferred + [Statement("COMMIT")])
+            deferred.removeAll()
+            resetBatch()
+            forget()
+            return
+        }
+        let statements = deferred + Self.commitEnding
         deferred.removeAll()
         var made: CommitOutcome
         let backend = main.backendPID
@@ -550,9 +558,7 @@ public final class PostgresStore: Storage, @unchecked Sendable {
                 _ = try? main.run([Statement("ROLLBACK")])
             }
         } catch {
-            // A batch of reads has nothing to settle (and sent no ticket to ask about).
-            made = batchCommits == nil ? .notCommitted
-                : Self.transactionID(on: main, sent: statements.count).map { outcome(of: $0, on: main, backend: backend) } ?? .notCommitted
+            made = Self.transactionID(on: main, sent: statements.count).map { outcome(of: $0, on: main, backend: backend) } ?? .notCommitted
             log("the connection broke while committing a batch; \(made.said): \(error)")
         }
         switch made {

@@ -60,6 +60,12 @@ final class ModelSession: DatabaseSession, @unchecked Sendable {
         throw StorageError.unavailable("the connection to PostgreSQL failed")
     }
 
+    /// Runs at once (the server would, as soon as the pipeline arrives); the results are dropped.
+    func send(_ statements: [Statement]) {
+        guard !broken else { return }
+        _ = try? run(statements)
+    }
+
     func run(_ statements: [Statement]) throws(StorageError) -> [StatementResult] {
         try reconnectIfBroken()
         received.removeAll()
