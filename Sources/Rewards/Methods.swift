@@ -43,6 +43,10 @@ public struct RewardsEarn: RPCMethod {
         let user = try c.userID()
         return try answer { () throws(RewardsError) in try service.earn(user, xp: p.xp, reason: p.reason, key: p.key, now: c.now) }
     }
+    public static let readsAhead = true
+    public func declareReads(_ p: Params, _ c: CallContext) {
+        if let user = c.identity?.userId { service.declareEarnReads(user, key: p.key) }
+    }
 }
 
 /// `rewards.redeem`.

@@ -50,7 +50,19 @@ public final class RewardsService: @unchecked Sendable {
         try storage(try tables.balance.get(user: user, key: Self.balanceKey)) ?? BalanceRow()
     }
 
+    /// Names what `earn` reads, for the batch's read-ahead.
+    public func declareEarnReads(_ user: String, key: String) {
+        try? prefetchEarn(user, key: key)
+    }
+
+    /// What `earn` reads: the balance, the key's earlier credit and the ledger's count, together.
+    private func prefetchEarn(_ user: String, key: String) throws(RewardsError) {
+        try storage(try store.prefetch([(tables.balance, user, Self.balanceKey), (tables.earned, user, key),
+                                        (tables.counters, user, Self.ledgerCounterKey)]))
+    }
+
     func earn(_ user: String, xp: Int64, reason: String, key: String, now: Timestamp) throws(RewardsError) -> BalanceRow {
+        try prefetchEarn(user, key: key)
         var b = try balance(user)
         if let earlier = try storage(try tables.earned.get(user: user, key: key)) {
             guard earlier.xp == xp else { throw .keyReused }
