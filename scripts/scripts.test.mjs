@@ -90,3 +90,27 @@ test('scripts/sanitize checks its mode before doing anything', async () => {
   assert.equal(r.code, 2);
   assert.match(r.stderr, /usage: scripts\/sanitize address\|thread/);
 });
+
+test('scripts/binary.sh: HEALTHKERNEL_BIN, else a binary here (built only when there is none), else the three ways to get one', (t) => {
+  const dir = temporary(t);
+  mkdirSync(join(dir, 'Sources'));
+  const find = (env) => {
+    try {
+      const out = execFileSync('bash', ['-c', `. ${join(root, 'scripts/binary.sh')}; find_binary; echo "$HEALTHKERNEL_BIN"`],
+        { cwd: dir, env: { PATH: '/usr/bin:/bin', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+      return { code: 0, out: out.toString().trim() };
+    } catch (e) {
+      return { code: e.status, out: e.stderr.toString() };
+    }
+  };
+  assert.deepEqual(find({ HEALTHKERNEL_BIN: '/opt/hk' }), { code: 0, out: '/opt/hk' });
+  // No binary and no Swift (PATH without the toolchain): exit 2, naming the three ways.
+  const none = find({});
+  if (none.code === 0) return t.skip(`healthkernel is on /usr/bin:/bin here (${none.out})`);
+  assert.equal(none.code, 2);
+  for (const way of [/release tarball/, /Debian package/, /npm tarball/]) assert.match(none.out, way);
+  // A binary built here is used as it is when there is no Swift to build a newer one.
+  mkdirSync(join(dir, '.build/release'), { recursive: true });
+  cpSync(binary, join(dir, '.build/release/healthkernel'));
+  assert.deepEqual(find({}), { code: 0, out: join(dir, '.build/release/healthkernel') });
+});

@@ -4,8 +4,9 @@ import { spawn } from 'node:child_process';
 import { createHmac } from 'node:crypto';
 import { connect } from 'node:net';
 import { EventEmitter } from 'node:events';
-import { lstatSync } from 'node:fs';
+import { existsSync, lstatSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 /** The kernel answered with a JSON-RPC error. `code` is the JSON-RPC code (a number). */
 export class KernelError extends Error {
@@ -134,8 +135,28 @@ export function checkSocketOwner(path) {
 /** Most bytes handed to the pipe in one write. */
 const chunkBytes = 256 * 1024;
 
+/**
+ * The binary to run when none is given: $HEALTHKERNEL_BIN, else the one this package carries for this
+ * platform (the npm tarball `scripts/package` builds carries `bin/linux-x64/healthkernel`), else
+ * `healthkernel` on PATH (the Debian package, or the release tarball's binary put there).
+ */
+export function defaultBinary() {
+  if (process.env.HEALTHKERNEL_BIN) return process.env.HEALTHKERNEL_BIN;
+  const carried = fileURLToPath(new URL(`./bin/${process.platform}-${process.arch}/healthkernel`, import.meta.url));
+  return existsSync(carried) ? carried : 'healthkernel';
+}
+
+/** What a spawn that found no binary rejects with: the three ways to get one. */
+function missingBinary(binary, cause) {
+  return Object.assign(new Error(
+    `healthkernel: no binary at ${JSON.stringify(binary)}. Get one of three ways: install the npm tarball ` +
+    '(dist/healthkernel-VERSION.tgz from scripts/package, which carries the linux-x64 binary), put the ' +
+    'release tarball\'s binary (dist/healthkernel-VERSION-linux-x86_64.tar.gz) or the Debian package\'s on PATH, ' +
+    'or build it from source (swift build -c release) and set HEALTHKERNEL_BIN to its path'), { code: 'ENOENT', cause });
+}
+
 const defaults = {
-  binary: process.env.HEALTHKERNEL_BIN || 'healthkernel',
+  binary: undefined,
   args: ['serve'],
   timeout: 30_000,
   maxPending: 10_000,
@@ -506,7 +527,8 @@ export class Kernel extends EventEmitter {
   }
 
   #spawnProcess(exitResolve) {
-    const { binary, args, env, cwd } = this.#options;
+    const { args, env, cwd } = this.#options;
+    const binary = this.#options.binary ?? defaultBinary();
     const child = spawn(binary, args, { env: env ? { ...process.env, ...env } : process.env, cwd, stdio: ['pipe', 'pipe', 'pipe'] });
     const link = { input: child.stdin, output: child.stdout, pid: undefined, stop: (signal) => child.kill(signal) };
     let errLine = '';
@@ -517,7 +539,7 @@ export class Kernel extends EventEmitter {
       for (const line of lines) this.#stderrLine(line);
     });
     let spawnError = null;
-    child.on('error', (error) => { spawnError = error; });
+    child.on('error', (error) => { spawnError = error.code === 'ENOENT' ? missingBinary(binary, error) : error; });
     child.on('close', (code, signal) => {
       if (errLine) this.#stderrLine(errLine);
       exitResolve({ code, signal });
@@ -525,7 +547,7 @@ export class Kernel extends EventEmitter {
     });
     link.ready = new Promise((resolve, reject) => {
       child.once('spawn', () => { link.pid = child.pid; resolve(); });
-      child.once('error', reject);
+      child.once('error', (error) => reject(error.code === 'ENOENT' ? missingBinary(binary, error) : error));
     });
     return link;
   }

@@ -107,7 +107,7 @@ export interface RestartOptions {
 export interface SpawnOptions {
   /** Connect to this Unix socket (a kernel serving with --listen) instead of spawning; see Kernel.connect. */
   path?: string;
-  /** Path of the healthkernel binary (default: $HEALTHKERNEL_BIN, else healthkernel on PATH). */
+  /** Path of the healthkernel binary (default: defaultBinary(): $HEALTHKERNEL_BIN, else the binary this package carries for this platform, else healthkernel on PATH). */
   binary?: string;
   /** The kernel's auth.jwtSecret: lets subscribe() mint service tokens to renew its subscription by itself. */
   jwtSecret?: string;
@@ -182,6 +182,8 @@ export class KernelClosedError extends Error {
 export const fatalExitStatuses: number[];
 /** A service token signed with the kernel's HS256 secret. */
 export function serviceToken(secret: string, options?: { ttlSeconds?: number; now?: number }): string;
+/** The binary Kernel.spawn runs when none is given: $HEALTHKERNEL_BIN, else the one this package carries for this platform (the npm tarball from scripts/package carries linux-x64), else healthkernel on PATH. */
+export function defaultBinary(): string;
 
 export interface SubscribeOptions {
   /** Entity names or domains; default every change. */

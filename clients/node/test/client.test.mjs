@@ -162,7 +162,15 @@ test('a kernel that dies without restart rejects later calls; spawn rejects when
     assert.match(e.message, /locked|another/i);
     return true;
   });
-  await assert.rejects(Kernel.spawn({ binary: '/nonexistent/healthkernel' }), { code: 'ENOENT' });
+  // No binary: the message names the three ways to get one, not a bare spawn ENOENT.
+  await assert.rejects(Kernel.spawn({ binary: '/nonexistent/healthkernel' }), (e) => {
+    assert.equal(e.code, 'ENOENT');
+    assert.match(e.message, /"\/nonexistent\/healthkernel"/);
+    assert.match(e.message, /npm tarball/);
+    assert.match(e.message, /release tarball/);
+    assert.match(e.message, /HEALTHKERNEL_BIN/);
+    return true;
+  });
   const exit = once(k, 'exit');
   process.kill(k.pid, 'SIGKILL');
   await exit;
