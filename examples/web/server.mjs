@@ -2,6 +2,8 @@
 // An HTTP server that serves the seed apps' REST routes through one spawned healthkernel, plus a live
 // dashboard. Node built-ins only. Start it with `scripts/web` (builds the kernel first) or
 //   HEALTHKERNEL_BIN=.build/release/healthkernel node examples/web/server.mjs
+// With `--connect unix:PATH` (or KERNEL_SOCKET=PATH) it uses a kernel already serving on that socket
+// (`healthkernel serve --listen unix:PATH`, as the Debian package's unit runs it) instead of spawning one.
 // Env: PORT (3002), HOST (127.0.0.1), DATA_DIR (./data), HEALTHKERNEL_BIN, HEALTHKERNEL_CONFIG,
 // BODY_LIMIT (bytes, 1 MiB; /ingest/healthkit takes 16 MiB), SERVICE_TOKEN (required: the server refuses to
 // start without one, except with DEMO=1, which mints a one-day token from the data dir),
@@ -80,6 +82,23 @@ const withAuth = (req, body) => ({ ...body, ...(bearer(req) ? { auth: bearer(req
 function rename(body, names) {
   return Object.fromEntries(Object.entries(body).map(([k, v]) => [Object.hasOwn(names, k) ? names[k] : k, v]));
 }
+
+/**
+ * `GET /api/sync/changes`'s query: `since`, `limit`, `entities` (comma-separated), `includeData`. A value
+ * that is not of its kind is passed on as the string it is, for the kernel to refuse with its field.
+ */
+const syncQuery = {
+  names: ['since', 'limit', 'entities', 'includeData'],
+  read(url) {
+    const q = url.searchParams, params = {};
+    if (q.has('since')) params.since = q.get('since');
+    if (q.has('limit')) params.limit = /^\d{1,9}$/.test(q.get('limit')) ? Number(q.get('limit')) : q.get('limit');
+    if (q.has('entities')) params.entities = q.get('entities').split(',');
+    if (q.has('includeData')) params.includeData = { true: true, false: false }[q.get('includeData')] ?? q.get('includeData');
+    for (const name of q.keys()) if (!this.names.includes(name)) params[name] = q.get(name);
+    return params;
+  },
+};
 
 /**
  * The routes. Each calls one kernel method (or a few), shaping params and answers like the seed's own
@@ -183,12 +202,49 @@ export const routes = [
   { method: 'POST', path: '/ingest/healthkit', body: true, auth: 'user', limit: 16 * 1024 * 1024,
     handle: (k, req, body) => k.call('health.ingest', withAuth(req, body), { timeout: 120_000 }) },
 
+  // An app backend's accounts (protocol/rest-routes.md, "Accounts"): each a thin forward to the kernel
+  // method named by `rpc`, with its params as the JSON body and its errors as they are. The end user's
+  // address goes to the kernel's sign-in throttle as the server saw it, never as the body says.
+  { method: 'POST', path: '/api/auth/signup', body: true, auth: 'none', rpc: 'auth.signUp',
+    handle: (k, req, body) => k.call('auth.signUp', { ...body, clientAddress: addressKey(req.socket.remoteAddress) }) },
+  { method: 'POST', path: '/api/auth/signin', body: true, auth: 'none', rpc: 'auth.signIn',
+    handle: (k, req, body) => k.call('auth.signIn', { ...body, clientAddress: addressKey(req.socket.remoteAddress) }) },
+  { method: 'POST', path: '/api/auth/refresh', body: true, auth: 'none', rpc: 'auth.refresh',
+    handle: (k, req, body) => k.call('auth.refresh', body) },
+  { method: 'POST', path: '/api/auth/signout', body: 'optional', auth: 'user', rpc: 'auth.signOut',
+    handle: (k, req, body) => k.call('auth.signOut', withAuth(req, body)) },
+  // Sign in with Apple or Google: {provider, idToken}; with a bearer token, links the identity to that account.
+  { method: 'POST', path: '/api/auth/exchange', body: true, auth: 'none', rpc: 'auth.exchange',
+    handle: (k, req, body) => k.call('auth.exchange', withAuth(req, body)) },
+  { method: 'GET', path: '/api/auth/user', auth: 'user', rpc: 'auth.user',
+    handle: (k, req) => k.call('auth.user', withAuth(req, {})) },
+  { method: 'DELETE', path: '/api/auth/user', auth: 'user', rpc: 'auth.deleteUser',
+    handle: (k, req) => k.call('auth.deleteUser', withAuth(req, {})) },
+
+  // HealthKit deletions and the change feed a device syncs from.
+  { method: 'POST', path: '/api/health/delete', body: true, auth: 'user', rpc: 'health.delete',
+    handle: (k, req, body) => k.call('health.delete', withAuth(req, body)) },
+  { method: 'GET', path: '/api/sync/changes', auth: 'user', rpc: 'sync.changes', query: syncQuery,
+    handle: (k, req, _body, url) => k.call('sync.changes', withAuth(req, syncQuery.read(url))) },
+
   // the dashboard
+  { method: 'GET', path: '/', auth: 'none', handle: () => new Reply(200, homePage, { 'content-type': 'text/html; charset=utf-8' }) },
   { method: 'GET', path: '/dashboard', auth: 'none', handle: () => new Reply(200, dashboardPage, { 'content-type': 'text/html; charset=utf-8' }) },
   { method: 'GET', path: '/api/dashboard', auth: 'user', handle: (k, req, _body, url) => dashboard(k, bearer(req), url) },
 ];
 
 const dashboardPage = readFileSync(here('./dashboard.html'));
+
+/** `GET /`: what this server is, and where its dashboard and API description are. */
+const homePage = Buffer.from(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>healthkernel example server</title></head>
+<body><h1>healthkernel example server</h1>
+<p>The REST routes of an app backend, each forwarded to a healthkernel.</p>
+<ul><li><a href="/dashboard">Dashboard</a> (open it with <code>#token=ACCESS_TOKEN</code>)</li>
+<li><a href="/openapi.json">OpenAPI document</a> of the routes</li>
+<li><a href="/healthz">Health check</a></li></ul>
+</body></html>
+`);
 
 /** A date formatter per time zone, made once: building one costs more than a dashboard's other work. */
 const dateFormats = new Map();
@@ -531,10 +587,14 @@ export async function start({
   dataDir = process.env.DATA_DIR ?? './data', binary = process.env.HEALTHKERNEL_BIN ?? here('../../.build/release/healthkernel'),
   kernelArgs = [], env = {}, serviceToken = process.env.SERVICE_TOKEN, demo = process.env.DEMO === '1',
   bodyLimit = Number(process.env.BODY_LIMIT ?? 1024 * 1024), log = (line) => process.stderr.write(line + '\n'),
-  limits: limitOverrides = {}, clientOptions = {},
+  limits: limitOverrides = {}, clientOptions = {}, connect = process.env.KERNEL_SOCKET,
 } = {}) {
   const limits = limitSettings(limitOverrides);
   const kernelEnv = { ...env };
+  if (connect && !serviceToken) {
+    throw new StartError('SERVICE_TOKEN is not set: with a running kernel (--connect, KERNEL_SOCKET), mint one where that kernel\'s\n' +
+      'secret is (healthkernel token --role service_role --ttl SECONDS --config /etc/healthkernel/healthkernel.json)');
+  }
   if (!serviceToken && !demo) {
     throw new StartError('SERVICE_TOKEN is not set: give the server a service token, minted with\n' +
       '  healthkernel token --role service_role --ttl SECONDS --data-dir DATA_DIR\n' +
@@ -543,7 +603,11 @@ export async function start({
   // A demo's token lives a day: long enough to look around, short enough that a forgotten demo is no standing key.
   const service = serviceToken || execFileSync(binary, ['token', '--role', 'service_role', '--ttl', '86400', '--data-dir', dataDir],
     { env: { ...process.env, ...kernelEnv } }).toString().trim();
-  const kernel = await Kernel.spawn({ binary, args: ['serve', '--data-dir', dataDir, ...kernelArgs], env: kernelEnv, restart: true, ...clientOptions });
+  // A kernel of its own, or (`connect`: a socket path, `unix:` optional) one already serving, as the
+  // Debian package's systemd unit runs it; closing then closes the connection, not that kernel.
+  const kernel = connect
+    ? await Kernel.connect({ path: connect, restart: true, ...clientOptions })
+    : await Kernel.spawn({ binary, args: ['serve', '--data-dir', dataDir, ...kernelArgs], env: kernelEnv, restart: true, ...clientOptions });
   kernel.on('stderr', (line) => log(`kernel: ${line}`));
   const tokens = new TokenCache(kernel, limits.TOKEN_CACHE_ENTRIES);
   const tickets = new Map(); // ticket -> {userId, expiresAt, validUntil}, in the order issued
@@ -751,7 +815,9 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   process.on('uncaughtException', (error) => process.stderr.write(`uncaught exception: ${error?.stack ?? error}\n`));
   let app;
   try {
-    app = await start();
+    const at = process.argv.indexOf('--connect');
+    if (at >= 0 && !process.argv[at + 1]) throw new StartError('--connect needs a socket: --connect unix:PATH');
+    app = await start(at >= 0 ? { connect: process.argv[at + 1] } : {});
   } catch (error) {
     if (!(error instanceof StartError)) throw error;
     process.stderr.write(`healthkernel example: ${error.message}\n`);
