@@ -15,6 +15,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Kernel, KernelError, KernelTimeoutError } from '../../clients/node/index.mjs';
+import { openapiDocument } from './openapi.mjs';
 
 const here = (path) => fileURLToPath(new URL(path, import.meta.url));
 
@@ -107,11 +108,11 @@ const syncQuery = {
  */
 export const routes = [
   // seed 000: Screen Time verification
-  { method: 'GET', path: '/api/verification/ios/connection', auth: 'user',
+  { method: 'GET', path: '/api/verification/ios/connection', auth: 'user', rpc: 'screentime.getConnection',
     handle: (k, req) => k.call('screentime.getConnection', withAuth(req, {})) },
-  { method: 'PATCH', path: '/api/verification/ios/connection', body: true, auth: 'user',
+  { method: 'PATCH', path: '/api/verification/ios/connection', body: true, auth: 'user', rpc: 'screentime.updateConnection',
     handle: (k, req, body) => k.call('screentime.updateConnection', withAuth(req, body)) },
-  { method: 'POST', path: '/api/verification/ios/upload', body: true, auth: 'user',
+  { method: 'POST', path: '/api/verification/ios/upload', body: true, auth: 'user', rpc: 'screentime.upload',
     handle: async (k, req, body) => {
       try {
         return await k.call('screentime.upload', withAuth(req, body));
@@ -125,14 +126,17 @@ export const routes = [
       }
     } },
   // Not a seed route: the web app's own claim ("I used my phone N minutes"), which uploads verify.
-  { method: 'POST', path: '/api/verification/claim', body: true, auth: 'user',
+  { method: 'POST', path: '/api/verification/claim', body: true, auth: 'user', rpc: 'screentime.claim',
     handle: (k, req, body) => k.call('screentime.claim', withAuth(req, body)) },
 
   // seed 004: meditation tracker
   { method: 'POST', path: '/api/auth/google', body: true, auth: 'none',
     errors: { [-32010]: [401, 'Invalid Google token/code'], [-32001]: [401, 'Invalid Google token/code'],
               other: [500, 'Authentication processing failed'] },
-    fields: { idToken: 'googleToken' },
+    fields: { idToken: 'googleToken' }, rpc: 'auth.exchange', serverSets: ['provider'],
+    summary: 'Signs in with a Google id token (seed 004): the kernel verifies it against Google\'s keys.',
+    response: { type: 'object', required: ['apiToken', 'refreshToken', 'expiresIn'],
+                properties: { apiToken: { type: 'string' }, refreshToken: { type: 'string' }, expiresIn: { type: 'integer' } } },
     handle: async (k, req, body) => {
       if (body.googleAuthCode !== undefined && body.googleToken === undefined) {
         throw new HttpError(400, 'googleAuthCode is not supported: the kernel makes no network calls; send googleToken (an id token)');
@@ -145,6 +149,8 @@ export const routes = [
     errors: { [-32602]: [400, 'Invalid session data format'], [-32001]: [401, 'Invalid or missing API token'],
               other: [500, 'Failed to save session'] },
     fields: { startTime: 'session_start_time', durationSeconds: 'duration_seconds', endTime: 'session_end_time', clientSessionId: 'client_session_id' },
+    rpc: 'sessions.record', status: 201, summary: 'Saves a meditation session (seed 004).',
+    response: { type: 'object', required: ['sessionId', 'message'], properties: { sessionId: { type: 'string' }, message: { type: 'string' } } },
     handle: async (k, req, body) => {
       // client_session_id (optional) makes a retried save the same session, as sessions.record's clientSessionId does.
       const params = rename(body, { session_start_time: 'startTime', duration_seconds: 'durationSeconds', session_end_time: 'endTime',
@@ -155,7 +161,11 @@ export const routes = [
 
   // seed 003: in-app purchase (Supabase edge functions)
   { method: 'POST', path: '/functions/v1/verify-subscription', body: true, auth: 'user',
-    fields: { productId: 'product_id', receipt: 'receipt_or_token' },
+    fields: { productId: 'product_id', receipt: 'receipt_or_token' }, rpc: 'subscriptions.verify',
+    summary: 'Verifies an App Store purchase to Apple\'s root and answers the membership (seed 003).',
+    response: { type: 'object', required: ['status'], properties: {
+      status: { enum: ['active', 'inactive'] }, product_id: { type: ['string', 'null'] }, current_period_end: { type: ['string', 'null'] },
+      transaction_id: { type: ['string', 'null'] }, original_transaction_id: { type: ['string', 'null'] }, error: { type: 'string' } } },
     handle: async (k, req, body) => {
       const params = rename(body, { product_id: 'productId', receipt_or_token: 'receipt' });
       const m = await k.call('subscriptions.verify', withAuth(req, params));
@@ -173,7 +183,9 @@ export const routes = [
   // signature to Apple's root). Apple retries a notification after any answer but 2xx and 4xx, so a 4xx
   // is kept for one that can never be accepted (a bad signature, another app's, not a notification), and
   // anything the kernel could not store now is a 5xx. Applying one twice changes nothing (notificationUUID).
-  { method: 'POST', path: '/functions/v1/app-store-notifications', body: true, auth: 'signed', limit: 256 << 10,
+  { method: 'POST', path: '/functions/v1/app-store-notifications', body: true, auth: 'signed', limit: 256 << 10, rpc: 'subscriptions.notify',
+    summary: 'App Store Server Notifications V2: {signedPayload}, signed by Apple (no token).',
+    response: { type: 'object', required: ['ok'], properties: { ok: { const: true }, notification_type: { type: 'string' }, duplicate: { type: 'boolean' } } },
     handle: async (k, req, body, url, { service }) => {
       try {
         const r = await k.call('subscriptions.notify', { auth: service, signedPayload: body.signedPayload });
@@ -184,6 +196,11 @@ export const routes = [
       }
     } },
   { method: 'POST', path: '/functions/v1/refresh-subscriptions', body: 'optional', auth: 'service',
+    summary: 'The daily re-check of every membership (a cron with a service token), run to the end.',
+    request: { type: 'object', additionalProperties: false, properties: {} },
+    response: { type: 'object', required: ['checked', 'expired', 'renewed', 'unchanged', 'failed', 'remaining', 'mode'],
+                properties: { checked: { type: 'integer' }, expired: { type: 'integer' }, renewed: { type: 'integer' }, unchanged: { type: 'integer' },
+                              failed: { type: 'integer' }, remaining: { type: 'integer' }, mode: { type: 'string' }, consumption: { type: 'object' } } },
     // The cron's service key is the caller's bearer token: the kernel checks its role.
     handle: async (k, req) => {
       const total = { checked: 0, expired: 0, renewed: 0, unchanged: 0, failed: 0, remaining: 0, mode: 'clock', consumption: { sent: 0, failed: 0 } };
@@ -199,15 +216,15 @@ export const routes = [
     } },
 
   // seed 001: HealthGraphSync
-  { method: 'POST', path: '/ingest/healthkit', body: true, auth: 'user', limit: 16 * 1024 * 1024,
+  { method: 'POST', path: '/ingest/healthkit', body: true, auth: 'user', limit: 16 * 1024 * 1024, rpc: 'health.ingest',
     handle: (k, req, body) => k.call('health.ingest', withAuth(req, body), { timeout: 120_000 }) },
 
   // An app backend's accounts (protocol/rest-routes.md, "Accounts"): each a thin forward to the kernel
   // method named by `rpc`, with its params as the JSON body and its errors as they are. The end user's
   // address goes to the kernel's sign-in throttle as the server saw it, never as the body says.
-  { method: 'POST', path: '/api/auth/signup', body: true, auth: 'none', rpc: 'auth.signUp',
+  { method: 'POST', path: '/api/auth/signup', body: true, auth: 'none', rpc: 'auth.signUp', serverSets: ['clientAddress'],
     handle: (k, req, body) => k.call('auth.signUp', { ...body, clientAddress: addressKey(req.socket.remoteAddress) }) },
-  { method: 'POST', path: '/api/auth/signin', body: true, auth: 'none', rpc: 'auth.signIn',
+  { method: 'POST', path: '/api/auth/signin', body: true, auth: 'none', rpc: 'auth.signIn', serverSets: ['clientAddress'],
     handle: (k, req, body) => k.call('auth.signIn', { ...body, clientAddress: addressKey(req.socket.remoteAddress) }) },
   { method: 'POST', path: '/api/auth/refresh', body: true, auth: 'none', rpc: 'auth.refresh',
     handle: (k, req, body) => k.call('auth.refresh', body) },
@@ -227,10 +244,21 @@ export const routes = [
   { method: 'GET', path: '/api/sync/changes', auth: 'user', rpc: 'sync.changes', query: syncQuery,
     handle: (k, req, _body, url) => k.call('sync.changes', withAuth(req, syncQuery.read(url))) },
 
+  // Served by the server itself (`raw`: a handler of `start`'s, before any token or body is read).
+  { method: 'GET', path: '/healthz', raw: 'health', summary: 'Whether the kernel answers: its version and uptime (503 when it does not).',
+    response: { type: 'object', required: ['ok'], properties: { ok: { type: 'boolean' }, version: { type: 'string' }, uptimeSeconds: { type: 'number' }, error: { type: 'string' } } } },
+  { method: 'GET', path: '/openapi.json', raw: 'openapi', summary: 'This document.', response: { type: 'object' } },
+  { method: 'POST', path: '/api/events/ticket', raw: 'ticket', auth: 'user',
+    summary: 'A one-use ticket (TICKET_SECONDS) to open GET /api/events?ticket= with: EventSource sends no Authorization header.',
+    response: { type: 'object', required: ['ticket', 'expiresIn'], properties: { ticket: { type: 'string' }, expiresIn: { type: 'integer' } } } },
+  { method: 'GET', path: '/api/events', raw: 'events', summary: 'Server-sent events of the user\'s changes (?ticket= from POST /api/events/ticket).',
+    parameters: [{ name: 'ticket', in: 'query', required: false, schema: { type: 'string' } }], html: 'text/event-stream' },
+
   // the dashboard
-  { method: 'GET', path: '/', auth: 'none', handle: () => new Reply(200, homePage, { 'content-type': 'text/html; charset=utf-8' }) },
-  { method: 'GET', path: '/dashboard', auth: 'none', handle: () => new Reply(200, dashboardPage, { 'content-type': 'text/html; charset=utf-8' }) },
-  { method: 'GET', path: '/api/dashboard', auth: 'user', handle: (k, req, _body, url) => dashboard(k, bearer(req), url) },
+  { method: 'GET', path: '/', auth: 'none', html: true, summary: 'A page linking the dashboard and this document.', handle: () => new Reply(200, homePage, { 'content-type': 'text/html; charset=utf-8' }) },
+  { method: 'GET', path: '/dashboard', auth: 'none', html: true, summary: 'The live dashboard page (open it with #token=ACCESS_TOKEN).', handle: () => new Reply(200, dashboardPage, { 'content-type': 'text/html; charset=utf-8' }) },
+  { method: 'GET', path: '/api/dashboard', auth: 'user', summary: 'What the dashboard shows of the user, for ?from=&to= (YYYY-MM-DD).',
+    response: { type: 'object', required: ['timezone', 'from', 'to', 'days', 'penalties', 'meditation', 'membership'] }, handle: (k, req, _body, url) => dashboard(k, bearer(req), url) },
 ];
 
 const dashboardPage = readFileSync(here('./dashboard.html'));
@@ -609,6 +637,9 @@ export async function start({
     ? await Kernel.connect({ path: connect, restart: true, ...clientOptions })
     : await Kernel.spawn({ binary, args: ['serve', '--data-dir', dataDir, ...kernelArgs], env: kernelEnv, restart: true, ...clientOptions });
   kernel.on('stderr', (line) => log(`kernel: ${line}`));
+  // The OpenAPI 3.1 document of the routes (examples/web/openapi.mjs), from the route table and what the
+  // kernel serving them says of its methods: protocol/rest-openapi.json keeps it.
+  const openapi = openapiDocument(routes, await kernel.call('rpc.discover'));
   const tokens = new TokenCache(kernel, limits.TOKEN_CACHE_ENTRIES);
   const tickets = new Map(); // ticket -> {userId, expiresAt, validUntil}, in the order issued
   const unauthenticated = new AddressLimiter(limits.UNAUTHENTICATED_PER_MINUTE, limits.UNAUTHENTICATED_BURST);
@@ -668,20 +699,11 @@ export async function start({
     } catch {
       return send(res, 400, { error: 'Bad request target' });
     }
-    if (req.method === 'GET' && url.pathname === '/healthz') {
-      try {
-        const info = await kernel.call('kernel.info', undefined, { timeout: 2000 });
-        return send(res, 200, { ok: true, version: info.version, uptimeSeconds: info.uptimeSeconds });
-      } catch (e) {
-        return send(res, 503, { ok: false, error: e.message });
-      }
-    }
-    if (req.method === 'POST' && url.pathname === '/api/events/ticket') return issueTicket(req, res);
-    if (req.method === 'GET' && url.pathname === '/api/events') return events(req, res, url);
     const matching = routes.filter((r) => r.path === url.pathname);
     if (matching.length === 0) return send(res, 404, { error: 'Not found' });
     const route = matching.find((r) => r.method === req.method);
     if (!route) return send(res, 405, { error: 'Method not allowed' }, { allow: matching.map((r) => r.method).join(', ') });
+    if (route.raw) return raw[route.raw](req, res, url);
     const held = { bytes: 0, address: addressKey(req.socket.remoteAddress) };
     const token = bearer(req);
     try {
@@ -718,6 +740,21 @@ export async function start({
       bodies.give(held.bytes, held.address);
     }
   }
+
+  /** The routes `start` serves itself (`raw` in the route table). */
+  const raw = {
+    async health(req, res) {
+      try {
+        const info = await kernel.call('kernel.info', undefined, { timeout: 2000 });
+        return send(res, 200, { ok: true, version: info.version, uptimeSeconds: info.uptimeSeconds });
+      } catch (e) {
+        return send(res, 503, { ok: false, error: e.message });
+      }
+    },
+    openapi: (req, res) => send(res, 200, openapi),
+    ticket: (req, res) => issueTicket(req, res),
+    events: (req, res, url) => events(req, res, url),
+  };
 
   /**
    * A ticket for one /api/events stream: EventSource cannot send an Authorization header, and a token in

@@ -4,11 +4,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { start } from '../server.mjs';
 import { requester } from './support.mjs';
-import { binary, env, temporaryDirectory, token, eventually } from '../../../clients/node/test/support.mjs';
+import { binary, env, root, temporaryDirectory, token, eventually } from '../../../clients/node/test/support.mjs';
 
 async function app(t, options = {}) {
   const dir = temporaryDirectory(t);
@@ -124,4 +124,20 @@ test('--connect: the server uses a kernel already serving on a socket, and closi
   await server.close();
   assert.equal(kernel.exitCode, null, 'the kernel serves on');
   await assert.rejects(start({ port: 0, connect: `unix:${socket}`, serviceToken: undefined, log: () => {} }), /SERVICE_TOKEN/);
+});
+
+test('GET /openapi.json is protocol/rest-openapi.json, made from the route table: every route, each forward with its kernel method', async (t) => {
+  const { server } = await app(t);
+  const served = await (await fetch(server.url + '/openapi.json')).json();
+  const kept = JSON.parse(readFileSync(join(root, 'protocol/rest-openapi.json'), 'utf8'));
+  assert.deepEqual(served, kept, 'protocol/rest-openapi.json is stale: write it from GET /openapi.json (protocol/rest-routes.md says how)');
+  const { routes } = await import('../server.mjs');
+  for (const route of routes) {
+    const op = served.paths[route.path]?.[route.method.toLowerCase()];
+    assert.ok(op, `${route.method} ${route.path} is missing`);
+    if (route.rpc) assert.equal(op['x-kernel-method'], route.rpc);
+  }
+  const signup = served.paths['/api/auth/signup'].post.requestBody.content['application/json'].schema;
+  assert.deepEqual(signup.required, ['email', 'password']);
+  assert.ok(!('clientAddress' in signup.properties), 'what the server sets is not the client\'s to send');
 });

@@ -31,7 +31,7 @@ test('npm pack: the client installs into another app, and the example server run
   const server = readFileSync(join(root, 'examples/web/server.mjs'), 'utf8');
   assert.ok(server.includes("from '../../clients/node/index.mjs'"));
   writeFileSync(join(app, 'server.mjs'), server.replace("from '../../clients/node/index.mjs'", "from 'healthkernel'"));
-  for (const file of ['dashboard.html', 'demo.mjs']) copyFileSync(join(root, 'examples/web', file), join(app, file));
+  for (const file of ['dashboard.html', 'demo.mjs', 'openapi.mjs']) copyFileSync(join(root, 'examples/web', file), join(app, file));
   const child = spawn(process.execPath, ['server.mjs'], {
     cwd: app, stdio: ['ignore', 'ignore', 'pipe'],
     env: { ...process.env, ...env, PORT: '0', DATA_DIR: join(dir, 'data'), HEALTHKERNEL_BIN: binary, SERVICE_TOKEN: token({ role: 'service_role' }) },

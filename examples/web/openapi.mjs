@@ -1,0 +1,108 @@
+// The OpenAPI 3.1 document of the example server's REST routes, made from its route table (server.mjs
+// `routes`) and the kernel's own OpenRPC document (protocol/openrpc.json): a route that forwards to a
+// kernel method (`rpc`) takes its body from the method's params (renamed by the route's `fields`, less
+// what the server sets itself) and its answer from the method's result; a route that shapes its own
+// answer says so in `request` / `response`. Nothing here describes a route by hand.
+
+/** The error body every route answers with on failure (server.mjs `errorReply`). */
+export const errorSchema = {
+  type: 'object',
+  required: ['error'],
+  properties: {
+    error: { type: 'string', description: 'what went wrong, in words' },
+    reason: { type: 'string', description: "the kernel's machine-readable reason (data.reason)" },
+    field: { type: 'string', description: 'the body member or query parameter concerned' },
+    retryAfterMs: { type: 'integer', minimum: 0 },
+  },
+};
+
+const statusWords = {
+  200: 'OK', 201: 'Created', 400: 'Bad request: `field` names the member', 401: 'Missing, expired or revoked token', 403: 'Forbidden',
+  404: 'Not found', 409: 'Conflict', 413: 'Body too large', 415: 'The body must be JSON', 422: 'Refused (a token or signature that does not verify)',
+  429: 'Too many requests: `retryAfterMs`', 503: 'Storage unavailable: nothing was stored, retry later',
+};
+
+/** A JSON Schema object for a method's params, less `omit`, each renamed by `names` (kernel name -> route name). */
+function paramsSchema(method, omit, names = {}) {
+  const properties = {};
+  const required = [];
+  for (const p of method.params) {
+    if (omit.includes(p.name)) continue;
+    const name = Object.hasOwn(names, p.name) ? names[p.name] : p.name;
+    properties[name] = p.description && !p.schema.description ? { ...p.schema, description: p.description } : p.schema;
+    if (p.required) required.push(name);
+  }
+  return { type: 'object', additionalProperties: false, properties, ...(required.length ? { required } : {}) };
+}
+
+/** The statuses a route may answer besides its success, from its token kind and whether it has a body. */
+function failures(route) {
+  const codes = [400, 429, 503];
+  if (route.auth === 'user' || route.auth === 'service') codes.push(401, 403);
+  if (route.rpc && !['auth.signUp'].includes(route.rpc)) codes.push(404, 409, 422);
+  if (route.rpc === 'auth.signUp' || route.rpc === 'auth.signIn') codes.push(401, 409);
+  if (route.body) codes.push(413, 415);
+  return [...new Set(codes)].sort();
+}
+
+/** One operation. */
+function operation(route, methods) {
+  const method = route.rpc ? methods.get(route.rpc) : undefined;
+  if (route.rpc && !method) throw new Error(`${route.method} ${route.path}: no kernel method ${route.rpc}`);
+  const op = {
+    operationId: route.operationId ?? `${route.method.toLowerCase()}${route.path.replace(/[^A-Za-z0-9]+(.)?/g, (_, c) => (c ?? '').toUpperCase())}`,
+    summary: route.summary ?? method?.summary ?? '',
+    ...(route.rpc ? { 'x-kernel-method': route.rpc } : {}),
+  };
+  if (route.auth === 'user' || route.auth === 'service') op.security = [{ bearer: [] }];
+  else if (route.rpc && method.params.some((p) => p.name === 'auth')) op.security = [{}, { bearer: [] }];
+  else op.security = [];
+  if (route.query) {
+    op.parameters = route.query.names.map((name) => {
+      const p = method.params.find((x) => x.name === name);
+      const schema = p.schema;
+      return { name, in: 'query', required: false, schema, ...(p.schema.type === 'array' ? { style: 'form', explode: false } : {}),
+               ...(p.description ? { description: p.description } : {}) };
+    });
+  }
+  if (route.body) {
+    const schema = route.request ?? (method ? paramsSchema(method, ['auth', ...(route.serverSets ?? [])], route.fields) : { type: 'object' });
+    op.requestBody = { required: route.body === true, content: { 'application/json': { schema } } };
+  }
+  const status = String(route.status ?? 200);
+  if (route.parameters) op.parameters = route.parameters;
+  const content = route.html
+    ? { [route.html === true ? 'text/html' : route.html]: { schema: { type: 'string' } } }
+    : { 'application/json': { schema: route.response ?? method?.result.schema ?? { type: 'object' } } };
+  op.responses = { [status]: { description: statusWords[status] ?? 'OK', content } };
+  for (const code of failures(route)) {
+    op.responses[String(code)] = { description: statusWords[code], content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } };
+  }
+  op.responses.default = { description: 'Any other failure', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } };
+  return op;
+}
+
+/** The document for `routes`, given the kernel's OpenRPC document. Deterministic: the same input, the same bytes. */
+export function openapiDocument(routes, openrpc) {
+  const methods = new Map(openrpc.methods.map((m) => [m.name, m]));
+  const paths = {};
+  for (const route of routes) {
+    if (route.undocumented) continue;
+    paths[route.path] ??= {};
+    paths[route.path][route.method.toLowerCase()] = operation(route, methods);
+  }
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'healthkernel example server',
+      version: openrpc.info.version,
+      description: 'The REST routes of an app backend (examples/web/server.mjs), each forwarded to a healthkernel method '
+        + '(x-kernel-method). Errors answer {error, reason, field}; see protocol/rest-routes.md.',
+    },
+    paths,
+    components: {
+      schemas: { Error: errorSchema },
+      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'an access token from /api/auth/signin, signup, refresh or exchange' } },
+    },
+  };
+}
