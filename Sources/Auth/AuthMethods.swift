@@ -23,6 +23,10 @@ extension AuthError {
         case .unknownProvider: return .invalidParams("params.provider", reason: "out_of_range", "params.provider is not a configured provider")
         case .idTokenRejected(let malformed, let detail):
             return .verificationFailed(malformed ? "malformed_jws" : "invalid_signature", "The id token does not verify: \(detail)")
+        case .invalidMailToken: return .unauthorized("invalid_token", "The token is not valid: unknown, used, replaced by a newer mail, or expired")
+        case .tooManyMailRequests(let wait):
+            return RPCError(code: .limited, message: "Too many mail requests for this email or from this address; retry in \(wait) ms", reason: "rate_limited",
+                            extra: [("retryAfterMs", .int(wait))])
         case .storage(let error): return .from(error)
         }
     }
@@ -69,22 +73,29 @@ public struct UserDeleted: RPCResult {
     public var json: JSON { Self.fields.encode(self) }
 }
 
+/// The members several auth methods take, declared once.
+enum AuthParams {
+    /// An email address, as an account holds it (`AuthService.normalizeEmail`).
+    static let email = required("email", String.self).schema(["maxLength": 254, "format": "email"]).checked { (raw, path) throws(FieldError) in
+        guard AuthService.normalizeEmail(raw) != nil else {
+            throw FieldError(field: path, reason: "invalid_params", message: "\(path) is not an email address")
+        }
+    }
+    /// A new or given password.
+    static let password = required("password", String.self).schema(["minLength": 8, "maxLength": 256]).checked { (password, path) throws(FieldError) in
+        guard Passwords.acceptable(password) else { throw .outOfRange(path, "must be 8 to 256 characters") }
+    }
+    /// The end user's address, which the throttles count.
+    static let clientAddress = optional("clientAddress", String.self).schema(["maxLength": 64])
+        .described("the end user's IP address as the host saw it; set by the host, never taken from the end user")
+        .checked { (raw, path) throws(FieldError) in
+            guard let raw, Throttle.addressKey(raw) == nil else { return }
+            throw FieldError(field: path, reason: "invalid_params", message: "\(path) is not an IPv4 or IPv6 address")
+        }
+}
+
 public struct Credentials: RPCParams {
-    public static let declaration = ParamList(
-        required("email", String.self).schema(["maxLength": 254, "format": "email"]).checked { (raw, path) throws(FieldError) in
-            guard AuthService.normalizeEmail(raw) != nil else {
-                throw FieldError(field: path, reason: "invalid_params", message: "\(path) is not an email address")
-            }
-        },
-        required("password", String.self).schema(["minLength": 8, "maxLength": 256]).checked { (password, path) throws(FieldError) in
-            guard Passwords.acceptable(password) else { throw .outOfRange(path, "must be 8 to 256 characters") }
-        },
-        optional("clientAddress", String.self).schema(["maxLength": 64])
-            .described("the end user's IP address as the host saw it; set by the host, never taken from the end user")
-            .checked { (raw, path) throws(FieldError) in
-                guard let raw, Throttle.addressKey(raw) == nil else { return }
-                throw FieldError(field: path, reason: "invalid_params", message: "\(path) is not an IPv4 or IPv6 address")
-            })
+    public static let declaration = ParamList(AuthParams.email, AuthParams.password, AuthParams.clientAddress)
     /// Trimmed and lowercased.
     let email: String
     let password: String
@@ -261,6 +272,11 @@ public struct AuthDomain {
             RegisteredMethod(AuthExchange(service)),
             RegisteredMethod(AuthUser(service)),
             RegisteredMethod(AuthDeleteUser(service)),
+            RegisteredMethod(AuthRequestPasswordReset(service)),
+            RegisteredMethod(AuthResetPassword(service)),
+            RegisteredMethod(AuthRequestEmailVerification(service)),
+            RegisteredMethod(AuthVerifyEmail(service)),
+            RegisteredMethod(AuthMail(service)),
         ]
     }
 }

@@ -15,6 +15,8 @@ public struct AuthTables: Sendable {
     public let sessions: any StorageTable<SignInRow>
     public let refresh: any StorageTable<RefreshRow>
     public let throttle: any StorageTable<ThrottleRow>
+    /// Mails for the host to send (`MailRow`): a synced entity, so that hosts hear of each.
+    public let mail: any StorageTable<MailRow>
 
     /// Registers the tables. Inlinable, so that the composition root's call is specialised for its
     /// storage and each table's row operations are compiled for their row type.
@@ -25,6 +27,7 @@ public struct AuthTables: Sendable {
         sessions = store.table("auth.sessions", of: SignInRow.self)
         refresh = store.table("auth.refresh", of: RefreshRow.self)
         throttle = store.table("auth.throttle", of: ThrottleRow.self, orderedBy: ThrottleRow.expiry)
+        mail = store.table("auth.mail", of: MailRow.self, entity: Entity("auth.mail"))
     }
 }
 
@@ -320,7 +323,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     }
 
     /// The holder of `key`, if anyone.
-    private func owner(of key: UniqueKey) throws(AuthError) -> String? {
+    func owner(of key: UniqueKey) throws(AuthError) -> String? {
         try storage(try store.holder(of: key))
     }
 
@@ -778,6 +781,10 @@ public enum AuthError: Error, Equatable {
     case unknownProvider
     /// The provider's id token does not verify.
     case idTokenRejected(malformed: Bool, detail: String)
+    /// A mail token that cannot be redeemed: unknown, of another kind, used, replaced or expired.
+    case invalidMailToken
+    /// Too many mail requests for this email or from this address lately.
+    case tooManyMailRequests(retryAfterMs: Int64)
     /// Storage failed; nothing changed.
     case storage(StorageError)
 }

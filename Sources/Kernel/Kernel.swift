@@ -103,6 +103,9 @@ public final class Kernel {
         let info = InfoSections()
         let context = DomainContext(store: storage, cursorSecrets: auth.cursorSecrets, entities: EntityRenderers(), limits: config.limits,
                                     maxAnswerBytes: config.maxAnswerBytes, info: info, clock: clock, random: random)
+        // Mails for the host (auth.mail) are a synced entity: the feed and events name them; with
+        // includeData they show without their token, which only `auth.mail` gives.
+        context.entities.add(["auth.mail": { (user, id, now) throws(RPCError) in try auth.renderMail(user: user, id: id, now: now) }])
         let events = EventHub()
         // Given an executor, the kernel starts no thread of its own: its runner fires due alarms.
         alarm = SubscriptionAlarm(clock: clock, ownThread: executor == nil)

@@ -183,6 +183,26 @@ export interface Methods {
       };
     };
   };
+  /** A mail for the host to send (service token): kind, email, token and expiry; -32004 once used, replaced or expired. Auth: service. */
+  "auth.mail": {
+    params: {
+      /** Bearer token whose role claim is service_role. */
+      auth: string;
+      /** the user of the events.changed notification (entity auth.mail) */
+      userId: string;
+      /** its id */
+      id: string;
+    };
+    paramsRequired: true;
+    result: {
+      id: string;
+      userId: string;
+      kind: "password_reset" | "email_verification";
+      email: string;
+      token: string;
+      expiresAt: string;
+    };
+  };
   /** Exchanges a refresh token for a new session; the old token is spent, and reusing a spent one revokes the session. Auth: none; writes. */
   "auth.refresh": {
     params: {
@@ -200,6 +220,42 @@ export interface Methods {
         createdAt: string;
         identities: string[];
       };
+    };
+  };
+  /** Makes an email-verification mail for the caller's account (events.changed entity auth.mail); mailed: false when the email is verified already or there is none. Auth: user; writes. */
+  "auth.requestEmailVerification": {
+    params: {
+      /** Bearer access token of the user. */
+      auth: string;
+    };
+    paramsRequired: true;
+    result: {
+      accepted: true;
+      mailed: boolean;
+    };
+  };
+  /** Makes a password-reset mail (events.changed entity auth.mail, read with auth.mail) for the account of an email, if there is one; the same answer either way. Auth: none; writes. */
+  "auth.requestPasswordReset": {
+    params: {
+      email: string;
+      /** the end user's IP address as the host saw it; set by the host, never taken from the end user */
+      clientAddress?: string;
+    };
+    paramsRequired: true;
+    result: {
+      accepted: true;
+    };
+  };
+  /** Sets a new password with the token of a password-reset mail (once) and ends every session of the account. Auth: none; writes. */
+  "auth.resetPassword": {
+    params: {
+      /** the token of the password-reset mail */
+      token: string;
+      password: string;
+    };
+    paramsRequired: true;
+    result: {
+      revoked: number;
     };
   };
   /** Signs in with email and password; 5 failures in 15 minutes per email and client address, 50 per email from addresses that failed, 30 per address over all emails are throttled. Auth: none; writes. */
@@ -263,6 +319,20 @@ export interface Methods {
     params: {
       /** Bearer access token of the user. */
       auth: string;
+    };
+    paramsRequired: true;
+    result: {
+      id: string;
+      email: string | null;
+      createdAt: string;
+      identities: string[];
+    };
+  };
+  /** Proves the account's email with the token of its verification mail; a token works once. Auth: none; writes. */
+  "auth.verifyEmail": {
+    params: {
+      /** the token of the mail the user received */
+      token: string;
     };
     paramsRequired: true;
     result: {

@@ -233,6 +233,15 @@ export const routes = [
   // Sign in with Apple or Google: {provider, idToken}; with a bearer token, links the identity to that account.
   { method: 'POST', path: '/api/auth/exchange', body: true, auth: 'none', rpc: 'auth.exchange',
     handle: (k, req, body) => k.call('auth.exchange', withAuth(req, body)) },
+  // Accounts that recover (protocol/auth.md): the kernel makes the mail, `onMail` (below) sends it.
+  { method: 'POST', path: '/api/auth/password/reset-request', body: true, auth: 'none', rpc: 'auth.requestPasswordReset', serverSets: ['clientAddress'],
+    handle: (k, req, body) => k.call('auth.requestPasswordReset', { ...body, clientAddress: addressKey(req.socket.remoteAddress) }) },
+  { method: 'POST', path: '/api/auth/password/reset', body: true, auth: 'none', rpc: 'auth.resetPassword',
+    handle: (k, req, body) => k.call('auth.resetPassword', body) },
+  { method: 'POST', path: '/api/auth/email/verify-request', body: 'optional', auth: 'user', rpc: 'auth.requestEmailVerification',
+    handle: (k, req, body) => k.call('auth.requestEmailVerification', withAuth(req, body)) },
+  { method: 'POST', path: '/api/auth/email/verify', body: true, auth: 'none', rpc: 'auth.verifyEmail',
+    handle: (k, req, body) => k.call('auth.verifyEmail', body) },
   { method: 'GET', path: '/api/auth/user', auth: 'user', rpc: 'auth.user',
     handle: (k, req) => k.call('auth.user', withAuth(req, {})) },
   { method: 'DELETE', path: '/api/auth/user', auth: 'user', rpc: 'auth.deleteUser',
@@ -605,6 +614,18 @@ export class EventStream {
 }
 
 /**
+ * The mail hook of development: logs the mail, its link token included, so that a developer can follow
+ * it. A deployment passes its own `onMail` (its mail provider's API); with NODE_ENV=production this one
+ * logs only that a mail went unsent.
+ */
+function developmentMail(log) {
+  return (mail) => {
+    if (process.env.NODE_ENV === 'production') return log(`mail: a ${mail.kind} mail for user ${mail.userId} was not sent: start the server with an onMail hook`);
+    log(`mail to ${mail.email} (${mail.kind}, until ${mail.expiresAt}): token ${mail.token}`);
+  };
+}
+
+/**
  * Starts the kernel and the HTTP server. Resolves with {url, server, kernel, close, limits, bodies}
  * (`bodies.used`: request body bytes buffered now); `close` drains
  * in-flight requests, ends the event streams and closes the kernel cleanly. `limits` overrides
@@ -615,7 +636,7 @@ export async function start({
   dataDir = process.env.DATA_DIR ?? './data', binary = process.env.HEALTHKERNEL_BIN ?? here('../../.build/release/healthkernel'),
   kernelArgs = [], env = {}, serviceToken = process.env.SERVICE_TOKEN, demo = process.env.DEMO === '1',
   bodyLimit = Number(process.env.BODY_LIMIT ?? 1024 * 1024), log = (line) => process.stderr.write(line + '\n'),
-  limits: limitOverrides = {}, clientOptions = {}, connect = process.env.KERNEL_SOCKET,
+  limits: limitOverrides = {}, clientOptions = {}, connect = process.env.KERNEL_SOCKET, onMail = developmentMail(log),
 } = {}) {
   const limits = limitSettings(limitOverrides);
   const kernelEnv = { ...env };
@@ -652,6 +673,11 @@ export async function start({
   kernel.on('spawn', () => { subscribe(); });
   kernel.on('events.changed', (change) => {
     for (const stream of streams.get(change.userId) ?? []) stream.push(change);
+    // A mail the kernel made (a password reset, an email verification): read it, and hand it to the mail hook.
+    if (change.entity === 'auth.mail' && change.op === 'upsert') {
+      kernel.call('auth.mail', { auth: service, userId: change.userId, id: change.id })
+        .then((mail) => onMail(mail), (e) => { if (!(e instanceof KernelError && e.code === -32004)) log(`auth.mail failed: ${e.message}`); });
+    }
   });
 
   let inFlight = 0;
