@@ -136,6 +136,9 @@ public final class SocketServer: @unchecked Sendable {
     deinit { buffer.deallocate() }
 
     /// Binds the socket (mode 0600, only its owner may connect) and starts serving on a thread of its own.
+    /// The socket is 0660 instead of 0600: members of the process's group may connect too.
+    public var groupAccess = false
+
     public func start() throws(SocketError) {
         guard let path else { return }
         #if canImport(Glibc)
@@ -149,7 +152,8 @@ public final class SocketServer: @unchecked Sendable {
         try removeStaleSocket(&address)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw SocketError(description: "cannot create a socket: errno \(errno)") }
-        let previous = umask(0o177)
+        // 0600, or 0660 with `groupAccess`: who may connect is the file's to say (and its folder's).
+        let previous = umask(groupAccess ? 0o117 : 0o177)
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
@@ -241,8 +245,12 @@ public final class SocketServer: @unchecked Sendable {
         return (credentials.pid, credentials.uid)
     }
 
-    /// Connects to the kernel listening at `path`, refusing a listener run by another user (root
-    /// excepted): a process squatting on the path would otherwise receive the caller's tokens. While the
+    /// The uid of the system user `healthkernel`, which the Debian package makes and runs its kernel as
+    /// (only root makes such a user): a kernel it serves is trusted, so that members of its group connect.
+    static let packageUser: uid_t? = getpwnam("healthkernel")?.pointee.pw_uid
+
+    /// Connects to the kernel listening at `path`, refusing a listener run by another user (root and the
+    /// package's `healthkernel` user excepted): a process squatting on the path would otherwise receive the caller's tokens. While the
     /// socket does not exist yet or nobody accepts on it, tries again every 50 ms for up to
     /// `waitSeconds`, so a script can start a kernel in the background and call it on the next line.
     public static func connectToKernel(_ path: String, waitSeconds: Double = 0, clock: Clock = SystemClock()) throws(SocketError) -> Int32 {
@@ -262,10 +270,10 @@ public final class SocketServer: @unchecked Sendable {
             let hint = e == ENOENT ? " (is a kernel serving with --listen unix:\(path)?)" : ""
             throw SocketError(description: "cannot connect to \(path): \(String(cString: strerror(e)))\(hint)")
         }
-        guard let peer = peer(fd), peer.uid == geteuid() || peer.uid == 0 else {
+        guard let peer = peer(fd), peer.uid == geteuid() || peer.uid == 0 || peer.uid == packageUser else {
             let who = peer(fd).map { "uid \($0.uid), pid \($0.pid)" } ?? "an unknown user"
             close(fd)
-            throw SocketError(description: "refusing \(path): it is served by \(who), not by this user (uid \(geteuid())) or root")
+            throw SocketError(description: "refusing \(path): it is served by \(who), not by this user (uid \(geteuid())), root or the healthkernel user")
         }
         return fd
     }

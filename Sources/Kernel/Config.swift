@@ -172,6 +172,8 @@ public struct ServeSettings: Sendable, Equatable {
     public var listen: String?
     /// Serve only `listen` connections, not stdin.
     public var noStdin = false
+    /// The `listen` socket is 0660, not 0600: members of the kernel's group may connect too.
+    public var listenGroup = false
     /// A socket connection whose unread answers and events pass this many bytes is cut.
     public var maxUnreadBytes = 64 << 20
     /// While all socket connections' unfinished request lines hold more than this many bytes, the one

@@ -216,6 +216,10 @@ extension Setting {
               check: { $0.hasPrefix("unix:") && $0.count > 5 ? nil : "takes unix:PATH" }) { $0.serve.listen = $1 },
         .boolean("serve.noStdin", default: "false", environment: nil, flag: "no-stdin",
                  "Do not read stdin: serve only --listen connections until SIGTERM or SIGINT.") { $0.serve.noStdin = $1 },
+        .boolean("serve.listenGroup", default: "false", environment: nil, flag: "listen-group",
+                 "Make the --listen socket 0660, not 0600: members of the kernel's group may connect too (the Debian package's group healthkernel).") {
+            $0.serve.listenGroup = $1
+        },
         .integer("serve.maxUnreadBytes", 65_536...(1 << 40), default: String(ServeSettings().maxUnreadBytes), environment: nil,
                  flag: "max-unread-bytes", "Cut a socket connection whose unread answers and events pass this many bytes.") {
             $0.serve.maxUnreadBytes = $1

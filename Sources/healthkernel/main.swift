@@ -139,7 +139,7 @@ struct Serve: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Serve JSON-RPC requests from stdin until EOF, SIGTERM or SIGINT (the default command).",
         discussion: """
-            With --listen unix:PATH the kernel also accepts connections on a Unix socket (mode 0600), each \
+            With --listen unix:PATH the kernel also accepts connections on a Unix socket (mode 0600; 0660 with --listen-group), each \
             its own JSON-RPC stream, so several processes share one live kernel and its data dir.
             """
     )
@@ -199,6 +199,7 @@ struct Serve: ParsableCommand {
                                             maxInputBytes: maxInputBytes, clock: kernel.clock,
                                             makeConnection: { kernel.connection() })
             socketServer.log = { logger.warning("\($0)") }
+            socketServer.groupAccess = config.serve.listenGroup
             socketServer.applyBacklog = { kernel.dispatcher.applyBacklog() }
             // The same trigger as stdio's, under the same lock: one owner for snapshots, whichever
             // stream wrote, and one with --no-stdin too (#52 items 2-3).

@@ -4,7 +4,7 @@ import { spawn } from 'node:child_process';
 import { createHmac } from 'node:crypto';
 import { connect } from 'node:net';
 import { EventEmitter } from 'node:events';
-import { existsSync, lstatSync } from 'node:fs';
+import { existsSync, lstatSync, readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -104,16 +104,35 @@ function localError(method, reason, message) {
 }
 
 /**
+ * The uid of the system user `healthkernel`, which the Debian package makes and runs its kernel as (only
+ * root makes such a user), or undefined: its socket is trusted, so that members of its group connect.
+ */
+function packageUser() {
+  if (packageUserCache === null) {
+    packageUserCache = undefined;
+    try {
+      for (const line of readFileSync('/etc/passwd', 'utf8').split('\n')) {
+        const [name, , id] = line.split(':');
+        if (name === 'healthkernel' && /^\d+$/.test(id ?? '')) packageUserCache = Number(id);
+      }
+    } catch {}
+  }
+  return packageUserCache;
+}
+let packageUserCache = null;
+
+/**
  * Refuses a socket another user could be listening on, since the client sends bearer tokens down it.
  * Node cannot ask the kernel for the peer's credentials (SO_PEERCRED) as `healthkernel call --connect`
- * does, so it checks what decides who listens: the socket file must belong to this user or root, and
+ * does, so it checks what decides who listens: the socket file must belong to this user, root or the
+ * package's healthkernel user, and
  * its folder too, with no write access for others unless the folder is sticky (as /tmp is), in which
  * case nobody else can replace the file between this check and the connect.
  */
 export function checkSocketOwner(path) {
   const uid = process.getuid?.();
   if (uid === undefined) return;
-  const trusted = (owner) => owner === uid || owner === 0;
+  const trusted = (owner) => owner === uid || owner === 0 || owner === packageUser();
   let file;
   let folder;
   try {
@@ -124,7 +143,7 @@ export function checkSocketOwner(path) {
   }
   if (!file.isSocket()) throw Object.assign(new Error(`refusing ${path}: not a socket`), { code: 'EUNSAFE' });
   if (!trusted(file.uid)) {
-    throw Object.assign(new Error(`refusing ${path}: the socket belongs to uid ${file.uid}, not to this user (uid ${uid}) or root`), { code: 'EUNSAFE' });
+    throw Object.assign(new Error(`refusing ${path}: the socket belongs to uid ${file.uid}, not to this user (uid ${uid}), root or the healthkernel user`), { code: 'EUNSAFE' });
   }
   const sticky = (folder.mode & 0o1000) !== 0;
   if (!trusted(folder.uid) || ((folder.mode & 0o022) !== 0 && !sticky)) {
