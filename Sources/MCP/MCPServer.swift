@@ -19,7 +19,8 @@ public final class MCPServer {
     static let ttlMs: Int64 = 60_000
 
     let tools: [MCPTool]
-    let token: String
+    /// The user's access token now (a kept-alive session refreshes it: `SessionToken`).
+    let token: () -> String
     let serverVersion: String
     /// Calls a kernel method with params (the token added here) and answers its JSON-RPC response.
     let call: (String, JSONObject) -> JSON
@@ -33,7 +34,7 @@ public final class MCPServer {
     /// Where the user's change feed was read up to (`sync.changes`), once anyone subscribed.
     private var feedCursor: String?
 
-    public init(tools: [MCPTool], token: String, serverVersion: String, today: @escaping () -> CalendarDate,
+    public init(tools: [MCPTool], token: @escaping () -> String, serverVersion: String, today: @escaping () -> CalendarDate,
                 call: @escaping (String, JSONObject) -> JSON) {
         self.tools = tools
         self.token = token
@@ -228,7 +229,7 @@ public final class MCPServer {
     private func changedURIs() -> Set<String> {
         var uris = Set<String>()
         for _ in 0..<100 {
-            var args = JSONObject([("auth", .string(token)), ("limit", 1000)])
+            var args = JSONObject([("auth", .string(token())), ("limit", 1000)])
             if let cursor = feedCursor, !cursor.isEmpty { args["since"] = .string(cursor) }
             let response = call("sync.changes", args)
             guard let page = response["result"] else {
@@ -262,7 +263,7 @@ public final class MCPServer {
         var arguments = params["arguments"]?.objectValue ?? JSONObject()
         // The token is the server's, never the model's.
         guard arguments["auth"] == nil else { return Self.result(id, Self.toolError("auth is not an argument of \(name)")) }
-        arguments["auth"] = .string(token)
+        arguments["auth"] = .string(token())
         let response = call(tool.method, arguments)
         if let result = response["result"] {
             var content: [JSON] = [["type": "text", "text": .string(Render.text(tool.method, result))]]
@@ -315,7 +316,7 @@ public final class MCPServer {
         default: return Self.error(id, modern ? -32602 : -32002, "Resource not found", data: ["uri": .string(uri)])
         }
         var args = request.1.objectValue ?? JSONObject()
-        args["auth"] = .string(token)
+        args["auth"] = .string(token())
         let response = call(request.0, args)
         guard let result = response["result"] else {
             return Self.error(id, -32603, response["error"]?["message"]?.stringValue ?? "The kernel could not answer")

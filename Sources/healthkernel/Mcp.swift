@@ -27,6 +27,13 @@ struct Mcp: ParsableCommand {
     @Option(help: "The user's access token (default: $HEALTHKERNEL_TOKEN). A service token is refused.")
     var token: String?
 
+    @Flag(help: ArgumentHelp("Keep the session alive: take the refresh token saved in --refresh-token-file, refresh the access token a minute before it expires, and save each rotated refresh token there.",
+                             discussion: "Put the user's refresh token (from auth.signIn) in the file once: chmod 600."))
+    var refreshToken = false
+
+    @Option(help: "Where --refresh-token keeps the refresh token (default: $XDG_STATE_HOME/healthkernel/mcp-refresh-token, else ~/.local/state/healthkernel/mcp-refresh-token).")
+    var refreshTokenFile: String?
+
     @Flag(help: "Also offer the tools that write (record a meditation session, claim Screen Time minutes).")
     var allowWrites = false
 
@@ -36,8 +43,10 @@ struct Mcp: ParsableCommand {
     @OptionGroup var options: KernelOptions
 
     func run() throws {
-        guard let token = token ?? environment()["HEALTHKERNEL_TOKEN"], !token.isEmpty else {
-            fail("healthkernel mcp: give the user's access token (--token or HEALTHKERNEL_TOKEN)", status: ExitStatus.startupFailed)
+        let given = token ?? environment()["HEALTHKERNEL_TOKEN"]
+        guard refreshToken || given?.isEmpty == false else {
+            fail("healthkernel mcp: give the user's access token (--token or HEALTHKERNEL_TOKEN), or keep a session alive with --refresh-token",
+                 status: ExitStatus.startupFailed)
         }
         let config = options.load()
         let logger = bootstrapLogging(level: config.logLevel)
@@ -51,8 +60,31 @@ struct Mcp: ParsableCommand {
         } else {
             link = InProcessLink(kernel: options.start(config, logger: logger))
         }
+        let session: SessionToken
+        if refreshToken {
+            guard let path = refreshTokenFile ?? RefreshTokenFile.defaultPath(environment: environment()) else {
+                fail("healthkernel mcp: --refresh-token needs --refresh-token-file (no HOME to keep it under)", status: ExitStatus.startupFailed)
+            }
+            do {
+                session = try SessionToken(refreshingFrom: RefreshTokenFile(path: path), now: SystemClock().now().seconds) { refresh in
+                    link.call("auth.refresh", JSONObject([("refreshToken", .string(refresh))]))
+                }
+            } catch {
+                fail("healthkernel mcp: \(error)", status: ExitStatus.startupFailed)
+            }
+        } else {
+            session = SessionToken(fixed: given ?? "")
+        }
+        // The token now; a kept-alive session that can no longer be refreshed ends the server, saying why.
+        let token = { () -> String in
+            do {
+                return try session.current(now: SystemClock().now().seconds)
+            } catch {
+                fail("healthkernel mcp: \(error)", status: ExitStatus.callFailed)
+            }
+        }
         // Only a user's own token: a service token would reach every user.
-        let who = link.call("auth.user", JSONObject([("auth", .string(token))]))
+        let who = link.call("auth.user", JSONObject([("auth", .string(token()))]))
         guard who["result"]?["id"]?.stringValue != nil else {
             let why = who["error"]?["message"]?.stringValue ?? "no answer"
             fail("healthkernel mcp: the token is not a user's access token (\(why))", status: ExitStatus.startupFailed)

@@ -12,7 +12,7 @@ import Threads
                              resultSchema: ["type": "object", "properties": ["xp": ["type": "integer"]]])]
 
     func server(calls: Locked<[String]> = Locked([])) -> MCPServer {
-        MCPServer(tools: MCPTool.catalogue(methods, allowWrites: false), token: "user-token", serverVersion: "test",
+        MCPServer(tools: MCPTool.catalogue(methods, allowWrites: false), token: { "user-token" }, serverVersion: "test",
                   today: { CalendarDate("2026-11-28")! }) { method, params in
             calls.withLock { $0.append(method + " " + (params["auth"]?.stringValue ?? "-")) }
             return ["jsonrpc": "2.0", "id": 1, "result": ["xp": 5]]
@@ -83,7 +83,7 @@ import Threads
     @Test func anExpiredCursorAnnouncesEverythingAndTheSubscriptionGoesOn() throws {
         // A stand-in feed: positions as cursors; "expire" makes every cursor short of the end expired once.
         let state = Locked((end: 3, expired: false, calls: [String]()))
-        let s = MCPServer(tools: [], token: "user-token", serverVersion: "test", today: { CalendarDate("2026-11-28")! }) { method, params in
+        let s = MCPServer(tools: [], token: { "user-token" }, serverVersion: "test", today: { CalendarDate("2026-11-28")! }) { method, params in
             state.withLock { st -> JSON in
                 let since = params["since"]?.stringValue.flatMap { Int($0) } ?? 0
                 st.calls.append("\(method) \(since)")

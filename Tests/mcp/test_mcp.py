@@ -190,6 +190,32 @@ async def with_kernel():
     print("ok: writes")
     await subscriptions(token)
     await expired_token()
+    await kept_alive()
+
+
+async def kept_alive():
+    """--refresh-token: the server starts from the refresh token saved in a file, refreshes, saves the
+    rotated token there at once (0600), and serves with the new access token; a file that holds no valid
+    refresh token stops it at start with a message."""
+    signed = call("auth.signIn", {"email": "ann@example.com", "password": "password-ann"})
+    path = os.path.join(DIR, "mcp-refresh-token")
+    with open(path, "w") as f:
+        f.write(signed["refreshToken"] + "\n")
+    server = subprocess.Popen([BIN, "mcp", "--refresh-token", "--refresh-token-file", path] + VIA, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"_meta": meta, "name": "rewards_balance", "arguments": {}}}
+    out, err = server.communicate(json.dumps(request) + "\n", timeout=30)
+    answer = json.loads(out.splitlines()[0])
+    assert answer["result"]["isError"] is False and answer["result"]["structuredContent"]["xp"] == 50, (answer, err)
+    rotated = open(path).read().strip()
+    assert rotated and rotated != signed["refreshToken"], "the rotated refresh token is saved"
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    with open(path, "w") as f:
+        f.write("not-a-refresh-token\n")
+    refused = subprocess.run([BIN, "mcp", "--refresh-token", "--refresh-token-file", path] + VIA, input="", capture_output=True, text=True)
+    assert refused.returncode == 2 and "refresh token was refused" in refused.stderr, (refused.returncode, refused.stderr)
+    print("ok: --refresh-token keeps the session and saves each rotation")
 
 
 async def expired_token():
