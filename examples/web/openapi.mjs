@@ -39,8 +39,8 @@ function paramsSchema(method, omit, names = {}) {
 function failures(route) {
   const codes = [400, 429, 503];
   if (route.auth === 'user' || route.auth === 'service') codes.push(401, 403);
-  if (route.rpc && !['auth.signUp'].includes(route.rpc)) codes.push(404, 409, 422);
-  if (route.rpc === 'auth.signUp' || route.rpc === 'auth.signIn') codes.push(401, 409);
+  // A kernel method may refuse a token or credential in its params, find nothing, or meet a conflict.
+  if (route.rpc) codes.push(401, 404, 409, 422);
   if (route.body) codes.push(413, 415);
   return [...new Set(codes)].sort();
 }
