@@ -45,12 +45,20 @@ function failures(route) {
   return [...new Set(codes)].sort();
 }
 
-/** One operation. */
-function operation(route, methods) {
+/** A name a generated client calls the route by: the route's own, else its kernel method's
+ *  (`screentime.upload` -> `screentimeUpload`), else its method and path (`GET /healthz` -> `getHealthz`). */
+function operationId(route) {
+  const camel = (s) => s.replace(/[^A-Za-z0-9]+(.)?/g, (_, c) => (c ?? '').toUpperCase());
+  return route.operationId ?? (route.rpc ? camel(route.rpc) : `${route.method.toLowerCase()}${camel(route.path)}`);
+}
+
+/** One operation; `schemas` collects the components its routes name (`schema`: a result several routes share,
+ *  which a generated client then knows as one type). */
+function operation(route, methods, schemas) {
   const method = route.rpc ? methods.get(route.rpc) : undefined;
   if (route.rpc && !method) throw new Error(`${route.method} ${route.path}: no kernel method ${route.rpc}`);
   const op = {
-    operationId: route.operationId ?? `${route.method.toLowerCase()}${route.path.replace(/[^A-Za-z0-9]+(.)?/g, (_, c) => (c ?? '').toUpperCase())}`,
+    operationId: operationId(route),
     summary: route.summary ?? method?.summary ?? '',
     ...(route.rpc ? { 'x-kernel-method': route.rpc } : {}),
   };
@@ -73,23 +81,55 @@ function operation(route, methods) {
   if (route.parameters) op.parameters = route.parameters;
   const content = route.html
     ? { [route.html === true ? 'text/html' : route.html]: { schema: { type: 'string' } } }
-    : { 'application/json': { schema: route.response ?? method?.result.schema ?? { type: 'object' } } };
+    : { 'application/json': { schema: component(schemas, route.schema, route.response ?? method?.result.schema ?? { type: 'object' }) } };
   op.responses = { [status]: { description: statusWords[status] ?? 'OK', content } };
   for (const code of failures(route)) {
-    op.responses[String(code)] = { description: statusWords[code], content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } };
+    op.responses[String(code)] = { description: statusWords[code], content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorReply' } } } };
   }
-  op.responses.default = { description: 'Any other failure', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } };
+  op.responses.default = { description: 'Any other failure', content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorReply' } } } };
   return op;
+}
+
+/**
+ * `schema` with a `type` beside every `enum` and `const` whose values share one (JSON Schema lets it be
+ * left out, as the kernel's OpenRPC document does; code generators such as swift-openapi-generator need it
+ * to make a Swift enum or string rather than an untyped value).
+ */
+export function typed(schema) {
+  if (Array.isArray(schema)) return schema.map(typed);
+  if (schema === null || typeof schema !== 'object') return schema;
+  const out = {};
+  for (const [key, value] of Object.entries(schema)) out[key] = key === 'enum' || key === 'const' || key === 'default' ? value : typed(value);
+  const values = out.enum ?? (Object.hasOwn(out, 'const') ? [out.const] : null);
+  if (values && out.type === undefined) {
+    const kinds = new Set(values.map((v) => (v === null ? 'null' : Number.isInteger(v) ? 'integer' : typeof v)));
+    if (kinds.size === 1 && ['string', 'integer', 'boolean'].includes([...kinds][0])) out.type = [...kinds][0];
+  }
+  return out;
+}
+
+/** `schema` as a component named `name` (none: as it is); one name never stands for two shapes. */
+function component(schemas, name, schema) {
+  if (!name) return schema;
+  if (schemas[name] && JSON.stringify(schemas[name]) !== JSON.stringify(schema)) throw new Error(`schema ${name} has two shapes`);
+  schemas[name] = schema;
+  return { $ref: `#/components/schemas/${name}` };
 }
 
 /** The document for `routes`, given the kernel's OpenRPC document. Deterministic: the same input, the same bytes. */
 export function openapiDocument(routes, openrpc) {
   const methods = new Map(openrpc.methods.map((m) => [m.name, m]));
   const paths = {};
+  const ids = new Set();
+  const schemas = { ErrorReply: errorSchema };
   for (const route of routes) {
     if (route.undocumented) continue;
     paths[route.path] ??= {};
-    paths[route.path][route.method.toLowerCase()] = operation(route, methods);
+    const op = operation(route, methods, schemas);
+    // Generated clients name a function per operation: two of one name would not compile.
+    if (ids.has(op.operationId)) throw new Error(`${route.method} ${route.path}: operationId ${op.operationId} is taken`);
+    ids.add(op.operationId);
+    paths[route.path][route.method.toLowerCase()] = op;
   }
   return {
     openapi: '3.1.0',
@@ -99,10 +139,11 @@ export function openapiDocument(routes, openrpc) {
       description: 'The REST routes of an app backend (examples/web/server.mjs), each forwarded to a healthkernel method '
         + '(x-kernel-method). Errors answer {error, reason, field}; see protocol/rest-routes.md.',
     },
-    paths,
+    paths: typed(paths),
     components: {
-      schemas: { Error: errorSchema },
+      schemas: typed(schemas),
       securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'an access token from /api/auth/signin, signup, refresh or exchange' } },
     },
   };
 }
+

@@ -101,6 +101,25 @@ const syncQuery = {
   },
 };
 
+const nullable = (type) => ({ type: [type, 'null'] });
+/** The answer of `dashboard` (below). */
+const dashboardSchema = {
+  type: 'object', required: ['timezone', 'from', 'to', 'days', 'penalties', 'meditation', 'membership'],
+  properties: {
+    timezone: { type: 'string' }, from: { type: 'string', format: 'date' }, to: { type: 'string', format: 'date' },
+    days: { type: 'array', items: { type: 'object',
+      required: ['date', 'claimedMinutes', 'verifiedMinutes', 'status', 'penaltyPoints', 'meditationMinutes', 'steps', 'sleepMinutes'],
+      properties: { date: { type: 'string', format: 'date' }, claimedMinutes: nullable('integer'), verifiedMinutes: nullable('integer'),
+                    status: { type: 'string' }, penaltyPoints: { type: 'integer' }, meditationMinutes: { type: 'number' },
+                    steps: nullable('number'), sleepMinutes: nullable('number') } } },
+    penalties: { type: 'object', required: ['totalPoints'], properties: { totalPoints: { type: 'integer' } } },
+    meditation: { type: 'object', required: ['currentStreakDays', 'longestStreakDays', 'totalSessions'],
+                  properties: { currentStreakDays: { type: 'integer' }, longestStreakDays: { type: 'integer' }, totalSessions: { type: 'integer' } } },
+    membership: { type: 'object', required: ['status'],
+                  properties: { status: { type: 'string' }, productId: nullable('string'), currentPeriodEnd: nullable('string') } },
+  },
+};
+
 /**
  * The routes. Each calls one kernel method (or a few), shaping params and answers like the seed's own
  * backend did. `errors` overrides the seed's status and message for some codes; `fields` maps kernel
@@ -130,7 +149,7 @@ export const routes = [
     handle: (k, req, body) => k.call('screentime.claim', withAuth(req, body)) },
 
   // seed 004: meditation tracker
-  { method: 'POST', path: '/api/auth/google', body: true, auth: 'none',
+  { method: 'POST', path: '/api/auth/google', body: true, auth: 'none', operationId: 'googleSignIn',
     errors: { [-32010]: [401, 'Invalid Google token/code'], [-32001]: [401, 'Invalid Google token/code'],
               other: [500, 'Authentication processing failed'] },
     fields: { idToken: 'googleToken' }, rpc: 'auth.exchange', serverSets: ['provider'],
@@ -195,7 +214,7 @@ export const routes = [
         throw new HttpError(503, 'The notification could not be stored now; Apple will send it again', { reason: 'retry_later' });
       }
     } },
-  { method: 'POST', path: '/functions/v1/refresh-subscriptions', body: 'optional', auth: 'service',
+  { method: 'POST', path: '/functions/v1/refresh-subscriptions', body: 'optional', auth: 'service', operationId: 'refreshSubscriptions',
     summary: 'The daily re-check of every membership (a cron with a service token), run to the end.',
     request: { type: 'object', additionalProperties: false, properties: {} },
     response: { type: 'object', required: ['checked', 'expired', 'renewed', 'unchanged', 'failed', 'remaining', 'mode'],
@@ -222,16 +241,16 @@ export const routes = [
   // An app backend's accounts (protocol/rest-routes.md, "Accounts"): each a thin forward to the kernel
   // method named by `rpc`, with its params as the JSON body and its errors as they are. The end user's
   // address goes to the kernel's sign-in throttle as the server saw it, never as the body says.
-  { method: 'POST', path: '/api/auth/signup', body: true, auth: 'none', rpc: 'auth.signUp', serverSets: ['clientAddress'],
+  { method: 'POST', path: '/api/auth/signup', body: true, auth: 'none', rpc: 'auth.signUp', schema: 'Session', serverSets: ['clientAddress'],
     handle: (k, req, body) => k.call('auth.signUp', { ...body, clientAddress: addressKey(req.socket.remoteAddress) }) },
-  { method: 'POST', path: '/api/auth/signin', body: true, auth: 'none', rpc: 'auth.signIn', serverSets: ['clientAddress'],
+  { method: 'POST', path: '/api/auth/signin', body: true, auth: 'none', rpc: 'auth.signIn', schema: 'Session', serverSets: ['clientAddress'],
     handle: (k, req, body) => k.call('auth.signIn', { ...body, clientAddress: addressKey(req.socket.remoteAddress) }) },
-  { method: 'POST', path: '/api/auth/refresh', body: true, auth: 'none', rpc: 'auth.refresh',
+  { method: 'POST', path: '/api/auth/refresh', body: true, auth: 'none', rpc: 'auth.refresh', schema: 'Session',
     handle: (k, req, body) => k.call('auth.refresh', body) },
   { method: 'POST', path: '/api/auth/signout', body: 'optional', auth: 'user', rpc: 'auth.signOut',
     handle: (k, req, body) => k.call('auth.signOut', withAuth(req, body)) },
   // Sign in with Apple or Google: {provider, idToken}; with a bearer token, links the identity to that account.
-  { method: 'POST', path: '/api/auth/exchange', body: true, auth: 'none', rpc: 'auth.exchange',
+  { method: 'POST', path: '/api/auth/exchange', body: true, auth: 'none', rpc: 'auth.exchange', schema: 'Session',
     handle: (k, req, body) => k.call('auth.exchange', withAuth(req, body)) },
   // Accounts that recover (protocol/auth.md): the kernel makes the mail, `onMail` (below) sends it.
   { method: 'POST', path: '/api/auth/password/reset-request', body: true, auth: 'none', rpc: 'auth.requestPasswordReset', serverSets: ['clientAddress'],
@@ -257,17 +276,18 @@ export const routes = [
   { method: 'GET', path: '/healthz', raw: 'health', summary: 'Whether the kernel answers: its version and uptime (503 when it does not).',
     response: { type: 'object', required: ['ok'], properties: { ok: { type: 'boolean' }, version: { type: 'string' }, uptimeSeconds: { type: 'number' }, error: { type: 'string' } } } },
   { method: 'GET', path: '/openapi.json', raw: 'openapi', summary: 'This document.', response: { type: 'object' } },
-  { method: 'POST', path: '/api/events/ticket', raw: 'ticket', auth: 'user',
+  { method: 'POST', path: '/api/events/ticket', raw: 'ticket', auth: 'user', operationId: 'eventsTicket',
     summary: 'A one-use ticket (TICKET_SECONDS) to open GET /api/events?ticket= with: EventSource sends no Authorization header.',
     response: { type: 'object', required: ['ticket', 'expiresIn'], properties: { ticket: { type: 'string' }, expiresIn: { type: 'integer' } } } },
-  { method: 'GET', path: '/api/events', raw: 'events', summary: 'Server-sent events of the user\'s changes (?ticket= from POST /api/events/ticket).',
+  { method: 'GET', path: '/api/events', raw: 'events', operationId: 'events', summary: 'Server-sent events of the user\'s changes (?ticket= from POST /api/events/ticket).',
     parameters: [{ name: 'ticket', in: 'query', required: false, schema: { type: 'string' } }], html: 'text/event-stream' },
 
   // the dashboard
-  { method: 'GET', path: '/', auth: 'none', html: true, summary: 'A page linking the dashboard and this document.', handle: () => new Reply(200, homePage, { 'content-type': 'text/html; charset=utf-8' }) },
+  { method: 'GET', path: '/', auth: 'none', html: true, operationId: 'home', summary: 'A page linking the dashboard and this document.', handle: () => new Reply(200, homePage, { 'content-type': 'text/html; charset=utf-8' }) },
   { method: 'GET', path: '/dashboard', auth: 'none', html: true, summary: 'The live dashboard page (open it with #token=ACCESS_TOKEN).', handle: () => new Reply(200, dashboardPage, { 'content-type': 'text/html; charset=utf-8' }) },
-  { method: 'GET', path: '/api/dashboard', auth: 'user', summary: 'What the dashboard shows of the user, for ?from=&to= (YYYY-MM-DD).',
-    response: { type: 'object', required: ['timezone', 'from', 'to', 'days', 'penalties', 'meditation', 'membership'] }, handle: (k, req, _body, url) => dashboard(k, bearer(req), url) },
+  { method: 'GET', path: '/api/dashboard', auth: 'user', operationId: 'dashboard', summary: 'What the dashboard shows of the user: the last ?days= days (1 to 366, default 30) to today in their time zone.',
+    parameters: [{ name: 'days', in: 'query', required: false, schema: { type: 'integer', minimum: 1, maximum: 366, default: 30 } }],
+    response: dashboardSchema, handle: (k, req, _body, url) => dashboard(k, bearer(req), url) },
 ];
 
 const dashboardPage = readFileSync(here('./dashboard.html'));
