@@ -45,6 +45,10 @@ public struct AuthConfig: Sendable, Equatable {
     /// name none (all of them together); 0: no limit.
     public var signUpsPerHourPerAddress = 30
     public var signUpsPerHourWithoutAddress = 1000
+    /// Sign-up proves the email before the account can sign in, and answers `{accepted: true}` whether or
+    /// not the email has an account (a new one gets a verification mail, its owner an `account_exists`
+    /// mail): sign-up no longer tells anyone which emails have accounts.
+    public var requireEmailVerification = false
     /// Sign-in sessions kept per user: a new one ends the oldest past it; 0: no limit.
     public var sessionsPerUser = 100
     /// JWKS file with extra ES256/RS256 keys for access tokens signed elsewhere.

@@ -16,6 +16,8 @@ extension AuthError {
             return RPCError(code: .limited, message: "Too many sign-ups from this address; retry in \(wait) ms", reason: "rate_limited",
                             extra: [("retryAfterMs", .int(wait))])
         case .invalidCredentials: return .unauthorized("invalid_credentials", "Invalid login credentials")
+        case .emailNotVerified:
+            return .forbidden("email_not_verified", "The email is not verified yet: follow the link in the verification mail (signing up again sends a new one)")
         case .invalidRefreshToken: return .unauthorized("invalid_token", "The refresh token is not valid")
         case .refreshTokenReused: return .unauthorized("invalid_token", "The refresh token was already used; the session is revoked")
         case .refreshTokenExpired: return .unauthorized("expired_token", "The refresh token has expired")
@@ -122,16 +124,35 @@ public struct AuthSignUp: SlowRPCMethod {
     public static let summary = "Creates an account with email and password and signs it in."
     public static let mutates = true
     public static let auth = AuthRequirement.none
-    public static let errors = [ErrorDoc(.conflict, "email_taken"),
-                                ErrorDoc(.limited, "rate_limited: past auth.signUpsPerHourPerAddress (or WithoutAddress); data.retryAfterMs")]
+    public static let errors = [ErrorDoc(.conflict, "email_taken (not under auth.requireEmailVerification)"),
+                                ErrorDoc(.limited, "rate_limited: past auth.signUpsPerHourPerAddress (or WithoutAddress); under auth.requireEmailVerification also 3 an hour per email, 20 per address; data.retryAfterMs")]
     let service: AuthService
     public init(_ service: AuthService) { self.service = service }
     public func orderingKeys(_ params: JSONObject) -> [String] { Credentials.orderingKeys(params) }
-    public func start(_ p: Credentials, _ c: CallContext) throws(RPCError) -> SlowCall<SignedIn> {
+    public func start(_ p: Credentials, _ c: CallContext) throws(RPCError) -> SlowCall<SignUpAnswer> {
         try answerRPC(try service.beginSignUp(email: p.email, from: p.address, now: c.now))
         let (service, password) = (self.service, p.password)
-        return SlowCall(work: { Passwords.hash(password, random: service.random) }) { (hash: String) throws(RPCError) -> SignedIn in
-            try answerRPC(try service.finishSignUp(email: p.email, passwordHash: hash, now: c.now))
+        return SlowCall(work: { Passwords.hash(password, random: service.random) }) { (hash: String) throws(RPCError) -> SignUpAnswer in
+            guard service.config.requireEmailVerification else {
+                return .signedIn(try answerRPC(try service.finishSignUp(email: p.email, passwordHash: hash, now: c.now)))
+            }
+            try answerRPC(try service.finishSignUpByMail(email: p.email, passwordHash: hash, now: c.now))
+            return .mailed
+        }
+    }
+}
+
+/// `auth.signUp`'s answer: the session, or under `auth.requireEmailVerification` `{accepted: true}`
+/// whatever the email (the mail tells its owner what happened).
+public enum SignUpAnswer: RPCResult {
+    case signedIn(SignedIn)
+    case mailed
+
+    public static var schema: JSON { ["oneOf": [SignedIn.schema, AcceptedMail.schema]] }
+    public var json: JSON {
+        switch self {
+        case .signedIn(let session): return session.json
+        case .mailed: return AcceptedMail().json
         }
     }
 }

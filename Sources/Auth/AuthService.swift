@@ -354,19 +354,23 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     }
 
     /// Counts the sign-up against its address's hourly limit (stored, so it holds across kernels and
-    /// whatever the answer). Whether the email is taken is not looked at before the password is
-    /// hashed, so a taken email costs the caller the same time as a free one.
+    /// whatever the answer) and, under `requireEmailVerification`, as a mail request of the email and
+    /// address, whether or not the email has an account. Whether the email is taken is not looked at
+    /// before the password is hashed, so a taken email costs the caller the same time as a free one.
     func beginSignUp(email: String, from address: String?, now: Timestamp) throws(AuthError) {
-        let limit = address == nil ? config.signUpsPerHourWithoutAddress : config.signUpsPerHourPerAddress
-        guard limit > 0 else { return }
-        let partition = "signups:" + (address ?? "unnamed")
-        let stored = try storage(try tables.throttle.get(user: partition, key: Self.throttleKey))?.failures ?? []
-        let recent = Throttle.recent(stored, now: now.milliseconds, window: Throttle.signUpWindowMs)
-        if let wait = Throttle.wait(recent, limit: limit, now: now.milliseconds, window: Throttle.signUpWindowMs) {
-            throw .tooManySignUps(retryAfterMs: wait)
-        }
         var tx = Transaction()
-        tx.put(tables.throttle, user: partition, key: Self.throttleKey, ThrottleRow(failures: recent.suffix(limit - 1) + [now.milliseconds]))
+        let limit = address == nil ? config.signUpsPerHourWithoutAddress : config.signUpsPerHourPerAddress
+        if limit > 0 {
+            let partition = "signups:" + (address ?? "unnamed")
+            let stored = try storage(try tables.throttle.get(user: partition, key: Self.throttleKey))?.failures ?? []
+            let recent = Throttle.recent(stored, now: now.milliseconds, window: Throttle.signUpWindowMs)
+            if let wait = Throttle.wait(recent, limit: limit, now: now.milliseconds, window: Throttle.signUpWindowMs) {
+                throw .tooManySignUps(retryAfterMs: wait)
+            }
+            tx.put(tables.throttle, user: partition, key: Self.throttleKey, ThrottleRow(failures: recent.suffix(limit - 1) + [now.milliseconds]))
+        }
+        if config.requireEmailVerification { try countMailRequest(email: email, address: address, &tx, now: now) }
+        guard !tx.entries.isEmpty else { return }
         try pruneThrottle(&tx, now: now)
         try commit(tx)
     }
@@ -405,6 +409,8 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         let userId: String?
         /// The hash to check against: the account's, or a decoy, so an unknown email costs the same.
         let passwordHash: String
+        /// The account waits for its email to be proven, and `passwordHash` is the one its sign-up chose.
+        var awaitsVerification = false
     }
 
     /// Signs in at once (verifying on this thread); the methods split it around the verification.
@@ -443,11 +449,22 @@ public final class AuthService: Authenticator, @unchecked Sendable {
         try pruneThrottle(&tx, now: now)
         try commit(tx)
         let user = try owner(of: .email(email)).map { (id) throws(AuthError) in try account(id) } ?? nil
+        if let user, user.awaitsVerification, let chosen = try pendingPassword(of: user.id, now: now) {
+            return SignInAttempt(email: email, address: address, userId: user.id, passwordHash: chosen, awaitsVerification: true)
+        }
         return SignInAttempt(email: email, address: address, userId: user?.id, passwordHash: user?.passwordHash ?? Passwords.decoy)
+    }
+
+    /// The password a waiting account's sign-up chose: its verification mail's, while it can be redeemed
+    /// (a user holds at most one mail of each kind, so this reads at most three rows).
+    private func pendingPassword(of user: String, now: Timestamp) throws(AuthError) -> String? {
+        try storage(try tables.mail.rows(of: user)).first { MailTokens.usable($0.1, kind: .emailVerification, now: now.milliseconds) }?.1.passwordHash
     }
 
     /// Starts a session once the password matched, if the account is still there with the same password.
     func finishSignIn(_ attempt: SignInAttempt, passwordMatches: Bool, now: Timestamp) throws(AuthError) -> SignedIn {
+        // Only who knows the password learns that the account waits for its email.
+        if passwordMatches && attempt.awaitsVerification { throw .emailNotVerified }
         guard passwordMatches, let id = attempt.userId, let user = try account(id),
               user.passwordHash == attempt.passwordHash, user.email == attempt.email else { throw .invalidCredentials }
         var tx = Transaction()
@@ -772,6 +789,8 @@ public enum AuthError: Error, Equatable {
     /// Too many sign-ups from this address (or from requests naming none) in the last hour.
     case tooManySignUps(retryAfterMs: Int64)
     case invalidCredentials
+    /// The password is right, but the account's email is not proven yet (`requireEmailVerification`).
+    case emailNotVerified
     case invalidRefreshToken
     /// A spent refresh token came back: its session is now revoked.
     case refreshTokenReused

@@ -3,8 +3,9 @@ import DomainSupport
 import JSON
 import Storage
 
-/// A mail the host is to send for the kernel, which sends none: a password reset or an email
-/// verification, carrying a single-use token (`auth.mail`, keyed by mail id in the user's partition). A
+/// A mail the host is to send for the kernel, which sends none: a password reset, an email verification,
+/// or (under `auth.requireEmailVerification`) word to an account's owner that someone signed up with
+/// their email, whose token resets the password as a reset mail's does; each carrying a single-use token (`auth.mail`, keyed by mail id in the user's partition). A
 /// synced entity, so that its creation reaches subscribed hosts as `events.changed` with entity
 /// `auth.mail`; the host then reads it with `auth.mail` (service token) and sends it. The token is kept
 /// as its SHA-256, which redeeming it checks, and sealed under a key derived from the kernel's secret,
@@ -14,6 +15,7 @@ public struct MailRow: StoredRow {
     public enum Kind: String, Sendable {
         case passwordReset = "password_reset"
         case emailVerification = "email_verification"
+        case accountExists = "account_exists"
     }
 
     public let kind: Kind
@@ -25,9 +27,13 @@ public struct MailRow: StoredRow {
     public let sealed: String
     public let createdAt: Int64
     public let expiresAt: Int64
+    /// The password a sign-up under `auth.requireEmailVerification` chose (scrypt hash), which becomes the
+    /// account's when this verification mail's token is redeemed: whoever proves the email sets the password.
+    public let passwordHash: String?
 
-    public init(kind: Kind, email: String, digest: String, sealed: String, createdAt: Int64, expiresAt: Int64) {
+    public init(kind: Kind, email: String, digest: String, sealed: String, createdAt: Int64, expiresAt: Int64, passwordHash: String? = nil) {
         (self.kind, self.email, self.digest, self.sealed, self.createdAt, self.expiresAt) = (kind, email, digest, sealed, createdAt, expiresAt)
+        self.passwordHash = passwordHash
     }
 
     public init(stored: JSON) throws(StorageError) {
@@ -39,11 +45,12 @@ public struct MailRow: StoredRow {
         sealed = try f.string("sealed")
         createdAt = try f.instant("createdAt")
         expiresAt = try f.instant("expiresAt")
+        passwordHash = f.optionalString("passwordHash")
     }
 
     public var stored: JSON {
         ["kind": .string(kind.rawValue), "email": .string(email), "digest": .string(digest), "sealed": .string(sealed),
-         "createdAt": .int(createdAt), "expiresAt": .int(expiresAt)]
+         "createdAt": .int(createdAt), "expiresAt": .int(expiresAt), "passwordHash": .optional(passwordHash)]
     }
 }
 
@@ -52,7 +59,7 @@ enum MailTokens {
     /// How long a token is good for: an hour to reset a password (a stolen mailbox's window stays
     /// short), a day to verify an email (people read mail late).
     static func lifetimeMs(_ kind: MailRow.Kind) -> Int64 {
-        kind == .passwordReset ? 60 * 60 * 1000 : 24 * 60 * 60 * 1000
+        kind == .emailVerification ? 24 * 60 * 60 * 1000 : 60 * 60 * 1000
     }
 
     /// Mail requests per email, and per client address, in `windowMs`: answered the same whether or not
@@ -87,8 +94,9 @@ enum MailTokens {
         return zip(a, b).reduce(0) { $0 | ($1.0 ^ $1.1) } == 0
     }
 
-    /// Whether a mail row may still be redeemed at `now`.
+    /// Whether a mail row may still be redeemed at `now` for `kind` (an `account_exists` mail's token
+    /// resets the password).
     static func usable(_ row: MailRow, kind: MailRow.Kind, now: Int64) -> Bool {
-        row.kind == kind && now < row.expiresAt
+        (row.kind == kind || (kind == .passwordReset && row.kind == .accountExists)) && now < row.expiresAt
     }
 }

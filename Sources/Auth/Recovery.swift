@@ -33,11 +33,16 @@ extension AuthService {
         return true
     }
 
-    /// Proves the account's email with a verification token, once.
+    /// Proves the account's email with a verification token, once. A sign-up's mail also sets the
+    /// password that sign-up chose: the account can sign in from now on.
     func verifyEmail(token: String, now: Timestamp) throws(AuthError) -> UserRow {
-        let (account, mailId) = try redeemable(token, .emailVerification, now: now)
+        let (account, mailId, row) = try redeemable(token, .emailVerification, now: now)
         var proven = account
         proven.emailProven = true
+        if let hash = row.passwordHash {
+            proven.passwordHash = hash
+            if !proven.identities.contains("password") { proven.identities.append("password") }
+        }
         var tx = Transaction()
         tx.delete(tables.mail, user: account.id, key: mailId)
         tx.put(tables.users, user: account.id, key: Self.profileKey, proven)
@@ -51,11 +56,38 @@ extension AuthService {
         _ = try redeemable(token, .passwordReset, now: now)
     }
 
+    /// Sign-up under `auth.requireEmailVerification`, once the password is hashed (whether or not the
+    /// email is taken, so both cost the same): a new account that cannot sign in yet and a verification
+    /// mail carrying the password; or, when the email has an account, a mail to its owner (a new
+    /// verification mail with this password if that account is still waiting for one, else
+    /// `account_exists`). The caller answers the same either way; the request was counted as a mail
+    /// request in `beginSignUp`.
+    func finishSignUpByMail(email: String, passwordHash: String, now: Timestamp) throws(AuthError) {
+        for attempt in 0..<2 {
+            var tx = Transaction()
+            if let id = try owner(of: .email(email)), let account = try account(id) {
+                try makeMail(account.awaitsVerification ? .emailVerification : .accountExists, for: account, &tx, now: now,
+                             passwordHash: account.awaitsVerification ? passwordHash : nil)
+                return try commit(tx)
+            }
+            let user = UserRow(id: random.uuid(), email: email, createdAt: now.milliseconds, identities: [], passwordHash: nil)
+            tx.put(tables.users, user: user.id, key: Self.profileKey, user)
+            tx.claim(.email(email), for: user.id)
+            try makeMail(.emailVerification, for: user, &tx, now: now, passwordHash: passwordHash)
+            do {
+                return try commit(tx)
+            } catch .storage(.taken) where attempt == 0 {
+                // A sign-up of the same email on another kernel won the claim: mail its owner instead.
+                continue
+            }
+        }
+    }
+
     /// Sets the new password (hashed) with a reset token, once, and ends every session of the account:
     /// whoever held one may be who the reset locks out. The mail proved the email too. Returns how many
     /// sessions ended.
     func finishResetPassword(token: String, passwordHash: String, now: Timestamp) throws(AuthError) -> Int {
-        let (account, mailId) = try redeemable(token, .passwordReset, now: now)
+        let (account, mailId, _) = try redeemable(token, .passwordReset, now: now)
         var updated = account
         updated.passwordHash = passwordHash
         updated.emailProven = true
@@ -83,16 +115,17 @@ extension AuthService {
 
     /// The account and mail id a token redeems, or `invalidMailToken`: unknown, of another kind, used,
     /// replaced or expired all look the same.
-    private func redeemable(_ token: String, _ kind: MailRow.Kind, now: Timestamp) throws(AuthError) -> (UserRow, String) {
+    private func redeemable(_ token: String, _ kind: MailRow.Kind, now: Timestamp) throws(AuthError) -> (UserRow, String, MailRow) {
         guard let (user, mailId, secret) = MailTokens.parse(token),
               let row = try storage(try tables.mail.get(user: user, key: mailId)),
               MailTokens.usable(row, kind: kind, now: now.milliseconds), MailTokens.matches(secret, digest: row.digest),
               let account = try account(user) else { throw .invalidMailToken }
-        return (account, mailId)
+        return (account, mailId, row)
     }
 
     /// Puts a new mail of `kind` for `account`, replacing the user's earlier ones of that kind.
-    private func makeMail(_ kind: MailRow.Kind, for account: UserRow, _ tx: inout Transaction, now: Timestamp) throws(AuthError) {
+    private func makeMail(_ kind: MailRow.Kind, for account: UserRow, _ tx: inout Transaction, now: Timestamp,
+                          passwordHash: String? = nil) throws(AuthError) {
         guard let email = account.email else { return }
         for (id, row) in try storage(try tables.mail.rows(of: account.id)) where row.kind == kind || now.milliseconds >= row.expiresAt {
             tx.delete(tables.mail, user: account.id, key: id)
@@ -103,11 +136,11 @@ extension AuthService {
         guard let sealed = Self.sealMail(token, secret: cursorSecrets[0]) else { throw .storage(.unavailable("sealing a mail token failed")) }
         tx.put(tables.mail, user: account.id, key: mailId,
                MailRow(kind: kind, email: email, digest: MailTokens.digest(secret), sealed: sealed, createdAt: now.milliseconds,
-                       expiresAt: now.milliseconds + MailTokens.lifetimeMs(kind)))
+                       expiresAt: now.milliseconds + MailTokens.lifetimeMs(kind), passwordHash: passwordHash))
     }
 
     /// Counts a mail request against the email's and the address's limits (`MailTokens`).
-    private func countMailRequest(email: String, address: String?, _ tx: inout Transaction, now: Timestamp) throws(AuthError) {
+    func countMailRequest(email: String, address: String?, _ tx: inout Transaction, now: Timestamp) throws(AuthError) {
         let ms = now.milliseconds
         for (partition, limit) in [("mail:" + email, MailTokens.perEmail)] + (address.map { [("mail-from:" + $0, MailTokens.perAddress)] } ?? []) {
             let stored = try storage(try tables.throttle.get(user: partition, key: Self.throttleKey))?.failures ?? []

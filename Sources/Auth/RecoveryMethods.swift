@@ -135,7 +135,7 @@ extension Mail: RPCResult {
     static let fields = ResultFields<Mail>(
         ResultField("id", Schema.string) { .string($0.id) },
         ResultField("userId", Schema.string) { .string($0.userId) },
-        ResultField("kind", Schema.oneOf(["password_reset", "email_verification"])) { .string($0.kind.rawValue) },
+        ResultField("kind", Schema.oneOf(["password_reset", "email_verification", "account_exists"])) { .string($0.kind.rawValue) },
         ResultField("email", Schema.string) { .string($0.email) },
         ResultField("token", Schema.string) { .string($0.token) },
         ResultField("expiresAt", Schema.timestamp) { .string(Timestamp(milliseconds: $0.expiresAt).description) })

@@ -38,6 +38,10 @@ public struct UserRow: StoredRow {
         }
     }
 
+    /// An account a sign-up under `auth.requireEmailVerification` made, waiting for its email to be
+    /// proven: no way to sign in yet (no password, no identity).
+    public var awaitsVerification: Bool { identities.isEmpty && passwordHash == nil }
+
     public var stored: JSON {
         ["id": .string(id), "email": .optional(email), "createdAt": .int(createdAt),
          "identities": .array(identities.map(JSON.string)), "passwordHash": .optional(passwordHash), "emailProven": .bool(emailProven)]

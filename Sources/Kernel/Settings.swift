@@ -281,6 +281,10 @@ extension Setting {
                  environment: nil, flag: nil, "Sign-ups an hour, together, from requests naming no client address (0: no limit).") {
             $0.auth.signUpsPerHourWithoutAddress = $1
         },
+        .boolean("auth.requireEmailVerification", default: "false", environment: nil, flag: nil,
+                 "Sign-up mails a verification link and answers the same whether or not the email has an account; sign-in waits for the link.") {
+            $0.auth.requireEmailVerification = $1
+        },
         .integer("auth.sessionsPerUser", 0...1_000_000, default: String(AuthConfig().sessionsPerUser), environment: nil, flag: nil,
                  "Sign-in sessions kept per user; a new one ends the oldest past it (0: no limit).") { $0.auth.sessionsPerUser = $1 },
         .text("auth.jwks", path: true, default: "none", environment: nil, flag: nil,

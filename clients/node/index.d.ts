@@ -197,7 +197,7 @@ export interface Methods {
     result: {
       id: string;
       userId: string;
-      kind: "password_reset" | "email_verification";
+      kind: "password_reset" | "email_verification" | "account_exists";
       email: string;
       token: string;
       expiresAt: string;
@@ -312,6 +312,8 @@ export interface Methods {
         createdAt: string;
         identities: string[];
       };
+    } | {
+      accepted: true;
     };
   };
   /** The account the token belongs to. Auth: user. */

@@ -6,7 +6,7 @@
 //   node clients/swift/test-against-server.mjs [swift test arguments...]
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -22,6 +22,14 @@ const server = await start({
   // Every test signs up from one address: the per-address limit of routes without a token is lifted.
   limits: { UNAUTHENTICATED_PER_MINUTE: 1_000_000, UNAUTHENTICATED_BURST: 1_000_000 },
 });
+// A second server whose kernel requires a verified email before sign-in (auth.requireEmailVerification).
+const verifyingConfig = join(dir, 'verifying.json');
+writeFileSync(verifyingConfig, JSON.stringify({ auth: { requireEmailVerification: true } }));
+const verifying = await start({
+  port: 0, dataDir: join(dir, 'verifying-data'), binary, serviceToken: token({ role: 'service_role' }),
+  env: { ...env, HEALTHKERNEL_CONFIG: verifyingConfig }, log: () => {}, onMail: () => {},
+  limits: { UNAUTHENTICATED_PER_MINUTE: 1_000_000, UNAUTHENTICATED_BURST: 1_000_000 },
+});
 const now = Date.now();
 const transaction = f.apple?.({
   transactionId: '2000000000000101', originalTransactionId: '2000000000000101', bundleId: 'com.example', productId: 'premium',
@@ -32,12 +40,13 @@ const transaction = f.apple?.({
 const testEnv = {
   ...process.env,
   HK_SERVER_URL: server.url,
+  HK_VERIFYING_SERVER_URL: verifying.url,
   HK_GOOGLE_ID_TOKEN: f.googleToken({ sub: `google-${randomUUID()}`, email: 'swift-client@example.com', email_verified: true }),
   ...(transaction ? { HK_SIGNED_TRANSACTION: transaction } : {}),
 };
 if (!transaction) process.stderr.write('clients/swift: shared/testdata/appstore is not on this machine: the signed-purchase test is skipped\n');
 const swift = spawn('swift', ['test', ...process.argv.slice(2)], { cwd: fileURLToPath(new URL('.', import.meta.url)), env: testEnv, stdio: 'inherit' });
 const [code] = await new Promise((resolve) => swift.on('exit', (...a) => resolve(a)));
-await server.close();
+await Promise.all([server.close(), verifying.close()]);
 rmSync(dir, { recursive: true, force: true });
 process.exit(code ?? 1);

@@ -116,6 +116,16 @@ function component(schemas, name, schema) {
   return { $ref: `#/components/schemas/${name}` };
 }
 
+/** `value` with every schema equal to a named component replaced by a reference to it (a route whose
+ *  answer is one of several shapes, such as sign-up's, then names the shared one as the others do). */
+function referenced(value, named, top = true) {
+  if (Array.isArray(value)) return value.map((v) => referenced(v, named, false));
+  if (value === null || typeof value !== 'object') return value;
+  const name = top ? undefined : named.get(JSON.stringify(value));
+  if (name) return { $ref: `#/components/schemas/${name}` };
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, referenced(v, named, false)]));
+}
+
 /** The document for `routes`, given the kernel's OpenRPC document. Deterministic: the same input, the same bytes. */
 export function openapiDocument(routes, openrpc) {
   const methods = new Map(openrpc.methods.map((m) => [m.name, m]));
@@ -139,7 +149,7 @@ export function openapiDocument(routes, openrpc) {
       description: 'The REST routes of an app backend (examples/web/server.mjs), each forwarded to a healthkernel method '
         + '(x-kernel-method). Errors answer {error, reason, field}; see protocol/rest-routes.md.',
     },
-    paths: typed(paths),
+    paths: referenced(typed(paths), new Map(Object.entries(schemas).map(([name, schema]) => [JSON.stringify(typed(schema)), name]))),
     components: {
       schemas: typed(schemas),
       securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'an access token from /api/auth/signin, signup, refresh or exchange' } },

@@ -241,7 +241,7 @@ export const routes = [
   // An app backend's accounts (protocol/rest-routes.md, "Accounts"): each a thin forward to the kernel
   // method named by `rpc`, with its params as the JSON body and its errors as they are. The end user's
   // address goes to the kernel's sign-in throttle as the server saw it, never as the body says.
-  { method: 'POST', path: '/api/auth/signup', body: true, auth: 'none', rpc: 'auth.signUp', schema: 'Session', serverSets: ['clientAddress'],
+  { method: 'POST', path: '/api/auth/signup', body: true, auth: 'none', rpc: 'auth.signUp', serverSets: ['clientAddress'],
     handle: (k, req, body) => k.call('auth.signUp', { ...body, clientAddress: addressKey(req.socket.remoteAddress) }) },
   { method: 'POST', path: '/api/auth/signin', body: true, auth: 'none', rpc: 'auth.signIn', schema: 'Session', serverSets: ['clientAddress'],
     handle: (k, req, body) => k.call('auth.signIn', { ...body, clientAddress: addressKey(req.socket.remoteAddress) }) },

@@ -21,7 +21,7 @@ export function typeOf(schema, indent = '') {
   if (schema === undefined || schema === true || schema === null) return 'unknown';
   if (schema.const !== undefined) return JSON.stringify(schema.const);
   if (schema.enum) return schema.enum.map((v) => JSON.stringify(v)).join(' | ');
-  if (schema.anyOf) return schema.anyOf.map((s) => typeOf(s, indent)).join(' | ');
+  if (schema.anyOf || schema.oneOf) return (schema.anyOf ?? schema.oneOf).map((s) => typeOf(s, indent)).join(' | ');
   const types = Array.isArray(schema.type) ? schema.type : schema.type === undefined ? [] : [schema.type];
   if (types.length === 0) return 'unknown';
   return types.map((t) => {

@@ -36,10 +36,18 @@ public final class HealthKernelClient: Sendable {
         get async throws { try await session.current()?.userId }
     }
 
-    /// Creates an account and signs in.
+    /// Creates an account and signs in; or, when the server requires a verified email
+    /// (`auth.requireEmailVerification`), answers `.verifyEmail` whether or not the email had an account:
+    /// the link in the mail proves it, and `signIn` works from then on.
     @discardableResult
-    public func signUp(email: String, password: String) async throws -> User {
-        try await keep { try await api.authSignUp(body: .json(.init(email: email, password: password))).ok.body.json }
+    public func signUp(email: String, password: String) async throws -> SignUpResult {
+        switch try await call({ try await api.authSignUp(body: .json(.init(email: email, password: password))).ok.body.json }) {
+        case .Session(let answer):
+            try await session.set(SessionTokens(answer))
+            return .signedIn(answer.user)
+        case .case2:
+            return .verifyEmail
+        }
     }
 
     /// Signs in with an email and password.
@@ -153,6 +161,14 @@ public final class HealthKernelClient: Sendable {
 }
 
 public typealias User = Components.Schemas.Session.UserPayload
+
+/// What a sign-up did.
+public enum SignUpResult: Sendable, Equatable {
+    /// The account exists and is signed in.
+    case signedIn(User)
+    /// A mail went to the email: its link proves it, then the account signs in.
+    case verifyEmail
+}
 public typealias ScreenTimeConnection = Operations.ScreentimeUpdateConnection.Output.Ok.Body.JsonPayload
 public typealias ScreenTimeVerdict = Operations.ScreentimeUpload.Output.Ok.Body.JsonPayload
 public typealias Membership = Operations.SubscriptionsVerify.Output.Ok.Body.JsonPayload

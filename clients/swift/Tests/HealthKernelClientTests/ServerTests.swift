@@ -16,7 +16,8 @@ func server() throws -> URL {
 func signedUp(store: any ClientStore = MemoryStore()) async throws -> (HealthKernelClient, email: String) {
     let client = HealthKernelClient(serverURL: try server(), store: store)
     let email = "swift-\(UUID().uuidString.lowercased())@example.com"
-    try await client.signUp(email: email, password: "correct horse battery")
+    let result = try await client.signUp(email: email, password: "correct horse battery")
+    guard case .signedIn = result else { throw HealthKernelError(status: 0, message: "sign-up answered \(result)") }
     return (client, email)
 }
 
@@ -68,6 +69,20 @@ func utcDay(_ days: Int) -> String {
         let second = HealthKernelClient(serverURL: try server(), store: store)
         #expect(try await second.userId == id)
         #expect(try await second.api.authUser().ok.body.json.id == id)
+    }
+
+    /// Against a server that requires a verified email: sign-up says so (for a free and a taken email
+    /// alike), and the account does not sign in before the mail's link is used.
+    @Test func signUpWhereTheEmailMustBeVerified() async throws {
+        let url = try #require(ProcessInfo.processInfo.environment["HK_VERIFYING_SERVER_URL"].flatMap(URL.init(string:)))
+        let client = HealthKernelClient(serverURL: url)
+        let email = "verify-\(UUID().uuidString.lowercased())@example.com"
+        #expect(try await client.signUp(email: email, password: "correct horse battery") == .verifyEmail)
+        #expect(try await client.signUp(email: email, password: "correct horse battery") == .verifyEmail, "taken: the same answer")
+        let waiting = await #expect(throws: HealthKernelError.self) { try await client.signIn(email: email, password: "correct horse battery") }
+        #expect(waiting?.status == 403)
+        #expect(waiting?.reason == "email_not_verified")
+        #expect(try await client.userId == nil)
     }
 
     @Test func googleSignIn() async throws {
