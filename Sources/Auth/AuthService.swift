@@ -299,7 +299,7 @@ public final class AuthService: Authenticator, @unchecked Sendable {
     }
 
     static func digest(_ token: String) -> String {
-        SHA256.hash(data: Array(token.utf8)).map { b in (b < 16 ? "0" : "") + String(b, radix: 16) }.joined()
+        Digest.sha256Hex(token)
     }
 
     /// Storage reads and commits, their failures answered as this service's.

@@ -84,7 +84,7 @@ enum MailTokens {
 
     /// SHA-256 of `secret`, hex.
     static func digest(_ secret: [UInt8]) -> String {
-        SHA256.hash(data: secret).map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
+        Digest.sha256Hex(secret)
     }
 
     /// Whether `secret` is the one `digest` was made of, in time that does not depend on where they differ.

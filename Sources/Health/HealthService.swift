@@ -81,6 +81,8 @@ public struct IngestReport: Sendable, Equatable {
     /// State of Mind samples and medication dose events, by kind.
     public var records: [RecordKind: Int] = [:]
     public var unchanged = 0
+    /// Items left out because the user has a newer version of their synced object (`HKSyncVersion`).
+    public var superseded = 0
     /// Items `replaceDays` removed.
     public var replaced = 0
     public var daysRecomputed: [String] = []
@@ -263,6 +265,7 @@ public final class HealthService: @unchecked Sendable {
         var work = Work(tables: tables, writes: self.tables, user: user)
         var report = IngestReport(dryRun: request.dryRun)
         try work.prefetch(items.map(\.uuid))
+        try work.loadSyncIds(items.compactMap { $0.metadata?.syncKey($0.origin) })
 
         if let device = request.deviceId, !request.replaceDays.isEmpty {
             let incoming = Set(items.map(\.uuid))
@@ -281,6 +284,7 @@ public final class HealthService: @unchecked Sendable {
                     if work.unknownKeys.insert(key).inserted { work.unknownTypes.append((key, s.item.path + ".type")) }
                 }
             }
+            guard try work.admit(s.item) else { report.superseded += 1; continue }
             let existing = try work.current(s.item.uuid)
             let row = SampleRow(type: s.type, value: s.value, placement: work.placement(s.item, existing, zone, request.deviceId))
             if existing == .sample(row, sameContent: true) { report.unchanged += 1; continue }
@@ -288,6 +292,7 @@ public final class HealthService: @unchecked Sendable {
             report.samples += 1
         }
         for w in request.workouts {
+            guard try work.admit(w.item) else { report.superseded += 1; continue }
             let existing = try work.current(w.item.uuid)
             let row = WorkoutRow(activityType: w.activityType, durationSeconds: w.durationSeconds, energyKcal: w.energyKcal,
                                  distanceMeters: w.distanceMeters, placement: work.placement(w.item, existing, zone, request.deviceId))
@@ -296,6 +301,7 @@ public final class HealthService: @unchecked Sendable {
             report.workouts += 1
         }
         for s in request.sleep {
+            guard try work.admit(s.item) else { report.superseded += 1; continue }
             let existing = try work.current(s.item.uuid)
             var placement = work.placement(s.item, existing, zone, request.deviceId)
             placement.calendarDay = HealthRules.sleepDay(end: s.item.end.milliseconds, in: Zone.named(placement.zone) ?? zone)
@@ -305,6 +311,7 @@ public final class HealthService: @unchecked Sendable {
             report.sleep += 1
         }
         for r in request.records {
+            guard try work.admit(r.item) else { report.superseded += 1; continue }
             let existing = try work.current(r.item.uuid)
             let row = RecordRow(kind: r.kind, content: r.content, placement: work.placement(r.item, existing, zone, request.deviceId))
             if existing == .record(row, sameContent: true) { report.unchanged += 1; continue }
@@ -313,6 +320,7 @@ public final class HealthService: @unchecked Sendable {
         }
         if large { logger.info("health.ingest: placed \(request.count) items in \((clock.monotonicMicros() - began) / 1000) ms, recomputing days") }
         report.daysRecomputed = try work.recompute()
+        work.putSyncIds()
         try saveProfile(&work, zone: request.zone, authorizedFrom: request.authorizedFrom)
         if large {
             logger.info("health.ingest: \(request.count) items (\(report.unchanged) unchanged), \(report.daysRecomputed.count) days recomputed, planned in \((clock.monotonicMicros() - began) / 1000) ms")
@@ -331,6 +339,7 @@ public final class HealthService: @unchecked Sendable {
             report.deleted += 1
         }
         report.daysRecomputed = try work.recompute()
+        work.putSyncIds()
         if work.itemDelta != 0 { try saveProfile(&work, zone: nil, authorizedFrom: [:]) }
         if !work.tx.isEmpty { try storage(try store.commit(work.tx)) }
         return report
@@ -424,6 +433,10 @@ public final class HealthService: @unchecked Sendable {
         var unknownTypes: [(key: String, path: String)] = []
         /// The keys of `unknownTypes`, so a month of one unknown type adds one entry, not one a sample.
         var unknownKeys = Set<String>()
+        /// Sync key -> the newest version of that synced object as this request leaves it (nil: none),
+        /// for the keys read; `syncChanged` are the keys to write.
+        var syncIds: [String: SyncIdRow?] = [:]
+        var syncChanged = Set<String>()
         /// `recordTablesInUse()`, once asked.
         var recordTablesWithRows: [any StorageTable<RecordRow>]?
 
@@ -462,6 +475,35 @@ public final class HealthService: @unchecked Sendable {
             return inUse
         }
 
+        /// Reads the sync index entries of `keys` in one call.
+        mutating func loadSyncIds(_ keys: [String]) throws(HealthError) {
+            let missing = Set(keys).filter { syncIds[$0] == nil }
+            guard !missing.isEmpty else { return }
+            for key in missing { syncIds[key] = .some(nil) }
+            for (key, row) in try storage(try tables.syncIds.get(user: user, keys: Array(missing))) { syncIds[key] = row }
+        }
+
+        /// Whether an item is to be stored: yes unless its metadata names a synced object
+        /// (`HKSyncIdentifier`) whose stored version under another UUID is as new or newer. An older
+        /// version under another UUID is removed, as HealthKit replaces it. O(1) with the index read.
+        mutating func admit(_ item: ItemInput) throws(HealthError) -> Bool {
+            guard let key = item.metadata?.syncKey(item.origin), let version = item.metadata?.syncVersion else { return true }
+            try loadSyncIds([key])
+            if let held = syncIds[key] ?? nil, held.uuid != item.uuid {
+                guard version > held.version else { return false }
+                try remove(held.uuid)
+            }
+            return true
+        }
+
+        /// Writes the sync index entries this request changed.
+        mutating func putSyncIds() {
+            for key in syncChanged.sorted() {
+                if let row = syncIds[key] ?? nil { tx.put(writes.syncIds, user: user, key: key, row) } else { tx.delete(writes.syncIds, user: user, key: key) }
+            }
+            syncChanged.removeAll()
+        }
+
         /// The item `uuid` names now, of whichever kind.
         func current(_ uuid: String) throws(HealthError) -> Item? {
             if let p = pending[uuid] { return p }
@@ -475,17 +517,24 @@ public final class HealthService: @unchecked Sendable {
             return nil
         }
 
-        /// Where an item sent now is placed: in the zone the item it replaces was first placed in (so that
-        /// travelling does not move old days), else in `zone`.
+        /// Where an item sent now is placed: in its `HKTimeZone` when its metadata names one (the zone the
+        /// device was in, as the Health app places it), else in the zone the item it replaces was first
+        /// placed in (so that travelling does not move old days), else in `zone`.
         func placement(_ item: ItemInput, _ existing: Item?, _ fallback: Zone, _ deviceId: String?) -> Placement {
-            let zone = existing.flatMap { Zone.named($0.placement.zone) } ?? fallback
+            let zone = item.metadata?.timeZone.flatMap(Zone.named) ?? existing.flatMap { Zone.named($0.placement.zone) } ?? fallback
             return Placement(start: item.start.milliseconds, end: item.end.milliseconds, zone: zone.identifier,
-                             day: HealthRules.day(item.start.milliseconds, in: zone), origin: item.origin, deviceId: deviceId)
+                             day: HealthRules.day(item.start.milliseconds, in: zone), origin: item.origin, deviceId: deviceId,
+                             metadata: item.metadata)
         }
 
         /// Stores `item` under `uuid`, replacing `existing` (what `uuid` names now, of any kind).
         mutating func put(_ uuid: String, _ item: Item, replacing existing: Item?) throws(HealthError) {
-            if let existing { remove(uuid, existing) }
+            if let existing { try remove(uuid, existing) }
+            let placement = item.placement
+            if let key = placement.metadata?.syncKey(placement.origin), let version = placement.metadata?.syncVersion {
+                syncIds[key] = SyncIdRow(uuid: uuid, version: version)
+                syncChanged.insert(key)
+            }
             itemDelta += 1
             pending[uuid] = item
             switch item {
@@ -499,10 +548,18 @@ public final class HealthService: @unchecked Sendable {
 
         /// Removes the item `uuid` names, if any.
         mutating func remove(_ uuid: String) throws(HealthError) {
-            if let old = try current(uuid) { remove(uuid, old) }
+            if let old = try current(uuid) { try remove(uuid, old) }
         }
 
-        private mutating func remove(_ uuid: String, _ old: Item) {
+        private mutating func remove(_ uuid: String, _ old: Item) throws(HealthError) {
+            // A removed synced item leaves the index, unless the index already names a newer one.
+            if let key = old.placement.metadata?.syncKey(old.placement.origin) {
+                try loadSyncIds([key])
+                if (syncIds[key] ?? nil)?.uuid == uuid {
+                    syncIds[key] = .some(nil)
+                    syncChanged.insert(key)
+                }
+            }
             switch old {
             case .sample: tx.delete(writes.samples, user: user, key: uuid)
             case .workout: tx.delete(writes.workouts, user: user, key: uuid)

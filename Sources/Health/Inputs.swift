@@ -9,6 +9,8 @@ public struct ItemInput: Sendable, Equatable {
     public var start: Timestamp
     public var end: Timestamp
     public var origin: Origin
+    /// HealthKit metadata as sent (nil: none).
+    public var metadata: Metadata?
     /// Path of the item in the request (`params.samples[3]`), for errors found later.
     public var path: String
 
@@ -36,11 +38,12 @@ public struct ItemInput: Sendable, Equatable {
             origin.deviceName = try text(&d, "name")
             try d.finish()
         }
+        if let sent: JSON = try r.optional("metadata") { metadata = try Metadata.decode(sent, at: r.path("metadata")) }
     }
 
     /// The same item as sent, wherever it stood in the request.
     public static func == (a: ItemInput, b: ItemInput) -> Bool {
-        a.uuid == b.uuid && a.start == b.start && a.end == b.end && a.origin == b.origin
+        a.uuid == b.uuid && a.start == b.start && a.end == b.end && a.origin == b.origin && a.metadata == b.metadata
     }
 
     static let schemaProperties: [(String, JSON)] = [
@@ -51,6 +54,7 @@ public struct ItemInput: Sendable, Equatable {
                     "properties": ["name": textSchema, "bundleId": textSchema]]),
         ("device", ["type": "object", "additionalProperties": false,
                     "properties": ["model": merge(textSchema, ["description": "HKDevice.model: Watch, iPhone, ..."]), "name": textSchema]]),
+        ("metadata", Metadata.schema),
     ]
 }
 

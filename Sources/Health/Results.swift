@@ -31,6 +31,8 @@ func placementFields<Value>(_ placement: @escaping @Sendable (Value) -> Placemen
             return o.deviceModel == nil && o.deviceName == nil ? .null : ["model": .optional(o.deviceModel), "name": .optional(o.deviceName)]
         },
         ResultField("deviceId", Schema.nullable(Schema.string)) { .optional(placement($0).deviceId) },
+        // Present only on items that carry metadata: most do not.
+        .optional("metadata", Metadata.schema) { placement($0).metadata?.json },
     ]
 }
 
@@ -97,6 +99,9 @@ extension IngestReport: RPCResult {
     static let fields = ResultFields<IngestReport>(
         ResultField("accepted", accepted.schema) { accepted.encode($0) },
         ResultField("unchanged", Schema.count) { .int(Int64($0.unchanged)) },
+        ResultField("superseded", Schema.described(Schema.count, "items left out: the user has a newer version of their synced object (HKSyncVersion)")) {
+            .int(Int64($0.superseded))
+        },
         ResultField("replaced", Schema.described(Schema.count, "items replaceDays removed")) { .int(Int64($0.replaced)) },
         ResultField("daysRecomputed", Schema.array(Schema.date)) { .array($0.daysRecomputed.map(JSON.string)) },
         ResultField("dryRun", Schema.boolean) { .bool($0.dryRun) },

@@ -35,13 +35,16 @@ public struct Origin: Sendable, Hashable {
 ///
 /// Held compactly, since a watch wearer keeps millions: the day as a day number, and the zone, origin
 /// and device id in one shared `Provenance` (the items of a request, and of a source, have the same one),
-/// so a placement is 32 bytes with no string of its own.
+/// so a placement is 40 bytes with no string of its own; metadata, which most items lack, is a
+/// reference to one object (nil for most).
 public struct Placement: Sendable, Equatable {
     public var start: Int64
     public var end: Int64
     /// Days since 1970-01-01 of `day`.
     var dayNumber: Int32
     var provenance: Provenance
+    /// The item's HealthKit metadata as sent, if any.
+    public var metadata: Metadata?
 
     /// `YYYY-MM-DD`: the local start day for samples and workouts, the night's wake day for sleep.
     public var day: String { calendarDay.description }
@@ -59,24 +62,30 @@ public struct Placement: Sendable, Equatable {
         guard let day = CalendarDate(try f.string("day")) else { throw StorageError.corrupt("bad day") }
         dayNumber = Int32(day.daysSinceEpoch)
         provenance = .interned(zone: try f.string("zone"), origin: Origin(f), deviceId: f.optionalString("deviceId"))
+        metadata = try Metadata.stored(f.object["metadata"])
     }
 
-    init(start: Int64, end: Int64, zone: String, day: CalendarDate, origin: Origin, deviceId: String?) {
+    init(start: Int64, end: Int64, zone: String, day: CalendarDate, origin: Origin, deviceId: String?, metadata: Metadata? = nil) {
         self.start = start
         self.end = end
         dayNumber = Int32(day.daysSinceEpoch)
         provenance = .interned(zone: zone, origin: origin, deviceId: deviceId)
+        self.metadata = metadata
     }
 
     var stored: [(String, JSON)] {
         [("start", .int(start)), ("end", .int(end)), ("zone", .string(zone)), ("day", .string(day))] + origin.stored
-            + [("deviceId", .optional(deviceId))]
+            + [("deviceId", .optional(deviceId)), ("metadata", metadata?.json ?? .null)]
     }
 
     /// How many members `writeMembers` writes.
     var memberCount: Int {
         4 + [origin.sourceName, origin.bundleId, origin.deviceModel, origin.deviceName, deviceId].reduce(0) { $0 + ($1 == nil ? 0 : 1) }
+            + (metadata == nil ? 0 : 1)
     }
+
+    /// Whether HealthKit's rules rank this item as entered by hand: `HKWasUserEntered`.
+    var wasUserEntered: Bool { metadata?.wasUserEntered ?? false }
 
     /// The members of `stored`, in the binary form, without building them: samples are stored by the
     /// ten thousand.
@@ -96,17 +105,24 @@ public struct Placement: Sendable, Equatable {
                 Binary.writeStringValue(value, to: &out)
             }
         }
+        if let metadata {
+            Binary.writeString("metadata", to: &out)
+            metadata.json.writeBinary(to: &out)
+        }
     }
 
     /// Whether two placements describe the same item as sent: the zone and day an item was first placed
     /// in stay with it, and which device id sent it is not part of what it is.
-    func sameContent(_ other: Placement) -> Bool { start == other.start && end == other.end && origin == other.origin }
+    func sameContent(_ other: Placement) -> Bool {
+        start == other.start && end == other.end && origin == other.origin && metadata == other.metadata
+    }
 }
 
 /// A placement's members as `SampleRow.init(binaryStored:)` meets them.
 struct PlacementFields {
     var start: Int64?, end: Int64?, zone: String?, day: String?
     var sourceName: String?, bundleId: String?, deviceModel: String?, deviceName: String?, deviceId: String?
+    var metadata: JSON?
 
     /// Reads the value of member `key` if it is a placement's.
     mutating func read(_ key: UnsafeBufferPointer<UInt8>, _ r: inout BinaryReader) throws(BinaryDecodeError) -> Bool {
@@ -117,6 +133,7 @@ struct PlacementFields {
         case 5 where key.elementsEqual("start".utf8): start = try r.int()
         case 8 where key.elementsEqual("bundleId".utf8): bundleId = try r.optionalStringValue()
         case 8 where key.elementsEqual("deviceId".utf8): deviceId = try r.optionalStringValue()
+        case 8 where key.elementsEqual("metadata".utf8): metadata = try r.value().json
         case 10 where key.elementsEqual("sourceName".utf8): sourceName = try r.optionalStringValue()
         case 10 where key.elementsEqual("deviceName".utf8): deviceName = try r.optionalStringValue()
         case 11 where key.elementsEqual("deviceModel".utf8): deviceModel = try r.optionalStringValue()
@@ -129,7 +146,7 @@ struct PlacementFields {
         guard let start, let end, let zone, let day, let date = CalendarDate(day) else { throw StorageError.corrupt("bad placement") }
         return Placement(start: start, end: end, zone: zone, day: date,
                          origin: Origin(sourceName: sourceName, bundleId: bundleId, deviceModel: deviceModel, deviceName: deviceName),
-                         deviceId: deviceId)
+                         deviceId: deviceId, metadata: try Metadata.stored(metadata))
     }
 }
 
@@ -480,12 +497,15 @@ public struct HealthTables: Sendable {
     public let sleep: any StorageTable<SleepRow>
     public let days: any StorageTable<SummaryRow>
     public let profile: any StorageTable<ProfileRow>
+    /// The newest version of each synced object (`HKSyncIdentifier`).
+    public let syncIds: any StorageTable<SyncIdRow>
     /// One per `RecordKind`, in `RecordKind.allCases` order.
     @usableFromInline let recordTables: [any StorageTable<RecordRow>]
 
     init(samples: any StorageTable<SampleRow>, workouts: any StorageTable<WorkoutRow>, sleep: any StorageTable<SleepRow>,
-         days: any StorageTable<SummaryRow>, profile: any StorageTable<ProfileRow>, recordTables: [any StorageTable<RecordRow>]) {
-        (self.samples, self.workouts, self.sleep, self.days, self.profile) = (samples, workouts, sleep, days, profile)
+         days: any StorageTable<SummaryRow>, profile: any StorageTable<ProfileRow>, syncIds: any StorageTable<SyncIdRow>,
+         recordTables: [any StorageTable<RecordRow>]) {
+        (self.samples, self.workouts, self.sleep, self.days, self.profile, self.syncIds) = (samples, workouts, sleep, days, profile, syncIds)
         self.recordTables = recordTables
     }
 
@@ -495,13 +515,13 @@ public struct HealthTables: Sendable {
     }
 
     /// Every table, as `Storage.versions(of:in:)` takes them.
-    var all: [TableHandle] { [samples, workouts, sleep, days, profile] + recordTables }
+    var all: [TableHandle] { [samples, workouts, sleep, days, profile, syncIds] + recordTables }
 
     /// Read-only copies of `user`'s rows of every health table, for a worker thread (`Storage.view`).
     func views(of user: String, in store: any Storage) -> HealthTables {
         HealthTables(samples: store.view(samples, user: user), workouts: store.view(workouts, user: user), sleep: store.view(sleep, user: user),
                      days: store.view(days, user: user), profile: store.view(profile, user: user),
-                     recordTables: recordTables.map { store.view($0, user: user) })
+                     syncIds: store.view(syncIds, user: user), recordTables: recordTables.map { store.view($0, user: user) })
     }
 
     @inlinable
@@ -517,6 +537,7 @@ public struct HealthTables: Sendable {
                             entity: Entity("health.sleep"))
         days = store.table("health.days", of: SummaryRow.self, entity: Entity("health.day"))
         profile = store.table("health.profile", of: ProfileRow.self)
+        syncIds = store.table("health.syncIds", of: SyncIdRow.self)
         recordTables = RecordKind.allCases.map { kind in
             store.table(kind.table, of: RecordRow.self,
                         orderedBy: { row in HealthRules.orderHead(nil, day: row.placement.calendarDay, start: row.placement.start) },

@@ -17,28 +17,36 @@ func uuid(_ n: Int) -> String {
     return "00000000-0000-4000-8000-" + String(repeating: "0", count: 12 - hex.count) + hex
 }
 
-func origin(_ model: String?, source: String? = nil) -> JSON {
+func origin(_ model: String?, source: String? = nil, bundle: String? = nil, metadata: JSON? = nil) -> JSON {
     var o = JSONObject()
     if let model { o["device"] = ["model": .string(model)] }
-    if let source { o["source"] = ["name": .string(source)] }
+    if source != nil || bundle != nil {
+        var s = JSONObject()
+        if let source { s["name"] = .string(source) }
+        if let bundle { s["bundleId"] = .string(bundle) }
+        o["source"] = .object(s)
+    }
+    if let metadata { o["metadata"] = metadata }
     return .object(o)
 }
 
 /// Steps.
-func sample(_ n: Int, _ value: Double, _ start: String, _ end: String, model: String? = nil, source: String? = nil) throws -> SampleInput {
-    try quantity(n, steps, value, unit: "count", start, end, model: model, source: source)
+func sample(_ n: Int, _ value: Double, _ start: String, _ end: String, model: String? = nil, source: String? = nil,
+            bundle: String? = nil, metadata: JSON? = nil) throws -> SampleInput {
+    try quantity(n, steps, value, unit: "count", start, end, model: model, source: source, bundle: bundle, metadata: metadata)
 }
 
 func quantity(_ n: Int, _ type: String, _ value: Double, unit: String, _ start: String, _ end: String,
-              model: String? = nil, source: String? = nil) throws -> SampleInput {
-    var o = origin(model, source: source).objectValue!
+              model: String? = nil, source: String? = nil, bundle: String? = nil, metadata: JSON? = nil) throws -> SampleInput {
+    var o = origin(model, source: source, bundle: bundle, metadata: metadata).objectValue!
     for (k, v) in [("uuid", JSON.string(uuid(n))), ("type", .string(type)), ("value", .double(value)), ("unit", .string(unit)),
                    ("start", .string(start)), ("end", .string(end))] { o[k] = v }
     return try SampleInput.decode(.object(o), at: "params.samples[0]")
 }
 
-func sleepSample(_ n: Int, _ stage: String, _ start: String, _ end: String, model: String? = nil, source: String? = nil) throws -> SleepInput {
-    var o = origin(model, source: source).objectValue!
+func sleepSample(_ n: Int, _ stage: String, _ start: String, _ end: String, model: String? = nil, source: String? = nil,
+                 metadata: JSON? = nil) throws -> SleepInput {
+    var o = origin(model, source: source, metadata: metadata).objectValue!
     for (k, v) in [("uuid", JSON.string(uuid(n))), ("stage", .string(stage)), ("start", .string(start)), ("end", .string(end))] { o[k] = v }
     return try SleepInput.decode(.object(o), at: "params.sleep[0]")
 }

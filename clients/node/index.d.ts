@@ -424,6 +424,10 @@ export interface Methods {
           model?: string;
           name?: string;
         };
+        /** HealthKit metadata as sent (HKWasUserEntered, HKTimeZone, HKSyncIdentifier with HKSyncVersion, ...): at most 64 keys, 8 KiB */
+        metadata?: {
+          [key: string]: string | number | boolean;
+        };
         /** a HealthKit type identifier; those protocol/health.md lists are summarised, others kept as sent (health.unknownTypes) */
         type: string;
         /** not negative, except temperatures; a category type's enumeration value */
@@ -446,6 +450,10 @@ export interface Methods {
           /** HKDevice.model: Watch, iPhone, ... */
           model?: string;
           name?: string;
+        };
+        /** HealthKit metadata as sent (HKWasUserEntered, HKTimeZone, HKSyncIdentifier with HKSyncVersion, ...): at most 64 keys, 8 KiB */
+        metadata?: {
+          [key: string]: string | number | boolean;
         };
         /** an HKWorkoutActivityType case name: running, walking, cycling, ... */
         activityType: string;
@@ -470,6 +478,10 @@ export interface Methods {
           model?: string;
           name?: string;
         };
+        /** HealthKit metadata as sent (HKWasUserEntered, HKTimeZone, HKSyncIdentifier with HKSyncVersion, ...): at most 64 keys, 8 KiB */
+        metadata?: {
+          [key: string]: string | number | boolean;
+        };
         stage: "inBed" | "asleepUnspecified" | "asleepCore" | "asleepDeep" | "asleepREM" | "awake";
       }>;
       /** HKStateOfMind samples, kept as sent, not summarised */
@@ -488,6 +500,10 @@ export interface Methods {
           /** HKDevice.model: Watch, iPhone, ... */
           model?: string;
           name?: string;
+        };
+        /** HealthKit metadata as sent (HKWasUserEntered, HKTimeZone, HKSyncIdentifier with HKSyncVersion, ...): at most 64 keys, 8 KiB */
+        metadata?: {
+          [key: string]: string | number | boolean;
         };
         kind: "momentaryEmotion" | "dailyMood";
         valence: number;
@@ -513,6 +529,10 @@ export interface Methods {
           /** HKDevice.model: Watch, iPhone, ... */
           model?: string;
           name?: string;
+        };
+        /** HealthKit metadata as sent (HKWasUserEntered, HKTimeZone, HKSyncIdentifier with HKSyncVersion, ...): at most 64 keys, 8 KiB */
+        metadata?: {
+          [key: string]: string | number | boolean;
         };
         logStatus: "notInteracted" | "notificationNotSent" | "snoozed" | "taken" | "skipped" | "notLogged";
         scheduleType?: "asNeeded" | "schedule";
@@ -555,6 +575,8 @@ export interface Methods {
         medicationDoses: number;
       };
       unchanged: number;
+      /** items left out: the user has a newer version of their synced object (HKSyncVersion) */
+      superseded: number;
       /** items replaceDays removed */
       replaced: number;
       daysRecomputed: string[];
@@ -712,6 +734,10 @@ export interface Methods {
           name: string | null;
         } | null;
         deviceId: string | null;
+        /** HealthKit metadata as sent (HKWasUserEntered, HKTimeZone, HKSyncIdentifier with HKSyncVersion, ...): at most 64 keys, 8 KiB */
+        metadata?: {
+          [key: string]: string | number | boolean;
+        };
       }>;
       nextCursor: string | null;
     };
