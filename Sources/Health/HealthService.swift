@@ -106,6 +106,17 @@ public struct Period: Sendable, Equatable {
     public var summary: SummaryRow
     /// Days with data in it.
     public var days: Int
+    /// With `explain`: per cumulative type code, what each source did to its figure, highest rank first.
+    public var sources: [Int: [SourceShare]] = [:]
+}
+
+/// What one source did to a day's (or week's) figure of a cumulative type: the value it counted, and
+/// the value it had where a higher-ranked source's counted instead. The counted values of a figure's
+/// sources add up to the figure.
+public struct SourceShare: Sendable, Equatable {
+    public var source: SourceRef
+    public var counted: Double
+    public var overridden: Double
 }
 
 /// One stored workout, with its UUID.
@@ -178,16 +189,52 @@ public final class HealthService: @unchecked Sendable {
             .map { Period(name: $0.key, summary: $0.row, days: 1) }
     }
 
+    /// The longest range `explain` reads: it reads every sample of the range's cumulative types.
+    public static let explainMaxDays = 92
+
+    /// `periods` (days, from `summary`) with what each source did to each cumulative figure of the
+    /// types asked for: recomputed from the stored samples by the rules that made the figures. Cost:
+    /// O(samples of those types in the range, log of them), one ordered read a type.
+    public func explained(_ user: String, _ periods: [Period], types: Set<Int>?) throws(HealthError) -> [Period] {
+        var byType: [Int: Set<CalendarDate>] = [:]
+        var totals: [String: Double] = [:]
+        for p in periods {
+            guard let day = CalendarDate(p.name) else { continue }
+            for (code, metric) in p.summary.metrics where types?.contains(code) ?? true {
+                guard case .sum(let v) = metric, HealthType(code: code).aggregation == .cumulative else { continue }
+                byType[code, default: []].insert(day)
+                totals["\(code) \(p.name)"] = v
+            }
+        }
+        var work = Work(tables: tables, writes: tables, user: user)
+        var shares: [String: [Int: [SourceShare]]] = [:]
+        for (code, days) in byType.sorted(by: { $0.key < $1.key }) {
+            let type = HealthType(code: code)
+            for (d, list) in try work.rankedShares(type, try work.samples(type, days: days, pending: []), days: days) where !list.isEmpty {
+                let refs = Dictionary(list.map { ($0.1.rank, $0.0) }, uniquingKeysWith: { a, _ in a })
+                let parts = HealthRules.mergedShares(list.map(\.1), total: totals["\(code) \(d)"] ?? 0)
+                shares[d.description, default: [:]][code] = parts.sorted { $0.key < $1.key }.compactMap { rank, part in
+                    refs[rank].map { SourceShare(source: $0, counted: part.counted, overridden: part.overridden) }
+                }
+            }
+        }
+        return periods.map { var p = $0; p.sources = shares[p.name] ?? [:]; return p }
+    }
+
     /// ISO weeks touching `from` through `to`, each whole (Monday to Sunday), that have data.
-    public func weekly(_ user: String, from: CalendarDate, to: CalendarDate) throws(HealthError) -> [Period] {
+    public func weekly(_ user: String, from: CalendarDate, to: CalendarDate, explain: Bool = false, types: Set<Int>? = nil) throws(HealthError) -> [Period] {
         let monday = from.adding(days: 1 - from.isoWeekday)
         let sunday = to.adding(days: 7 - to.isoWeekday)
-        var weeks: [(String, [SummaryRow])] = []
-        for period in try summary(user, from: monday, to: sunday) {
+        var weeks: [(String, [Period])] = []
+        var days = try summary(user, from: monday, to: sunday)
+        if explain { days = try explained(user, days, types: types) }
+        for period in days {
             guard let week = CalendarDate(period.name)?.isoWeek else { throw .storage(.corrupt("health.days key \(JSON.string(period.name).serialized) is not a date")) }
-            if weeks.last?.0 == week { weeks[weeks.count - 1].1.append(period.summary) } else { weeks.append((week, [period.summary])) }
+            if weeks.last?.0 == week { weeks[weeks.count - 1].1.append(period) } else { weeks.append((week, [period])) }
         }
-        return weeks.map { Period(name: $0.0, summary: HealthRules.combine($0.1), days: $0.1.count) }
+        return weeks.map { week, days in
+            Period(name: week, summary: HealthRules.combine(days.map(\.summary)), days: days.count, sources: SourceShare.combined(days.map(\.sources)))
+        }
     }
 
     /// Workouts whose local start day is from `from` through `to`, newest first.
@@ -263,6 +310,7 @@ public final class HealthService: @unchecked Sendable {
             zone = try storage(try tables.profile.get(user: user, key: Self.profileKey)).flatMap { Zone.named($0.timezone) } ?? .utc
         }
         var work = Work(tables: tables, writes: self.tables, user: user)
+        work.now = now.milliseconds
         var report = IngestReport(dryRun: request.dryRun)
         try work.prefetch(items.map(\.uuid))
         try work.loadSyncIds(items.compactMap { $0.metadata?.syncKey($0.origin) })
@@ -289,6 +337,7 @@ public final class HealthService: @unchecked Sendable {
             let row = SampleRow(type: s.type, value: s.value, placement: work.placement(s.item, existing, zone, request.deviceId))
             if existing == .sample(row, sameContent: true) { report.unchanged += 1; continue }
             try work.put(s.item.uuid, .sample(row, sameContent: false), replacing: existing)
+            if s.type.aggregation.spreads { try work.noteSource(s.type.identifier, row.placement) }
             report.samples += 1
         }
         for w in request.workouts {
@@ -308,6 +357,7 @@ public final class HealthService: @unchecked Sendable {
             let row = SleepRow(stage: s.stage, placement: placement)
             if existing == .sleep(row, sameContent: true) { report.unchanged += 1; continue }
             try work.put(s.item.uuid, .sleep(row, sameContent: false), replacing: existing)
+            try work.noteSource(HealthRules.sleepType, row.placement)
             report.sleep += 1
         }
         for r in request.records {
@@ -321,6 +371,7 @@ public final class HealthService: @unchecked Sendable {
         if large { logger.info("health.ingest: placed \(request.count) items in \((clock.monotonicMicros() - began) / 1000) ms, recomputing days") }
         report.daysRecomputed = try work.recompute()
         work.putSyncIds()
+        work.putSourcesSeen()
         try saveProfile(&work, zone: request.zone, authorizedFrom: request.authorizedFrom)
         if large {
             logger.info("health.ingest: \(request.count) items (\(report.unchanged) unchanged), \(report.daysRecomputed.count) days recomputed, planned in \((clock.monotonicMicros() - began) / 1000) ms")
@@ -437,6 +488,12 @@ public final class HealthService: @unchecked Sendable {
         /// for the keys read; `syncChanged` are the keys to write.
         var syncIds: [String: SyncIdRow?] = [:]
         var syncChanged = Set<String>()
+        /// Per type identifier, how its sources rank for this user, once read; `seenChanged`: the types
+        /// whose first-seen times this request added to.
+        var rankings: [String: SourceRanking] = [:]
+        var seenChanged = Set<String>()
+        /// The request's clock (first-seen times).
+        var now: Int64 = 0
         /// `recordTablesInUse()`, once asked.
         var recordTablesWithRows: [any StorageTable<RecordRow>]?
 
@@ -494,6 +551,36 @@ public final class HealthService: @unchecked Sendable {
                 try remove(held.uuid)
             }
             return true
+        }
+
+        /// How `type`'s sources rank for this user (read once per request).
+        mutating func ranking(_ type: String) throws(HealthError) -> SourceRanking {
+            if let known = rankings[type] { return known }
+            let seen = try storage(try tables.sourcesSeen.get(user: user, key: type))?.firstSeen ?? [:]
+            let ranking = SourceRanking(firstSeen: seen)
+            rankings[type] = ranking
+            return ranking
+        }
+
+        /// Records when a third-party source of `type` first reached the user (at most
+        /// `SourcesSeenRow.limit` a type).
+        mutating func noteSource(_ type: String, _ placement: Placement) throws(HealthError) {
+            let ref = SourceRef(placement.origin, enteredByHand: placement.wasUserEntered)
+            guard HealthRules.defaultTier(ref) == .thirdParty else { return }
+            var ranking = try ranking(type)
+            let key = HealthRules.sourceKey(ref.origin)
+            guard ranking.firstSeen[key] == nil, ranking.firstSeen.count < SourcesSeenRow.limit else { return }
+            ranking.firstSeen[key] = now
+            rankings[type] = ranking
+            seenChanged.insert(type)
+        }
+
+        /// Writes the first-seen times this request added.
+        mutating func putSourcesSeen() {
+            for type in seenChanged.sorted() {
+                tx.put(writes.sourcesSeen, user: user, key: type, SourcesSeenRow(firstSeen: rankings[type]?.firstSeen ?? [:]))
+            }
+            seenChanged.removeAll()
         }
 
         /// Writes the sync index entries this request changed.
@@ -682,8 +769,10 @@ public final class HealthService: @unchecked Sendable {
                     for d in set {
                         var row = try load(d)
                         let samples = byDay[d.description] ?? []
-                        let ranks = HealthRules.ranks(samples.map(\.placement.origin))
-                        row.sleep = HealthRules.sleep(samples.map { ($0.stage, $0.placement.start, $0.placement.end, ranks[$0.placement.origin] ?? 0) })
+                        let ranking = try ranking(HealthRules.sleepType)
+                        let refs = samples.map { SourceRef($0.placement.origin, enteredByHand: $0.placement.wasUserEntered) }
+                        let ranks = HealthRules.ranks(refs, ranking)
+                        row.sleep = HealthRules.sleep(zip(samples, refs).map { ($0.stage, $0.placement.start, $0.placement.end, ranks[$1] ?? 0) })
                         days[d] = row
                     }
                 }
@@ -720,27 +809,12 @@ public final class HealthService: @unchecked Sendable {
         /// Type `type`'s figure on each of `days` (nil where it has no samples), from its samples as this
         /// request leaves them.
         mutating func metrics(_ type: HealthType, days: Set<CalendarDate>, pending: [(String, SampleRow)]) throws(HealthError) -> [(CalendarDate, Metric?)] {
-            // Samples start at most 7 days (and a zone's offset) before a day they reach into.
-            let lookback = type.aggregation.spreads ? 8 : 0
-            let ranges = clusters(days.sorted(), gap: lookback).map { lo, hi in dayRange(type, lo.adding(days: -lookback), hi) }
-            var rows = try storage(try tables.samples.scanOrdered(user: user, ranges: ranges))
-                .filter { self.pending[$0.key] == nil }.map { ($0.key, $0.row) }
-            rows += pending
+            let rows = try samples(type, days: days, pending: pending)
             var out: [(CalendarDate, Metric?)] = []
             switch type.aggregation {
             case .cumulative:
-                var shares: [CalendarDate: [(Origin, Contribution)]] = [:]
-                for (_, r) in rows {
-                    let p = r.placement
-                    for part in split(p) where days.contains(part.day) {
-                        shares[part.day, default: []].append((p.origin, Contribution(start: part.start, end: part.end, value: r.value,
-                                                                                       duration: p.end - p.start, rank: 0)))
-                    }
-                }
-                for d in days {
-                    guard let list = shares[d] else { out.append((d, nil)); continue }
-                    let ranks = HealthRules.ranks(list.map(\.0))
-                    out.append((d, .sum(HealthRules.mergedSum(list.map { var c = $0.1; c.rank = ranks[$0.0] ?? 0; return c }))))
+                for (d, list) in try rankedShares(type, rows, days: days) {
+                    out.append((d, list.isEmpty ? nil : .sum(HealthRules.mergedSum(list.map(\.1)))))
                 }
             case .discreteArithmetic, .discreteTemporallyWeighted, .discreteEquivalentContinuousLevel, .category:
                 var values: [CalendarDate: [(value: Double, duration: Int64)]] = [:]
@@ -752,6 +826,36 @@ public final class HealthService: @unchecked Sendable {
                 for d in days { out.append((d, values[d].flatMap { HealthRules.figure(type.aggregation, $0) })) }
             }
             return out
+        }
+
+        /// Type `type`'s samples that may count toward `days`, as this request leaves them: one ordered read.
+        func samples(_ type: HealthType, days: Set<CalendarDate>, pending: [(String, SampleRow)]) throws(HealthError) -> [(String, SampleRow)] {
+            // Samples start at most 7 days (and a zone's offset) before a day they reach into.
+            let lookback = type.aggregation.spreads ? 8 : 0
+            let ranges = clusters(days.sorted(), gap: lookback).map { lo, hi in dayRange(type, lo.adding(days: -lookback), hi) }
+            return try storage(try tables.samples.scanOrdered(user: user, ranges: ranges))
+                .filter { self.pending[$0.key] == nil }.map { ($0.key, $0.row) } + pending
+        }
+
+        /// Each of `days`' shares of a cumulative type's samples, with their source and its rank for the
+        /// user (empty for a day with none).
+        mutating func rankedShares(_ type: HealthType, _ rows: [(String, SampleRow)], days: Set<CalendarDate>)
+            throws(HealthError) -> [(CalendarDate, [(SourceRef, Contribution)])] {
+            var shares: [CalendarDate: [(SourceRef, Contribution)]] = [:]
+            for (_, r) in rows {
+                let p = r.placement
+                let ref = SourceRef(p.origin, enteredByHand: p.wasUserEntered)
+                for part in split(p) where days.contains(part.day) {
+                    shares[part.day, default: []].append((ref, Contribution(start: part.start, end: part.end, value: r.value,
+                                                                              duration: p.end - p.start, rank: 0)))
+                }
+            }
+            let ranking = try ranking(type.identifier)
+            return days.sorted().map { d in
+                let list = shares[d] ?? []
+                let ranks = HealthRules.ranks(list.map(\.0), ranking)
+                return (d, list.map { ($0.0, { var c = $0.1; c.rank = ranks[$0.0] ?? 0; return c }($0)) })
+            }
         }
 
         /// Runs of sorted days, split where two lie more than `gap` days apart: one scan each.

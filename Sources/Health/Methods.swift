@@ -30,6 +30,17 @@ extension HealthError {
 
 /// Narrows metrics to HealthKit type identifiers.
 let typesParam = optional("types", strings: 1...64, maxBytes: 100).described("HealthKit type identifiers; default every type")
+let explainParam = optional("explain", Bool.self)
+    .described("each cumulative figure also answers its sources: what each counted and what a higher-ranked source overrode (at most 92 days)")
+
+/// `explain` reads every sample of the range: it takes at most `HealthService.explainMaxDays` days.
+func checkExplain(_ explain: Bool?, _ from: CalendarDate, _ to: CalendarDate) throws(FieldError) -> Bool {
+    guard explain == true else { return false }
+    guard to.daysSinceEpoch - from.daysSinceEpoch < HealthService.explainMaxDays else {
+        throw .outOfRange("params.to", "must be within \(HealthService.explainMaxDays) days of params.from with explain")
+    }
+    return true
+}
 
 /// The type codes `names` name, or an error naming the first unknown one.
 func typeCodes(_ names: [String]?) throws(FieldError) -> Set<Int>? {
@@ -154,11 +165,14 @@ public struct HealthSummary: RPCMethod {
         let from: CalendarDate
         let to: CalendarDate
         let types: Set<Int>?
+        let explain: Bool
         public static let declaration = ParamList(
-            required("from", CalendarDate.self).notBefore(DateFloor.health), required("to", CalendarDate.self).notBefore(DateFloor.health).described("inclusive; at most 366 days after from"), typesParam)
-        public init(_ v: (CalendarDate, CalendarDate, [String]?)) throws(FieldError) {
+            required("from", CalendarDate.self).notBefore(DateFloor.health), required("to", CalendarDate.self).notBefore(DateFloor.health).described("inclusive; at most 366 days after from"), typesParam,
+            explainParam)
+        public init(_ v: (CalendarDate, CalendarDate, [String]?, Bool?)) throws(FieldError) {
             (from, to) = try dateRange(v.0, v.1, maxDays: 366)
             types = try typeCodes(v.2)
+            explain = try checkExplain(v.3, from, to)
         }
     }
     public static let name = "health.summary"
@@ -169,8 +183,11 @@ public struct HealthSummary: RPCMethod {
     public init(_ service: HealthService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> Days {
         let user = try c.userID()
-        return try answer { () throws(HealthError) in Days(periods: try service.summary(user, from: p.from, to: p.to), types: p.types,
-                                                                authorizedFrom: try service.authorizedFrom(user)) }
+        return try answer { () throws(HealthError) in
+            let days = try service.summary(user, from: p.from, to: p.to)
+            return Days(periods: p.explain ? try service.explained(user, days, types: p.types) : days, types: p.types,
+                        authorizedFrom: try service.authorizedFrom(user))
+        }
     }
 }
 
@@ -180,12 +197,15 @@ public struct HealthWeekly: RPCMethod {
         let from: CalendarDate
         let to: CalendarDate
         let types: Set<Int>?
+        let explain: Bool
         public static let declaration = ParamList(
             required("from", CalendarDate.self).notBefore(DateFloor.health).described("a day of the first week"),
-            required("to", CalendarDate.self).notBefore(DateFloor.health).described("a day of the last week; at most 731 days after from"), typesParam)
-        public init(_ v: (CalendarDate, CalendarDate, [String]?)) throws(FieldError) {
+            required("to", CalendarDate.self).notBefore(DateFloor.health).described("a day of the last week; at most 731 days after from"), typesParam,
+            explainParam)
+        public init(_ v: (CalendarDate, CalendarDate, [String]?, Bool?)) throws(FieldError) {
             (from, to) = try dateRange(v.0, v.1, maxDays: 731)
             types = try typeCodes(v.2)
+            explain = try checkExplain(v.3, from, to)
         }
     }
     public static let name = "health.weekly"
@@ -196,8 +216,10 @@ public struct HealthWeekly: RPCMethod {
     public init(_ service: HealthService) { self.service = service }
     public func call(_ p: Params, _ c: CallContext) throws(RPCError) -> Weeks {
         let user = try c.userID()
-        return try answer { () throws(HealthError) in Weeks(periods: try service.weekly(user, from: p.from, to: p.to), types: p.types,
-                                                                 authorizedFrom: try service.authorizedFrom(user)) }
+        return try answer { () throws(HealthError) in
+            Weeks(periods: try service.weekly(user, from: p.from, to: p.to, explain: p.explain, types: p.types), types: p.types,
+                  authorizedFrom: try service.authorizedFrom(user))
+        }
     }
 }
 

@@ -140,13 +140,17 @@ struct Summary: Sendable {
         "type": "object",
         "description": "by HealthKit type identifier: {unit, sum} for cumulative types, {unit, avg, min, max, count} for discrete ones, {count, durationSeconds} for category types",
         "additionalProperties": ["type": "object", "properties": ["unit": Schema.string, "sum": Schema.number, "avg": Schema.number, "min": Schema.number,
-                                                                  "max": Schema.number, "count": Schema.integer(from: 1), "durationSeconds": Schema.count]],
+                                                                  "max": Schema.number, "count": Schema.integer(from: 1), "durationSeconds": Schema.count,
+                                                                  "sources": Schema.array(SourceShare.fields.schema)]],
     ]) { s in
         var m = JSONObject()
         for (code, metric) in s.period.summary.metrics.sorted(by: { $0.key < $1.key }) where s.types?.contains(code) ?? true {
             let type = HealthType(code: code)
             switch metric {
-            case .sum(let v): m[type.identifier] = ["unit": .string(type.unit), "sum": .double(v)]
+            case .sum(let v):
+                var o = JSONObject([("unit", .string(type.unit)), ("sum", .double(v))])
+                if let sources = s.period.sources[code] { o["sources"] = .array(sources.map(SourceShare.fields.encode)) }
+                m[type.identifier] = .object(o)
             case .stats(let avg, let lo, let hi, let n):
                 m[type.identifier] = ["unit": .string(type.unit), "avg": .double(avg), "min": .double(lo), "max": .double(hi), "count": .int(n)]
             case .events(let n, let ms): m[type.identifier] = ["count": .int(n), "durationSeconds": .int((ms + 500) / 1000)]
@@ -166,6 +170,17 @@ struct Summary: Sendable {
         o["description"] = "seconds per stage after merging sources; asleep = core + deep + REM + unspecified"
         return .object(o)
     }()) { s in s.period.summary.sleep.isEmpty ? .null : SleepTotals.fields.encode(s.period.summary.sleep) }
+}
+
+extension SourceShare {
+    /// A source of a figure, as `explain` answers it.
+    static let fields = ResultFields<SourceShare>(
+        ResultField("name", Schema.nullable(Schema.string)) { .optional($0.source.origin.sourceName) },
+        ResultField("bundleId", Schema.nullable(Schema.string)) { .optional($0.source.origin.bundleId) },
+        ResultField("deviceModel", Schema.nullable(Schema.string)) { .optional($0.source.origin.deviceModel) },
+        ResultField("enteredByHand", Schema.boolean) { .bool($0.source.enteredByHand) },
+        ResultField("counted", Schema.number) { .double($0.counted) },
+        ResultField("overridden", Schema.number) { .double($0.overridden) })
 }
 
 extension WorkoutTotals {

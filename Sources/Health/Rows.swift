@@ -499,13 +499,16 @@ public struct HealthTables: Sendable {
     public let profile: any StorageTable<ProfileRow>
     /// The newest version of each synced object (`HKSyncIdentifier`).
     public let syncIds: any StorageTable<SyncIdRow>
+    /// When each third-party source of a type first reached the user.
+    public let sourcesSeen: any StorageTable<SourcesSeenRow>
     /// One per `RecordKind`, in `RecordKind.allCases` order.
     @usableFromInline let recordTables: [any StorageTable<RecordRow>]
 
     init(samples: any StorageTable<SampleRow>, workouts: any StorageTable<WorkoutRow>, sleep: any StorageTable<SleepRow>,
          days: any StorageTable<SummaryRow>, profile: any StorageTable<ProfileRow>, syncIds: any StorageTable<SyncIdRow>,
-         recordTables: [any StorageTable<RecordRow>]) {
+         sourcesSeen: any StorageTable<SourcesSeenRow>, recordTables: [any StorageTable<RecordRow>]) {
         (self.samples, self.workouts, self.sleep, self.days, self.profile, self.syncIds) = (samples, workouts, sleep, days, profile, syncIds)
+        self.sourcesSeen = sourcesSeen
         self.recordTables = recordTables
     }
 
@@ -515,13 +518,13 @@ public struct HealthTables: Sendable {
     }
 
     /// Every table, as `Storage.versions(of:in:)` takes them.
-    var all: [TableHandle] { [samples, workouts, sleep, days, profile, syncIds] + recordTables }
+    var all: [TableHandle] { [samples, workouts, sleep, days, profile, syncIds, sourcesSeen] + recordTables }
 
     /// Read-only copies of `user`'s rows of every health table, for a worker thread (`Storage.view`).
     func views(of user: String, in store: any Storage) -> HealthTables {
         HealthTables(samples: store.view(samples, user: user), workouts: store.view(workouts, user: user), sleep: store.view(sleep, user: user),
                      days: store.view(days, user: user), profile: store.view(profile, user: user),
-                     syncIds: store.view(syncIds, user: user), recordTables: recordTables.map { store.view($0, user: user) })
+                     syncIds: store.view(syncIds, user: user), sourcesSeen: store.view(sourcesSeen, user: user), recordTables: recordTables.map { store.view($0, user: user) })
     }
 
     @inlinable
@@ -538,6 +541,7 @@ public struct HealthTables: Sendable {
         days = store.table("health.days", of: SummaryRow.self, entity: Entity("health.day"))
         profile = store.table("health.profile", of: ProfileRow.self)
         syncIds = store.table("health.syncIds", of: SyncIdRow.self)
+        sourcesSeen = store.table("health.sourcesSeen", of: SourcesSeenRow.self)
         recordTables = RecordKind.allCases.map { kind in
             store.table(kind.table, of: RecordRow.self,
                         orderedBy: { row in HealthRules.orderHead(nil, day: row.placement.calendarDay, start: row.placement.start) },

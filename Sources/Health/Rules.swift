@@ -34,6 +34,8 @@ public enum HealthRules {
     public static let maxItems = 100_000
     /// Ingests bigger than this log their progress.
     public static let largeIngest = 10_000
+    /// The type identifier sleep samples rank their sources under.
+    public static let sleepType = "HKCategoryTypeIdentifierSleepAnalysis"
     /// A night runs from 18:00 local to 18:00 local the next day, and counts toward the day it ends on.
     static let nightShiftMs: Int64 = 6 * 3_600_000
 
@@ -135,25 +137,6 @@ public enum HealthRules {
         return parts
     }
 
-    // MARK: Sources
-
-    /// How a source ranks: a device model `Watch` first, then `iPhone`, then any other, then by source
-    /// name (and bundle id and device name, so that distinct sources never tie). The device model is
-    /// taken from the source name when no device was sent.
-    public static func priority(_ origin: Origin) -> [String] {
-        let model = origin.deviceModel ?? origin.sourceName ?? ""
-        let tier = model.contains("Watch") ? "0" : model.contains("iPhone") ? "1" : "2"
-        return [tier, origin.sourceName ?? "", origin.bundleId ?? "", origin.deviceName ?? "", origin.deviceModel ?? ""]
-    }
-
-    /// Ranks for `origins`: 0 for the highest priority, equal for the same source.
-    public static func ranks(_ origins: [Origin]) -> [Origin: Int] {
-        let distinct = Array(Set(origins)).sorted { priority($0).lexicographicallyPrecedes(priority($1)) }
-        var out: [Origin: Int] = [:]
-        for (i, o) in distinct.enumerated() { out[o] = i }
-        return out
-    }
-
     // MARK: Merging
 
     /// A cumulative type's total over a day's contributions. Each sample's value is spread evenly over
@@ -174,6 +157,51 @@ public enum HealthRules {
             total += p.value
         }
         return rounded(total)
+    }
+
+    /// What each source (by rank) did to a day's total, by the rules of `mergedSum`: the value it counted,
+    /// and the value it had where a higher-ranked source's counted instead. Each figure is in thousandths
+    /// of the unit, rounded so that the counted values add up exactly to `total` (the figure shown: the
+    /// largest remainders take the last thousandths), and the overridden ones to a thousandth each.
+    public static func mergedShares(_ contributions: [Contribution], total: Double) -> [Int: (counted: Double, overridden: Double)] {
+        let spans = contributions.filter { $0.duration > 0 && $0.end > $0.start }.sorted(by: canonicalOrder)
+        let instants = contributions.filter { $0.duration <= 0 }.sorted(by: canonicalOrder)
+        var counted: [Int: Double] = [:], overridden: [Int: Double] = [:]
+        for c in contributions { counted[c.rank] = 0; overridden[c.rank] = 0 }
+        sweep(spans, start: \.start, end: \.end) { a, b, active in
+            guard let best = active.map(\.rank).min() else { return }
+            for s in active {
+                let share = s.value * Double(b - a) / Double(s.duration)
+                if s.rank == best { counted[s.rank, default: 0] += share } else { overridden[s.rank, default: 0] += share }
+            }
+        }
+        for p in instants {
+            if spans.contains(where: { $0.rank < p.rank && $0.start <= p.start && p.start < $0.end }) {
+                overridden[p.rank, default: 0] += p.value
+            } else {
+                counted[p.rank, default: 0] += p.value
+            }
+        }
+        let parts = apportioned(counted, total: total)
+        return Dictionary(uniqueKeysWithValues: counted.keys.map { ($0, (parts[$0] ?? 0, rounded(overridden[$0] ?? 0))) })
+    }
+
+    /// `values` rounded to thousandths so that they add up to `total` exactly (the largest-remainder
+    /// method; ties by key, so the result does not depend on dictionary order).
+    static func apportioned(_ values: [Int: Double], total: Double) -> [Int: Double] {
+        let keys = values.keys.sorted()
+        var floors = keys.map { Int64(((values[$0] ?? 0) * 1000).rounded(.down)) }
+        let remainders = keys.indices.map { (values[keys[$0]] ?? 0) * 1000 - Double(floors[$0]) }
+        var missing = Int64((total * 1000).rounded()) - floors.reduce(0, +)
+        let order = keys.indices.sorted { (remainders[$0], -$0) > (remainders[$1], -$1) }
+        var i = 0
+        while missing != 0 && !order.isEmpty {
+            let k = order[i % order.count]
+            if missing > 0 { floors[k] += 1; missing -= 1 } else if floors[k] > 0 { floors[k] -= 1; missing += 1 }
+            i += 1
+            if i > 4 * order.count + Int(abs(missing)) { break }
+        }
+        return Dictionary(uniqueKeysWithValues: keys.indices.map { (keys[$0], Double(floors[$0]) / 1000) })
     }
 
     private static func canonicalOrder(_ a: Contribution, _ b: Contribution) -> Bool {

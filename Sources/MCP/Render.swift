@@ -21,7 +21,7 @@ enum Render {
             for (type, m) in item["metrics"]?.objectValue?.members ?? [] {
                 let short = shortName(type)
                 if let sum = m["sum"]?.numberValue {
-                    parts.append("\(short) \(number(sum))\(unitSuffix(m["unit"]))")
+                    parts.append("\(short) \(number(sum))\(unitSuffix(m["unit"]))" + sources(m["sources"]))
                 } else if let avg = m["avg"]?.numberValue {
                     parts.append("\(short) avg \(number(avg))\(unitSuffix(m["unit"]))")
                 } else if let count = m["count"]?.intValue {
@@ -35,6 +35,18 @@ enum Render {
             lines.append("\(item[key]?.stringValue ?? "?"): " + (parts.isEmpty ? "no figures" : parts.joined(separator: ", ")))
         }
         return lines.joined(separator: "\n")
+    }
+
+    /// ` (Apple Watch 600, iPhone 500 [500 overridden])` from an explained figure's sources; empty without.
+    static func sources(_ list: JSON?) -> String {
+        guard let items = list?.arrayValue, !items.isEmpty else { return "" }
+        let parts = items.map { s -> String in
+            let name = s["name"]?.stringValue ?? s["bundleId"]?.stringValue ?? "unnamed source"
+            let overridden = s["overridden"]?.numberValue ?? 0
+            return "\(name)\(s["enteredByHand"] == true ? " (entered by hand)" : "") \(number(s["counted"]?.numberValue ?? 0))"
+                + (overridden > 0 ? " [\(number(overridden)) overridden]" : "")
+        }
+        return " (" + parts.joined(separator: ", ") + ")"
     }
 
     /// Top-level numbers and strings as `name: value`, lists by their length.

@@ -28,7 +28,7 @@ public struct MCPTool: Sendable {
     /// person may reasonably ask an assistant for. Descriptions are written for the assistant.
     static let entries: [(tool: String, method: String, writes: Bool, description: String)] = [
         ("health_daily_summary", "health.summary", false,
-         "The user's HealthKit totals per local day from `from` to `to` (YYYY-MM-DD, at most 366 days): steps and other sums, heart rate and other averages with min and max, workouts per activity, sleep seconds per stage. Only days with data are listed. Narrow with `types` (HealthKit identifiers such as HKQuantityTypeIdentifierStepCount)."),
+         "The user's HealthKit totals per local day from `from` to `to` (YYYY-MM-DD, at most 366 days): steps and other sums, heart rate and other averages with min and max, workouts per activity, sleep seconds per stage. Only days with data are listed. Narrow with `types` (HealthKit identifiers such as HKQuantityTypeIdentifierStepCount). With `explain: true` (at most 92 days) each sum also lists its sources: what each counted and what a higher-ranked source overrode, to answer why a total differs from another app's."),
         ("health_weekly_summary", "health.weekly", false,
          "The user's HealthKit figures per ISO week (Monday to Sunday) for the weeks touching `from` to `to` (YYYY-MM-DD, at most 731 days), aggregated from the days; `days` says how many days of each week have data. Use it to compare one week with another."),
         ("health_workouts", "health.workouts", false,

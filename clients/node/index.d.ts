@@ -602,6 +602,8 @@ export interface Methods {
       to: string;
       /** HealthKit type identifiers; default every type */
       types?: string[];
+      /** each cumulative figure also answers its sources: what each counted and what a higher-ranked source overrode (at most 92 days) */
+      explain?: boolean;
     };
     paramsRequired: true;
     result: {
@@ -617,6 +619,14 @@ export interface Methods {
             max?: number;
             count?: number;
             durationSeconds?: number;
+            sources?: Array<{
+              name: string | null;
+              bundleId: string | null;
+              deviceModel: string | null;
+              enteredByHand: boolean;
+              counted: number;
+              overridden: number;
+            }>;
           };
         };
         /** by activity type */
@@ -656,6 +666,8 @@ export interface Methods {
       to: string;
       /** HealthKit type identifiers; default every type */
       types?: string[];
+      /** each cumulative figure also answers its sources: what each counted and what a higher-ranked source overrode (at most 92 days) */
+      explain?: boolean;
     };
     paramsRequired: true;
     result: {
@@ -672,6 +684,14 @@ export interface Methods {
             max?: number;
             count?: number;
             durationSeconds?: number;
+            sources?: Array<{
+              name: string | null;
+              bundleId: string | null;
+              deviceModel: string | null;
+              enteredByHand: boolean;
+              counted: number;
+              overridden: number;
+            }>;
           };
         };
         /** by activity type */
