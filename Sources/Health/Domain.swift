@@ -30,6 +30,9 @@ public struct HealthDomain: Domain {
             RecordKind.medicationDose.entity: { (user, id, _) throws(RPCError) in
                 try answer { () throws(HealthError) in try service.record(.medicationDose, user, id).map { $0.json(id) } }
             },
+            "health.sourceOrder": { (user, id, _) throws(RPCError) in
+                try answer { () throws(HealthError) in try service.sourceOrders(user, types: [id]).first.map { $0.row.json(type: id) } }
+            },
             "health.day": { (user, id, _) throws(RPCError) in
                 try answer { () throws(HealthError) in
                     try service.day(user, id).map { $0.json(date: id) }
@@ -42,6 +45,8 @@ public struct HealthDomain: Domain {
             RegisteredMethod(HealthSummary(service)),
             RegisteredMethod(HealthWeekly(service)),
             RegisteredMethod(HealthWorkouts(service)),
+            RegisteredMethod(HealthSetSourceOrder(service)),
+            RegisteredMethod(HealthSourceOrder(service)),
         ]
     }
 }

@@ -52,6 +52,9 @@ public struct IngestRequest: Sendable {
     public var dryRun = false
     /// Per type identifier, the first day the person lets the app read (kept in the profile).
     public var authorizedFrom: [String: CalendarDate] = [:]
+    /// A new source order for one type (`health.setSourceOrder`; an empty list removes it): every day
+    /// with that type's data is recomputed.
+    public var sourceOrder: (type: String, sources: [SourceMatcher])?
 
     public init(deviceId: String? = nil, zone: Zone? = nil, samples: [SampleInput] = [], workouts: [WorkoutInput] = [],
                 sleep: [SleepInput] = [], records: [RecordInput] = [], replaceDays: [CalendarDate] = [], dryRun: Bool = false,
@@ -68,6 +71,13 @@ public struct IngestRequest: Sendable {
     }
 
     var count: Int { samples.count + workouts.count + sleep.count + records.count }
+
+    /// A request that only sets a type's source order.
+    public static func sourceOrder(_ type: String, _ sources: [SourceMatcher]) -> IngestRequest {
+        var r = IngestRequest()
+        r.sourceOrder = (type, sources)
+        return r
+    }
 
     /// Every item sent, of every kind.
     var items: [ItemInput] { samples.map(\.item) + workouts.map(\.item) + sleep.map(\.item) + records.map(\.item) }
@@ -187,6 +197,15 @@ public final class HealthService: @unchecked Sendable {
     public func summary(_ user: String, from: CalendarDate, to: CalendarDate) throws(HealthError) -> [Period] {
         try storage(try tables.days.scan(user: user, from: from.description, to: to.description, after: nil, reverse: false, limit: .max))
             .map { Period(name: $0.key, summary: $0.row, days: 1) }
+    }
+
+    /// The person's source orders of `types` (nil: every type with one), by type.
+    public func sourceOrders(_ user: String, types: [String]?) throws(HealthError) -> [(type: String, row: SourceOrderRow)] {
+        if let types {
+            let found = try storage(try tables.sourceOrder.get(user: user, keys: types))
+            return types.compactMap { t in found[t].map { (t, $0) } }
+        }
+        return try storage(try tables.sourceOrder.rows(of: user)).map { ($0.key, $0.row) }.sorted { $0.0 < $1.0 }
     }
 
     /// The longest range `explain` reads: it reads every sample of the range's cumulative types.
@@ -315,6 +334,8 @@ public final class HealthService: @unchecked Sendable {
         try work.prefetch(items.map(\.uuid))
         try work.loadSyncIds(items.compactMap { $0.metadata?.syncKey($0.origin) })
 
+        if let (type, sources) = request.sourceOrder { try work.setSourceOrder(type, sources) }
+        try work.migrateRanking()
         if let device = request.deviceId, !request.replaceDays.isEmpty {
             let incoming = Set(items.map(\.uuid))
             report.replaced = try work.removeDevice(device, days: request.replaceDays, keeping: incoming)
@@ -404,6 +425,7 @@ public final class HealthService: @unchecked Sendable {
         guard let after = try Quota.after(stored: old?.items, adding: work.itemDelta, limit: healthItemsPerUser,
                                           recount: { () throws(HealthError) in try countItems(user, tables) }) else { throw .quota(healthItemsPerUser) }
         var row = ProfileRow(timezone: zone?.identifier ?? old?.timezone ?? Zone.utc.identifier, items: after)
+        row.ranking = old == nil || work.migratedRanking ? ProfileRow.currentRanking : old?.ranking ?? 1
         row.authorizedFrom = (old?.authorizedFrom ?? [:]).merging(authorizedFrom.mapValues(\.description)) { $1 }
         row.unknownTypes = old?.unknownTypes ?? []
         for (key, path) in work.unknownTypes where !row.unknownTypes.contains(key) {
@@ -494,6 +516,8 @@ public final class HealthService: @unchecked Sendable {
         var seenChanged = Set<String>()
         /// The request's clock (first-seen times).
         var now: Int64 = 0
+        /// This request recomputed the user's days under today's source order (`migrateRanking`).
+        var migratedRanking = false
         /// `recordTablesInUse()`, once asked.
         var recordTablesWithRows: [any StorageTable<RecordRow>]?
 
@@ -557,9 +581,49 @@ public final class HealthService: @unchecked Sendable {
         mutating func ranking(_ type: String) throws(HealthError) -> SourceRanking {
             if let known = rankings[type] { return known }
             let seen = try storage(try tables.sourcesSeen.get(user: user, key: type))?.firstSeen ?? [:]
-            let ranking = SourceRanking(firstSeen: seen)
+            let order = try storage(try tables.sourceOrder.get(user: user, key: type))?.sources ?? []
+            let ranking = SourceRanking(userOrder: order, firstSeen: seen)
             rankings[type] = ranking
             return ranking
+        }
+
+        /// Sets the person's order of `type`'s sources and marks every day with the type's data for
+        /// recomputing. O(the type's samples) on the worker that plans it, one ordered read.
+        mutating func setSourceOrder(_ type: String, _ sources: [SourceMatcher]) throws(HealthError) {
+            var ranking = try ranking(type)
+            guard ranking.userOrder != sources else { return }
+            ranking.userOrder = sources
+            rankings[type] = ranking
+            if sources.isEmpty { tx.delete(writes.sourceOrder, user: user, key: type) } else {
+                tx.put(writes.sourceOrder, user: user, key: type, SourceOrderRow(sources: sources))
+            }
+            try touchEveryDay(of: type == HealthRules.sleepType ? nil : HealthType.named(type))
+        }
+
+        /// Marks every day with data of `type` (nil: sleep) for recomputing.
+        mutating func touchEveryDay(of type: HealthType?) throws(HealthError) {
+            let all = dayRange(type, CalendarDate(daysSinceEpoch: -10_000), CalendarDate(daysSinceEpoch: 89_999))
+            if let type {
+                guard type.isKnown, type.aggregation.spreads else { return }
+                for (_, row) in try storage(try tables.samples.scanOrdered(user: user, ranges: [all])) {
+                    touched[.metric(type.code), default: []].formUnion(split(row.placement).map(\.day))
+                }
+            } else {
+                for (_, row) in try storage(try tables.sleep.scanOrdered(user: user, ranges: [all])) {
+                    touched[.sleep, default: []].insert(row.placement.calendarDay)
+                }
+            }
+        }
+
+        /// A user whose days were summed by the source order of releases up to 0.2 (`ProfileRow.ranking`
+        /// below 2) has every merged type's days recomputed once, by the planning worker of their next
+        /// ingest: O(their cumulative and sleep samples), once. Users without a profile have no days.
+        mutating func migrateRanking() throws(HealthError) {
+            guard let profile = try storage(try tables.profile.get(user: user, key: HealthService.profileKey)),
+                  profile.ranking < ProfileRow.currentRanking else { return }
+            for type in HealthType.all where type.aggregation.spreads { try touchEveryDay(of: type) }
+            try touchEveryDay(of: nil)
+            migratedRanking = true
         }
 
         /// Records when a third-party source of `type` first reached the user (at most

@@ -460,6 +460,10 @@ public struct ProfileRow: StoredRow {
     /// at most `UnknownTypes.perUser`: the bound is the user's own, so one user inventing names never
     /// refuses another's. Pairs count from the first ingest that keeps them; deleting samples keeps them.
     public var unknownTypes: Set<String> = []
+    /// The source order the user's stored days were summed by: 1 before Apple's default order (releases up to 0.2),
+    /// `currentRanking` since (`HealthService.Work.migrateRanking`).
+    public var ranking = 1
+    static let currentRanking = 2
 
     /// `identifier` and, after a space, the unit (no HealthKit identifier or unit string holds a space).
     static func unknownTypeKey(_ type: HealthType) -> String { type.identifier + (type.unit.isEmpty ? "" : " " + type.unit) }
@@ -476,6 +480,7 @@ public struct ProfileRow: StoredRow {
             guard let d = day.stringValue, CalendarDate(d) != nil else { throw StorageError.corrupt("bad authorizedFrom") }
             authorizedFrom[type] = d
         }
+        if case .int(let r)? = f.object["ranking"] { ranking = Int(r) }
         for key in f.object["unknownTypes"]?.arrayValue ?? [] {
             guard let k = key.stringValue else { throw StorageError.corrupt("bad unknownTypes") }
             unknownTypes.insert(k)
@@ -486,6 +491,7 @@ public struct ProfileRow: StoredRow {
         if let items { o["items"] = .int(items) }
         if !authorizedFrom.isEmpty { o["authorizedFrom"] = .object(JSONObject(authorizedFrom.sorted(by: { $0.key < $1.key }).map { ($0.key, JSON.string($0.value)) })) }
         if !unknownTypes.isEmpty { o["unknownTypes"] = .array(unknownTypes.sorted().map { .string($0) }) }
+        if ranking != 1 { o["ranking"] = .int(Int64(ranking)) }
         return .object(o)
     }
 }
@@ -501,14 +507,16 @@ public struct HealthTables: Sendable {
     public let syncIds: any StorageTable<SyncIdRow>
     /// When each third-party source of a type first reached the user.
     public let sourcesSeen: any StorageTable<SourcesSeenRow>
+    /// The person's own source order per type.
+    public let sourceOrder: any StorageTable<SourceOrderRow>
     /// One per `RecordKind`, in `RecordKind.allCases` order.
     @usableFromInline let recordTables: [any StorageTable<RecordRow>]
 
     init(samples: any StorageTable<SampleRow>, workouts: any StorageTable<WorkoutRow>, sleep: any StorageTable<SleepRow>,
          days: any StorageTable<SummaryRow>, profile: any StorageTable<ProfileRow>, syncIds: any StorageTable<SyncIdRow>,
-         sourcesSeen: any StorageTable<SourcesSeenRow>, recordTables: [any StorageTable<RecordRow>]) {
+         sourcesSeen: any StorageTable<SourcesSeenRow>, sourceOrder: any StorageTable<SourceOrderRow>, recordTables: [any StorageTable<RecordRow>]) {
         (self.samples, self.workouts, self.sleep, self.days, self.profile, self.syncIds) = (samples, workouts, sleep, days, profile, syncIds)
-        self.sourcesSeen = sourcesSeen
+        (self.sourcesSeen, self.sourceOrder) = (sourcesSeen, sourceOrder)
         self.recordTables = recordTables
     }
 
@@ -518,13 +526,14 @@ public struct HealthTables: Sendable {
     }
 
     /// Every table, as `Storage.versions(of:in:)` takes them.
-    var all: [TableHandle] { [samples, workouts, sleep, days, profile, syncIds, sourcesSeen] + recordTables }
+    var all: [TableHandle] { [samples, workouts, sleep, days, profile, syncIds, sourcesSeen, sourceOrder] + recordTables }
 
     /// Read-only copies of `user`'s rows of every health table, for a worker thread (`Storage.view`).
     func views(of user: String, in store: any Storage) -> HealthTables {
         HealthTables(samples: store.view(samples, user: user), workouts: store.view(workouts, user: user), sleep: store.view(sleep, user: user),
                      days: store.view(days, user: user), profile: store.view(profile, user: user),
-                     syncIds: store.view(syncIds, user: user), sourcesSeen: store.view(sourcesSeen, user: user), recordTables: recordTables.map { store.view($0, user: user) })
+                     syncIds: store.view(syncIds, user: user), sourcesSeen: store.view(sourcesSeen, user: user),
+                     sourceOrder: store.view(sourceOrder, user: user), recordTables: recordTables.map { store.view($0, user: user) })
     }
 
     @inlinable
@@ -542,6 +551,7 @@ public struct HealthTables: Sendable {
         profile = store.table("health.profile", of: ProfileRow.self)
         syncIds = store.table("health.syncIds", of: SyncIdRow.self)
         sourcesSeen = store.table("health.sourcesSeen", of: SourcesSeenRow.self)
+        sourceOrder = store.table("health.sourceOrder", of: SourceOrderRow.self, entity: Entity("health.sourceOrder"))
         recordTables = RecordKind.allCases.map { kind in
             store.table(kind.table, of: RecordRow.self,
                         orderedBy: { row in HealthRules.orderHead(nil, day: row.placement.calendarDay, start: row.placement.start) },

@@ -73,7 +73,7 @@ extension HealthRules {
     public static func defaultTier(_ ref: SourceRef) -> SourceTier {
         let o = ref.origin
         if ref.enteredByHand || o.bundleId == "com.apple.Health" { return .enteredByHand }
-        if let bundle = o.bundleId, !bundle.hasPrefix("com.apple.health.") { return .thirdParty }
+        if let bundle = o.bundleId, bundle != "com.apple.health", !bundle.hasPrefix("com.apple.health.") { return .thirdParty }
         let model = o.deviceModel ?? o.sourceName ?? ""
         if model.contains("Watch") { return .appleWatch }
         if model.contains("iPhone") || model.contains("iPod") { return .appleDevice }
@@ -165,4 +165,40 @@ extension SourceShare {
     }
 
     private static func thousandths(_ v: Double) -> Double { (v * 1000).rounded() / 1000 }
+}
+
+/// A person's order of a type's sources (`health.sourceOrder`, key: the type identifier; synced as
+/// `health.sourceOrder`), as the Health app's Data Sources & Access keeps it: listed sources rank above
+/// every default, in the listed order; sources not listed keep the default order below them.
+public struct SourceOrderRow: StoredRow {
+    public var sources: [SourceMatcher]
+    /// Most entries a list may have.
+    public static let limit = 100
+
+    public init(sources: [SourceMatcher]) { self.sources = sources }
+
+    public init(stored: JSON) throws(StorageError) {
+        let f = try StoredFields(stored, "source order")
+        var list: [SourceMatcher] = []
+        for entry in f.object["sources"]?.arrayValue ?? [] {
+            guard case .object(let o) = entry else { throw StorageError.corrupt("source order: an entry is not an object") }
+            list.append(SourceMatcher(bundleId: o["bundleId"]?.stringValue, name: o["name"]?.stringValue, deviceModel: o["deviceModel"]?.stringValue))
+        }
+        sources = list
+    }
+
+    public var stored: JSON { ["sources": .array(sources.map(\.json))] }
+
+    /// As `health.sourceOrder` and the feed show it.
+    public func json(type: String) -> JSON { ["type": .string(type), "sources": .array(sources.map(\.json))] }
+}
+
+extension SourceMatcher {
+    var json: JSON {
+        var o = JSONObject()
+        if let bundleId { o["bundleId"] = .string(bundleId) }
+        if let name { o["name"] = .string(name) }
+        if let deviceModel { o["deviceModel"] = .string(deviceModel) }
+        return .object(o)
+    }
 }

@@ -167,14 +167,14 @@ public func optional<T: ParamType>(_ name: String, items type: T.Type, maxItems:
     }
 }
 
-/// A required list of 1 to `maxItems` values of `T`, counted before any is read.
-public func required<T: ParamType>(_ name: String, items type: T.Type, maxItems: Int) -> Param<[T]> {
-    let schema: JSON = ["type": "array", "minItems": 1, "maxItems": .int(Int64(maxItems)), "items": T.schema]
+/// A required list of `minItems` (default 1) to `maxItems` values of `T`, counted before any is read.
+public func required<T: ParamType>(_ name: String, items type: T.Type, minItems: Int = 1, maxItems: Int) -> Param<[T]> {
+    let schema: JSON = ["type": "array", "minItems": .int(Int64(minItems)), "maxItems": .int(Int64(maxItems)), "items": T.schema]
     return Param(name: name, required: true, schema: schema) { (r: inout ObjectReader) throws(FieldError) -> [T] in
         guard r.has(name) else { throw FieldError(field: r.path(name), reason: "missing_field", message: "\(r.path(name)) is required") }
         let value = r.value(name)!
-        if case .array(let items) = value, items.isEmpty || items.count > maxItems {
-            throw .outOfRange(r.path(name), "must hold 1 to \(maxItems) items")
+        if case .array(let items) = value, items.count < minItems || items.count > maxItems {
+            throw .outOfRange(r.path(name), "must hold \(minItems) to \(maxItems) items")
         }
         return try [T].decode(value, at: r.path(name))
     }

@@ -1,6 +1,7 @@
 import Chrono
 import Foundation
 import JSON
+import Storage
 import Testing
 import TestSupport
 @testable import Health
@@ -103,5 +104,72 @@ import TestSupport
             let counted = parts.values.map { Int64(($0.counted * 1000).rounded()) }.reduce(0, +)
             #expect(counted == Int64((total * 1000).rounded()), "\(contributions)")
         }
+    }
+}
+
+/// #56 item 3: each person's order per type, and the one-time recompute of days summed by the old order.
+@Suite struct UserSourceOrderTests {
+    func setOrder(_ h: Harness, _ type: String, _ sources: [SourceMatcher]) throws -> IngestReport {
+        try h.service.ingest(h.user, .sourceOrder(type, sources), now: now)
+    }
+
+    /// Watch and phone on one walk: the watch counts by default; a person who puts the phone first gets
+    /// the phone's figure on every day, and back to the default when the list is emptied.
+    @Test func aPersonsOrderPutsThePhoneFirstOnEveryDay() throws {
+        let h = try Harness()
+        for (i, date) in ["2026-03-02", "2026-04-02"].enumerated() {
+            try h.ingest("UTC", samples: [
+                try sample(10 * i + 1, 600, "\(date)T10:00:00Z", "\(date)T10:10:00Z", model: "Watch", bundle: "com.apple.health.81D5A3B0"),
+                try sample(10 * i + 2, 1000, "\(date)T10:00:00Z", "\(date)T10:10:00Z", model: "iPhone", bundle: "com.apple.health.5E0C7A2F"),
+            ])
+        }
+        #expect(try h.sum("2026-03-02") == 600)
+        let set = try setOrder(h, steps, [SourceMatcher(deviceModel: "iPhone")])
+        #expect(set.daysRecomputed == ["2026-03-02", "2026-04-02"])
+        #expect(try h.sum("2026-03-02") == 1000 && h.sum("2026-04-02") == 1000)
+        #expect(try h.service.sourceOrders(h.user, types: nil).map(\.row.sources) == [[SourceMatcher(deviceModel: "iPhone")]])
+        // Another type keeps the default order; the same list again recomputes nothing.
+        #expect(try setOrder(h, steps, [SourceMatcher(deviceModel: "iPhone")]).daysRecomputed.isEmpty)
+        _ = try setOrder(h, steps, [])
+        #expect(try h.sum("2026-03-02") == 600)
+        #expect(try h.service.sourceOrders(h.user, types: nil).isEmpty)
+    }
+
+    /// A sleep order: the phone's in-bed sleep schedule versus the watch's stages.
+    @Test func sleepHasAnOrderToo() throws {
+        let h = try Harness()
+        try h.ingest("UTC", sleep: [
+            try sleepSample(1, "asleepCore", "2026-03-01T23:00:00Z", "2026-03-02T06:00:00Z", model: "Watch", source: "Apple Watch"),
+            try sleepSample(2, "awake", "2026-03-01T23:00:00Z", "2026-03-02T01:00:00Z", source: "AutoSleep"),
+        ])
+        #expect(try h.service.day(h.user, "2026-03-02")?.sleep.ms[.asleepCore] == 7 * 3_600_000)
+        _ = try setOrder(h, HealthRules.sleepType, [SourceMatcher(name: "AutoSleep")])
+        #expect(try h.service.day(h.user, "2026-03-02")?.sleep.ms[.asleepCore] == 5 * 3_600_000)
+    }
+
+    /// Days summed by an earlier kernel's order (a profile without `ranking`) are recomputed once, at the
+    /// user's next ingest: an app on a watch (a bundle id that is not Apple's) no longer outranks an
+    /// Apple iPhone.
+    @Test func daysSummedByTheOldOrderAreRecomputedOnce() throws {
+        let h = try Harness()
+        try h.ingest("UTC", samples: [
+            try sample(1, 600, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z", model: "Watch", bundle: "com.strava.stravaride"),
+            try sample(2, 1000, "2026-03-02T10:00:00Z", "2026-03-02T10:10:00Z", model: "iPhone", bundle: "com.apple.health.5E0C7A2F"),
+        ])
+        #expect(try h.sum("2026-03-02") == 1000)
+        // As an earlier kernel left it: the watch-model app counted, and the profile says nothing of ranking.
+        var old = try #require(try h.service.day(h.user, "2026-03-02"))
+        old.metrics[HealthType.named(steps)!.code] = .sum(600)
+        var profile = try #require(try h.tables.profile.get(user: h.user, key: "profile"))
+        profile.ranking = 1
+        var tx = Transaction()
+        tx.put(h.tables.days, user: h.user, key: "2026-03-02", old)
+        tx.put(h.tables.profile, user: h.user, key: "profile", profile)
+        try h.store.commit(tx)
+        let report = try h.ingest("UTC", samples: [try sample(3, 5, "2026-05-01T10:00:00Z", "2026-05-01T10:01:00Z")])
+        #expect(report.daysRecomputed == ["2026-03-02", "2026-05-01"])
+        #expect(try h.sum("2026-03-02") == 1000)
+        #expect(try h.tables.profile.get(user: h.user, key: "profile")?.ranking == ProfileRow.currentRanking)
+        #expect(try h.ingest("UTC", samples: [try sample(4, 5, "2026-05-02T10:00:00Z", "2026-05-02T10:01:00Z")]).daysRecomputed == ["2026-05-02"], "once")
     }
 }

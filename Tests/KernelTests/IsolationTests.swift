@@ -47,6 +47,7 @@ import Testing
                                  "start": "2025-03-01T08:00:00Z", "end": "2025-03-01T08:00:00Z", "source": ["name": "OWNER"]]],
         ],
         "health.delete": ["uuids": ["0a000000-0000-4000-8000-000000000002"]],
+        "health.setSourceOrder": ["type": "HKQuantityTypeIdentifierStepCount", "sources": [["deviceModel": "iPhone"]]],
         "health.summary": ["from": "2025-03-01", "to": "2025-03-07"],
         "health.weekly": ["from": "2025-03-01", "to": "2025-03-07"],
         "health.workouts": ["from": "2025-03-01", "to": "2025-03-07"],

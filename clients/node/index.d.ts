@@ -591,6 +591,54 @@ export interface Methods {
       };
     };
   };
+  /** Sets the person's order of a type's sources (as the Health app's Data Sources list): listed sources rank first, the rest keep the default order; the type's days are recomputed. Auth: user; writes. */
+  "health.setSourceOrder": {
+    params: {
+      /** Bearer access token of the user. */
+      auth: string;
+      /** a HealthKit type identifier, or HKCategoryTypeIdentifierSleepAnalysis for sleep */
+      type: string;
+      /** highest first; replaces the type's earlier list; empty: back to the default order */
+      sources: Array<{
+        bundleId?: string;
+        name?: string;
+        /** HKDevice.model: Watch, iPhone, ... */
+        deviceModel?: string;
+      }>;
+    };
+    paramsRequired: true;
+    result: {
+      type: string;
+      sources: Array<{
+        bundleId?: string;
+        name?: string;
+        /** HKDevice.model: Watch, iPhone, ... */
+        deviceModel?: string;
+      }>;
+      daysRecomputed: string[];
+    };
+  };
+  /** The person's source orders, per type (only types with one). Auth: user. */
+  "health.sourceOrder": {
+    params: {
+      /** Bearer access token of the user. */
+      auth: string;
+      /** type identifiers; default every type with an order */
+      types?: string[];
+    };
+    paramsRequired: true;
+    result: {
+      orders: Array<{
+        type: string;
+        sources: Array<{
+          bundleId?: string;
+          name?: string;
+          /** HKDevice.model: Watch, iPhone, ... */
+          deviceModel?: string;
+        }>;
+      }>;
+    };
+  };
   /** Each local day from `from` through `to` that has data: metrics per type, workouts per activity, sleep per stage. Auth: user. */
   "health.summary": {
     params: {
