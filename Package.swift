@@ -11,6 +11,8 @@ let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().path
 // -> domains (Auth, ScreenTime, Rewards, Sessions, Subscriptions, Health, Sync), which see storage only through Storage (the interface; Store is the
 // in-memory implementation with its journal; Postgres <- CLibPQ the other; only the composition root knows them)
 //   -> Kernel (composition root: configuration and the one list of methods) -> healthkernel (executable).
+// HealthImport (an Apple Health export, streamed through expat <- CExpat, into health.ingest batches) sits beside
+// Kernel, on Health, for the executable's `health import-export`.
 // jwt-kit is a test dependency only: the tests use it as an independent JWT implementation.
 // Release builds of the kernel's own modules optimise across module boundaries, so generic store code
 // (Table<Row>) is specialised for the rows that call it instead of looking up type metadata at run time.
@@ -44,6 +46,7 @@ let package = Package(
         .target(name: "CLoader"),
         .target(name: "CLibPQ", dependencies: ["CLoader"]),
         .target(name: "CCurl", dependencies: ["CLoader"]),
+        .target(name: "CExpat", dependencies: ["CLoader"]),
         .target(name: "HTTPClient", dependencies: ["CCurl"], swiftSettings: optimized),
         .target(name: "JSON", swiftSettings: optimized),
         .target(name: "JanssonArena", dependencies: ["CJansson"]),
@@ -115,7 +118,7 @@ let package = Package(
         .executableTarget(
             name: "healthkernel",
             dependencies: [
-                "Kernel", "JSON", "JSONParsing", "JSONRPC", "Store", "Postgres", "MCP", "Chrono", "Threads",
+                "Kernel", "JSON", "JSONParsing", "JSONRPC", "Store", "Postgres", "MCP", "Chrono", "Threads", "HealthImport", "DomainSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -161,7 +164,8 @@ let package = Package(
         .testTarget(name: "JSONRPCTests", dependencies: ["JSONRPC", "JSON", "JSONParsing", "Chrono", "TestSupport"]),
         .testTarget(name: "ChronoTests", dependencies: ["Chrono", "TestSupport"]),
         .testTarget(name: "StoreTests", dependencies: ["Store", "Storage", "Threads", "JSON", "JSONParsing", "Chrono", "DiskModel", "TestSupport"]),
-        .testTarget(name: "HealthTests", dependencies: ["Health", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "DomainSupport", "TestSupport"]),
+        .target(name: "HealthImport", dependencies: ["Health", "CExpat", "JSON", "JSONRPC", "Chrono", "DomainSupport"], swiftSettings: optimized),
+        .testTarget(name: "HealthTests", dependencies: ["Health", "HealthImport", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "DomainSupport", "TestSupport"]),
         .testTarget(name: "SessionsTests", dependencies: ["Sessions", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
         .testTarget(name: "ScreenTimeTests", dependencies: ["ScreenTime", "Storage", "Store", "Chrono", "JSON", "JSONRPC", "TestSupport"]),
         .testTarget(name: "MCPTests", dependencies: ["MCP", "JSON", "JSONParsing", "Chrono", "Threads", "TestSupport"]),
@@ -182,7 +186,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KernelTests",
-            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Chrono", "DiskModel", "Storage", "Store", "Postgres", "PostgresModel", "Threads", "Subscriptions", "Health", "Auth", "healthkernel", "healthkernel-fuzz", "TestSupport"]
+            dependencies: ["Kernel", "JSONRPC", "JSON", "JSONParsing", "Chrono", "DiskModel", "Storage", "Store", "Postgres", "PostgresModel", "Threads", "Subscriptions", "Health", "HealthImport", "Auth", "healthkernel", "healthkernel-fuzz", "TestSupport"]
         ),
     ]
 )

@@ -103,6 +103,19 @@ public struct IngestReport: Sendable, Equatable {
     public var skipped: [String: Int] = [:]
 }
 
+/// What makes two samples of one type the same measurement: source name (else bundle id), interval, value.
+struct SampleIdentity: Hashable {
+    let source: String
+    let start: Int64
+    let end: Int64
+    let value: Double
+
+    init(_ row: SampleRow) {
+        let o = row.placement.origin
+        (source, start, end, value) = (o.sourceName ?? o.bundleId ?? "", row.placement.start, row.placement.end, row.value)
+    }
+}
+
 /// What a deletion did.
 public struct DeleteReport: Sendable, Equatable {
     public var deleted = 0
@@ -893,12 +906,18 @@ public final class HealthService: @unchecked Sendable {
         }
 
         /// Type `type`'s samples that may count toward `days`, as this request leaves them: one ordered read.
+        /// Identical samples of one source name (the same interval and value under two UUIDs: an imported
+        /// Apple Health export and the phone's own sync of that sample) are one: the one of the lowest UUID
+        /// stands. O(n log n) in the samples read.
         func samples(_ type: HealthType, days: Set<CalendarDate>, pending: [(String, SampleRow)]) throws(HealthError) -> [(String, SampleRow)] {
             // Samples start at most 7 days (and a zone's offset) before a day they reach into.
             let lookback = type.aggregation.spreads ? 8 : 0
             let ranges = clusters(days.sorted(), gap: lookback).map { lo, hi in dayRange(type, lo.adding(days: -lookback), hi) }
-            return try storage(try tables.samples.scanOrdered(user: user, ranges: ranges))
+            let rows = try storage(try tables.samples.scanOrdered(user: user, ranges: ranges))
                 .filter { self.pending[$0.key] == nil }.map { ($0.key, $0.row) } + pending
+            var seen = Set<SampleIdentity>()
+            seen.reserveCapacity(rows.count)
+            return rows.sorted { $0.0 < $1.0 }.filter { seen.insert(SampleIdentity($0.1)).inserted }
         }
 
         /// Each of `days`' shares of a cumulative type's samples, with their source and its rank for the

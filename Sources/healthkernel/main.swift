@@ -130,7 +130,7 @@ struct HealthKernelCommand: ParsableCommand {
             `healthkernel call` runs one request for shell scripts.
             """,
         version: KernelVersion.version,
-        subcommands: [Serve.self, Call.self, Token.self, Mcp.self, StoreCommand.self, VersionCommand.self],
+        subcommands: [Serve.self, Call.self, Token.self, Mcp.self, StoreCommand.self, HealthCommand.self, VersionCommand.self],
         defaultSubcommand: Serve.self
     )
 }
