@@ -906,7 +906,7 @@ public final class HealthService: @unchecked Sendable {
         }
 
         /// Type `type`'s samples that may count toward `days`, as this request leaves them: one ordered read.
-        /// Identical samples of one source name (the same interval and value under two UUIDs: an imported
+        /// Identical samples of one named source (the same interval and value under two UUIDs: an imported
         /// Apple Health export and the phone's own sync of that sample) are one: the one of the lowest UUID
         /// stands. O(n log n) in the samples read.
         func samples(_ type: HealthType, days: Set<CalendarDate>, pending: [(String, SampleRow)]) throws(HealthError) -> [(String, SampleRow)] {
@@ -917,7 +917,8 @@ public final class HealthService: @unchecked Sendable {
                 .filter { self.pending[$0.key] == nil }.map { ($0.key, $0.row) } + pending
             var seen = Set<SampleIdentity>()
             seen.reserveCapacity(rows.count)
-            return rows.sorted { $0.0 < $1.0 }.filter { seen.insert(SampleIdentity($0.1)).inserted }
+            // Without a source name or bundle id nothing says two samples are one measurement: both count.
+            return rows.sorted { $0.0 < $1.0 }.filter { SampleIdentity($0.1).source.isEmpty || seen.insert(SampleIdentity($0.1)).inserted }
         }
 
         /// Each of `days`' shares of a cumulative type's samples, with their source and its rank for the
