@@ -47,6 +47,9 @@ public struct KernelConfig: Sendable, Equatable {
     public var limits = UserLimits()
     /// How `healthkernel serve` serves (`serve` section, or its flags).
     public var serve = ServeSettings()
+    /// The `healthkernel` executable this kernel runs as, when it is one (not a setting: a fact the
+    /// executable states), for the imports `health.importExport` runs as child processes.
+    public var executable: String?
     /// Each domain's own configuration (say Screen Time's tolerance, penalty and exchange rates).
     public var domains = DomainConfigs()
     /// Test hook: log appends fail with ENOSPC past this many bytes (for machines without a tiny tmpfs).

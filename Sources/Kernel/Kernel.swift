@@ -179,7 +179,10 @@ public final class Kernel {
             RegisteredMethod(EventsSubscribe(events: events, store: store)),
             RegisteredMethod(EventsUnsubscribe(events: events, store: store)),
             RegisteredMethod(EventsRenew(events: events)),
-        ]
+        ] + {
+            let jobs = ImportJobs(executable: config.executable, socket: config.serve.listen.map { String($0.dropFirst(5)) })
+            return [RegisteredMethod(HealthImportExport(jobs: jobs, auth: auth)), RegisteredMethod(HealthImportStatus(jobs: jobs))]
+        }()
     }
 
     /// `test.*`, when the configuration asks for them.

@@ -14,6 +14,14 @@ import Store
 import Glibc
 #endif
 
+/// The path of this executable (`/proc/self/exe`), for the child processes it runs.
+func ownExecutable() -> String? {
+    var buffer = [CChar](repeating: 0, count: 4096)
+    let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+    guard n > 0 else { return nil }
+    return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}
+
 /// Exit codes the CLI promises (documented in the README).
 enum ExitStatus {
     static let callFailed: Int32 = 1
@@ -102,6 +110,8 @@ struct KernelOptions: ParsableArguments {
     }
 
     static func start(_ config: KernelConfig, clockOffsetSeconds: Int64 = 0, logger: Logger) -> Kernel {
+        var config = config
+        config.executable = ownExecutable()
         do {
             return try Kernel(config: config, clock: SystemClock(offsetMilliseconds: clockOffsetSeconds * 1000), logger: logger)
         } catch let error as AuthSetupError {

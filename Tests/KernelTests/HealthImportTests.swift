@@ -131,3 +131,51 @@ private let importUser = "1b0e9a52-3c1e-4b8e-9a54-0f6f3f6c2a11"
         #expect(u.count == 36 && Array(u)[14] == "8" && "89ab".contains(Array(u)[19]))
     }
 }
+
+/// `health.importExport`: a host that saved a user's export on the kernel's machine starts the import
+/// with a service token; a child process sends the batches to the kernel's socket; `health.importStatus`
+/// says when it is done and what it did.
+@Suite(.oneStoreOnly) struct HealthImportJobTests {
+    @Test func aServiceStartsAnImportAndReadsItsSummary() throws {
+        let dir = temporaryDirectory("import-job")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let socket = dir + "/k.sock"
+        let xml = """
+            <?xml version="1.0" encoding="UTF-8"?>
+            <HealthData locale="en_US">
+             <Record type="HKQuantityTypeIdentifierStepCount" sourceName="iPhone" unit="count" startDate="2026-03-02 10:00:00 +0100" endDate="2026-03-02 10:10:00 +0100" value="321"/>
+             <Workout workoutActivityType="HKWorkoutActivityTypeWalking" duration="20" durationUnit="min" sourceName="iPhone" startDate="2026-03-02 12:00:00 +0100" endDate="2026-03-02 12:20:00 +0100"/>
+            </HealthData>
+            """
+        try xml.write(toFile: dir + "/export.xml", atomically: true, encoding: .utf8)
+        let k = try LiveKernel(["serve", "--data-dir", dir + "/data", "--log-level", "error", "--jwt-secret", testSecret, "--no-stdin", "--listen", "unix:" + socket])
+        defer {
+            kill(k.process.processIdentifier, SIGTERM)
+            _ = k.finish()
+        }
+        let service = try #require(runBinary(["token", "--role", "service_role", "--jwt-secret", testSecret]).stdoutText.split(separator: "\n").first)
+        func call(_ method: String, _ params: String) throws -> JSON {
+            let r = try runBinary(["call", method, params, "--token", String(service), "--connect", socket])
+            return (try? JSON.parse(Array(r.stdoutText.utf8))) ?? ["stderr": .string(r.stderrText)]
+        }
+        let started = try call("health.importExport", #"{"userId": "\#(importUser)", "path": "\#(dir)/export.xml", "timezone": "Europe/Paris"}"#)
+        let id = try #require(started["importId"]?.stringValue, "\(started)")
+        #expect(started["state"] == "running" || started["state"] == "done")
+        // The child runs on its own: wait for its end (a timeout, not a guess).
+        var status = started
+        let deadline = Date().addingTimeInterval(60)
+        while status["state"] == "running" && Date() < deadline {
+            usleep(50_000)
+            status = try call("health.importStatus", #"{"importId": "\#(id)"}"#)
+        }
+        #expect(status["state"] == "done", "\(status)")
+        #expect(status["summary"]?["imported"] == ["samples": 1, "sleep": 0, "workouts": 1], "\(status)")
+        // The user's data is there, as an ingest would leave it.
+        let user = try #require(runBinary(["token", "--user", importUser, "--jwt-secret", testSecret]).stdoutText.split(separator: "\n").first)
+        let day = try runBinary(["call", "health.summary", #"{"from": "2026-03-02", "to": "2026-03-02"}"#, "--token", String(user), "--connect", socket])
+        #expect(day.stdoutText.contains(#""sum":321"#), "\(day.stdoutText)")
+        // A path the kernel cannot read is refused on its field; an unknown import is not found.
+        #expect(try call("health.importExport", #"{"userId": "\#(importUser)", "path": "relative/export.xml"}"#)["stderr"]?.stringValue?.contains("params.path") == true)
+        #expect(try call("health.importStatus", #"{"importId": "nope"}"#)["stderr"]?.stringValue?.contains("-32004") == true)
+    }
+}

@@ -399,6 +399,52 @@ export interface Methods {
       daysRecomputed: string[];
     };
   };
+  /** Starts importing an Apple Health export file on the kernel's machine for a user (service token), in batches on a connection of its own; answers an importId for health.importStatus. Auth: service. */
+  "health.importExport": {
+    params: {
+      /** Bearer token whose role claim is service_role. */
+      auth: string;
+      /** the user the export is imported for */
+      userId: string;
+      /** absolute path of export.zip or export.xml on the kernel's machine */
+      path: string;
+      /** IANA zone for items without HKTimeZone; default the one the user's app last sent */
+      timezone?: string;
+    };
+    paramsRequired: true;
+    result: {
+      importId: string;
+      userId: string;
+      state: "running" | "done" | "failed";
+      startedAt: string;
+      /** as healthkernel health import-export prints it: imported, unchanged, superseded, skipped, notImported, batches, bytes, seconds */
+      summary?: {
+        [key: string]: unknown;
+      };
+      error?: string;
+    };
+  };
+  /** An import health.importExport started: running, done (with the summary healthkernel health import-export prints) or failed (with why). Auth: service. */
+  "health.importStatus": {
+    params: {
+      /** Bearer token whose role claim is service_role. */
+      auth: string;
+      /** the importId health.importExport answered */
+      importId: string;
+    };
+    paramsRequired: true;
+    result: {
+      importId: string;
+      userId: string;
+      state: "running" | "done" | "failed";
+      startedAt: string;
+      /** as healthkernel health import-export prints it: imported, unchanged, superseded, skipped, notImported, batches, bytes, seconds */
+      summary?: {
+        [key: string]: unknown;
+      };
+      error?: string;
+    };
+  };
   /** Upserts HealthKit samples, workouts, sleep, State of Mind and medication doses by UUID and recomputes the local days they touch; an identical re-send writes nothing. Auth: user; writes. */
   "health.ingest": {
     params: {
