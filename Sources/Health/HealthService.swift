@@ -228,29 +228,28 @@ public final class HealthService: @unchecked Sendable {
     /// types asked for: recomputed from the stored samples by the rules that made the figures. Cost:
     /// O(samples of those types in the range, log of them), one ordered read a type.
     public func explained(_ user: String, _ periods: [Period], types: Set<Int>?) throws(HealthError) -> [Period] {
+        var out = periods
         var byType: [Int: Set<CalendarDate>] = [:]
-        var totals: [String: Double] = [:]
-        for p in periods {
+        var index: [CalendarDate: Int] = [:]
+        for (i, p) in periods.enumerated() {
             guard let day = CalendarDate(p.name) else { continue }
+            index[day] = i
             for (code, metric) in p.summary.metrics where types?.contains(code) ?? true {
-                guard case .sum(let v) = metric, HealthType(code: code).aggregation == .cumulative else { continue }
-                byType[code, default: []].insert(day)
-                totals["\(code) \(p.name)"] = v
+                if case .sum = metric, HealthType(code: code).aggregation == .cumulative { byType[code, default: []].insert(day) }
             }
         }
         var work = Work(tables: tables, writes: tables, user: user)
-        var shares: [String: [Int: [SourceShare]]] = [:]
         for (code, days) in byType.sorted(by: { $0.key < $1.key }) {
             let type = HealthType(code: code)
-            for (d, list) in try work.rankedShares(type, try work.samples(type, days: days, pending: []), days: days) where !list.isEmpty {
+            for (d, list) in try work.rankedShares(type, try work.samples(type, days: days, pending: []), days: days) {
+                guard let i = index[d], case .sum(let total)? = periods[i].summary.metrics[code], !list.isEmpty else { continue }
                 let refs = Dictionary(list.map { ($0.1.rank, $0.0) }, uniquingKeysWith: { a, _ in a })
-                let parts = HealthRules.mergedShares(list.map(\.1), total: totals["\(code) \(d)"] ?? 0)
-                shares[d.description, default: [:]][code] = parts.sorted { $0.key < $1.key }.compactMap { rank, part in
+                out[i].sources[code] = HealthRules.mergedShares(list.map(\.1), total: total).sorted { $0.key < $1.key }.compactMap { rank, part in
                     refs[rank].map { SourceShare(source: $0, counted: part.counted, overridden: part.overridden) }
                 }
             }
         }
-        return periods.map { var p = $0; p.sources = shares[p.name] ?? [:]; return p }
+        return out
     }
 
     /// ISO weeks touching `from` through `to`, each whole (Monday to Sunday), that have data.
@@ -335,14 +334,10 @@ public final class HealthService: @unchecked Sendable {
             if item.end.milliseconds > latest { throw .future(item.path + ".end") }
             if item.start.milliseconds < earliest { throw .tooOld(item.path + ".start", days: maxHistoryDays) }
         }
-        let zone: Zone
-        if let named = request.zone {
-            zone = named
-        } else {
-            zone = try storage(try tables.profile.get(user: user, key: Self.profileKey)).flatMap { Zone.named($0.timezone) } ?? .utc
-        }
         var work = Work(tables: tables, writes: self.tables, user: user)
         work.now = now.milliseconds
+        let zone: Zone
+        if let named = request.zone { zone = named } else { zone = try work.profile().flatMap { Zone.named($0.timezone) } ?? .utc }
         var report = IngestReport(dryRun: request.dryRun)
         try work.prefetch(items.map(\.uuid))
         try work.loadSyncIds(items.compactMap { $0.metadata?.syncKey($0.origin) })
@@ -434,7 +429,7 @@ public final class HealthService: @unchecked Sendable {
     /// count after `work`, refused (nothing is stored) when it grows past the quota.
     private func saveProfile(_ work: inout Work, zone: Zone?, authorizedFrom: [String: CalendarDate]) throws(HealthError) {
         let (user, tables) = (work.user, work.tables)
-        let old = try storage(try tables.profile.get(user: user, key: Self.profileKey))
+        let old = try work.profile()
         guard let after = try Quota.after(stored: old?.items, adding: work.itemDelta, limit: healthItemsPerUser,
                                           recount: { () throws(HealthError) in try countItems(user, tables) }) else { throw .quota(healthItemsPerUser) }
         var row = ProfileRow(timezone: zone?.identifier ?? old?.timezone ?? Zone.utc.identifier, items: after)
@@ -526,9 +521,12 @@ public final class HealthService: @unchecked Sendable {
         /// Per type identifier, how its sources rank for this user, once read; `seenChanged`: the types
         /// whose first-seen times this request added to.
         var rankings: [String: SourceRanking] = [:]
+        var rankingsLoaded = false
         var seenChanged = Set<String>()
         /// The request's clock (first-seen times).
         var now: Int64 = 0
+        /// The user's profile as stored before this request, once read (`profile()`).
+        var storedProfile: ProfileRow??
         /// This request recomputed the user's days under today's source order (`migrateRanking`).
         var migratedRanking = false
         /// `recordTablesInUse()`, once asked.
@@ -590,14 +588,27 @@ public final class HealthService: @unchecked Sendable {
             return true
         }
 
-        /// How `type`'s sources rank for this user (read once per request).
+        /// The user's profile as stored before this request: one read, whoever asks (the default zone,
+        /// the ranking migration, the quota).
+        mutating func profile() throws(HealthError) -> ProfileRow? {
+            if let known = storedProfile { return known }
+            let row = try storage(try tables.profile.get(user: user, key: HealthService.profileKey))
+            storedProfile = .some(row)
+            return row
+        }
+
+        /// How `type`'s sources rank for this user. The first call reads every type's first-seen times
+        /// and order in one scan of each table (a row a type, so O(the user's types)).
         mutating func ranking(_ type: String) throws(HealthError) -> SourceRanking {
-            if let known = rankings[type] { return known }
-            let seen = try storage(try tables.sourcesSeen.get(user: user, key: type))?.firstSeen ?? [:]
-            let order = try storage(try tables.sourceOrder.get(user: user, key: type))?.sources ?? []
-            let ranking = SourceRanking(userOrder: order, firstSeen: seen)
-            rankings[type] = ranking
-            return ranking
+            if !rankingsLoaded {
+                // Before any change of this request's: setSourceOrder and noteSource ask first.
+                for (key, row) in try storage(try tables.sourcesSeen.rows(of: user)) { rankings[key] = SourceRanking(firstSeen: row.firstSeen) }
+                for (key, row) in try storage(try tables.sourceOrder.rows(of: user)) {
+                    rankings[key, default: SourceRanking()].userOrder = row.sources
+                }
+                rankingsLoaded = true
+            }
+            return rankings[type] ?? SourceRanking()
         }
 
         /// Sets the person's order of `type`'s sources and marks every day with the type's data for
@@ -632,8 +643,7 @@ public final class HealthService: @unchecked Sendable {
         /// below 2) has every merged type's days recomputed once, by the planning worker of their next
         /// ingest: O(their cumulative and sleep samples), once. Users without a profile have no days.
         mutating func migrateRanking() throws(HealthError) {
-            guard let profile = try storage(try tables.profile.get(user: user, key: HealthService.profileKey)),
-                  profile.ranking < ProfileRow.currentRanking else { return }
+            guard let profile = try profile(), profile.ranking < ProfileRow.currentRanking else { return }
             for type in HealthType.all where type.aggregation.spreads { try touchEveryDay(of: type) }
             try touchEveryDay(of: nil)
             migratedRanking = true
@@ -908,17 +918,28 @@ public final class HealthService: @unchecked Sendable {
         /// Type `type`'s samples that may count toward `days`, as this request leaves them: one ordered read.
         /// Identical samples of one named source (the same interval and value under two UUIDs: an imported
         /// Apple Health export and the phone's own sync of that sample) are one: the one of the lowest UUID
-        /// stands. O(n log n) in the samples read.
+        /// stands. O(n) in the samples read (one hash each).
         func samples(_ type: HealthType, days: Set<CalendarDate>, pending: [(String, SampleRow)]) throws(HealthError) -> [(String, SampleRow)] {
             // Samples start at most 7 days (and a zone's offset) before a day they reach into.
             let lookback = type.aggregation.spreads ? 8 : 0
             let ranges = clusters(days.sorted(), gap: lookback).map { lo, hi in dayRange(type, lo.adding(days: -lookback), hi) }
             let rows = try storage(try tables.samples.scanOrdered(user: user, ranges: ranges))
                 .filter { self.pending[$0.key] == nil }.map { ($0.key, $0.row) } + pending
-            var seen = Set<SampleIdentity>()
-            seen.reserveCapacity(rows.count)
-            // Without a source name or bundle id nothing says two samples are one measurement: both count.
-            return rows.sorted { $0.0 < $1.0 }.filter { SampleIdentity($0.1).source.isEmpty || seen.insert(SampleIdentity($0.1)).inserted }
+            var out: [(String, SampleRow)] = []
+            out.reserveCapacity(rows.count)
+            var first: [SampleIdentity: Int] = [:]
+            for row in rows {
+                let identity = SampleIdentity(row.1)
+                // Without a source name or bundle id nothing says two samples are one measurement: both count.
+                guard !identity.source.isEmpty else { out.append(row); continue }
+                if let i = first[identity] {
+                    if row.0 < out[i].0 { out[i] = row }
+                } else {
+                    first[identity] = out.count
+                    out.append(row)
+                }
+            }
+            return out
         }
 
         /// Each of `days`' shares of a cumulative type's samples, with their source and its rank for the
@@ -938,7 +959,11 @@ public final class HealthService: @unchecked Sendable {
             return days.sorted().map { d in
                 let list = shares[d] ?? []
                 let ranks = HealthRules.ranks(list.map(\.0), ranking)
-                return (d, list.map { ($0.0, { var c = $0.1; c.rank = ranks[$0.0] ?? 0; return c }($0)) })
+                return (d, list.map { ref, share in
+                    var ranked = share
+                    ranked.rank = ranks[ref] ?? 0
+                    return (ref, ranked)
+                })
             }
         }
 

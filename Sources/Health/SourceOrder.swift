@@ -105,12 +105,6 @@ extension HealthRules {
         return out
     }
 
-    /// Ranks of plain origins under Apple's default order (nothing entered by hand, no order set).
-    public static func ranks(_ origins: [Origin]) -> [Origin: Int] {
-        let ranked = ranks(origins.map { SourceRef($0) })
-        return Dictionary(uniqueKeysWithValues: Set(origins).map { ($0, ranked[SourceRef($0)] ?? 0) })
-    }
-
     /// 19 digits, so numbers sort as text.
     private static func padded(_ n: Int64) -> String {
         let digits = String(max(n, 0))

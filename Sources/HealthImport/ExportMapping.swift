@@ -98,8 +98,7 @@ public enum ExportMapping {
         var fields: [String: String] = [:]
         for part in text.dropFirst().dropLast().split(separator: ",").map({ $0.hasPrefix(" ") ? $0.dropFirst() : $0 }) {
             guard let colon = part.firstIndex(of: ":") else { continue }
-            let key = String(part[..<colon]), value = String(part[part.index(after: colon)...])
-            if !key.contains(" ") || key == "creation date" { fields[key] = value }
+            fields[String(part[..<colon])] = String(part[part.index(after: colon)...])
         }
         let clean = { (v: String?) in v.flatMap { $0.isEmpty ? nil : String($0.prefix(200)) } }
         return (clean(fields["name"]), clean(fields["model"]))

@@ -39,7 +39,7 @@ private func share(_ from: Int64, _ to: Int64, _ value: Double, rank: Int) -> Co
         let phone = Origin(sourceName: "iPhone", deviceModel: "iPhone")
         let watch = Origin(sourceName: "Apple Watch", deviceModel: "Watch")
         let garmin = Origin(sourceName: "Connect")
-        let ranks = HealthRules.ranks([phone, watch, garmin])
+        let ranks = HealthRules.ranks([phone, watch, garmin].map { SourceRef($0) }).reduce(into: [Origin: Int]()) { $0[$1.key.origin] = $1.value }
         let total = HealthRules.mergedSum([share(0, 10, 1000, rank: ranks[phone]!), share(5, 15, 600, rank: ranks[watch]!),
                                            share(0, 30, 600, rank: ranks[garmin]!)])
         #expect(total == 1400)  // 500 + 600 + 300, where a plain sum says 2200
@@ -62,7 +62,7 @@ private func share(_ from: Int64, _ to: Int64, _ value: Double, rank: Int) -> Co
         let garmin = Origin(sourceName: "Connect")
         let other = Origin(sourceName: "Another")
         let byName = Origin(sourceName: "马林康的Apple\u{00A0}Watch")  // no device: the source name tells
-        let ranks = HealthRules.ranks([other, garmin, phone, watch, byName])
+        let ranks = HealthRules.ranks([other, garmin, phone, watch, byName].map { SourceRef($0) }).reduce(into: [Origin: Int]()) { $0[$1.key.origin] = $1.value }
         #expect(ranks[watch]! < ranks[phone]!)
         #expect(ranks[byName]! < ranks[phone]!)
         #expect(ranks[phone]! < ranks[other]!)
