@@ -104,16 +104,16 @@ public struct IngestReport: Sendable, Equatable {
 }
 
 /// What makes two samples of one type the same measurement: source name (else bundle id), interval, value.
-struct SampleIdentity: Hashable {
-    let source: String
-    let start: Int64
-    let end: Int64
-    let value: Double
+enum SampleIdentity {
+    struct Measure: Hashable {
+        let start: Int64
+        let end: Int64
+        let value: UInt64
 
-    init(_ row: SampleRow) {
-        let o = row.placement.origin
-        (source, start, end, value) = (o.sourceName ?? o.bundleId ?? "", row.placement.start, row.placement.end, row.value)
+        init(_ row: SampleRow) { (start, end, value) = (row.placement.start, row.placement.end, row.value.bitPattern) }
     }
+
+    static func source(_ row: SampleRow) -> String { row.placement.origin.sourceName ?? row.placement.origin.bundleId ?? "" }
 }
 
 /// What a deletion did.
@@ -522,6 +522,8 @@ public final class HealthService: @unchecked Sendable {
         /// whose first-seen times this request added to.
         var rankings: [String: SourceRanking] = [:]
         var rankingsLoaded = false
+        /// The source `noteSource` saw last.
+        var lastNoted: (type: String, provenance: Provenance, manual: Bool)?
         var seenChanged = Set<String>()
         /// The request's clock (first-seen times).
         var now: Int64 = 0
@@ -652,7 +654,12 @@ public final class HealthService: @unchecked Sendable {
         /// Records when a third-party source of `type` first reached the user (at most
         /// `SourcesSeenRow.limit` a type).
         mutating func noteSource(_ type: String, _ placement: Placement) throws(HealthError) {
-            let ref = SourceRef(placement.origin, enteredByHand: placement.wasUserEntered)
+            // A request's samples come in runs of one source: its interned provenance, compared by identity,
+            // spares the rest of the run the string work below.
+            let manual = placement.wasUserEntered
+            if let last = lastNoted, last.type == type, last.provenance === placement.provenance, last.manual == manual { return }
+            lastNoted = (type, placement.provenance, manual)
+            let ref = SourceRef(placement.origin, enteredByHand: manual)
             guard HealthRules.defaultTier(ref) == .thirdParty else { return }
             var ranking = try ranking(type)
             let key = HealthRules.sourceKey(ref.origin)
@@ -927,15 +934,18 @@ public final class HealthService: @unchecked Sendable {
                 .filter { self.pending[$0.key] == nil }.map { ($0.key, $0.row) } + pending
             var out: [(String, SampleRow)] = []
             out.reserveCapacity(rows.count)
-            var first: [SampleIdentity: Int] = [:]
+            // By interval and value first (integers: cheap to hash); names are compared only where those meet.
+            var at: [SampleIdentity.Measure: [Int]] = [:]
+            at.reserveCapacity(rows.count)
             for row in rows {
-                let identity = SampleIdentity(row.1)
+                let source = SampleIdentity.source(row.1)
                 // Without a source name or bundle id nothing says two samples are one measurement: both count.
-                guard !identity.source.isEmpty else { out.append(row); continue }
-                if let i = first[identity] {
+                guard !source.isEmpty else { out.append(row); continue }
+                let measure = SampleIdentity.Measure(row.1)
+                if let i = at[measure]?.first(where: { SampleIdentity.source(out[$0].1) == source }) {
                     if row.0 < out[i].0 { out[i] = row }
                 } else {
-                    first[identity] = out.count
+                    at[measure, default: []].append(out.count)
                     out.append(row)
                 }
             }
